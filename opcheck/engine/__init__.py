@@ -1,0 +1,15 @@
+"""Gradient-checking engine (temporary delegation while the batched engine lands)."""
+
+import torch
+
+
+class GradcheckError(torch.autograd.GradcheckError):
+    pass
+
+
+def gradcheck(func, inputs, **kwargs):
+    return torch.autograd.gradcheck(func, inputs, **kwargs)
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, **kwargs):
+    return torch.autograd.gradgradcheck(func, inputs, grad_outputs, **kwargs)
