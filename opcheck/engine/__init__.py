@@ -1,9 +1,10 @@
 """Gradient-checking engine (temporary delegation while the batched engine lands)."""
 
 import torch
+from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
 
-class GradcheckError(torch.autograd.GradcheckError):
+class GradcheckError(_TorchGradcheckError):
     pass
 
 
