@@ -1,16 +1,28 @@
-"""Gradient-checking engine (temporary delegation while the batched engine lands)."""
+"""Gradient-checking engine: a drop-in for torch.autograd.gradcheck / gradgradcheck.
 
-import torch
-from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
+Only torch is imported here: no YAML, no pytest, no spec.
+"""
 
+from opcheck.engine.api import (
+    GradcheckReport,
+    gradcheck,
+    gradcheck_report,
+    gradgradcheck,
+    gradgradcheck_report,
+)
+from opcheck.engine.batching import EvalStats, batching
+from opcheck.engine.diagnostics import EntryError, JacobianMismatch
+from opcheck.engine.errors import GradcheckError
 
-class GradcheckError(_TorchGradcheckError):
-    pass
-
-
-def gradcheck(func, inputs, **kwargs):
-    return torch.autograd.gradcheck(func, inputs, **kwargs)
-
-
-def gradgradcheck(func, inputs, grad_outputs=None, **kwargs):
-    return torch.autograd.gradgradcheck(func, inputs, grad_outputs, **kwargs)
+__all__ = [
+    "EntryError",
+    "EvalStats",
+    "batching",
+    "GradcheckError",
+    "GradcheckReport",
+    "JacobianMismatch",
+    "gradcheck",
+    "gradcheck_report",
+    "gradgradcheck",
+    "gradgradcheck_report",
+]

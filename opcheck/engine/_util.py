@@ -1,0 +1,103 @@
+"""Small tensor helpers shared by the engine's modules."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch.overrides import is_tensor_like
+
+
+def as_tuple(x: Any) -> tuple:
+    if isinstance(x, tuple):
+        return x
+    if isinstance(x, list):
+        return tuple(x)
+    return (x,)
+
+
+def is_float_or_complex(obj: Any) -> bool:
+    return is_tensor_like(obj) and (obj.is_floating_point() or obj.is_complex())
+
+
+def requires_grad(obj: Any) -> bool:
+    return is_tensor_like(obj) and obj.requires_grad
+
+
+def differentiable_outputs(x: Any) -> tuple[torch.Tensor, ...]:
+    # Same filter as torch: a non-tensor output raises AttributeError here, as it does there.
+    return tuple(o for o in as_tuple(x) if o.requires_grad)
+
+
+def diff_input_indices(inputs: tuple) -> list[int]:
+    return [i for i, a in enumerate(inputs) if requires_grad(a)]
+
+
+def real_dtype(dtype: torch.dtype) -> torch.dtype:
+    return {torch.complex128: torch.float64, torch.complex64: torch.float32,
+            torch.complex32: torch.float16}.get(dtype, dtype)
+
+
+_SPARSE_LAYOUTS = {torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc}
+
+
+def is_dense_strided(t: torch.Tensor) -> bool:
+    return t.layout == torch.strided
+
+
+def check_inputs(inputs: tuple) -> None:
+    """Validate gradcheck inputs the way torch does, with advice where torch has none."""
+    found = False
+    for idx, inp in enumerate(inputs):
+        if not requires_grad(inp):
+            continue
+        if inp.layout in _SPARSE_LAYOUTS or inp.layout == torch._mkldnn:  # type: ignore[attr-defined]
+            raise NotImplementedError(
+                f"Input #{idx} has layout {inp.layout}: opcheck checks dense strided tensors only. "
+                "Convert it with .to_dense() inside the function under test, or use "
+                "torch.autograd.gradcheck(..., masked=...) for sparse semantics."
+            )
+        if inp.dtype not in (torch.float64, torch.complex128):
+            warnings.warn(
+                f"Input #{idx} requires gradient and is not a double precision floating point or complex. "
+                "This check will likely fail if all the inputs are not of double precision floating point "
+                f"or complex. (It is {inp.dtype}: finite differences with eps=1e-6 lose most of its digits. "
+                "Check gradients in float64/complex128, and cover the low-precision kernel with a "
+                "consistency check against the float64 result instead.)",
+                stacklevel=4,
+            )
+        if not all(st > 0 or sz <= 1 for st, sz in zip(inp.stride(), inp.size())):
+            raise RuntimeError(
+                f"The {idx}th input has a dimension with stride 0. gradcheck only supports inputs that "
+                "are non-overlapping to be able to compute the numerical gradients correctly. You should "
+                "call .contiguous on the input before passing it to gradcheck. (Perturbing one element of "
+                f"a tensor with strides {tuple(inp.stride())} moves every element that shares its memory.)"
+            )
+        if has_internal_overlap(inp):
+            raise RuntimeError(
+                f"The {idx}th input has overlapping memory (shape {tuple(inp.shape)}, strides "
+                f"{tuple(inp.stride())}): perturbing one element would move others too. "
+                "Call .contiguous() on it before passing it to gradcheck."
+            )
+        found = True
+    if not found:
+        raise ValueError(
+            "gradcheck expects at least one input tensor to require gradient, "
+            "but none of them have requires_grad=True."
+        )
+
+
+def has_internal_overlap(t: torch.Tensor) -> bool:
+    """True when two different indices of a strided tensor certainly address the same memory."""
+    # torch's own test (used to refuse in-place writes): 0 = no overlap, 1 = overlap, 2 = too hard to tell.
+    return t.numel() > 1 and torch._debug_has_internal_overlap(t) == 1
+
+
+def check_outputs(outputs: tuple) -> None:
+    for t in outputs:
+        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+            raise ValueError(
+                f"Output with layout {t.layout} is not supported at gradcheck yet. "
+                "Please call to_dense(masked_grad=...) on the output of fn for gradcheck."
+            )

@@ -1,0 +1,323 @@
+"""Public entry points: gradcheck / gradgradcheck (torch's signatures) and their report forms."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from opcheck.engine import aux_checks
+from opcheck.engine._util import as_tuple, check_inputs, check_outputs, differentiable_outputs, requires_grad
+from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, batching_enabled
+from opcheck.engine.core import CheckContext, fast_check, full_check
+from opcheck.engine.diagnostics import JacobianMismatch
+from opcheck.engine.errors import GradcheckError
+
+
+@dataclass(frozen=True)
+class GradcheckReport:
+    """The outcome of one gradcheck/gradgradcheck call as a value."""
+
+    passed: bool
+    error: GradcheckError | None
+    check: str | None  # which check failed
+    path: str | None  # derivative path of the failed check
+    mismatch: JacobianMismatch | None
+    stats: EvalStats
+    seconds: float
+
+    @property
+    def message(self) -> str:
+        return str(self.error) if self.error is not None else ""
+
+
+def gradcheck(
+    func: Callable,
+    inputs,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
+    check_batched_grad: bool = False,
+    check_batched_forward_grad: bool = False,
+    check_forward_ad: bool = False,
+    check_backward_ad: bool = True,
+    fast_mode: bool = False,
+    masked: bool | None = None,
+) -> bool:
+    """Check analytical gradients of `func` at `inputs` against finite differences.
+
+    Same arguments, defaults and verdicts as torch.autograd.gradcheck. With fast_mode=False the
+    full Jacobian is computed in vmapped batches (falling back to one column at a time for
+    functions that cannot be vmapped); a failure names the entries that disagree.
+    """
+    flags = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
+                 check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
+                 check_batched_forward_grad=check_batched_forward_grad, check_forward_ad=check_forward_ad,
+                 check_backward_ad=check_backward_ad, fast_mode=fast_mode, masked=masked)
+    _validate_gradcheck_flags(flags)
+    return _run(lambda ctx: _gradcheck(ctx, func, inputs, **flags), flags, raise_exception)
+
+
+def gradgradcheck(
+    func: Callable,
+    inputs,
+    grad_outputs=None,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    gen_non_contig_grad_outputs: bool = False,
+    raise_exception: bool = True,
+    nondet_tol: float = 0.0,
+    check_undefined_grad: bool = True,
+    check_grad_dtypes: bool = False,
+    check_batched_grad: bool = False,
+    check_fwd_over_rev: bool = False,
+    check_rev_over_rev: bool = True,
+    fast_mode: bool = False,
+    masked: bool = False,
+) -> bool:
+    """Check second derivatives: gradcheck of the VJP of `func` w.r.t. inputs and grad_outputs.
+
+    Same arguments, defaults and verdicts as torch.autograd.gradgradcheck. Failures name the path:
+    "VJP of VJP" (check_rev_over_rev) or "JVP of VJP" (check_fwd_over_rev).
+    """
+    if not (check_fwd_over_rev or check_rev_over_rev):
+        raise AssertionError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
+    if check_undefined_grad and not check_rev_over_rev:
+        raise AssertionError("Setting check_undefined_grad=True requires check_rev_over_rev to be True")
+    if check_batched_grad and not check_rev_over_rev:
+        raise AssertionError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
+    flags = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
+                 check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
+                 check_batched_forward_grad=False, check_forward_ad=check_fwd_over_rev,
+                 check_backward_ad=check_rev_over_rev, fast_mode=fast_mode, masked=masked)
+
+    def body(ctx):
+        new_func, all_inputs, names = _second_order(func, inputs, grad_outputs, gen_non_contig_grad_outputs)
+        ctx.backward_path, ctx.forward_path = "VJP of VJP", "JVP of VJP"
+        ctx.output_name, ctx.input_name = names
+        return _gradcheck(ctx, new_func, all_inputs, **flags)
+
+    return _run(body, flags, raise_exception)
+
+
+def gradcheck_report(func: Callable, inputs, **kwargs) -> GradcheckReport:
+    """Run gradcheck and return what happened as a GradcheckReport (never raises GradcheckError)."""
+    return _report(gradcheck, func, inputs, kwargs)
+
+
+def gradgradcheck_report(func: Callable, inputs, grad_outputs=None, **kwargs) -> GradcheckReport:
+    """Run gradgradcheck and return what happened as a GradcheckReport."""
+    return _report(gradgradcheck, func, inputs, dict(kwargs, grad_outputs=grad_outputs))
+
+
+# ------------------------------------------------------------------------------------ internals
+_STATS_SINK: list[EvalStats] = []
+
+
+def _report(check, func, inputs, kwargs) -> GradcheckReport:
+    kwargs = dict(kwargs)
+    kwargs.pop("raise_exception", None)
+    sink: list[EvalStats] = []
+    _STATS_SINK.append(sink)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    try:
+        check(func, inputs, raise_exception=True, **kwargs)
+        error = None
+    except GradcheckError as e:
+        error = e
+    finally:
+        _STATS_SINK.pop()
+    seconds = time.perf_counter() - start
+    stats = sink[0] if sink else EvalStats()
+    return GradcheckReport(passed=error is None, error=error, check=getattr(error, "check", None),
+                           path=getattr(error, "path", None), mismatch=getattr(error, "mismatch", None),
+                           stats=stats, seconds=seconds)
+
+
+def _run(body, flags, raise_exception):
+    # Fast mode evaluates two points per input; the evaluator there only serves to localize failures.
+    evaluator = Evaluator(batch=batching_enabled(), memory_budget=DEFAULT_MEMORY_BUDGET)
+    ctx = CheckContext(eps=flags["eps"], atol=flags["atol"], rtol=flags["rtol"], nondet_tol=flags["nondet_tol"],
+                       check_grad_dtypes=flags["check_grad_dtypes"], evaluator=evaluator)
+    if _STATS_SINK:
+        _STATS_SINK[-1].append(evaluator.stats)  # type: ignore[arg-type]
+    try:
+        return body(ctx)
+    except _TorchGradcheckError as e:
+        if raise_exception:
+            if not isinstance(e, GradcheckError):
+                raise GradcheckError(str(e)) from e
+            raise
+        return False
+    finally:
+        ctx.numerical_cache.clear()
+
+
+from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError  # noqa: E402
+
+
+def _validate_gradcheck_flags(flags):
+    if not (flags["check_forward_ad"] or flags["check_backward_ad"]):
+        raise AssertionError("Expected at least one of check_forward_ad or check_backward_ad to be True")
+    if flags["check_batched_grad"] and not flags["check_backward_ad"]:
+        raise AssertionError("Setting check_batched_grad=True requires check_backward_ad to be True")
+    if flags["check_batched_forward_grad"] and not flags["check_forward_ad"]:
+        raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
+
+
+def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, check_undefined_grad,
+               check_grad_dtypes, check_batched_grad, check_batched_forward_grad, check_forward_ad,
+               check_backward_ad, fast_mode, masked) -> bool:
+    tupled_inputs = as_tuple(inputs)
+    check_inputs(tupled_inputs)
+    func_out = func(*tupled_inputs)
+    outputs = differentiable_outputs(func_out)
+    check_outputs(outputs)
+    compare = fast_check if fast_mode else full_check
+    _real_imag(ctx, compare, func, func_out, tupled_inputs, outputs, check_forward_ad=check_forward_ad,
+               check_backward_ad=check_backward_ad, check_undefined_grad=check_undefined_grad)
+    if check_batched_forward_grad:
+        aux_checks.test_batched_grad_forward_ad(ctx, func, tupled_inputs)
+    if not check_backward_ad:
+        return True
+    for i, o in enumerate(outputs):
+        if check_batched_grad:
+            aux_checks.test_batched_grad(ctx, tupled_inputs, o, i)
+    aux_checks.test_backward_mul_by_grad_output(ctx, outputs, tupled_inputs, masked)
+    if check_undefined_grad and check_backward_ad:
+        aux_checks.test_undefined_backward_mode(ctx, func, outputs, tupled_inputs)
+    return True
+
+
+def _apply_to_complex_outputs(fn, part):
+    def wrapped(*inputs):
+        return tuple(part(o) if o.is_complex() else o for o in as_tuple(fn(*inputs)))
+    return wrapped
+
+
+def _apply_to_complex_inputs(fn, complex_indices, tupled_inputs, make):
+    def wrapped(*inputs):
+        new = list(inputs)
+        for i in complex_indices:
+            new[i] = make(new[i], tupled_inputs[i])
+        return as_tuple(fn(*new))
+    return wrapped
+
+
+def _real_imag(ctx, compare, func, func_out, tupled_inputs, outputs, *, check_forward_ad, check_backward_ad,
+               check_undefined_grad):
+    """Complex outputs are checked as real and imaginary parts (backward), complex inputs likewise (forward)."""
+    complex_out = [i for i, o in enumerate(outputs) if o.is_complex()]
+    if check_backward_ad:
+        if any(o.is_complex() for o in as_tuple(func_out)):
+            for part, test_imag in ((torch.imag, True), (torch.real, False)):
+                fn = _apply_to_complex_outputs(func, part)
+                out = fn(*tupled_inputs)
+                compare(ctx, fn, out, tupled_inputs, differentiable_outputs(out), complex_indices=complex_out,
+                        test_imag=test_imag)
+        else:
+            compare(ctx, func, func_out, tupled_inputs, outputs)
+    if check_forward_ad:
+        complex_inp = [i for i, a in enumerate(tupled_inputs) if isinstance(a, torch.Tensor) and a.is_complex()]
+        if complex_inp:
+            parts = (
+                (lambda inp, orig: orig.real + inp * 1j, lambda a: a.imag, True),
+                (lambda inp, orig: inp + orig.imag * 1j, lambda a: a.real, False),
+            )
+            checked = []
+            for make, take, test_imag in parts:
+                fn = _apply_to_complex_inputs(func, complex_inp, tupled_inputs, make)
+                part_inputs = [take(a) if isinstance(a, torch.Tensor) and a.is_complex() else a for a in tupled_inputs]
+                out = fn(*part_inputs)
+                compare(ctx, fn, out, part_inputs, differentiable_outputs(out), use_forward_ad=True,
+                        complex_indices=complex_inp, test_imag=test_imag)
+                checked.append((fn, out, part_inputs))
+            if check_undefined_grad:
+                for fn, out, part_inputs in checked:
+                    aux_checks.test_undefined_forward_mode(ctx, fn, out, part_inputs)
+        else:
+            compare(ctx, func, func_out, tupled_inputs, outputs, use_forward_ad=True)
+            if check_undefined_grad:
+                aux_checks.test_undefined_forward_mode(ctx, func, outputs, tupled_inputs)
+
+
+# ---------------------------------------------------------------------------- second order
+def _random_grad_outputs(outputs, noncontiguous: bool):
+    g = torch.Generator().manual_seed(0)
+    result = []
+    for x in outputs:
+        dtype = x.dtype if (x.is_floating_point() or x.is_complex()) else torch.double
+        shape = tuple(x.shape)
+        alloc = shape[:-1] + (2 * shape[-1],) if noncontiguous and len(shape) and x.numel() > 1 else shape
+        t = torch.empty(alloc, dtype=dtype, device="cpu")
+        if dtype.is_complex:
+            t = torch.complex(torch.empty(alloc, dtype=t.real.dtype).uniform_(-1, 1, generator=g),
+                              torch.empty(alloc, dtype=t.real.dtype).uniform_(-1, 1, generator=g))
+        else:
+            t.uniform_(-1, 1, generator=g)
+        if alloc != shape:
+            t = t[..., ::2]
+        result.append(t.to(x.device).requires_grad_(True))
+    return tuple(result)
+
+
+def _second_order(func, inputs, grad_outputs, gen_non_contig_grad_outputs):
+    """The function gradgradcheck checks: inputs + grad_outputs -> grads of inputs (graph kept)."""
+    tupled_inputs = as_tuple(inputs)
+    if grad_outputs is None:
+        outs = differentiable_outputs(func(*tupled_inputs))
+        tupled_grad_outputs = _random_grad_outputs(outs, gen_non_contig_grad_outputs)
+    else:
+        tupled_grad_outputs = as_tuple(grad_outputs)
+    num_outputs = len(tupled_grad_outputs)
+    diff_input_indices = {i for i, x in enumerate(tupled_inputs) if requires_grad(x)}
+    diff_go_indices = {i for i, x in enumerate(tupled_grad_outputs) if x.requires_grad}
+
+    def new_func(*args):
+        input_args = tuple(x.requires_grad_() if i in diff_input_indices else x
+                           for i, x in enumerate(args[:-num_outputs]))
+        outputs = differentiable_outputs(func(*input_args))
+        gos = tuple(x.requires_grad_() if i in diff_go_indices else x for i, x in enumerate(args[-num_outputs:]))
+        diff_args = tuple(x for i, x in enumerate(input_args) if i in diff_input_indices)
+        grads = torch.autograd.grad(outputs, diff_args, gos, create_graph=True, allow_unused=True)
+        return tuple(g for g in grads if g is not None)
+
+    def vmap_form(*args):
+        # The same function through torch.func, which (unlike autograd.grad) composes with vmap.
+        input_args = list(args[:-num_outputs])
+        gos = tuple(args[-num_outputs:])
+        order = sorted(diff_input_indices)
+
+        def f(*diff):
+            full = list(input_args)
+            for i, d in zip(order, diff):
+                full[i] = d
+            return differentiable_outputs(func(*full))
+
+        _, pullback = torch.func.vjp(f, *[input_args[i] for i in order])
+        return tuple(pullback(gos))
+
+    new_func.vmap_form = vmap_form  # type: ignore[attr-defined]
+
+    n_in = len(diff_input_indices)
+    sorted_diff = sorted(diff_input_indices)
+    sorted_go = sorted(diff_go_indices)
+
+    def input_name(j: int) -> str:
+        if j < n_in:
+            return f"input {sorted_diff[j]}"
+        return f"grad_output {sorted_go[j - n_in]}"
+
+    def output_name(i: int) -> str:
+        return f"grad of input {sorted_diff[i]}" if i < n_in else f"output {i}"
+
+    return new_func, tupled_inputs + tupled_grad_outputs, (output_name, input_name)

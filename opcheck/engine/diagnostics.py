@@ -1,0 +1,208 @@
+"""Localize a Jacobian mismatch: which entries, by how much, and what the pattern suggests."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+WORST_ENTRIES = 5
+
+
+@dataclass(frozen=True)
+class EntryError:
+    """One Jacobian entry d output[output_index] / d input[input_index] that is out of tolerance."""
+
+    output_index: tuple[int, ...]
+    input_index: tuple[int, ...]
+    analytical: complex | float
+    numerical: complex | float
+    abs_error: float
+    rel_error: float
+
+
+@dataclass(frozen=True, eq=False)
+class JacobianMismatch:
+    """A failed comparison of one (output, input) Jacobian block.
+
+    `analytical` and `numerical` are laid out as torch's gradcheck lays them out: one row per input
+    element, one column per output element.
+    """
+
+    check: str  # "backward", "forward AD"
+    path: str  # "VJP", "JVP", "VJP of VJP", "JVP of VJP"
+    output_idx: int
+    input_idx: int
+    output_name: str
+    input_name: str
+    part: str | None  # "real" or "imaginary" when complex outputs/inputs are checked part by part
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    atol: float
+    rtol: float
+    mismatched: int
+    total: int
+    worst: tuple[EntryError, ...]
+    hints: tuple[str, ...]
+    analytical: torch.Tensor = field(repr=False)
+    numerical: torch.Tensor = field(repr=False)
+
+    def describe(self) -> str:
+        lines = [
+            f"check: {self.check} ({self.path}); d {self.output_name} / d {self.input_name}"
+            + (f", {self.part} part" if self.part else ""),
+            f"{self.mismatched} of {self.total} Jacobian entries differ beyond atol={self.atol:g} + "
+            f"rtol={self.rtol:g} * |numerical| (input shape {_shape(self.input_shape)}, "
+            f"output shape {_shape(self.output_shape)})",
+        ]
+        if self.worst:
+            lines.append("worst entries:")
+            for e in self.worst:
+                lines.append(
+                    f"  d out{_index(e.output_index)} / d in{_index(e.input_index)}: analytical "
+                    f"{_num(e.analytical)}, numerical {_num(e.numerical)}, abs err {e.abs_error:.4g}, "
+                    f"rel err {e.rel_error:.4g}"
+                )
+        lines += [f"hint: {h}" for h in self.hints]
+        return "\n".join(lines)
+
+
+def find_mismatch(analytical: torch.Tensor, numerical: torch.Tensor, *, rtol: float, atol: float,
+                  input_shape, output_shape, check: str, path: str, output_idx: int, input_idx: int,
+                  output_name: str, input_name: str, part: str | None) -> JacobianMismatch:
+    """Build the report for a block that failed allclose(analytical, numerical, rtol, atol)."""
+    dtype = torch.promote_types(analytical.dtype, numerical.dtype)
+    a = analytical.detach().to(device="cpu", dtype=dtype)
+    n = numerical.detach().to(device="cpu", dtype=dtype)
+    diff = (a - n).abs()
+    allowed = atol + rtol * n.abs()
+    bad = ~(diff <= allowed)  # NaN anywhere counts as a mismatch, as in allclose
+    excess = torch.where(torch.isnan(diff) | torch.isnan(allowed), torch.full_like(diff, math.inf), diff - allowed)
+    order = torch.argsort(excess.reshape(-1), descending=True)
+    worst = []
+    for flat in order[: min(WORST_ENTRIES, int(bad.sum()))].tolist():
+        row, col = divmod(flat, a.shape[1])
+        av, nv = a[row, col].item(), n[row, col].item()
+        d = diff[row, col].item()
+        worst.append(EntryError(
+            output_index=_unravel(col, output_shape), input_index=_unravel(row, input_shape),
+            analytical=av, numerical=nv, abs_error=d, rel_error=d / abs(nv) if nv != 0 else math.inf,
+        ))
+    return JacobianMismatch(
+        check=check, path=path, output_idx=output_idx, input_idx=input_idx, output_name=output_name,
+        input_name=input_name, part=part, input_shape=tuple(input_shape), output_shape=tuple(output_shape),
+        atol=atol, rtol=rtol, mismatched=int(bad.sum()), total=bad.numel(), worst=tuple(worst),
+        hints=tuple(hints_for(a, n, bad, rtol=rtol, atol=atol, input_shape=tuple(input_shape),
+                              output_shape=tuple(output_shape))),
+        analytical=analytical, numerical=numerical,
+    )
+
+
+def hints_for(a: torch.Tensor, n: torch.Tensor, bad: torch.Tensor, *, rtol: float, atol: float,
+              input_shape: tuple, output_shape: tuple) -> list[str]:
+    """Recognize the common shapes of a wrong gradient."""
+    hints: list[str] = []
+    if not bool(torch.isfinite(a).all()):
+        hints.append("the analytical Jacobian has NaN or inf entries: backward divides by zero or "
+                     "evaluates a function outside its domain at this sample")
+        return hints
+    if not bool(torch.isfinite(n).all()):
+        hints.append("the numerical Jacobian has NaN or inf entries: the sample sits at or next to a "
+                     "point where the op is undefined; move the sample away from it")
+        return hints
+
+    def close(x, y):
+        return bool(torch.allclose(x, y, rtol=rtol, atol=atol))
+
+    a_norm, n_norm = float(a.abs().max()), float(n.abs().max())
+    if a_norm <= atol and n_norm > atol:
+        hints.append("the analytical gradient is all zero while the numerical one is not: the output is "
+                     "detached from this input (.detach(), .data, no_grad, a non-differentiable op), or "
+                     "backward returns zeros/None for it")
+        return hints
+    if n_norm <= atol and a_norm > atol:
+        hints.append("the numerical gradient is zero (the output does not depend on this input), yet "
+                     "backward returns a nonzero gradient for it")
+        return hints
+    if a.is_complex() and close(a.conj(), n):
+        hints.append("analytical ≈ conj(numerical): a .conj() is missing in backward (PyTorch's "
+                     "convention is grad_input = grad_output * conj(df/dz))")
+        return hints
+    if a.is_complex() and close(a.real, n.real) and not close(a.imag, n.imag):
+        hints.append("only the imaginary parts disagree: look for a missing conj() or a dropped "
+                     "imaginary term")
+    scale = _scale(a, n)
+    if scale is not None and close(a, scale * n):
+        c = complex(scale) if isinstance(scale, complex) else float(scale)
+        if isinstance(c, float) and abs(c + 1) < 1e-3:
+            hints.append("analytical ≈ -1 × numerical everywhere: the gradient's sign is flipped")
+        else:
+            hints.append(f"analytical ≈ {_num(c)} × numerical everywhere: a constant factor is missing or "
+                         "extra (a forgotten 2, 1/n or scale)")
+        return hints
+    if a.shape[0] == a.shape[1] and a.shape[0] > 1 and close(a, n.t()):
+        hints.append("the analytical Jacobian is the transpose of the numerical one: backward multiplies "
+                     "by a matrix where it should use its transpose (e.g. grad @ W instead of grad @ W.T)")
+        return hints
+    dims = _broadcast_dims(input_shape, output_shape)
+    if dims:
+        hints.append(f"this input (shape {_shape(input_shape)}) is broadcast along output dim(s) "
+                     f"{', '.join(map(str, dims))} of shape {_shape(output_shape)}: its gradient must be "
+                     "summed over exactly those dims; a mismatch here often means it was reduced over the "
+                     "wrong one")
+    if int(bad.sum()) == 1:
+        hints.append("only one entry differs: look for a special case or an off-by-one index in backward")
+    elif bad.any():
+        rows = bad.any(dim=1)
+        if int(rows.sum()) == 1 and bad.shape[0] > 1:
+            row = int(rows.nonzero()[0])
+            hints.append(f"all wrong entries belong to input element {_index(_unravel(row, input_shape))}")
+    return hints
+
+
+def _scale(a: torch.Tensor, n: torch.Tensor):
+    denom = torch.vdot(n.reshape(-1), n.reshape(-1)) if n.is_complex() else (n * n).sum()
+    if float(denom.abs()) == 0.0:
+        return None
+    num = torch.vdot(n.reshape(-1), a.reshape(-1)) if n.is_complex() else (n * a).sum()
+    c = (num / denom).item()
+    if isinstance(c, complex):
+        if abs(c.imag) <= 1e-6 * max(1.0, abs(c)):
+            c = c.real
+        else:
+            return c
+    if abs(c - 1.0) < 1e-6:
+        return None
+    return c
+
+
+def _broadcast_dims(input_shape: tuple, output_shape: tuple) -> list[int]:
+    if not input_shape or len(input_shape) > len(output_shape) or input_shape == output_shape:
+        return []
+    padded = (1,) * (len(output_shape) - len(input_shape)) + tuple(input_shape)
+    if any(i not in (1, o) for i, o in zip(padded, output_shape)):
+        return []
+    return [d for d, (i, o) in enumerate(zip(padded, output_shape)) if i == 1 and o > 1]
+
+
+def _unravel(k: int, shape) -> tuple[int, ...]:
+    out = []
+    for size in reversed(tuple(shape)):
+        out.append(k % size)
+        k //= size
+    return tuple(reversed(out))
+
+
+def _index(idx: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, idx)) + "]"
+
+
+def _shape(shape: tuple) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _num(v) -> str:
+    if isinstance(v, complex):
+        return f"{v.real:.6g}{v.imag:+.6g}j"
+    return f"{v:.6g}"
