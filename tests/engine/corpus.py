@@ -1,0 +1,964 @@
+"""A corpus of gradient-checker test cases with their verdicts under torch 2.13.
+
+Each :class:`Case` bundles a function, a factory for fresh inputs, the checker
+to run (``gradcheck`` or ``gradgradcheck``), extra keyword flags and the
+verdict that ``torch.autograd.gradcheck``/``gradgradcheck`` really returns.
+``tests/engine/test_differential.py`` runs every case through torch *and*
+opcheck and asserts the verdicts agree with each other and with this file, so
+the expectations below document torch's actual behaviour (including a few
+surprises, which the comments point out).
+
+A verdict is one of
+
+* ``True``   -- the checker passed (returned True);
+* ``False``  -- the checker failed with ``GradcheckError`` (or returned False
+  when ``raise_exception=False``);
+* a string   -- the class name of any other exception the checker let escape
+  (``"RuntimeError"``, ``"TypeError"``, ``"AssertionError"``, ...).
+
+Rules for cases: inputs are built from a local ``torch.Generator`` with a
+fixed seed (never the global RNG), every ``make_inputs()`` call returns brand
+new tensors, and inputs stay tiny (at most ~64 elements, except the one 32x32
+case) so the differential test runs in seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Union
+
+import torch
+from torch.autograd.function import once_differentiable
+
+Verdict = Union[bool, str]
+MODES = ("slow", "fast")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    make_inputs: Callable[[], Any]
+    func: Callable[..., Any]
+    # Verdict in slow mode, and in fast mode unless ``expected_fast`` is given.
+    expected: Verdict
+    checker: str = "gradcheck"  # or "gradgradcheck"
+    flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Only when torch's fast mode disagrees with its slow mode.
+    expected_fast: Verdict | None = None
+    # gradgradcheck only: factory for explicit grad_outputs (None: let the checker draw them).
+    make_grad_outputs: Callable[[], Any] | None = None
+    # Set to a reason to skip fast mode for this case.
+    slow_only: str | None = None
+    # Warning category both checkers must emit (e.g. for float32 inputs).
+    warns: type[Warning] | None = None
+
+    def __post_init__(self):
+        # Freeze the flags too, so a test cannot mutate a shared case by accident.
+        object.__setattr__(self, "flags", MappingProxyType(dict(self.flags)))
+        if self.checker not in ("gradcheck", "gradgradcheck"):
+            raise ValueError(f"{self.id}: unknown checker {self.checker!r}")
+
+    def expected_for(self, mode: str) -> Verdict:
+        if mode == "fast" and self.expected_fast is not None:
+            return self.expected_fast
+        return self.expected
+
+    def modes(self) -> tuple[str, ...]:
+        return ("slow",) if self.slow_only else MODES
+
+
+# --------------------------------------------------------------------------
+# Input helpers: every call makes new tensors from a private, seeded generator.
+# --------------------------------------------------------------------------
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape, seed: int, dtype=torch.float64, requires_grad=True) -> torch.Tensor:
+    return torch.randn(shape, generator=_gen(seed), dtype=dtype).requires_grad_(requires_grad)
+
+
+def _rand(*shape, seed: int, low=0.0, high=1.0, dtype=torch.float64, requires_grad=True):
+    t = torch.rand(shape, generator=_gen(seed), dtype=dtype) * (high - low) + low
+    return t.requires_grad_(requires_grad)
+
+
+def _complex(*shape, seed: int, requires_grad=True) -> torch.Tensor:
+    return torch.randn(shape, generator=_gen(seed), dtype=torch.complex128).requires_grad_(
+        requires_grad
+    )
+
+
+# --------------------------------------------------------------------------
+# Correct custom autograd.Functions.
+# --------------------------------------------------------------------------
+
+class CubeWithJvpAndVmap(torch.autograd.Function):
+    """Correct modern-style Function with backward, jvp and an auto vmap rule."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x**3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * grad
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * tangent
+
+
+class ScaleByThreeItemLoop(torch.autograd.Function):
+    """Correct, but the backward walks the gradient with a Python loop and .item().
+
+    Fine for ordinary autograd; vmap (check_batched_grad) cannot batch aten::item.
+    """
+
+    @staticmethod
+    def forward(x):
+        return x * 3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        flat = grad.reshape(-1)
+        out = torch.empty_like(flat)
+        for i in range(flat.numel()):
+            out[i] = flat[i].item() * 3
+        return out.view_as(grad)
+
+
+class ScaleByThreeInplaceIntoFresh(torch.autograd.Function):
+    """Correct, but backward writes the gradient in place into a fresh plain tensor.
+
+    Under vmap the gradient is batched while the destination is not, which the
+    legacy vmap used by check_batched_grad rejects.
+    """
+
+    @staticmethod
+    def forward(x):
+        return x * 3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        out = torch.zeros_like(x)
+        out.add_(grad * 3)
+        return out
+
+
+# --------------------------------------------------------------------------
+# Deliberately broken custom autograd.Functions.
+# --------------------------------------------------------------------------
+
+class SinMissingFactor(torch.autograd.Function):
+    """Modern style; backward forgets a factor (returns half the derivative)."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.cos(x) * 0.5
+
+
+class CosSignFlipOldStyle(torch.autograd.Function):
+    """Old style (forward(ctx, x)); d/dx cos x = -sin x but backward returns +sin x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.cos(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.sin(x)
+
+
+class SinOneWrongEntry(torch.autograd.Function):
+    """Backward is right except one input-gradient entry (flat index 3) is doubled."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        grad_in = grad * torch.cos(x)
+        grad_in.view(-1)[3] *= 2.0
+        return grad_in
+
+
+class SinOneSlightlyWrongEntry(torch.autograd.Function):
+    """Like SinOneWrongEntry but the entry is only 1% off: slow mode sees it, fast mode may not."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        grad_in = grad * torch.cos(x)
+        grad_in.view(-1)[3] *= 1.01
+        return grad_in
+
+
+class ComplexSquareMissingConj(torch.autograd.Function):
+    """z -> z*z. PyTorch's convention needs grad * conj(2z); this returns grad * 2z."""
+
+    @staticmethod
+    def forward(z):
+        return z * z
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * 2 * z  # should be grad * (2 * z).conj()
+
+
+class ComplexSquareCorrect(torch.autograd.Function):
+    """The fixed version of ComplexSquareMissingConj (control case)."""
+
+    @staticmethod
+    def forward(z):
+        return z * z
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * (2 * z).conj()
+
+
+class ExpWrongJvp(torch.autograd.Function):
+    """Backward is correct; the forward-mode jvp is off by a factor of 2."""
+
+    @staticmethod
+    def forward(x):
+        return torch.exp(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (y,) = ctx.saved_tensors
+        return 2 * tangent * y
+
+
+class ExpWrongBackwardRightJvp(torch.autograd.Function):
+    """Mirror image of ExpWrongJvp: jvp right, backward off by a factor of 2."""
+
+    @staticmethod
+    def forward(x):
+        return torch.exp(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return 2 * grad * y
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (y,) = ctx.saved_tensors
+        return tangent * y
+
+
+class ExpComplexJvp(torch.autograd.Function):
+    """Real function whose jvp returns a complex tangent (a dtype bug)."""
+
+    @staticmethod
+    def forward(x):
+        return torch.exp(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (y,) = ctx.saved_tensors
+        return (tangent * y).to(torch.complex128)
+
+
+class _SinBackwardWrongSecondDerivative(torch.autograd.Function):
+    """Computes grad * cos(x) (right) but differentiates it wrongly (sign of -sin lost)."""
+
+    @staticmethod
+    def forward(grad, x):
+        return grad * torch.cos(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        grad, x = inputs
+        ctx.save_for_backward(grad, x)
+
+    @staticmethod
+    def backward(ctx, gg):
+        grad, x = ctx.saved_tensors
+        # d/dgrad = cos(x) (right); d/dx = -grad * sin(x), but we return +.
+        return gg * torch.cos(x), gg * grad * torch.sin(x)
+
+
+class SinWrongDoubleBackward(torch.autograd.Function):
+    """First derivative right, second derivative wrong (via a nested Function)."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return _SinBackwardWrongSecondDerivative.apply(grad, x)
+
+
+class SinOnceDifferentiable(torch.autograd.Function):
+    """Old style with @once_differentiable: the backward itself is not differentiable."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.cos(x)
+
+
+class SinCosStackCrashesOnAllUndefined(torch.autograd.Function):
+    """Two outputs, grads not materialized. Copes with one None grad, but when both
+    are None it stacks an empty list -> RuntimeError inside backward."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        (x,) = ctx.saved_tensors
+        terms = []
+        if grad_sin is not None:
+            terms.append(grad_sin * torch.cos(x))
+        if grad_cos is not None:
+            terms.append(-grad_cos * torch.sin(x))
+        return torch.stack(terms).sum(0)
+
+
+class SinCosNoneArithmeticOnAllUndefined(torch.autograd.Function):
+    """Same idea, but the all-undefined path does None * Tensor -> TypeError,
+    which is not a RuntimeError, so torch does not convert it to GradcheckError."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x), torch.cos(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad_sin, grad_cos):
+        (x,) = ctx.saved_tensors
+        if grad_sin is None and grad_cos is not None:
+            return -grad_cos * torch.sin(x)
+        if grad_cos is None:
+            return grad_sin * torch.cos(x)  # assumes grad_sin is defined
+        return grad_sin * torch.cos(x) - grad_cos * torch.sin(x)
+
+
+_NOISE_GENERATOR = torch.Generator().manual_seed(1234)
+
+
+def _noise_like(x):
+    return torch.rand(x.shape, generator=_NOISE_GENERATOR, dtype=x.dtype) * 1e-8
+
+
+class SinNoisyBackwardOldStyle(torch.autograd.Function):
+    """Old style; the derivative carries ~1e-8 of fresh noise on every backward call
+    (nondeterminism), still scaled by grad_output so a zero grad gives a zero grad."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (torch.cos(x) + _noise_like(x))
+
+
+class SinAdditiveNoiseBackwardOldStyle(torch.autograd.Function):
+    """Like SinNoisyBackwardOldStyle but the noise is added *after* scaling by
+    grad_output, so a zero grad_output yields a (tiny) non-zero input grad."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.cos(x) + _noise_like(x)
+
+
+class BroadcastMulWrongDimOldStyle(torch.autograd.Function):
+    """(3,1) * (3,4): grad of the first operand summed over dim 0 instead of dim 1.
+
+    With keepdim the bogus grad has shape (1,4), which the autograd engine itself
+    rejects as not broadcast-compatible with (3,1).
+    """
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return (grad * b).sum(0, keepdim=True), grad * a
+
+
+class BroadcastMulWrongDimSquare(torch.autograd.Function):
+    """(4,1) * (4,4): same wrong reduction, transposed back to (4,1) so shapes are
+    valid and only the values are wrong."""
+
+    @staticmethod
+    def forward(a, b):
+        return a * b
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return (grad * b).sum(0, keepdim=True).t(), grad * a
+
+
+class MatmulTransposedJacobianOldStyle(torch.autograd.Function):
+    """x @ A with square A; backward returns grad @ A instead of grad @ A.T."""
+
+    @staticmethod
+    def forward(ctx, x, a):
+        ctx.save_for_backward(a)
+        return x @ a
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad @ a, None
+
+
+class SinNotMultipliedByGradOldStyle(torch.autograd.Function):
+    """Backward ignores grad_output and always returns cos(x)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return torch.cos(x)
+
+
+class SinFloat32Grad(torch.autograd.Function):
+    """Backward returns a float32 gradient for a float64 input."""
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return (grad * torch.cos(x)).float()
+
+
+# --------------------------------------------------------------------------
+# Plain functions used by the cases.
+# --------------------------------------------------------------------------
+
+def _exp_times_x(x):
+    return torch.exp(x) * x
+
+
+def _broadcast_add_mul(a, b):
+    return a + b, a * b
+
+
+def _max_with_indices(x):
+    # torch.return_types.max is a tuple subclass: (values, integer indices).
+    return torch.max(x, dim=1)
+
+
+def _tuple_outputs(x, y):
+    return (x * y, x + y.sin())
+
+
+def _list_outputs(x, y):
+    return [x.exp(), (x * y).sum()]
+
+
+def _nontensor_args(x, n, maybe, mode, y):
+    # n: int, maybe: None, mode: str -- all passed through untouched.
+    assert maybe is None
+    out = x.pow(n) + y
+    return out.sum(1) if mode == "sum" else out
+
+
+def _argmax_only(x):
+    return torch.argmax(x, dim=0)
+
+
+def _argmax_only_rows(x):
+    return torch.argmax(x, dim=1)
+
+
+def _inputs_with_argmax_tie():
+    # Row 0 has an exact tie between columns 0 and 1.
+    x = torch.tensor([[0.3, 0.3, -1.0], [0.5, 0.1, 0.2]], dtype=torch.float64)
+    return (x.requires_grad_(),)
+
+
+def _detached_double(x):
+    return x.detach() * 2
+
+
+def _unused_second_input(x, y):
+    return x.sin()
+
+
+_THRESHOLD = 0.5
+
+
+def _select_above_threshold(x):
+    # x[2] == _THRESHOLD exactly, so perturbing x[2] upward adds an element.
+    return x[x > _THRESHOLD]
+
+
+def _inputs_with_element_at_threshold():
+    x = _randn(6, seed=61, requires_grad=False)
+    x[2] = _THRESHOLD
+    return (x.requires_grad_(),)
+
+
+# --------------------------------------------------------------------------
+# The corpus.
+# --------------------------------------------------------------------------
+
+_SLOW_ONLY_PROBE_DEPENDENT = (
+    "fast mode's verdict hinges on torch's private random probe vectors u, v; an "
+    "independent engine may legitimately draw other ones"
+)
+
+CASES: tuple[Case, ...] = (
+    # ---------------- correct functions: gradcheck passes ----------------
+    Case("sin", lambda: (_randn(5, seed=1),), torch.sin, True),
+    Case("exp_times_x", lambda: (_randn(2, 3, seed=2),), _exp_times_x, True),
+    Case("matmul", lambda: (_randn(2, 3, seed=3), _randn(3, 4, seed=4)), torch.matmul, True),
+    Case("softmax", lambda: (_randn(3, 4, seed=5),), lambda x: torch.softmax(x, dim=-1), True),
+    # Every optional backward/forward check torch offers, on an op that supports them all.
+    Case(
+        "softmax_all_checks",
+        lambda: (_randn(3, 4, seed=5),),
+        lambda x: torch.softmax(x, dim=-1),
+        True,
+        flags=dict(
+            check_forward_ad=True,
+            check_batched_grad=True,
+            check_batched_forward_grad=True,
+            check_grad_dtypes=True,
+        ),
+    ),
+    Case("sum_dim", lambda: (_randn(3, 4, seed=6),), lambda x: x.sum(dim=1), True),
+    # (3,1) op (1,4) -> (3,4): grads must be reduced back to each operand's shape.
+    Case("broadcast_add_mul", lambda: (_randn(3, 1, seed=7), _randn(1, 4, seed=8)), _broadcast_add_mul, True),
+    # Multi-output with an integer (non-differentiable) output next to a float one.
+    Case("max_dim_values_indices", lambda: (_randn(3, 4, seed=9),), _max_with_indices, True),
+    Case("tuple_outputs", lambda: (_randn(4, seed=10), _randn(4, seed=11)), _tuple_outputs, True),
+    Case("list_outputs", lambda: (_randn(4, seed=12), _randn(4, seed=13)), _list_outputs, True),
+    # Non-tensor positional args (int, None, str) are passed through untouched.
+    Case(
+        "nontensor_args",
+        lambda: (_randn(2, 3, seed=14), 3, None, "sum", _randn(2, 3, seed=15)),
+        _nontensor_args,
+        True,
+    ),
+    # Also an integer tensor input (no grad) mixed in.
+    Case(
+        "integer_tensor_input",
+        lambda: (_randn(4, 3, seed=16), torch.tensor([2, 0, 1])),
+        lambda x, idx: x.index_select(0, idx),
+        True,
+    ),
+    # `inputs` given as a bare tensor rather than a tuple.
+    Case("single_tensor_not_tuple", lambda: _randn(5, seed=17), torch.tanh, True),
+    # complex -> complex, real-valued in content (z * conj z) but complex dtype.
+    Case("complex_mul_conj", lambda: (_complex(4, seed=18),), lambda z: z * z.conj(), True),
+    Case("complex_exp", lambda: (_complex(4, seed=19),), torch.exp, True),
+    Case(
+        "complex_exp_forward_ad",
+        lambda: (_complex(4, seed=19),),
+        torch.exp,
+        True,
+        flags=dict(check_forward_ad=True),
+    ),
+    # complex -> real (|z|; min |z| is ~0.07 >> eps, away from the kink at 0).
+    Case("complex_abs", lambda: (_complex(5, seed=20),), torch.abs, True),
+    # real -> complex.
+    Case("real_to_complex_polar", lambda: (_rand(4, seed=21, low=0.5, high=2.0), _randn(4, seed=22)), torch.polar, True),
+    Case("real_times_complex_const", lambda: (_randn(4, seed=23),), lambda x: x * (1 + 2j), True),
+    # Only integer outputs: nothing is differentiable. torch then only checks that
+    # the function is numerically constant (it is, away from ties) and passes.
+    Case("argmax_only_integer_output", lambda: (_randn(3, 4, seed=24),), _argmax_only, True),
+    # Surprise: with a tie, perturbing flips the argmax. Slow mode never looks at
+    # integer outputs (its numerical Jacobian only has float/complex outputs), so it
+    # passes; fast mode's "numerical JVP must be zero" check includes them and fails.
+    Case(
+        "argmax_tie_integer_output",
+        _inputs_with_argmax_tie,
+        _argmax_only_rows,
+        True,
+        expected_fast=False,
+    ),
+    # A float output that does not require grad (detached) yet depends on the input:
+    # no differentiable outputs, and the numerical Jacobian is not zero -> fail.
+    Case("detached_float_output", lambda: (_randn(4, seed=35),), _detached_double, False),
+    # An input that does not affect the output: its Jacobian is all zeros both ways.
+    Case("unused_input", lambda: (_randn(4, seed=25), _randn(3, seed=26)), _unused_second_input, True),
+    Case("zero_dim", lambda: (_randn(seed=27), _randn(seed=28)), lambda x, y: x.exp() * y, True),
+    # Empty input: an empty Jacobian trivially matches.
+    Case("empty_tensor", lambda: (_randn(0, 3, seed=29),), lambda x: x.sum(0) + 1, True),
+    # Transposed and strided (sliced) leaf inputs.
+    Case(
+        "noncontiguous_inputs",
+        lambda: (
+            _randn(4, 3, seed=30, requires_grad=False).t().requires_grad_(),
+            _randn(3, 8, seed=31, requires_grad=False)[:, ::2].requires_grad_(),
+        ),
+        lambda x, y: x * y.sin(),
+        True,
+    ),
+    Case(
+        "custom_cube_jvp_vmap",
+        lambda: (_randn(5, seed=32),),
+        CubeWithJvpAndVmap.apply,
+        True,
+        flags=dict(check_forward_ad=True, check_batched_grad=True, check_batched_forward_grad=True),
+    ),
+    # Correct Function whose backward cannot be vmapped; fine without check_batched_grad.
+    Case("custom_item_backward", lambda: (_randn(6, seed=33),), ScaleByThreeItemLoop.apply, True),
+    Case("custom_complex_square_correct", lambda: (_complex(4, seed=34),), ComplexSquareCorrect.apply, True),
+    # ---------------- broken functions ----------------
+    Case("missing_factor", lambda: (_randn(5, seed=40),), SinMissingFactor.apply, False),
+    Case("sign_flip_old_style", lambda: (_randn(5, seed=41),), CosSignFlipOldStyle.apply, False),
+    # One wrong Jacobian entry in 1024x1024: slow mode compares every entry and fails;
+    # fast mode compares v^T J u for random unit u, v, where the error is ~|u_3 v_3|
+    # ~ 1e-3 but the atol is scaled by sum(u)*sum(v) ~ 800 -> fast mode PASSES.
+    Case(
+        "one_wrong_entry_32x32",
+        lambda: (_randn(32, 32, seed=42),),
+        SinOneWrongEntry.apply,
+        False,
+        expected_fast=True,
+    ),
+    Case(
+        "one_slightly_wrong_entry_4x4",
+        lambda: (_randn(4, 4, seed=43),),
+        SinOneSlightlyWrongEntry.apply,
+        False,
+        slow_only=_SLOW_ONLY_PROBE_DEPENDENT,
+    ),
+    Case("complex_missing_conj", lambda: (_complex(4, seed=44),), ComplexSquareMissingConj.apply, False),
+    # Wrong jvp only matters when forward AD is checked.
+    Case(
+        "wrong_jvp_forward_ad",
+        lambda: (_randn(4, seed=45),),
+        ExpWrongJvp.apply,
+        False,
+        flags=dict(check_forward_ad=True),
+    ),
+    Case("wrong_jvp_backward_only", lambda: (_randn(4, seed=45),), ExpWrongJvp.apply, True),
+    # And a wrong backward goes unnoticed when only forward AD is checked.
+    Case(
+        "wrong_backward_forward_ad_only",
+        lambda: (_randn(4, seed=46),),
+        ExpWrongBackwardRightJvp.apply,
+        True,
+        flags=dict(check_forward_ad=True, check_backward_ad=False),
+    ),
+    Case(
+        "complex_jvp_for_real_output_check_dtypes",
+        lambda: (_randn(4, seed=47),),
+        ExpComplexJvp.apply,
+        False,
+        flags=dict(check_forward_ad=True, check_grad_dtypes=True),
+    ),
+    # First derivative right -> gradcheck passes (the gradgradcheck twin fails below).
+    Case("wrong_double_backward_gradcheck", lambda: (_randn(4, seed=48),), SinWrongDoubleBackward.apply, True),
+    # Crash on all-undefined output grads: torch turns the RuntimeError into GradcheckError...
+    Case("undefined_grad_crash", lambda: (_randn(4, seed=49),), SinCosStackCrashesOnAllUndefined.apply, False),
+    Case(
+        "undefined_grad_crash_unchecked",
+        lambda: (_randn(4, seed=49),),
+        SinCosStackCrashesOnAllUndefined.apply,
+        True,
+        flags=dict(check_undefined_grad=False),
+    ),
+    # ...but a TypeError escapes as is (torch only catches RuntimeError there).
+    Case(
+        "undefined_grad_typeerror",
+        lambda: (_randn(4, seed=50),),
+        SinCosNoneArithmeticOnAllUndefined.apply,
+        "TypeError",
+    ),
+    Case("nondeterministic_backward", lambda: (_randn(5, seed=51),), SinNoisyBackwardOldStyle.apply, False),
+    Case(
+        "nondeterministic_backward_tolerated",
+        lambda: (_randn(5, seed=51),),
+        SinNoisyBackwardOldStyle.apply,
+        True,
+        flags=dict(nondet_tol=1e-5),
+    ),
+    # Surprise: nondet_tol does not help here. torch's "backward multiplied by
+    # grad_output" check feeds zero grad_outputs and demands *exactly* zero input
+    # grads, with no tolerance, so the additive 1e-8 noise fails it.
+    Case(
+        "additive_noise_backward_tolerated",
+        lambda: (_randn(5, seed=51),),
+        SinAdditiveNoiseBackwardOldStyle.apply,
+        False,
+        flags=dict(nondet_tol=1e-5),
+    ),
+    # The engine (not gradcheck) rejects the (1,4) grad for a (3,1) input: RuntimeError.
+    Case(
+        "broadcast_wrong_dim",
+        lambda: (_randn(3, 1, seed=52), _randn(3, 4, seed=53)),
+        BroadcastMulWrongDimOldStyle.apply,
+        "RuntimeError",
+    ),
+    Case(
+        "broadcast_wrong_dim_square",
+        lambda: (_randn(4, 1, seed=54), _randn(4, 4, seed=55)),
+        BroadcastMulWrongDimSquare.apply,
+        False,
+    ),
+    # A is a fixed (non-grad) square matrix so the transposed grad has the right shape.
+    Case(
+        "transposed_jacobian_old_style",
+        lambda: (_randn(3, 4, seed=56), _randn(4, 4, seed=57, requires_grad=False)),
+        MatmulTransposedJacobianOldStyle.apply,
+        False,
+    ),
+    Case("not_multiplied_by_grad_output", lambda: (_randn(5, seed=58),), SinNotMultipliedByGradOldStyle.apply, False),
+    # Surprise: the autograd engine casts a backward's float32 grad back to the input's
+    # float64 before gradcheck sees it, so even check_grad_dtypes=True passes.
+    Case(
+        "float32_grad_check_grad_dtypes",
+        lambda: (_randn(5, seed=59),),
+        SinFloat32Grad.apply,
+        True,
+        flags=dict(check_grad_dtypes=True),
+    ),
+    # vmap cannot batch .item() -> check_batched_grad fails.
+    Case(
+        "item_backward_batched_grad",
+        lambda: (_randn(6, seed=33),),
+        ScaleByThreeItemLoop.apply,
+        False,
+        flags=dict(check_batched_grad=True),
+    ),
+    Case("inplace_backward", lambda: (_randn(6, seed=60),), ScaleByThreeInplaceIntoFresh.apply, True),
+    Case(
+        "inplace_backward_batched_grad",
+        lambda: (_randn(6, seed=60),),
+        ScaleByThreeInplaceIntoFresh.apply,
+        False,
+        flags=dict(check_batched_grad=True),
+    ),
+    # Output shape depends on the input values: torch raises a plain AssertionError.
+    Case(
+        "output_shape_changes_under_perturbation",
+        _inputs_with_element_at_threshold,
+        _select_above_threshold,
+        "AssertionError",
+    ),
+    # ---------------- input validation ----------------
+    Case(
+        "no_input_requires_grad",
+        lambda: (_randn(4, seed=62, requires_grad=False),),
+        torch.sin,
+        "ValueError",
+    ),
+    Case(
+        "stride0_expanded_input",
+        lambda: (_randn(1, 4, seed=63).expand(3, 4),),
+        torch.sin,
+        "RuntimeError",
+    ),
+    # float32: torch warns (UserWarning); with default eps the finite differences are
+    # too coarse in single precision and the check fails...
+    Case(
+        "float32_inputs",
+        lambda: (_randn(5, seed=64, dtype=torch.float32),),
+        torch.sin,
+        False,
+        warns=UserWarning,
+    ),
+    # ...and passes with loose tolerances, still warning.
+    Case(
+        "float32_inputs_loose_tolerances",
+        lambda: (_randn(5, seed=64, dtype=torch.float32),),
+        torch.sin,
+        True,
+        flags=dict(eps=1e-3, atol=1e-2, rtol=1e-2),
+        warns=UserWarning,
+    ),
+    # ---------------- gradgradcheck ----------------
+    Case("gg_tanh", lambda: (_randn(5, seed=70),), torch.tanh, True, checker="gradgradcheck"),
+    Case(
+        "gg_tanh_fwd_over_rev",
+        lambda: (_randn(5, seed=70),),
+        torch.tanh,
+        True,
+        checker="gradgradcheck",
+        flags=dict(check_fwd_over_rev=True),
+    ),
+    Case("gg_matmul", lambda: (_randn(2, 3, seed=71), _randn(3, 2, seed=72)), torch.matmul, True, checker="gradgradcheck"),
+    Case(
+        "gg_matmul_batched_grad",
+        lambda: (_randn(2, 3, seed=71), _randn(3, 2, seed=72)),
+        torch.matmul,
+        True,
+        checker="gradgradcheck",
+        flags=dict(check_batched_grad=True),
+    ),
+    Case("gg_softmax", lambda: (_randn(2, 4, seed=73),), lambda x: torch.softmax(x, dim=1), True, checker="gradgradcheck"),
+    Case(
+        "gg_softmax_fwd_over_rev",
+        lambda: (_randn(2, 4, seed=73),),
+        lambda x: torch.softmax(x, dim=1),
+        True,
+        checker="gradgradcheck",
+        flags=dict(check_fwd_over_rev=True),
+    ),
+    Case(
+        "gg_softmax_batched_grad",
+        lambda: (_randn(2, 4, seed=73),),
+        lambda x: torch.softmax(x, dim=1),
+        True,
+        checker="gradgradcheck",
+        flags=dict(check_batched_grad=True),
+    ),
+    # Explicit grad_outputs instead of checker-drawn ones.
+    Case(
+        "gg_sin_explicit_grad_outputs",
+        lambda: (_randn(4, seed=74),),
+        torch.sin,
+        True,
+        checker="gradgradcheck",
+        make_grad_outputs=lambda: (_randn(4, seed=75),),
+    ),
+    Case(
+        "gg_exp_times_x_noncontig_grad_outputs",
+        lambda: (_randn(3, 4, seed=76),),
+        _exp_times_x,
+        True,
+        checker="gradgradcheck",
+        flags=dict(gen_non_contig_grad_outputs=True),
+    ),
+    Case("gg_complex_exp", lambda: (_complex(3, seed=77),), torch.exp, True, checker="gradgradcheck"),
+    # The twin of wrong_double_backward_gradcheck: the wrong second derivative is caught.
+    Case("gg_wrong_double_backward", lambda: (_randn(4, seed=48),), SinWrongDoubleBackward.apply, False, checker="gradgradcheck"),
+    # @once_differentiable: the first-order grad is detached from the graph, so the
+    # analytical second derivative is zero and mismatches the numerical one.
+    Case("gg_once_differentiable", lambda: (_randn(4, seed=78),), SinOnceDifferentiable.apply, False, checker="gradgradcheck"),
+    Case("gc_once_differentiable", lambda: (_randn(4, seed=78),), SinOnceDifferentiable.apply, True),
+)
