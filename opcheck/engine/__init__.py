@@ -10,14 +10,14 @@ from opcheck.engine.api import (
     gradgradcheck,
     gradgradcheck_report,
 )
-from opcheck.engine.batching import EvalStats, batching
+from opcheck.engine.batching import EvalStats, vmap_batching
 from opcheck.engine.diagnostics import EntryError, JacobianMismatch
 from opcheck.engine.errors import GradcheckError
 
 __all__ = [
     "EntryError",
     "EvalStats",
-    "batching",
+    "vmap_batching",
     "GradcheckError",
     "GradcheckReport",
     "JacobianMismatch",

@@ -37,7 +37,7 @@ def batching_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def batching(enabled: bool):
+def vmap_batching(enabled: bool):
     """Turn vmapped evaluation on or off for the checks run inside (the loop is torch's algorithm)."""
     _BATCHING.append(enabled)
     try:

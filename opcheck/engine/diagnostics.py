@@ -125,13 +125,16 @@ def hints_for(a: torch.Tensor, n: torch.Tensor, bad: torch.Tensor, *, rtol: floa
         hints.append("the numerical gradient is zero (the output does not depend on this input), yet "
                      "backward returns a nonzero gradient for it")
         return hints
-    if a.is_complex() and close(a.conj(), n):
-        hints.append("analytical ≈ conj(numerical): a .conj() is missing in backward (PyTorch's "
+    if a.is_complex() and (close(a.conj(), n) or close(-a.conj(), n)):
+        # For the imaginary part of a complex output, a missing conj shows up with a sign flip too.
+        hints.append("analytical ≈ ±conj(numerical): a .conj() is missing in backward (PyTorch's "
                      "convention is grad_input = grad_output * conj(df/dz))")
         return hints
-    if a.is_complex() and close(a.real, n.real) and not close(a.imag, n.imag):
-        hints.append("only the imaginary parts disagree: look for a missing conj() or a dropped "
-                     "imaginary term")
+    if a.is_complex():
+        real_ok, imag_ok = close(a.real, n.real), close(a.imag, n.imag)
+        if real_ok != imag_ok:
+            hints.append(f"only the {'imaginary' if real_ok else 'real'} parts disagree: look for a missing "
+                         "conj() or a dropped or sign-flipped imaginary term")
     scale = _scale(a, n)
     if scale is not None and close(a, scale * n):
         c = complex(scale) if isinstance(scale, complex) else float(scale)

@@ -18,11 +18,8 @@ equals torch's.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
-import sys
 import warnings
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -31,21 +28,9 @@ from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
 
-
-def _load_corpus():
-    # Load corpus.py by path so the test works whatever pytest's import mode is
-    # and without making tests/ a package.
-    name = "opcheck_tests_engine_corpus"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("corpus.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses needs the module registered
-    spec.loader.exec_module(module)
-    return module
+import corpus
 
 
-corpus = _load_corpus()
 CASES = corpus.CASES
 
 TORCH = SimpleNamespace(

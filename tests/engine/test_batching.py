@@ -1,0 +1,143 @@
+"""Batched evaluation: used where it can be, abandoned where it can't, never changing a verdict."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import corpus
+import opcheck
+from opcheck.engine import api
+import opcheck.engine.batching as batching
+from opcheck.engine._util import as_tuple
+from opcheck.engine.batching import Evaluator
+from opcheck.engine.core import CheckContext, analytical_jvp_jacobian, analytical_vjp_jacobian, numerical_jacobian
+
+
+def _x(*shape, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_()
+
+
+def _flattened(fn):
+    """fn with nested tuple outputs (torch.max with dim) flattened into one tuple of tensors."""
+    def wrapped(*args):
+        out = as_tuple(fn(*args))
+        return tuple(t for o in out for t in (o if isinstance(o, tuple) else (o,)))
+    return wrapped
+
+
+def _ctx(batch: bool, budget: int = batching.DEFAULT_MEMORY_BUDGET) -> CheckContext:
+    return CheckContext(eps=1e-6, atol=1e-5, rtol=1e-3, nondet_tol=0.0, check_grad_dtypes=False,
+                        evaluator=Evaluator(batch=batch, memory_budget=budget))
+
+
+FUNCS = {
+    "matmul_sin": (lambda a, b: (a @ b).sin(), lambda: (_x(3, 4, seed=1), _x(4, 2, seed=2))),
+    "softmax_noncontig": (lambda a: torch.softmax(a, 0), lambda: (_x(5, 3, seed=3).detach().t().requires_grad_(),)),
+    "complex_in": (lambda z: (z * z.conj()).real * z.abs(), lambda: (_x(4, seed=4).to(torch.complex128).detach().requires_grad_(),)),
+    "multi_out": (lambda a: (a.exp(), a.max(dim=0)), lambda: (_x(3, 3, seed=5),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+@pytest.mark.parametrize("budget", [batching.DEFAULT_MEMORY_BUDGET, 64])  # 64 bytes: one column per chunk
+def test_batched_jacobians_equal_the_loop(name, budget):
+    fn, make = FUNCS[name]
+    inputs = make()
+    wrapped = _flattened(fn)
+    flat_outputs = wrapped(*inputs)
+    batched, loop = _ctx(True, budget), _ctx(False)
+    nb = numerical_jacobian(batched, wrapped, inputs, flat_outputs)
+    nl = numerical_jacobian(loop, wrapped, inputs, flat_outputs)
+    assert batched.evaluator.stats.batched_calls > 0 and loop.evaluator.stats.batched_calls == 0
+    assert not batched.evaluator.stats.fallbacks
+    for per_b, per_l in zip(nb, nl):
+        for b, lo in zip(per_b, per_l):
+            torch.testing.assert_close(b, lo, rtol=1e-9, atol=1e-9)
+    for o in (t for t in flat_outputs if t.requires_grad):
+        ab = analytical_vjp_jacobian(batched, inputs, o, nondet_tol=0.0)
+        al = analytical_vjp_jacobian(loop, inputs, o, nondet_tol=0.0)
+        for b, lo in zip(ab, al):
+            torch.testing.assert_close(b, lo, rtol=1e-12, atol=1e-12)
+    if not any(a.is_complex() for a in inputs):
+        jb = analytical_jvp_jacobian(batched, wrapped, inputs, flat_outputs)
+        jl = analytical_jvp_jacobian(loop, wrapped, inputs, flat_outputs)
+        for per_b, per_l in zip(jb, jl):
+            for b, lo in zip(per_b, per_l):
+                torch.testing.assert_close(b, lo, rtol=1e-12, atol=1e-12)
+    if budget == 64:
+        assert batched.evaluator.stats.batched_calls > len(inputs)  # really chunked
+
+
+def test_full_mode_uses_a_few_batched_calls_not_two_per_element():
+    x = _x(16, 16)
+    report = opcheck.gradcheck_report(torch.tanh, (x,))
+    assert report.passed
+    # torch's slow mode makes 2 * 256 forward calls and 2 * 256 backward calls here.
+    assert report.stats.calls < 10 and report.stats.batched_calls <= 2
+    assert report.stats.vjp_calls < 10 and report.stats.batched_vjp_calls <= 2
+
+
+class _NoVmap(torch.autograd.Function):
+    """Correct, but without vmap support: batched evaluation must fall back to the loop."""
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+def test_function_without_vmap_support_falls_back_once():
+    x = _x(6)
+    report = opcheck.gradcheck_report(_NoVmap.apply, (x,))
+    assert report.passed
+    assert report.stats.fallbacks and report.stats.fallbacks[0].startswith("forward:")
+    assert report.stats.calls >= 2 * 6  # the loop ran
+
+
+def test_closure_that_ignores_its_argument_is_caught_by_the_probe():
+    # Under vmap the captured tensor does not see the perturbation; the loop (torch's in-place
+    # perturbation) does. The probe notices and the loop decides, as in torch.
+    x = _x(5)
+    fn = lambda _ignored: x.sin()  # noqa: E731
+    torch_verdict = torch.autograd.gradcheck(fn, (x,), raise_exception=False)
+    report = opcheck.gradcheck_report(fn, (x,))
+    assert report.passed == torch_verdict
+    assert any("differs from the plain call" in f for f in report.stats.fallbacks)
+
+
+def test_data_dependent_function_falls_back():
+    x = _x(5)
+
+    def fn(a):
+        return a * 2 if float(a.sum()) > -100 else a
+
+    report = opcheck.gradcheck_report(fn, (x,))
+    assert report.passed and report.stats.fallbacks
+
+
+@pytest.mark.parametrize("case", [c for c in corpus.CASES if c.checker == "gradcheck" and c.expected in (True, False)],
+                         ids=lambda c: c.id)
+def test_batching_never_changes_a_verdict(case):
+    flags = dict(case.flags)
+    with batching.vmap_batching(False):
+        loop = opcheck.gradcheck(case.func, case.make_inputs(), raise_exception=False, **flags)
+    batched = opcheck.gradcheck(case.func, case.make_inputs(), raise_exception=False, **flags)
+    assert batched == loop == case.expected
+
+
+def test_memory_budget_bounds_chunks(monkeypatch):
+    monkeypatch.setattr(api, "DEFAULT_MEMORY_BUDGET", 8 * 64)
+    report = opcheck.gradcheck_report(torch.sin, (_x(40),))
+    assert report.passed
+    # 40 columns of (40 + 40) doubles, 2 sides, at most 512 bytes per chunk: one column per chunk.
+    assert report.stats.batched_calls >= 40

@@ -1,0 +1,244 @@
+"""Failures must say which check broke, which entries are wrong, and what the pattern suggests."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
+
+import corpus
+import opcheck
+from opcheck import GradcheckError
+
+
+
+def _x(*shape, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_()
+
+
+def _fail(check, func, inputs, **kwargs) -> GradcheckError:
+    with pytest.raises(GradcheckError) as info:
+        check(func, inputs, **kwargs)
+    return info.value
+
+
+def _torch_first_line(check, func, inputs, **kwargs) -> str:
+    with pytest.raises(TorchGradcheckError) as info:
+        check(func, inputs, **kwargs)
+    return str(info.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("fast_mode", [False, True])
+def test_missing_factor_is_named(fast_mode):
+    x = _x(3, 4)
+    err = _fail(opcheck.gradcheck, corpus.SinMissingFactor.apply, (x,), fast_mode=fast_mode)
+    m = err.mismatch
+    assert err.check == "backward" and err.path == "VJP"
+    assert (m.output_idx, m.input_idx) == (0, 0)
+    assert m.mismatched == 12 and m.total == 144  # the diagonal of a 12x12 block
+    assert any("0.5 × numerical" in h for h in m.hints)
+    for e in m.worst:
+        assert e.output_index == e.input_index  # elementwise op: only diagonal entries are wrong
+        assert e.analytical == pytest.approx(0.5 * e.numerical, rel=1e-4)
+    assert m.analytical.shape == m.numerical.shape == (12, 12)
+    first = _torch_first_line(torch.autograd.gradcheck, corpus.SinMissingFactor.apply, (x,), fast_mode=fast_mode)
+    assert str(err).splitlines()[0] == first
+    if fast_mode:
+        assert "fast mode: projected v^T J u" in str(err)
+
+
+def test_sign_flip_hint():
+    err = _fail(opcheck.gradcheck, corpus.CosSignFlipOldStyle.apply, (_x(5),))
+    assert any("sign is flipped" in h for h in err.mismatch.hints)
+
+
+def test_one_wrong_entry_on_32x32_is_located_where_fast_mode_misses_it():
+    x = _x(32, 32, seed=3)
+    # torch's fast mode passes this broken backward; the full check finds the single entry.
+    assert torch.autograd.gradcheck(corpus.SinOneWrongEntry.apply, (x,), fast_mode=True)
+    err = _fail(opcheck.gradcheck, corpus.SinOneWrongEntry.apply, (x,))
+    m = err.mismatch
+    assert m.mismatched == 1 and m.total == 1024 * 1024
+    (entry,) = m.worst
+    assert entry.input_index == entry.output_index == (0, 3)  # flat index 3 of a 32x32 input
+    assert entry.analytical == pytest.approx(2 * entry.numerical, rel=1e-4)
+    assert any("only one entry differs" in h for h in m.hints)
+    assert len(str(err)) < 2000, "the message must not print the Jacobian"
+
+
+def test_missing_conj_hint():
+    z = torch.randn(4, dtype=torch.complex128, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    err = _fail(opcheck.gradcheck, corpus.ComplexSquareMissingConj.apply, (z,))
+    assert any("conj" in h for h in err.mismatch.hints)
+    assert err.mismatch.analytical.is_complex()
+
+
+def test_transposed_jacobian_hint():
+    x, a = _x(3, 3, seed=1), _x(3, 3, seed=2).detach()
+    err = _fail(opcheck.gradcheck, lambda x: corpus.MatmulTransposedJacobianOldStyle.apply(x, a), (x,))
+    assert any("transpose" in h for h in err.mismatch.hints)
+
+
+def test_detached_gradient_hint():
+    class Detached(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return torch.zeros_like(grad)
+
+    err = _fail(opcheck.gradcheck, Detached.apply, (_x(4),))
+    assert any("all zero" in h for h in err.mismatch.hints)
+
+
+def test_broadcast_reduced_on_wrong_dim_hint():
+    a, b = _x(4, 1, seed=1), _x(4, 4, seed=2)
+    err = _fail(opcheck.gradcheck, corpus.BroadcastMulWrongDimSquare.apply, (a, b))
+    m = err.mismatch
+    assert m.input_idx == 0 and m.input_shape == (4, 1) and m.output_shape == (4, 4)
+    assert any("broadcast along output dim(s) 1" in h for h in m.hints)
+
+
+def test_wrong_jvp_names_forward_ad():
+    x = _x(4)
+    assert opcheck.gradcheck(corpus.ExpWrongJvp.apply, (x,))
+    err = _fail(opcheck.gradcheck, corpus.ExpWrongJvp.apply, (x,), check_forward_ad=True)
+    assert err.check == "forward AD" and err.path == "JVP"
+    assert str(err).startswith("Jacobian computed with forward mode mismatch for output 0 with respect to input 0,")
+
+
+def test_wrong_double_backward_names_vjp_of_vjp():
+    x = _x(4)
+    assert opcheck.gradcheck(corpus.SinWrongDoubleBackward.apply, (x,))
+    err = _fail(opcheck.gradgradcheck, corpus.SinWrongDoubleBackward.apply, (x,))
+    assert err.path == "VJP of VJP"
+    assert "VJP of VJP" in str(err)
+    assert err.mismatch.output_name == "grad of input 0"
+    assert err.mismatch.input_name in {"input 0", "grad_output 0"}
+
+
+def test_fwd_over_rev_path_is_named():
+    class WrongSecondJvp(torch.autograd.Function):
+        """exp with a correct backward built from ops, whose forward-over-reverse we break."""
+
+        @staticmethod
+        def forward(x):
+            return x.exp()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+            ctx.save_for_forward(output)
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return _HalfJvpMul.apply(grad, y)
+
+        @staticmethod
+        def jvp(ctx, t):
+            (y,) = ctx.saved_tensors
+            return t * y
+
+    x = _x(3)
+    assert opcheck.gradcheck(WrongSecondJvp.apply, (x,))
+    err = _fail(opcheck.gradgradcheck, WrongSecondJvp.apply, (x,), check_fwd_over_rev=True, check_rev_over_rev=False,
+                check_undefined_grad=False)
+    assert err.path == "JVP of VJP" and err.check == "forward AD"
+
+
+class _HalfJvpMul(torch.autograd.Function):
+    """a * b with a correct backward and a jvp that halves a's tangent contribution."""
+
+    @staticmethod
+    def forward(a, b):
+        return a * b
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * b, g * a
+
+    @staticmethod
+    def jvp(ctx, ta, tb):
+        a, b = ctx.saved_tensors
+        return 0.5 * ta * b + a * tb
+
+
+def test_nondeterministic_backward_is_reentrancy():
+    err = _fail(opcheck.gradcheck, corpus.SinNoisyBackwardOldStyle.apply, (_x(4),))
+    assert err.check == "reentrancy"
+    assert str(err).startswith("Backward is not reentrant")
+    assert "nondet_tol" in str(err)
+
+
+def test_undefined_grad_crash():
+    err = _fail(opcheck.gradcheck, corpus.SinCosStackCrashesOnAllUndefined.apply, (_x(4),))
+    assert err.check == "undefined grad_output"
+    assert str(err).startswith("Expected backward function to handle undefined output grads.")
+
+
+def test_batched_grad_failure():
+    err = _fail(opcheck.gradcheck, corpus.ScaleByThreeItemLoop.apply, (_x(4),), check_batched_grad=True)
+    assert err.check == "batched backward"
+    assert str(err).startswith("While computing batched gradients")
+
+
+def test_not_multiplied_by_grad_output():
+    err = _fail(opcheck.gradcheck, corpus.SinNotMultipliedByGradOldStyle.apply, (_x(4),))
+    assert err.check in {"backward", "zero grad_output"}
+
+
+def test_report_value():
+    good = opcheck.gradcheck_report(torch.sin, (_x(3, 3),))
+    assert good.passed and good.error is None and good.mismatch is None and good.message == ""
+    assert good.stats.batched_calls >= 1
+    bad = opcheck.gradcheck_report(corpus.SinMissingFactor.apply, (_x(3),))
+    assert not bad.passed and bad.check == "backward" and bad.mismatch is not None
+    assert bad.message.startswith("Jacobian mismatch for output 0 with respect to input 0,")
+    gg = opcheck.gradgradcheck_report(corpus.SinWrongDoubleBackward.apply, (_x(3),))
+    assert not gg.passed and gg.path == "VJP of VJP"
+
+
+def test_raise_exception_false_returns_false():
+    assert opcheck.gradcheck(corpus.SinMissingFactor.apply, (_x(3),), raise_exception=False) is False
+    assert opcheck.gradgradcheck(corpus.SinWrongDoubleBackward.apply, (_x(3),), raise_exception=False) is False
+
+
+def test_error_is_torch_gradcheck_error():
+    assert issubclass(GradcheckError, TorchGradcheckError)
+    with pytest.raises(TorchGradcheckError, match="Jacobian mismatch for output 0"):
+        opcheck.gradcheck(corpus.SinMissingFactor.apply, (_x(3),))
+
+
+def test_float32_warning_says_what_to_do():
+    x = _x(3, dtype=torch.float32)
+    with pytest.warns(UserWarning, match=re.escape("not a double precision")) as record:
+        opcheck.gradcheck(torch.sin, (x,), atol=1e-2, rtol=1e-2, eps=1e-3)
+    text = " ".join(str(w.message) for w in record)
+    assert "float64" in text and "low-precision" in text.lower() or "consistency check" in text
+
+
+def test_input_validation_messages():
+    with pytest.raises(ValueError, match="at least one input tensor to require gradient"):
+        opcheck.gradcheck(torch.sin, (torch.zeros(3, dtype=torch.double),))
+    expanded = torch.zeros(3, 1, dtype=torch.double).expand(3, 4).requires_grad_()
+    with pytest.raises(RuntimeError, match="stride 0"):
+        opcheck.gradcheck(torch.sin, (expanded,))
+    sparse = torch.eye(3, dtype=torch.double).to_sparse().requires_grad_()
+    with pytest.raises(NotImplementedError, match="dense strided"):
+        opcheck.gradcheck(lambda s: s.to_dense(), (sparse,))
