@@ -10,6 +10,7 @@ whenever batching is in doubt.
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,6 +29,9 @@ DEFAULT_MEMORY_BUDGET = 64 * 2**20
 """Bytes the batched tensors of one chunk may take (perturbed inputs and outputs, or cotangents and
 gradients). Larger chunks mean fewer calls; beyond a few MiB, allocation costs more than calls save."""
 
+
+MIN_BATCH_COLUMNS = 8
+"""Below this many columns the plain loop is cheaper than a vmapped call plus its probe."""
 
 _BATCHING = [True]
 
@@ -70,11 +74,13 @@ class Evaluator:
     JVP) fails, it stays off for the rest of the call.
     """
 
-    def __init__(self, batch: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET):
+    def __init__(self, batch: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET, adaptive: bool = True):
         self.batch_forward = batch
         self.batch_vjp = batch
-        self.batch_jvp = batch and _legacy_vmap is not None
+        self.batch_jvp_func = batch  # torch.func.jvp under torch.func.vmap (wider batching rules)
+        self.batch_jvp = batch and _legacy_vmap is not None  # make_dual under the legacy vmap
         self.memory_budget = memory_budget
+        self.adaptive = adaptive  # drop a kind of batching that turns out slower than the loop
         self.stats = EvalStats()
         self._vjp_probed: list[torch.Tensor] = []  # outputs whose batched VJP already matched the plain one
 
@@ -82,6 +88,16 @@ class Evaluator:
     def _chunk(self, n: int, per_column_elems: int, itemsize: int) -> int:
         per_column = max(1, per_column_elems) * max(1, itemsize)
         return int(max(1, min(n, self.memory_budget // per_column)))
+
+    def _keep_if_cheaper(self, kind: str, batched_per_column: float, plain_per_column: float) -> None:
+        """Stop batching this kind for the rest of the call when it costs more than the loop.
+
+        Some ops have no batching rule and run under vmap's slow per-example fallback; the probe
+        just timed one plain column, so the comparison is free.
+        """
+        if self.adaptive and batched_per_column > plain_per_column:
+            self._give_up(kind, f"slower than the loop ({batched_per_column * 1e6:.0f} us vs "
+                                f"{plain_per_column * 1e6:.0f} us per column)")
 
     def _give_up(self, kind: str, why: BaseException | str) -> None:
         setattr(self, f"batch_{kind}", False)
@@ -97,7 +113,7 @@ class Evaluator:
         imaginary part of complex ones), a list over all outputs of (numel_in, numel_out) tensors.
         """
         x = inputs[idx]
-        if self.batch_forward and x.numel() > 0:
+        if self.batch_forward and x.numel() >= MIN_BATCH_COLUMNS:
             try:
                 return self._numerical_batched(fn, inputs, idx, eps, perturbations, ref_outputs)
             except Exception as e:  # anything: the loop decides what the user sees
@@ -160,14 +176,16 @@ class Evaluator:
                 b = stop - start
                 rows = torch.arange(b, device=x.device)
                 cols = torch.arange(start, stop, device=x.device)
-                minus = flat.expand(b, n).clone()
-                minus[rows, cols] = flat[cols] - delta
-                plus = flat.expand(b, n).clone()
-                plus[rows, cols] = flat[cols] + delta
-                stacked = torch.cat([minus, plus]).view(2 * b, *x.shape)
+                # Rows [0, b) are x - delta e_k, rows [b, 2b) are x + delta e_k: one call for both sides.
+                stacked = flat.expand(2 * b, n).clone()
+                stacked[rows, cols] = flat[cols] - delta
+                stacked[rows + b, cols] = flat[cols] + delta
+                stacked = stacked.view(2 * b, *x.shape)
+                t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     outs = torch.func.vmap(single, randomness="error")(stacked)
+                t_batched = time.perf_counter() - t0
                 self.stats.batched_calls += 1
                 if len(outs) != len(out_probe):
                     raise _Disagreement("number of outputs changed under vmap")
@@ -177,8 +195,10 @@ class Evaluator:
                     a, bb = o[:b], o[b:]
                     per_output[o_idx].append(((bb - a) / (2 * eps)).reshape(b, -1))
                 if start == 0:
+                    t0 = time.perf_counter()
                     self._probe_forward(fn, inputs, idx, delta, outs, b)
-            results.append([torch.cat(chunks) for chunks in per_output])
+                    self._keep_if_cheaper("forward", t_batched / b, time.perf_counter() - t0)
+            results.append([_cat(chunks) for chunks in per_output])
         return results
 
     def _probe_forward(self, fn, inputs, idx, delta, outs, b):
@@ -203,7 +223,7 @@ class Evaluator:
         the caller's size/dtype checks see exactly what backward returned.
         """
         m = output.numel()
-        if self.batch_vjp and m > 1:
+        if self.batch_vjp and m >= MIN_BATCH_COLUMNS:
             try:
                 return self._vjp_batched(output, diff_inputs, nondet_tol)
             except Exception as e:
@@ -242,13 +262,17 @@ class Evaluator:
             b = stop - start
             g = torch.zeros(b, m, dtype=output.dtype, device=output.device)
             g[torch.arange(b, device=output.device), torch.arange(start, stop, device=output.device)] = 1.0
+            t0 = time.perf_counter()
             grads = self._vjp(output, diff_inputs, g.view(b, *output.shape), batched=True)
+            t_batched = time.perf_counter() - t0
             for i, gr in enumerate(grads):
                 if gr is not None and tuple(gr.shape[1:]) != tuple(diff_inputs[i].shape):
                     raise _Disagreement("batched gradient has an unexpected shape")
                 pieces[i].append(gr)
             if start == 0 and not any(output is o for o in self._vjp_probed):
+                t0 = time.perf_counter()
                 ref = self._vjp(output, diff_inputs, g[0].view(output.shape))
+                self._keep_if_cheaper("vjp", t_batched / b, time.perf_counter() - t0)
                 for gr, r in zip(grads, ref):
                     if (gr is None) != (r is None) or (r is not None and (
                             gr.dtype != r.dtype or not _close(gr[0], r, extra_atol=nondet_tol))):
@@ -261,7 +285,7 @@ class Evaluator:
             elif any(c is None for c in chunks):
                 raise _Disagreement("gradient defined for some rows only")
             else:
-                out.append(torch.cat(chunks))
+                out.append(_cat(chunks))
         return out
 
     # ---------------------------------------------------------- JVP columns
@@ -272,9 +296,14 @@ class Evaluator:
         output has no tangent). `check_dtype(primal, tangent)` raises on a dtype mismatch.
         """
         x = inputs[idx]
-        if self.batch_jvp and x.numel() > 1:
+        if self.batch_jvp_func and x.numel() >= MIN_BATCH_COLUMNS:
             try:
-                return self._jvp_batched(fn, inputs, idx, check_dtype)
+                return self._jvp_batched(fn, inputs, idx, check_dtype, functorch=True)
+            except Exception as e:
+                self._give_up("jvp_func", e)
+        if self.batch_jvp and x.numel() >= MIN_BATCH_COLUMNS:
+            try:
+                return self._jvp_batched(fn, inputs, idx, check_dtype, functorch=False)
             except Exception as e:
                 self._give_up("jvp", e)
         return self._jvp_loop(fn, inputs, idx, check_dtype)
@@ -307,7 +336,7 @@ class Evaluator:
                         else torch.zeros(primal.numel(), dtype=primal.dtype, device=primal.device))
         return outs
 
-    def _jvp_batched(self, fn, inputs, idx, check_dtype):
+    def _jvp_batched(self, fn, inputs, idx, check_dtype, functorch):
         x = inputs[idx]
         n = x.numel()
         with fwAD.dual_level():
@@ -337,14 +366,32 @@ class Evaluator:
                     res.append(tangent.reshape(-1))
                 return tuple(res)
 
+        base = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
+
+        def of_x(xv):
+            args = list(base)
+            args[idx] = xv
+            return tuple(o for o in as_tuple(fn(*args)) if is_float_or_complex(o))
+
+        def columns_func(t):
+            primals, tangents = torch.func.jvp(of_x, (base[idx],), (t,))
+            for p, tg in zip(primals, tangents):
+                if p.is_complex() != tg.is_complex():
+                    check_dtype(p, tg)
+            return tuple(tg.reshape(-1) for tg in tangents)
+
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
             b = stop - start
             t = torch.zeros(b, n, dtype=x.dtype, device=x.device)
             t[torch.arange(b, device=x.device), torch.arange(start, stop, device=x.device)] = 1.0
+            t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                res = _legacy_vmap(columns)(t.view(b, *x.shape))
+                if functorch:
+                    res = torch.func.vmap(columns_func, randomness="error")(t.view(b, *x.shape))
+                else:
+                    res = _legacy_vmap(columns)(t.view(b, *x.shape))
             self.stats.batched_jvp_calls += 1
             res = as_tuple(res)
             if len(res) != len(probe_outs):
@@ -353,6 +400,8 @@ class Evaluator:
                 per_output[o_idx].append(r.reshape(b, -1))
             if start == 0:
                 probe_col = [r[0] for r in res]
+                t_batched = (time.perf_counter() - t0) / b
+        t0 = time.perf_counter()
         with fwAD.dual_level():
             duals, tangents = _make_duals(inputs)
             tangents[idx][_unravel(0, x.shape)] = 1.0
@@ -360,7 +409,12 @@ class Evaluator:
         for got, want in zip(probe_col, ref):
             if not _close(got, want):
                 raise _Disagreement("batched JVP differs from the plain JVP")
-        return [torch.cat(chunks) for chunks in per_output]
+        self._keep_if_cheaper("jvp_func" if functorch else "jvp", t_batched, time.perf_counter() - t0)
+        return [_cat(chunks) for chunks in per_output]
+
+
+def _cat(chunks: list[torch.Tensor]) -> torch.Tensor:
+    return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
 def _make_duals(inputs):

@@ -29,13 +29,13 @@ def _flattened(fn):
 
 def _ctx(batch: bool, budget: int = batching.DEFAULT_MEMORY_BUDGET) -> CheckContext:
     return CheckContext(eps=1e-6, atol=1e-5, rtol=1e-3, nondet_tol=0.0, check_grad_dtypes=False,
-                        evaluator=Evaluator(batch=batch, memory_budget=budget))
+                        evaluator=Evaluator(batch=batch, memory_budget=budget, adaptive=False))
 
 
 FUNCS = {
     "matmul_sin": (lambda a, b: (a @ b).sin(), lambda: (_x(3, 4, seed=1), _x(4, 2, seed=2))),
     "softmax_noncontig": (lambda a: torch.softmax(a, 0), lambda: (_x(5, 3, seed=3).detach().t().requires_grad_(),)),
-    "complex_in": (lambda z: (z * z.conj()).real * z.abs(), lambda: (_x(4, seed=4).to(torch.complex128).detach().requires_grad_(),)),
+    "complex_in": (lambda z: (z * z.conj()).real * z.abs(), lambda: (_x(8, seed=4).to(torch.complex128).detach().requires_grad_(),)),
     "multi_out": (lambda a: (a.exp(), a.max(dim=0)), lambda: (_x(3, 3, seed=5),)),
 }
 
@@ -97,17 +97,17 @@ class _NoVmap(torch.autograd.Function):
 
 
 def test_function_without_vmap_support_falls_back_once():
-    x = _x(6)
+    x = _x(8)
     report = opcheck.gradcheck_report(_NoVmap.apply, (x,))
     assert report.passed
     assert report.stats.fallbacks and report.stats.fallbacks[0].startswith("forward:")
-    assert report.stats.calls >= 2 * 6  # the loop ran
+    assert report.stats.calls >= 2 * 8  # the loop ran
 
 
 def test_closure_that_ignores_its_argument_is_caught_by_the_probe():
     # Under vmap the captured tensor does not see the perturbation; the loop (torch's in-place
     # perturbation) does. The probe notices and the loop decides, as in torch.
-    x = _x(5)
+    x = _x(8)
     fn = lambda _ignored: x.sin()  # noqa: E731
     torch_verdict = torch.autograd.gradcheck(fn, (x,), raise_exception=False)
     report = opcheck.gradcheck_report(fn, (x,))
@@ -116,7 +116,7 @@ def test_closure_that_ignores_its_argument_is_caught_by_the_probe():
 
 
 def test_data_dependent_function_falls_back():
-    x = _x(5)
+    x = _x(8)
 
     def fn(a):
         return a * 2 if float(a.sum()) > -100 else a
@@ -141,3 +141,9 @@ def test_memory_budget_bounds_chunks(monkeypatch):
     assert report.passed
     # 40 columns of (40 + 40) doubles, 2 sides, at most 512 bytes per chunk: one column per chunk.
     assert report.stats.batched_calls >= 40
+
+
+def test_tiny_inputs_use_the_loop():
+    # Below MIN_BATCH_COLUMNS a vmapped call and its probe cost more than the plain calls.
+    report = opcheck.gradcheck_report(torch.sin, (_x(batching.MIN_BATCH_COLUMNS - 1),))
+    assert report.passed and report.stats.batched_calls == 0 and report.stats.batched_vjp_calls == 0
