@@ -6,6 +6,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch.overrides import is_tensor_like
 
 
@@ -101,3 +102,27 @@ def check_outputs(outputs: tuple) -> None:
                 f"Output with layout {t.layout} is not supported at gradcheck yet. "
                 "Please call to_dense(masked_grad=...) on the output of fn for gradcheck."
             )
+
+
+def unravel(k: int, shape) -> tuple[int, ...]:
+    """Multi-index of flat (row-major) position k in a tensor of this shape."""
+    out = []
+    for size in reversed(tuple(shape)):
+        out.append(k % size)
+        k //= size
+    return tuple(reversed(out))
+
+
+def make_duals(inputs) -> tuple[list, dict[int, torch.Tensor]]:
+    """Dual copies of the inputs that require grad, with zero tangents to write into.
+
+    Call inside fwAD.dual_level(). Returns the argument list and {input index: tangent}.
+    """
+    duals, tangents = [], {}
+    for i, a in enumerate(inputs):
+        if requires_grad(a):
+            a = fwAD.make_dual(a.detach(), torch.zeros_like(a))
+            # A differentiable view may not keep the tangent object given to make_dual: read it back.
+            tangents[i] = fwAD.unpack_dual(a)[1]
+        duals.append(a)
+    return duals, tangents

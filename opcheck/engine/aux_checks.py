@@ -12,7 +12,7 @@ import warnings
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import as_tuple, differentiable_outputs, is_float_or_complex, requires_grad
+from opcheck.engine._util import as_tuple, differentiable_outputs, is_float_or_complex, make_duals, requires_grad
 from opcheck.engine.core import CheckContext, make_vectors
 from opcheck.engine.errors import FAILED_BATCHED_FWD_GRAD_NOTE, FAILED_BATCHED_GRAD_NOTE
 
@@ -149,13 +149,8 @@ def test_undefined_forward_mode(ctx: CheckContext, func, outputs, inputs) -> boo
     diff = [(i, a) for i, a in enumerate(inputs) if requires_grad(a)]
     _, all_u = make_vectors([a for _, a in diff], outputs, use_forward_ad=True)
     with fwAD.dual_level():
-        dual_inputs, fw_grads = [], []
-        for a in inputs:
-            if requires_grad(a):
-                a = fwAD.make_dual(a.detach(), torch.zeros_like(a))
-                fw_grads.append(fwAD.unpack_dual(a)[1])
-            dual_inputs.append(a)
-        for fw_grad, u in zip(fw_grads, all_u):
+        dual_inputs, tangents = make_duals(inputs)
+        for fw_grad, u in zip(tangents.values(), all_u):
             fw_grad.copy_(u.view_as(fw_grad))
         for k, (idx, inp) in enumerate(diff):
             saved = dual_inputs[idx]

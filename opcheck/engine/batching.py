@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import as_tuple, is_float_or_complex
+from opcheck.engine._util import as_tuple, is_float_or_complex, make_duals, unravel
 
 try:  # the legacy vmap is what torch's own gradcheck uses for forward-AD batching
     from torch._vmap_internals import _vmap as _legacy_vmap
@@ -128,7 +128,7 @@ class Evaluator:
         for p in perturbations:
             columns: list[list[torch.Tensor]] = []
             for k in range(x.numel()):
-                entry = flat[k] if flat is not None else data[_unravel(k, data.shape)]
+                entry = flat[k] if flat is not None else data[unravel(k, data.shape)]
                 columns.append(self._one_column(fn, inputs, entry, eps * p if p != 1 else eps, eps, nbhd_check, k, data.shape))
             results.append(_stack_columns(columns))
         return results
@@ -142,7 +142,7 @@ class Evaluator:
         entry.copy_(orig)
         cols = []
         for a, b in zip(outa, outb):
-            nbhd_check(a, b, idx=_unravel(k, shape) if len(shape) else ())
+            nbhd_check(a, b, idx=unravel(k, shape) if len(shape) else ())
             cols.append(((b - a) / (2 * eps)).detach().reshape(-1))
         return cols
 
@@ -260,8 +260,7 @@ class Evaluator:
         for start in range(0, m, chunk):
             stop = min(m, start + chunk)
             b = stop - start
-            g = torch.zeros(b, m, dtype=output.dtype, device=output.device)
-            g[torch.arange(b, device=output.device), torch.arange(start, stop, device=output.device)] = 1.0
+            g = _one_hot_rows(b, m, start, output)
             t0 = time.perf_counter()
             grads = self._vjp(output, diff_inputs, g.view(b, *output.shape), batched=True)
             t_batched = time.perf_counter() - t0
@@ -311,9 +310,9 @@ class Evaluator:
     def _jvp_loop(self, fn, inputs, idx, check_dtype):
         cols: list[list[torch.Tensor]] = []
         with fwAD.dual_level():
-            duals, tangents = _make_duals(inputs)
+            duals, tangents = make_duals(inputs)
             tangent = tangents[idx]
-            flat_pos = [_unravel(k, tangent.shape) for k in range(tangent.numel())]
+            flat_pos = [unravel(k, tangent.shape) for k in range(tangent.numel())]
             for pos in flat_pos:
                 tangent[pos] = 1.0
                 cols.append(self._jvp_outputs(fn, duals, check_dtype))
@@ -340,7 +339,7 @@ class Evaluator:
         x = inputs[idx]
         n = x.numel()
         with fwAD.dual_level():
-            duals, _ = _make_duals(inputs)
+            duals, _ = make_duals(inputs)
             probe_outs = [o for o in as_tuple(fn(*duals)) if is_float_or_complex(o)]
         out_elems = sum(o.numel() for o in probe_outs)
         chunk = self._chunk(n, n + out_elems, x.element_size())
@@ -383,8 +382,7 @@ class Evaluator:
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
             b = stop - start
-            t = torch.zeros(b, n, dtype=x.dtype, device=x.device)
-            t[torch.arange(b, device=x.device), torch.arange(start, stop, device=x.device)] = 1.0
+            t = _one_hot_rows(b, n, start, x)
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -403,8 +401,8 @@ class Evaluator:
                 t_batched = (time.perf_counter() - t0) / b
         t0 = time.perf_counter()
         with fwAD.dual_level():
-            duals, tangents = _make_duals(inputs)
-            tangents[idx][_unravel(0, x.shape)] = 1.0
+            duals, tangents = make_duals(inputs)
+            tangents[idx][unravel(0, x.shape)] = 1.0
             ref = self._jvp_outputs(fn, duals, check_dtype)
         for got, want in zip(probe_col, ref):
             if not _close(got, want):
@@ -417,24 +415,11 @@ def _cat(chunks: list[torch.Tensor]) -> torch.Tensor:
     return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
-def _make_duals(inputs):
-    """Dual copies of the inputs that require grad, with zero tangents we can write into."""
-    duals, tangents = [], {}
-    for i, a in enumerate(inputs):
-        if isinstance(a, torch.Tensor) and a.requires_grad:
-            a = fwAD.make_dual(a.detach(), torch.zeros_like(a))
-            # A differentiable view may not keep the tangent object given to make_dual: read it back.
-            tangents[i] = fwAD.unpack_dual(a)[1]
-        duals.append(a)
-    return duals, tangents
-
-
-def _unravel(k: int, shape) -> tuple[int, ...]:
-    idx = []
-    for size in reversed(tuple(shape)):
-        idx.append(k % size)
-        k //= size
-    return tuple(reversed(idx))
+def _one_hot_rows(b: int, n: int, start: int, like: torch.Tensor) -> torch.Tensor:
+    """Rows e_start ... e_(start+b-1) of the n×n identity."""
+    rows = torch.zeros(b, n, dtype=like.dtype, device=like.device)
+    rows[torch.arange(b, device=like.device), torch.arange(start, start + b, device=like.device)] = 1.0
+    return rows
 
 
 def _stack_columns(columns: list[list[torch.Tensor]]) -> list[torch.Tensor]:

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, requires_grad
+from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, make_duals, requires_grad
 from opcheck.engine.batching import Evaluator
 from opcheck.engine.diagnostics import JacobianMismatch, find_mismatch
 from opcheck.engine.errors import FAILED_NONDET_NOTE, FAST_FAIL_SLOW_OK_NOTE, GradcheckError
@@ -390,13 +390,8 @@ def _analytical_fast_forward(ctx, func, inputs, func_out, all_u):
     diff = diff_input_indices(inputs)
     result = [[o.new_zeros((o.numel(),), layout=torch.strided) for o in float_outputs] for _ in diff]
     with fwAD.dual_level():
-        duals, tangents = [], []
-        for a in inputs:
-            if requires_grad(a):
-                a = fwAD.make_dual(a.detach(), torch.zeros_like(a))
-                tangents.append(fwAD.unpack_dual(a)[1])
-            duals.append(a)
-        for i, (t, u) in enumerate(zip(tangents, all_u)):
+        duals, tangents = make_duals(inputs)
+        for i, (t, u) in enumerate(zip(tangents.values(), all_u)):
             t.copy_(u.view_as(t))
             ctx.evaluator.stats.jvp_calls += 1
             outs = [o for o in as_tuple(func(*duals)) if is_float_or_complex(o)]

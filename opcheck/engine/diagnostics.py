@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from opcheck.engine._util import unravel
+
 WORST_ENTRIES = 5
 
 
@@ -86,7 +88,7 @@ def find_mismatch(analytical: torch.Tensor, numerical: torch.Tensor, *, rtol: fl
         av, nv = a[row, col].item(), n[row, col].item()
         d = diff[row, col].item()
         worst.append(EntryError(
-            output_index=_unravel(col, output_shape), input_index=_unravel(row, input_shape),
+            output_index=unravel(col, output_shape), input_index=unravel(row, input_shape),
             analytical=av, numerical=nv, abs_error=d, rel_error=d / abs(nv) if nv != 0 else math.inf,
         ))
     return JacobianMismatch(
@@ -160,7 +162,7 @@ def hints_for(a: torch.Tensor, n: torch.Tensor, bad: torch.Tensor, *, rtol: floa
         rows = bad.any(dim=1)
         if int(rows.sum()) == 1 and bad.shape[0] > 1:
             row = int(rows.nonzero()[0])
-            hints.append(f"all wrong entries belong to input element {_index(_unravel(row, input_shape))}")
+            hints.append(f"all wrong entries belong to input element {_index(unravel(row, input_shape))}")
     return hints
 
 
@@ -187,14 +189,6 @@ def _broadcast_dims(input_shape: tuple, output_shape: tuple) -> list[int]:
     if any(i not in (1, o) for i, o in zip(padded, output_shape)):
         return []
     return [d for d, (i, o) in enumerate(zip(padded, output_shape)) if i == 1 and o > 1]
-
-
-def _unravel(k: int, shape) -> tuple[int, ...]:
-    out = []
-    for size in reversed(tuple(shape)):
-        out.append(k % size)
-        k //= size
-    return tuple(reversed(out))
 
 
 def _index(idx: tuple[int, ...]) -> str:
