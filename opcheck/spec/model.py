@@ -93,6 +93,7 @@ class TupleArg:
 
 
 Literal = Union[None, bool, int, float, str, list, "TupleArg", "DtypeArg"]
+# A YAML list of literals is stored as a plain tuple (hashable); the runtime passes it as a list.
 Arg = Union[TensorArg, TensorListArg, DtypeArg, TupleArg, None, bool, int, float, str, list]
 
 

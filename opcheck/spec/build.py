@@ -1,0 +1,269 @@
+"""A schema-checked document → OpSpecs, with the rules about each op and its rules (skips, ...).
+
+A family document (`defaults` + `ops`) is merged here, entry by entry, before the entry is
+built; a merged-in value keeps its `defaults...` path and location, so a problem with it is
+reported where it was written.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from opcheck.spec import model
+from opcheck.spec.checker import Checker, strings
+from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, ToleranceRule, Where
+from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
+from opcheck.spec.problems import KeyPath, Problem, did_you_mean, format_path
+from opcheck.spec.samples import build_sample
+from opcheck.spec.yamlload import Node
+
+NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
+_TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
+
+
+@dataclass(frozen=True)
+class NameClaim:
+    """A spec's name and where it comes from, for the cross-spec uniqueness pass."""
+
+    name: str
+    location: Location  # of `name:`'s value, or of `op:`'s value when the name is derived
+    path: str
+    derived: bool
+
+
+@dataclass
+class Built:
+    """What one document yields: its specs (only when it has no problem), names and problems."""
+
+    specs: list[OpSpec]
+    claims: list[NameClaim]
+    problems: list[Problem]
+
+
+def build_document(root: Node, *, source: str, sha256: str, flagged: set[KeyPath]) -> Built:
+    ctx = Checker(flagged)
+    specs, claims = [], []
+    if root.is_map:
+        for entry, family in _entries(root):
+            spec, claim = _build_op(ctx, entry, family=family, source=source, sha256=sha256)
+            specs.append(spec)
+            claims.extend([claim] if claim else [])
+    ok = not ctx.problems and all(specs)
+    return Built(specs if ok else [], claims, ctx.problems)
+
+
+def derive_name(op: str) -> str:
+    """The default `name`: torch.nn.functional.softmax → softmax, torch.ops.aten.mul.Tensor →
+    mul_tensor (a `.default` overload adds nothing), examples.ops:Square.apply → square_apply."""
+    if ":" in op:
+        parts = op.split(":", 1)[1].split(".")
+    else:
+        parts = op.split(".")
+        if parts[:2] == ["torch", "ops"] and len(parts) >= 4:
+            parts = parts[3:5] if parts[4:5] != ["default"] else parts[3:4]
+        else:
+            parts = parts[-1:]
+    return re.sub(r"[^a-z0-9_]", "_", "_".join(parts).lower()).strip("_")
+
+
+def _entries(root: Node):
+    """(entry node, is family) for each op of the document; family entries merged over defaults."""
+    if "ops" not in root.value:
+        yield root, False
+        return
+    ops = root.value["ops"]
+    defaults = root.value.get("defaults")
+    for entry in ops.value if ops.is_list else []:
+        if entry.is_map:
+            yield _merge(defaults, entry), True
+
+
+def _merge(base: Node | None, over: Node) -> Node:
+    """`over` merged over `base`: mappings key by key, everything else replaced."""
+    if base is None or not (base.is_map and over.is_map):
+        return over
+    value = dict(base.value)
+    for key, node in over.value.items():
+        value[key] = _merge(value.get(key), node)
+    return Node(value, over.loc, over.path, over.key_loc)
+
+
+def _build_op(ctx: Checker, m: Node, *, family: bool, source: str,
+              sha256: str) -> tuple[OpSpec | None, NameClaim | None]:
+    """One op's spec (None if it has a problem), and its name claim (even then, for the cross pass)."""
+    before = ctx.count()
+    fields = m.value
+    op = _op(ctx, fields.get("op"))
+    name, claim = _name(ctx, fields.get("name"), fields.get("op"))
+    variant = _value(ctx, fields, "variant", "function")
+    if op and variant == "method":
+        _check_method(ctx, fields["variant"], op)
+    if op and _value(ctx, fields, "library_opcheck", False) and not op.startswith("torch.ops."):
+        ctx.report(fields["library_opcheck"], f"library_opcheck checks torch.ops.* operators; "
+                                              f"{op!r} is not one")
+    samples, sample_names = _samples(ctx, m)
+    label = f"op {op!r}" if family else None
+    # Every part is built (and so checked) before deciding: all of a spec's problems show at once.
+    parts = dict(
+        dtypes=_strings(ctx, fields, "dtypes", ("float64",)),
+        lowprec_dtypes=_strings(ctx, fields, "lowprec_dtypes", ()),
+        devices=_strings(ctx, fields, "devices", model.KNOWN_DEVICES),
+        gradcheck=_gradcheck(ctx, fields.get("gradcheck")),
+        gradgradcheck=_flags(ctx, fields.get("gradgradcheck"), GradgradcheckFlags),
+        supports_forward_ad=_value(ctx, fields, "supports_forward_ad", True),
+        supports_gradgrad=_value(ctx, fields, "supports_gradgrad", True),
+        library_opcheck=_value(ctx, fields, "library_opcheck", False),
+        **{key: _rules(ctx, fields.get(key), key, sample_names, label)
+           for key in ("tolerances", "skips", "expected_failures")},
+    )
+    if ctx.count() != before or op is None or name is None or samples is None:
+        return None, claim
+    spec = OpSpec(name=name, op=op, source=source, sha256=sha256, samples=samples, variant=variant,
+                  location=fields["op"].key_loc, **parts)
+    return spec, claim
+
+
+# -- op, name, variant -------------------------------------------------------------------------
+
+def _op(ctx: Checker, node: Node | None) -> str | None:
+    """The op path if it resolves to a callable (reported where `op:` is written otherwise)."""
+    if not ctx.clean(node):
+        return None
+    try:
+        resolve_op(node.value)
+    except OpPathError as e:
+        ctx.report(node, str(e))
+        return None
+    except Exception as e:  # resolve_op wraps import errors; this guards the rest of the import machinery
+        ctx.report(node, f"resolving {node.value!r} failed: {type(e).__name__}: {e}")
+        return None
+    return node.value
+
+
+def _name(ctx: Checker, name_node: Node | None, op_node: Node | None) -> tuple[str | None, NameClaim | None]:
+    if name_node is not None:
+        if not ctx.clean(name_node):
+            return None, None
+        # The schema checks this pattern too; a name ends up in a file name and in Python source,
+        # so it is checked again here, whatever the schema says.
+        if not NAME_RE.match(name_node.value):
+            ctx.report(name_node, f"expected a lowercase identifier ([a-z][a-z0-9_]*), got {name_node.value!r}")
+            return None, None
+        return name_node.value, NameClaim(name_node.value, name_node.loc, format_path(name_node.path), False)
+    if not (ctx.clean(op_node) and OP_PATH_RE.match(op_node.value)):
+        return None, None  # the op's own problem is reported; a name derived from it would mislead
+    name = derive_name(op_node.value)
+    if not NAME_RE.match(name):
+        ctx.report(op_node, f"cannot derive a name from op {op_node.value!r} (got {name!r}); set `name:`")
+        return None, None
+    return name, NameClaim(name, op_node.loc, format_path(op_node.path), True)
+
+
+def _check_method(ctx: Checker, variant_node: Node, op: str) -> None:
+    if op.startswith("torch.ops."):
+        ctx.report(variant_node, f"variant 'method' needs an op path ending in a Tensor method "
+                                 f"(torch.Tensor.mul); {op!r} is an operator, call it as a function")
+        return
+    attr = re.split(r"[.:]", op)[-1]
+    import torch  # only specs with variant: method need it; the rest of the loader stays light
+
+    if not hasattr(torch.Tensor, attr):
+        hint = did_you_mean(attr, [n for n in dir(torch.Tensor) if not n.startswith("_")])
+        ctx.report(variant_node, f"variant 'method' calls args[0].{attr}(...), but torch.Tensor has no "
+                                 f"method {attr!r}{hint}")
+
+
+# -- samples and rules -------------------------------------------------------------------------
+
+def _samples(ctx: Checker, m: Node) -> tuple[tuple[model.Sample, ...] | None, set[str] | None]:
+    """The samples (None on a problem) and the names a `where` may use (None: can't be known)."""
+    node = m.value.get("samples")
+    if node is None:
+        ctx.report(m, "missing required key 'samples'")  # the schema says so too, but not for a family entry
+        return None, None
+    if not node.is_list:
+        return None, None
+    built, first = [], {}
+    for sample in (s for s in node.value if s.is_map):
+        name_node = sample.value.get("name")
+        if ctx.clean(name_node):
+            if name_node.value in first:
+                at = first[name_node.value].loc
+                ctx.report(name_node, f"duplicate sample name {name_node.value!r} (first at {at.line}:{at.col})")
+            first.setdefault(name_node.value, name_node)
+        if ctx.clean(sample):
+            built.append(build_sample(ctx, sample))
+    if not ctx.clean(node) or None in built:
+        return None, set(first)
+    return tuple(built), set(first)
+
+
+def _rules(ctx: Checker, node: Node | None, key: str, sample_names: set[str] | None,
+           label: str | None) -> tuple:
+    if node is None or not node.is_list:
+        return ()
+    rules = []
+    for rule in node.value:
+        if ctx.clean(rule):
+            where = _where(ctx, rule.value.get("where"), sample_names, label)
+            rules.append(_tolerance_rule(ctx, rule, where) if key == "tolerances" else
+                         Rule(where=where, reason=rule.value["reason"].value, location=rule.loc))
+    return tuple(rules)
+
+
+def _where(ctx: Checker, node: Node | None, sample_names: set[str] | None, label: str | None) -> Where:
+    if node is None:
+        return Where()
+    fields = {key: strings(node.value.get(key)) for key in ("device", "dtype", "check", "sample")}
+    if sample_names is not None:
+        _check_sample_names(ctx, node.value.get("sample"), sample_names, label)
+    return Where(**{key: value for key, value in fields.items() if value is not None})
+
+
+def _check_sample_names(ctx: Checker, node: Node | None, sample_names: set[str], label: str | None) -> None:
+    """A `where` naming a sample that does not exist would silently match nothing."""
+    for item in (node.value if node.is_list else [node]) if node is not None else []:
+        if item.value not in sample_names:
+            known = ", ".join(sorted(sample_names)) or "none"
+            owner = f" of {label}" if label else ""
+            ctx.report(item, f"unknown sample {item.value!r}{did_you_mean(item.value, sorted(sample_names))} "
+                             f"(samples{owner}: {known})")
+
+
+def _tolerance_rule(ctx: Checker, rule: Node, where: Where) -> ToleranceRule:
+    f = rule.value
+    if not any(key in f for key in _TOLERANCE_KEYS):
+        ctx.report(rule, f"a tolerance rule needs at least one of {', '.join(_TOLERANCE_KEYS)}")
+    numbers = {key: ctx.finite(f.get(key)) for key in _TOLERANCE_KEYS}
+    reason = f["reason"].value if "reason" in f else None
+    return ToleranceRule(where=where, reason=reason, location=rule.loc, **numbers)
+
+
+# -- flags and plain values --------------------------------------------------------------------
+
+def _gradcheck(ctx: Checker, node: Node | None) -> GradcheckFlags:
+    flags = _flags(ctx, node, GradcheckFlags)
+    if node is None or not ctx.clean(node):
+        return flags
+    fast_mode = node.value.get("fast_mode")
+    # YAML reads `fast_mode: true` as a bool; the model keeps the three spellings as strings.
+    mode = flags.fast_mode if fast_mode is None else str(fast_mode.value).lower()
+    numbers = {key: ctx.finite(node.value.get(key)) for key in _TOLERANCE_KEYS if key in node.value}
+    return replace(flags, fast_mode=mode, **numbers)
+
+
+def _flags(ctx: Checker, node: Node | None, cls):
+    if node is None or not ctx.clean(node):
+        return cls()
+    return cls(**{key: value.value for key, value in node.value.items()})
+
+
+def _value(ctx: Checker, fields: dict[str, Node], key: str, default):
+    node = fields.get(key)
+    return node.value if ctx.clean(node) else default
+
+
+def _strings(ctx: Checker, fields: dict[str, Node], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    node = fields.get(key)
+    return strings(node) if ctx.clean(node) else default

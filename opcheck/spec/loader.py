@@ -1,0 +1,157 @@
+"""Load spec files: YAML → schema → model per document, then one pass across all of them.
+
+Nothing stops at the first problem: every file is read, validated and built, the cross-spec
+rules run over everything that yielded a name, and only then is one SpecError raised with the
+whole list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+from opcheck.spec.build import Built, NameClaim, build_document
+from opcheck.spec.model import Location, OpSpec
+from opcheck.spec.problems import Problem, SpecError
+from opcheck.spec.validate import schema_problems
+from opcheck.spec.yamlload import load_yaml
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+_TEST_ID_RE = re.compile(r"test_[a-z_]+\[[A-Za-z0-9_.-]+\]\Z")
+
+
+def load_specs(paths: Iterable[Path], *, root: Path) -> list[OpSpec]:
+    """Every spec in `paths` (files, or directories meaning their *.yaml / *.yml files, sorted).
+
+    Sources and locations are relative to `root`, in posix form. Raises SpecError listing every
+    problem of every file.
+    """
+    problems: list[Problem] = []
+    results: list[Built] = []
+    for file, source in _spec_files(paths, root, problems):
+        try:
+            data = file.read_bytes()
+        except OSError as e:
+            problems.append(Problem(Location(source), "", f"cannot read: {e.strerror or e}"))
+            continue
+        text = _decode(data, source, problems)
+        if text is not None:
+            results.append(_load_document(text, source, hashlib.sha256(data).hexdigest()))
+    return _finish(results, problems)
+
+
+def load_spec_text(text: str, *, source: str) -> list[OpSpec]:
+    """The specs in one YAML text (for tests and fuzzing); sha256 is of its UTF-8 bytes."""
+    sha256 = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return _finish([_load_document(text, source, sha256)], [])
+
+
+def generated_test_ids(spec: OpSpec) -> list[str]:
+    """The ids of the tests generated for a spec: test_<check>[<device>-<dtype>-<sample>]."""
+    return [f"test_{check}[{device}-{dtype}-{sample.name}]"
+            for check in spec.checks()
+            for device in spec.devices
+            for dtype in spec.dtypes_for(check)
+            for sample in spec.samples]
+
+
+def cross_spec_problems(claims: list[NameClaim], specs: list[OpSpec]) -> list[Problem]:
+    """The rules across specs: names unique (each one is a test module), test ids unique and clean."""
+    # Specs sharing a name share a test module, so all their ids collide: the name says it once.
+    counts = Counter(claim.name for claim in claims)
+    return _duplicate_names(claims) + _bad_test_ids([spec for spec in specs if counts[spec.name] <= 1])
+
+
+def _load_document(text: str, source: str, sha256: str) -> Built:
+    document = load_yaml(text, source)
+    if document.root is None:
+        return Built([], [], document.problems)
+    # A value YAML could not read is reported once, by the loader; judging its placeholder adds noise.
+    flagged = [(path, problem) for path, problem in schema_problems(document.root)
+               if not any(path[: len(t)] == t for t in document.tainted)]
+    built = build_document(document.root, source=source, sha256=sha256,
+                           flagged={path for path, _ in flagged} | document.tainted)
+    problems = document.problems + [problem for _, problem in flagged] + built.problems
+    return Built(built.specs if not problems else [], built.claims, problems)
+
+
+def _finish(results: list[Built], problems: list[Problem]) -> list[OpSpec]:
+    specs = [spec for result in results for spec in result.specs]
+    claims = [claim for result in results for claim in result.claims]
+    problems = problems + [p for result in results for p in result.problems]
+    problems += cross_spec_problems(claims, specs)
+    if problems:
+        raise SpecError(problems)
+    return specs
+
+
+def _duplicate_names(claims: list[NameClaim]) -> list[Problem]:
+    first: dict[str, NameClaim] = {}
+    problems = []
+    for claim in claims:
+        other = first.setdefault(claim.name, claim)
+        if other is not claim:
+            how = " (derived from `op`; set `name:` to tell them apart)" if claim.derived else ""
+            problems.append(Problem(claim.location, claim.path,
+                                    f"duplicate spec name {claim.name!r}: {other.location} and {claim.location}{how}"))
+    return problems
+
+
+def _bad_test_ids(specs: list[OpSpec]) -> list[Problem]:
+    # Unique names and sample names already make ids unique; this is the last line of defence
+    # for the contract codegen and xdist rely on, checked on the ids themselves.
+    first: dict[tuple[str, str], OpSpec] = {}
+    problems = []
+    for spec in specs:
+        for test_id in generated_test_ids(spec):
+            key = (spec.name, test_id)
+            if not _TEST_ID_RE.match(test_id):
+                problems.append(Problem(spec.location, "", f"test id {test_id!r} has characters outside [A-Za-z0-9_.-]"))
+            elif key in first:
+                problems.append(Problem(spec.location, "",
+                                        f"test id test_{spec.name}.py::{test_id} is generated twice "
+                                        f"(also by {first[key].location})"))
+            else:
+                first[key] = spec
+    return problems
+
+
+def _spec_files(paths: Iterable[Path], root: Path, problems: list[Problem]) -> list[tuple[Path, str]]:
+    files, seen = [], set()
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file())
+            if not found:
+                problems.append(Problem(Location(_relative(path, root)), "", "no *.yaml or *.yml spec files here"))
+        elif path.is_file():
+            found = [path]
+        else:
+            problems.append(Problem(Location(_relative(path, root)), "", "no such file or directory"))
+            continue
+        for file in found:
+            key = os.path.realpath(file)  # the same file named twice is loaded once, not a duplicate
+            if key not in seen:
+                seen.add(key)
+                files.append((file, _relative(file, root)))
+    return files
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(root))).as_posix()
+    except ValueError:  # another drive on Windows
+        return Path(os.path.abspath(path)).as_posix()
+
+
+def _decode(data: bytes, source: str, problems: list[Problem]) -> str | None:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        problems.append(Problem(Location(source, line, col), "", "not UTF-8 text: a spec file must be UTF-8"))
+        return None

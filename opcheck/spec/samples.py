@@ -1,0 +1,207 @@
+"""Samples and their arguments: schema-checked nodes → model.Sample, with the rules about each.
+
+Every function here is given a node the schema found clean, so the node's shape is known; what
+is checked here is what a schema cannot say (exclusive keys, shapes that must agree, ranges).
+"""
+
+from __future__ import annotations
+
+from opcheck.spec import model
+from opcheck.spec.checker import Checker
+from opcheck.spec.model import Arg, DtypeArg, Sample, TensorArg, TensorListArg, TupleArg
+from opcheck.spec.problems import show
+from opcheck.spec.yamlload import Node
+
+_SQUARE_MAKERS = ("symmetric", "spd", "lower_triangular", "upper_triangular", "orthogonal")
+_DEFAULT_RANGE = (-2.0, 2.0)
+_INDEX_RANGE = (0.0, 10.0)  # integer dtypes: the runtime's default for index arguments
+
+
+def build_sample(ctx: Checker, node: Node) -> Sample | None:
+    """The sample, or None when it has a problem (reported)."""
+    before = ctx.count()
+    fields = node.value
+    one_source = _check_one_source(ctx, node)
+    args = tuple(build_arg(ctx, item) for item in _items(fields.get("args")))
+    kwargs = tuple((key, build_arg(ctx, value)) for key, value in _pairs(fields.get("kwargs")))
+    if one_source and ctx.count() == before and ("args" in fields or "kwargs" in fields):
+        _check_something_requires_grad(ctx, node, list(args) + [value for _, value in kwargs])
+    if ctx.count() != before:
+        return None
+    return Sample(
+        name=fields["name"].value,
+        args=args,
+        kwargs=kwargs,
+        generator=_text(fields.get("generator")),
+        opinfo=_text(fields.get("opinfo")),
+        location=node.loc,
+    )
+
+
+def _check_one_source(ctx: Checker, node: Node) -> bool:
+    fields = node.value
+    sources = [label for present, label in (("args" in fields or "kwargs" in fields, "args/kwargs"),
+                                            ("generator" in fields, "generator"),
+                                            ("opinfo" in fields, "opinfo")) if present]
+    if len(sources) == 1:
+        return True
+    got = " and ".join(sources) if sources else "none"
+    ctx.report(node, f"a sample needs exactly one of args/kwargs, generator or opinfo; got {got}")
+    return False
+
+
+def _check_something_requires_grad(ctx: Checker, node: Node, args: list) -> None:
+    # gradcheck itself refuses such a sample, but only when the test runs, on every device.
+    if not any(_differentiable(arg) for arg in args):
+        ctx.report(node, "no argument requires grad: gradcheck needs at least one floating-point or "
+                         "complex tensor argument")
+
+
+def build_arg(ctx: Checker, node: Node) -> Arg:
+    """A YAML argument → its model form; a list of literals becomes a plain tuple (see model.Arg)."""
+    if node.is_map:
+        if "tuple" in node.value:
+            return TupleArg(tuple(build_arg(ctx, item) for item in node.value["tuple"].value))
+        if set(node.value) == {"dtype"}:
+            return DtypeArg(node.value["dtype"].value)
+        return build_tensor(ctx, node)
+    if node.is_list:
+        if node.value and all(item.is_map for item in node.value):
+            return TensorListArg(tuple(build_tensor(ctx, item) for item in node.value))
+        return tuple(item.value for item in node.value)
+    return node.value
+
+
+def build_tensor(ctx: Checker, node: Node) -> TensorArg:
+    f = node.value
+    shape = tuple(dim.value for dim in f["shape"].value)
+    dtype = _text(f.get("dtype"))
+    low, high = ctx.finite(f.get("low")), ctx.finite(f.get("high"))
+    avoid = tuple(ctx.finite(point) for point in _items(f.get("avoid")))
+    margin = ctx.finite(f.get("margin"))
+    requires_grad = f["requires_grad"].value if "requires_grad" in f else None
+    _check_grad_dtype(ctx, f, dtype, requires_grad)
+    _check_range(ctx, f, dtype, low, high)
+    _check_maker(ctx, f, shape, dtype)
+    values = _check_values(ctx, f, shape, dtype)
+    return TensorArg(
+        shape=shape,
+        dtype=dtype,
+        low=low,
+        high=high,
+        requires_grad=requires_grad,
+        noncontiguous=f["noncontiguous"].value if "noncontiguous" in f else False,
+        maker=_text(f.get("maker")),
+        avoid=avoid,
+        margin=margin if margin is not None else 0.1,
+        values=values,
+    )
+
+
+def _check_grad_dtype(ctx: Checker, f: dict[str, Node], dtype: str | None, requires_grad: bool | None) -> None:
+    if requires_grad and dtype in model.INDEX_DTYPES:
+        ctx.report(f["requires_grad"], f"a tensor of dtype {dtype} can't require grad (only floating-point and "
+                                       f"complex tensors can); drop `requires_grad` or change `dtype`")
+
+
+def _check_range(ctx: Checker, f: dict[str, Node], dtype: str | None, low: float | None,
+                 high: float | None) -> None:
+    if low is None and high is None:
+        return
+    default_low, default_high = _INDEX_RANGE if dtype in model.INDEX_DTYPES else _DEFAULT_RANGE
+    lo, hi = (low if low is not None else default_low), (high if high is not None else default_high)
+    if lo < hi:
+        return
+    lo_text = _num(lo) + ("" if low is not None else " by default")
+    hi_text = _num(hi) + ("" if high is not None else " by default")
+    at = f["high"] if high is not None else f["low"]
+    ctx.report(at, f"expected low < high, got low {lo_text} and high {hi_text} (values are uniform in [low, high))")
+
+
+def _check_maker(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> None:
+    maker = _text(f.get("maker"))
+    if maker is None:
+        return
+    at = f["maker"]
+    if maker in _SQUARE_MAKERS and (len(shape) < 2 or shape[-1] != shape[-2]):
+        ctx.report(at, f"maker {maker!r} needs at least 2 dims with square last two (e.g. [3, 3] or "
+                       f"[2, 4, 4]), got shape {list(shape)}")
+    elif maker == "unit_norm" and not shape:
+        ctx.report(at, f"maker 'unit_norm' needs at least 1 dim, got shape {list(shape)}")
+    if dtype in model.INDEX_DTYPES and not (maker == "positive" and dtype != "bool"):
+        ctx.report(at, f"maker {maker!r} needs a floating-point or complex dtype, got {dtype}")
+    if "values" in f:
+        ctx.report(at, "`maker` and `values` both set the values; keep one")
+
+
+def _check_values(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> tuple | None:
+    node = f.get("values")
+    if node is None:
+        return None
+    for key in ("low", "high", "avoid"):
+        if key in f:
+            ctx.report(f[key], f"`{key}` has no effect when `values` are given", at_key=True)
+    given = _nested_shape(node)
+    if given is None:
+        ctx.report(node, "expected a nested list with rows of equal length, got a ragged one")
+    elif given != shape:
+        ctx.report(node, f"values have shape {list(given)}, but `shape` is {list(shape)}")
+    _check_value_kinds(ctx, node, dtype)
+    return _nested_tuple(node)
+
+
+def _nested_shape(node: Node) -> tuple[int, ...] | None:
+    """The shape of a nested list of numbers; None when ragged."""
+    if not node.is_list:
+        return ()
+    inner = {_nested_shape(item) for item in node.value}
+    if None in inner or len(inner) > 1:
+        return None
+    return (len(node.value),) + (inner.pop() if inner else ())
+
+
+def _check_value_kinds(ctx: Checker, node: Node, dtype: str | None) -> None:
+    if node.is_list:
+        for item in node.value:
+            _check_value_kinds(ctx, item, dtype)
+        return
+    value = node.value
+    if dtype == "bool":
+        ok, wanted = isinstance(value, bool), "true or false"
+    elif dtype in model.INDEX_DTYPES:
+        ok, wanted = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    else:
+        ok, wanted = not isinstance(value, bool), "a number"
+    if not ok:
+        tensor = f"a tensor of dtype {dtype}" if dtype else "a floating-point tensor"
+        ctx.report(node, f"expected {wanted} for {tensor}, got {show(value)}")
+
+
+def _nested_tuple(node: Node):
+    return tuple(_nested_tuple(item) for item in node.value) if node.is_list else node.value
+
+
+def _differentiable(arg: Arg) -> bool:
+    if isinstance(arg, TensorArg):
+        if arg.requires_grad is not None:
+            return arg.requires_grad
+        return arg.dtype is None or arg.dtype not in model.INDEX_DTYPES
+    if isinstance(arg, (TensorListArg, TupleArg)):
+        return any(_differentiable(item) for item in arg.items)
+    return False
+
+
+def _items(node: Node | None) -> list[Node]:
+    return node.value if node is not None else []
+
+
+def _pairs(node: Node | None) -> list[tuple[str, Node]]:
+    return list(node.value.items()) if node is not None else []
+
+
+def _text(node: Node | None) -> str | None:
+    return node.value if node is not None else None
+
+
+def _num(x: float) -> str:
+    return repr(int(x)) if x == int(x) else repr(x)

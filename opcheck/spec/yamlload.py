@@ -1,0 +1,319 @@
+"""Safe YAML → Node tree: every value knows its file:line:col and its key path.
+
+PyYAML composes the node graph (so anchors and aliases are resolved by PyYAML itself); this
+module turns that graph into `Node`s itself instead of using PyYAML's constructors, because it
+must see what constructors hide: duplicate keys, where each value and each key was written, and
+which keys came in through a `<<` merge (those may be overridden; written-twice keys may not).
+
+Scalars follow the YAML 1.2 core schema rather than PyYAML's YAML 1.1 default, so `1e-4` is a
+float, `010` is ten, and `no`, `on`, `2024-01-01` stay strings. Only plain data is ever built:
+any tag outside the core schema is rejected, so a spec can never construct Python objects.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from yaml.composer import Composer
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import BaseResolver
+from yaml.scanner import Scanner
+
+from opcheck.spec.model import Location
+from opcheck.spec.problems import KeyPath, Problem, format_path, show
+
+_TAG = "tag:yaml.org,2002:"
+STR, INT, FLOAT, BOOL, NULL = (_TAG + t for t in ("str", "int", "float", "bool", "null"))
+SEQ, MAP, MERGE = _TAG + "seq", _TAG + "map", _TAG + "merge"
+
+# Real specs nest a dozen levels deep; the limits only stop pathological input (alias bombs,
+# thousands of nested brackets) before it exhausts the stack or the memory.
+MAX_DEPTH = 100
+MAX_NODES = 100_000
+
+
+class _CoreResolver(BaseResolver):
+    """YAML 1.2 core schema implicit tags, plus the `<<` merge key."""
+
+
+_INT_RE = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_RE = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
+
+# Order matters: resolvers sharing a first character are tried in the order added (int before float).
+_CoreResolver.add_implicit_resolver(BOOL, _BOOL_RE, list("tTfF"))
+_CoreResolver.add_implicit_resolver(NULL, _NULL_RE, ["~", "n", "N", ""])
+_CoreResolver.add_implicit_resolver(INT, _INT_RE, list("-+0123456789"))
+_CoreResolver.add_implicit_resolver(FLOAT, _FLOAT_RE, list("-+0123456789."))
+_CoreResolver.add_implicit_resolver(MERGE, re.compile(r"^<<$"), ["<"])
+
+
+class _Composer(Reader, Scanner, Parser, Composer, _CoreResolver):
+    """PyYAML's pure-Python front end up to the node graph; no constructor on purpose."""
+
+    def __init__(self, text: str):
+        Reader.__init__(self, text)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        Composer.__init__(self)
+        _CoreResolver.__init__(self)
+
+
+@dataclass(eq=False)
+class Node:
+    """A YAML value: a dict of Nodes, a list of Nodes, or a scalar; with where it was written.
+
+    `path` is where the value sits in its document; a value merged in from a family's `defaults`
+    keeps its `defaults...` path, so a problem with it is reported where it was written.
+    """
+
+    value: Any
+    loc: Location
+    path: KeyPath
+    key_loc: Location | None = None  # where the key naming this value was written, if any
+
+    @property
+    def is_map(self) -> bool:
+        return isinstance(self.value, dict)
+
+    @property
+    def is_list(self) -> bool:
+        return isinstance(self.value, list)
+
+    def get(self, key: str) -> Node | None:
+        return self.value.get(key) if self.is_map else None
+
+    def plain(self) -> Any:
+        """Plain dicts/lists/scalars, for the JSON Schema validator."""
+        if self.is_map:
+            return {k: v.plain() for k, v in self.value.items()}
+        if self.is_list:
+            return [v.plain() for v in self.value]
+        return self.value
+
+    def at(self, path: KeyPath) -> Node:
+        """The node at a key path below this one (the path must exist)."""
+        node = self
+        for part in path:
+            node = node.value[part]
+        return node
+
+
+@dataclass
+class YamlDocument:
+    """A parsed document: its root (None when unreadable or empty) and its problems.
+
+    `tainted` holds the paths of values that could not be read as written (an unsupported tag,
+    a cycle): they stand in the tree as placeholders, and later stages must not judge them.
+    """
+
+    root: Node | None
+    problems: list[Problem]
+    tainted: set[KeyPath]
+
+
+def load_yaml(text: str, source: str) -> YamlDocument:
+    """Parse one YAML document."""
+    try:
+        root = _compose(text)
+    except yaml.MarkedYAMLError as e:
+        return YamlDocument(None, [_malformed(e, source)], set())
+    except yaml.reader.ReaderError as e:
+        return YamlDocument(None, [_unreadable(e, text, source)], set())
+    except RecursionError:
+        return YamlDocument(None, [Problem(Location(source), "", "malformed YAML: nesting too deep")], set())
+    if root is None:
+        empty = Problem(Location(source, 1, 1), "", "empty spec: expected a mapping with `op:` and `samples:`")
+        return YamlDocument(None, [empty], set())
+    converter = _Converter(source)
+    tree = converter.convert(root)
+    return YamlDocument(tree, converter.problems, converter.tainted)
+
+
+def _compose(text: str):
+    composer = _Composer(text)  # the reader rejects unprintable characters right here
+    try:
+        return composer.get_single_node()
+    finally:
+        composer.dispose()
+
+
+def _malformed(e: yaml.MarkedYAMLError, source: str) -> Problem:
+    mark = e.problem_mark or e.context_mark
+    loc = Location(source, mark.line + 1, mark.column + 1) if mark else Location(source)
+    problem = e.problem or e.context or "malformed YAML"
+    if e.context and e.problem:
+        where = f" at {e.context_mark.line + 1}:{e.context_mark.column + 1}" if e.context_mark else ""
+        if e.problem.startswith("but "):  # PyYAML splits "expected X, but found Y" in two
+            problem = f"{e.context}{where}, {e.problem}"
+        else:
+            problem = f"{e.problem} ({e.context}{where})"
+    return Problem(loc, "", f"malformed YAML: {problem}")
+
+
+def _unreadable(e: yaml.reader.ReaderError, text: str, source: str) -> Problem:
+    before = text[: e.position]
+    line = before.count("\n") + 1
+    col = e.position - (before.rfind("\n") + 1) + 1
+    char = e.character if isinstance(e.character, int) else ord(e.character)
+    return Problem(Location(source, line, col), "",
+                   f"malformed YAML: character U+{char:04X} is not allowed in YAML text")
+
+
+def _loc(source: str, ynode) -> Location:
+    mark = ynode.start_mark
+    return Location(source, mark.line + 1, mark.column + 1)
+
+
+class _Converter:
+    """Walks PyYAML's node graph once per position (aliases are expanded), collecting problems."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.problems: list[Problem] = []
+        self.tainted: set[KeyPath] = set()
+        self._count = 0
+        self._active: set[int] = set()  # ids of the nodes being converted: an alias to one is a cycle
+
+    def report(self, loc: Location, path: KeyPath, message: str) -> None:
+        self.problems.append(Problem(loc, format_path(path), message))
+
+    def taint(self, loc: Location, path: KeyPath, message: str) -> None:
+        """Report a value that could not be read as written; what stands in its place is a guess."""
+        self.report(loc, path, message)
+        self.tainted.add(path)
+
+    def convert(self, ynode, path: KeyPath = (), key_loc: Location | None = None) -> Node:
+        loc = _loc(self.source, ynode)
+        refusal = self._refusal(ynode, path)
+        if refusal is not None:
+            if refusal:
+                self.taint(loc, path, refusal)
+            else:
+                self.tainted.add(path)
+            return Node(None, loc, path, key_loc)
+        self._active.add(id(ynode))
+        try:
+            if isinstance(ynode, MappingNode):
+                value = self._mapping(ynode, path, loc)
+            elif isinstance(ynode, SequenceNode):
+                self._check_tag(ynode, SEQ, loc, path)
+                value = [self.convert(item, path + (i,)) for i, item in enumerate(ynode.value)]
+            else:
+                value = self._scalar(ynode, loc, path)
+        finally:
+            self._active.discard(id(ynode))
+        return Node(value, loc, path, key_loc)
+
+    def _refusal(self, ynode, path: KeyPath) -> str | None:
+        """Why this node is not converted ("" once the node limit was reported), or None."""
+        self._count += 1
+        if self._count > MAX_NODES:
+            return f"too many values (over {MAX_NODES}, after expanding aliases)" if self._count == MAX_NODES + 1 else ""
+        if len(path) > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels"
+        if id(ynode) in self._active:
+            return "an alias refers to a value that contains it (a cycle)"
+        return None
+
+    def _mapping(self, ynode: MappingNode, path: KeyPath, loc: Location) -> dict[str, Node]:
+        self._check_tag(ynode, MAP, loc, path)
+        merged: dict[str, Node] = {}
+        own: dict[str, Node] = {}
+        for key_node, value_node in ynode.value:
+            if key_node.tag == MERGE:
+                self._merge_into(merged, value_node, path)
+                continue
+            key_loc = _loc(self.source, key_node)
+            key = self._key(key_node, key_loc, path)
+            if key is None:
+                continue
+            if key in own:
+                first = own[key].key_loc
+                self.report(key_loc, path + (key,), f"duplicate key {key!r} (first at {first.line}:{first.col})")
+                continue
+            own[key] = self.convert(value_node, path + (key,), key_loc)
+        # Written keys override merged ones (YAML merge semantics); merged keys come first.
+        return {**merged, **own}
+
+    def _merge_into(self, merged: dict[str, Node], value_node, path: KeyPath) -> None:
+        sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+        for source in sources:
+            if not isinstance(source, MappingNode):
+                self.report(_loc(self.source, source), path,
+                            "'<<' merges a mapping or a list of mappings (e.g. `<<: *defaults`)")
+                continue
+            # Converted under this mapping's path: the merged keys live here now.
+            for key, node in self.convert(source, path).value.items():
+                merged.setdefault(key, node)  # earlier sources win, as YAML specifies
+
+    def _key(self, key_node, key_loc: Location, path: KeyPath) -> str | None:
+        if isinstance(key_node, ScalarNode) and key_node.tag == STR:
+            return key_node.value
+        got = show(self._scalar(key_node, key_loc, path)) if isinstance(key_node, ScalarNode) else "a collection"
+        self.report(key_loc, path, f"expected a string key, got {got}")
+        return None
+
+    def _check_tag(self, ynode, expected: str, loc: Location, path: KeyPath) -> None:
+        if ynode.tag != expected:
+            self.taint(loc, path, f"unsupported YAML tag {_short(ynode.tag)!r}")
+
+    def _scalar(self, ynode: ScalarNode, loc: Location, path: KeyPath) -> Any:
+        text, tag = ynode.value, ynode.tag
+        if tag == STR:
+            return text
+        parse = _SCALAR_PARSERS.get(tag)
+        if parse is None:
+            self.taint(loc, path, f"unsupported YAML tag {_short(tag)!r}")
+            return text
+        try:
+            return parse(text)
+        except ValueError:
+            self.taint(loc, path, f"{show(text)} is not a valid {_short(tag)}")
+            return text
+
+
+def _short(tag: str) -> str:
+    return "!!" + tag[len(_TAG):] if tag.startswith(_TAG) else tag
+
+
+def _parse_int(text: str) -> int:
+    if not _INT_RE.match(text):
+        raise ValueError(text)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+def _parse_float(text: str) -> float:
+    if not _FLOAT_RE.match(text) and not _INT_RE.match(text):
+        raise ValueError(text)
+    lowered = text.lower()
+    if lowered.endswith(".inf"):
+        return -math.inf if text.startswith("-") else math.inf
+    if lowered == ".nan":
+        return math.nan
+    return float(_parse_int(text)) if _INT_RE.match(text) else float(text)
+
+
+def _parse_bool(text: str) -> bool:
+    if not _BOOL_RE.match(text):
+        raise ValueError(text)
+    return text.lower() == "true"
+
+
+def _parse_null(text: str) -> None:
+    if not _NULL_RE.match(text):
+        raise ValueError(text)
+    return None
+
+
+_SCALAR_PARSERS = {INT: _parse_int, FLOAT: _parse_float, BOOL: _parse_bool, NULL: _parse_null}

@@ -1,0 +1,150 @@
+"""Problems are collected across everything, sorted, located, phrased with a fix; the API around them."""
+
+from pathlib import Path
+
+import pytest
+
+from opcheck.spec import Problem, SpecError, load_spec_text, load_specs
+from opcheck.spec.build import NameClaim
+from opcheck.spec.loader import cross_spec_problems, generated_test_ids
+from opcheck.spec.model import Location, OpSpec, Sample, TensorArg
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+GOOD = "op: torch.sin\nsamples: [{name: a, args: [{shape: [3]}]}]\n"
+
+
+def _problems(text: str) -> list[Problem]:
+    with pytest.raises(SpecError) as info:
+        load_spec_text(text, source="op_specs/x.yaml")
+    return info.value.problems
+
+
+def test_problem_text_with_and_without_a_key_path():
+    loc = Location("op_specs/x.yaml", 14, 5)
+    assert str(Problem(loc, "samples[2].args[0].shape", "expected a list of non-negative integers, got 'x'")) == (
+        "op_specs/x.yaml:14:5: samples[2].args[0].shape: expected a list of non-negative integers, got 'x'")
+    assert str(Problem(loc, "", "empty spec")) == "op_specs/x.yaml:14:5: empty spec"
+    assert str(Problem(Location("op_specs/x.yaml"), "", "not UTF-8")) == "op_specs/x.yaml: not UTF-8"
+
+
+def test_spec_error_sorts_by_file_line_col_and_drops_repeats():
+    b = Problem(Location("b.yaml", 1, 1), "", "m")
+    a2 = Problem(Location("a.yaml", 2, 1), "", "m")
+    a1 = Problem(Location("a.yaml", 1, 9), "", "m")
+    error = SpecError([b, a2, a1, b])
+    assert error.problems == [a1, a2, b]
+    assert str(error) == "a.yaml:1:9: m\na.yaml:2:1: m\nb.yaml:1:1: m"
+
+
+def test_every_problem_of_a_file_is_reported_at_once_sorted_with_suggestions():
+    problems = _problems("""\
+op: torch.sin
+sampels: []
+gradcheck: {nondet_tl: 1, atol: -1}
+samples:
+  - name: a
+    args: [{shape: [2, -1], requries_grad: true}]
+  - name: a
+    args: [{shape: [2], low: 5}]
+""")
+    assert [(p.location.line, p.location.col) for p in problems] == sorted(
+        (p.location.line, p.location.col) for p in problems)
+    assert [p.path for p in problems] == [
+        "sampels", "gradcheck.nondet_tl", "gradcheck.atol", "samples[0].args[0].shape[1]",
+        "samples[0].args[0].requries_grad", "samples[1].name", "samples[1].args[0].low"]
+    messages = "\n".join(p.message for p in problems)
+    assert "did you mean 'samples'?" in messages
+    assert "did you mean 'nondet_tol'?" in messages
+    assert "did you mean 'requires_grad'?" in messages
+
+
+def test_unknown_key_without_a_close_match_lists_the_known_keys():
+    [problem] = _problems("op: torch.sin\nsamples: [{name: a, args: [{shape: [3]}]}]\ngradgradcheck: {zzz: 1}\n")
+    assert problem.message == ("unknown key 'zzz' (expected one of: enabled, check_batched_grad, "
+                               "check_fwd_over_rev, gen_non_contig_grad_outputs)")
+    assert (problem.location.line, problem.location.col) == (3, 17)
+
+
+def test_problems_of_all_files_come_together(tmp_path):
+    (tmp_path / "a.yaml").write_text("op: torch.sin\nsamples: [{name: a, args: [{shape: x}]}]\n")
+    (tmp_path / "b.yaml").write_text("op: torch.sinn\nsamples: [{name: a, args: [{shape: [1]}]}]\n")
+    (tmp_path / "c.yaml").write_text(GOOD.replace("[3]", "[4]"))  # valid, but named like a.yaml
+    with pytest.raises(SpecError) as info:
+        load_specs([tmp_path, tmp_path / "missing.yaml"], root=tmp_path)
+    assert [str(p).split(": ", 1)[0] for p in info.value.problems] == [
+        "a.yaml:2:36", "b.yaml:1:5", "c.yaml:1:5", "missing.yaml"]
+    # A file with other problems still claims its name: the clash is reported now, not on the next run.
+    assert "duplicate spec name 'sin': a.yaml:1:5 and c.yaml:1:5" in str(info.value)
+
+
+def test_a_directory_without_specs_is_a_problem(tmp_path):
+    with pytest.raises(SpecError, match="no \\*.yaml or \\*.yml spec files here"):
+        load_specs([tmp_path], root=tmp_path)
+
+
+def test_duplicate_names_within_a_family_name_both_places():
+    text = ("ops:\n"
+            "  - {op: torch.sin, samples: [{name: a, args: [{shape: [3]}]}]}\n"
+            "  - {op: torch.Tensor.sin, variant: method, samples: [{name: a, args: [{shape: [3]}]}]}\n")
+    [problem] = _problems(text)
+    assert str(problem) == ("op_specs/x.yaml:3:10: ops[1].op: duplicate spec name 'sin': op_specs/x.yaml:2:10 "
+                            "and op_specs/x.yaml:3:10 (derived from `op`; set `name:` to tell them apart)")
+
+
+def _spec(*sample_names: str, name: str = "sin") -> OpSpec:
+    return OpSpec(name=name, op="torch.sin", source="s.yaml", sha256="0", devices=("cpu",),
+                  samples=tuple(Sample(n, args=(TensorArg((2,)),)) for n in sample_names),
+                  location=Location("s.yaml", 1, 1))
+
+
+def test_generated_test_ids_follow_the_contract():
+    assert generated_test_ids(_spec("a", "b")) == [
+        "test_gradcheck[cpu-float64-a]", "test_gradcheck[cpu-float64-b]",
+        "test_gradgradcheck[cpu-float64-a]", "test_gradgradcheck[cpu-float64-b]"]
+
+
+def test_cross_spec_pass_catches_colliding_and_unclean_test_ids():
+    # Models built by hand: the loader's own rules never let these through, the last check must.
+    problems = cross_spec_problems([], [_spec("a", "a"), _spec("b c", name="cos")])
+    messages = [p.message for p in problems]
+    assert "test id test_sin.py::test_gradcheck[cpu-float64-a] is generated twice (also by s.yaml:1:1)" in messages
+    assert "test id 'test_gradcheck[cpu-float64-b c]' has characters outside [A-Za-z0-9_.-]" in messages
+    assert cross_spec_problems([], [_spec("a", "b"), _spec("a", "b", name="cos")]) == []
+
+
+def test_cross_spec_names_report_both_locations():
+    claims = [NameClaim("sin", Location("a.yaml", 3, 7), "name", False),
+              NameClaim("sin", Location("b.yaml", 2, 5), "op", True)]
+    [problem] = cross_spec_problems(claims, [])
+    assert problem.location == Location("b.yaml", 2, 5)
+    assert "a.yaml:3:7 and b.yaml:2:5" in problem.message
+
+
+def test_values_that_yaml_could_not_read_are_reported_once():
+    problems = _problems("op: !!python/name:os.system\nsamples: [{name: a, args: [!!binary aGk=]}]\n")
+    assert [p.message for p in problems] == ["unsupported YAML tag '!!python/name:os.system'",
+                                             "unsupported YAML tag '!!binary'"]
+
+
+def test_method_variant_with_a_real_tensor_method_loads():
+    [spec] = load_spec_text("op: torch.Tensor.addmm\nvariant: method\nsamples: [{name: a, args: "
+                            "[{shape: [2, 2]}, {shape: [2, 3]}, {shape: [3, 2]}]}]\n", source="s.yaml")
+    assert (spec.name, spec.variant) == ("addmm", "method")
+
+
+def test_opcheck_on_torch_ops_overload_is_accepted():
+    [spec] = load_spec_text("op: torch.ops.aten.sin.default\nlibrary_opcheck: true\n"
+                            "samples: [{name: a, args: [{shape: [3]}]}]\n", source="s.yaml")
+    assert (spec.name, spec.library_opcheck) == ("sin", True)
+
+
+def test_a_problem_in_defaults_is_reported_once_not_once_per_op():
+    text = ("defaults:\n"
+            "  samples: [{name: v, args: [{shape: [3], maker: spd}]}]\n"
+            "ops:\n"
+            "  - op: torch.sin\n"
+            "  - op: torch.cos\n")
+    assert [str(p) for p in _problems(text)] == [
+        "op_specs/x.yaml:2:50: defaults.samples[0].args[0].maker: maker 'spd' needs at least 2 dims with square "
+        "last two (e.g. [3, 3] or [2, 4, 4]), got shape [3]"]

@@ -1,0 +1,82 @@
+"""The shipped JSON Schema: valid, strict, documented for editors, and in step with the model."""
+
+import json
+import re
+from pathlib import Path
+
+from jsonschema import Draft202012Validator
+
+from opcheck.spec import load_spec_text, schema_path
+from opcheck.spec import model
+from opcheck.spec.validate import describe
+
+SCHEMA = json.loads(schema_path().read_text(encoding="utf-8"))
+DEFS = SCHEMA["$defs"]
+FORMAT_MD = Path(model.__file__).with_name("FORMAT.md")
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _deref(sub: dict) -> dict:
+    while "$ref" in sub:
+        sub = DEFS[sub["$ref"].rsplit("/", 1)[-1]]
+    return sub
+
+
+def test_schema_file_is_shipped_beside_the_loader_and_is_valid_2020_12():
+    assert schema_path() == Path(model.__file__).with_name("op_spec.schema.json")
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(SCHEMA)
+
+
+def test_every_mapping_with_fixed_keys_rejects_unknown_ones():
+    fixed = [node for node in _walk(SCHEMA) if "properties" in node]
+    assert len(fixed) >= 10
+    assert all(node.get("additionalProperties") is False for node in fixed)
+
+
+def test_every_key_is_documented_for_editors():
+    undocumented = [key for node in _walk(SCHEMA) for key, sub in node.get("properties", {}).items()
+                    if "description" not in _deref(sub) and "description" not in sub]
+    assert undocumented == []
+
+
+def test_single_op_family_entry_and_defaults_accept_the_same_keys():
+    op_keys = set(DEFS["opSpec"]["properties"])
+    assert set(DEFS["familyOp"]["properties"]) == op_keys
+    assert set(DEFS["family"]["properties"]["defaults"]["properties"]) == op_keys - {"op", "name"}
+
+
+def test_schema_choices_are_the_models():
+    assert DEFS["dtypes"]["items"]["enum"] == list(model.GRAD_DTYPES)
+    assert DEFS["lowprec_dtypes"]["items"]["enum"] == list(model.LOWPREC_DTYPES)
+    assert DEFS["devices"]["items"]["enum"] == list(model.KNOWN_DEVICES)
+    assert DEFS["tensor"]["properties"]["dtype"]["enum"] == list(model.TENSOR_DTYPES)
+    assert DEFS["tensor"]["properties"]["maker"]["enum"] == list(model.MAKERS)
+    where = DEFS["where"]["properties"]
+    assert where["check"]["anyOf"][0]["enum"] == list(model.CHECKS)
+    # Every tensor key the schema accepts is a TensorArg field.
+    assert set(DEFS["tensor"]["properties"]) == set(model.TensorArg.__dataclass_fields__)
+
+
+def test_format_reference_examples_load():
+    blocks = re.findall(r"```yaml\n(.*?)```", FORMAT_MD.read_text(encoding="utf-8"), flags=re.S)
+    specs = [block for block in blocks if "op:" in block]
+    assert len(specs) == 2
+    loaded = [load_spec_text(block, source="FORMAT.md") for block in specs]
+    assert [[s.name for s in specs] for specs in loaded] == [["softmax"], ["sin", "cos"]]
+
+
+def test_described_expectations_read_as_english():
+    assert describe(DEFS["tensor"]["properties"]["shape"]) == "a list of non-negative integers"
+    assert describe({"type": "number", "exclusiveMinimum": 0}) == "a positive number"
+    assert describe(DEFS["samples"]) == "a list of samples"
+    assert describe({"enum": ["a", True]}) == "one of a, true"
