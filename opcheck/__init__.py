@@ -1,16 +1,16 @@
-"""opcheck: declarative, fast, well-explained gradient checks for PyTorch operators."""
+"""opcheck: declarative, fast, well-explained gradient checks for PyTorch operators.
 
-from opcheck.engine import (
-    GradcheckError,
-    GradcheckReport,
-    JacobianMismatch,
-    gradcheck,
-    gradcheck_report,
-    gradgradcheck,
-    gradgradcheck_report,
-)
+The engine's names are imported on first use, so that `opcheck` on the command line and the
+pytest plugin start without importing torch.
+"""
 
-__all__ = [
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_ENGINE_NAMES = (
     "GradcheckError",
     "GradcheckReport",
     "JacobianMismatch",
@@ -18,5 +18,17 @@ __all__ = [
     "gradcheck_report",
     "gradgradcheck",
     "gradgradcheck_report",
-]
-__version__ = "0.1.0"
+)
+__all__ = list(_ENGINE_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _ENGINE_NAMES:
+        value = getattr(importlib.import_module("opcheck.engine"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'opcheck' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_ENGINE_NAMES))

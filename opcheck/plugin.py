@@ -1,0 +1,187 @@
+"""opcheck's pytest plugin (entry point `pytest11: opcheck`).
+
+- registers one marker per check kind (`pytest -m gradgradcheck`, `-m "not lowprec"`);
+- `--opcheck-device cpu,cuda` / `--opcheck-dtype float64` deselect the other devices / dtypes
+  of generated tests (reported as deselected);
+- `--opcheck-policy auto|full|fast` overrides every spec's `gradcheck.fast_mode`, and
+  `--opcheck-budget N` (or OPCHECK_JACOBIAN_BUDGET) sets the auto policy's Jacobian budget;
+- `--opcheck-plot DIR` writes a heatmap of every failing Jacobian block (needs matplotlib);
+- around each test call, tells the runtime the item's node id, so that failures print the exact
+  command that reruns them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import shlex
+
+import pytest
+
+from opcheck.spec.model import CHECKS, TENSOR_DTYPES, OpSpec
+
+MARKERS = {
+    "gradcheck": "reverse-mode first derivative (VJP) against finite differences",
+    "forward_ad": "forward-mode first derivative (JVP) against finite differences",
+    "gradgradcheck": "second derivative, reverse over reverse (VJP of VJP)",
+    "fwgrad_bwgrad": "second derivative, forward over reverse (JVP of VJP)",
+    "lowprec": "float32/float16/bfloat16/complex64 outputs, VJP and JVP against the float64 run",
+    "gradgrad_unsupported": "the spec declares supports_gradgrad: false; the second derivative must raise",
+    "forward_ad_unsupported": "the spec declares supports_forward_ad: false; forward AD must raise",
+    "library_opcheck": "torch.library.opcheck registration checks for torch.ops.* operators",
+}
+
+POLICIES = ("auto", "full", "fast")
+SETTINGS_KEY = pytest.StashKey()
+SELECTION_KEY = pytest.StashKey()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("opcheck", "opcheck generated gradient tests")
+    group.addoption("--opcheck-device", action="append", default=[], metavar="DEVICE[,DEVICE]",
+                    help="run generated tests only on these device types (repeatable or comma-separated: "
+                         "cpu, cuda, mps, xpu, ...); the others are deselected")
+    group.addoption("--opcheck-dtype", action="append", default=[], metavar="DTYPE[,DTYPE]",
+                    help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
+                         "complex128, float32, bfloat16, ...); the others are deselected")
+    group.addoption("--opcheck-policy", choices=POLICIES, default=None,
+                    help="override every spec's gradcheck.fast_mode: auto (full Jacobian within the budget, "
+                         "random projections beyond), full (always the full Jacobian), fast (always projections)")
+    group.addoption("--opcheck-budget", default=None, metavar="ENTRIES",
+                    help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy computes "
+                         "the full Jacobian, e.g. 1048576, 2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET or 2**20)")
+    group.addoption("--opcheck-plot", default=None, metavar="DIR",
+                    help="write a PNG heatmap of |analytical - numerical| for every failing Jacobian block into "
+                         "DIR (needs matplotlib: pip install 'opcheck[plot]')")
+
+
+def _split(values: list[str]) -> list[str]:
+    return [p.strip() for v in values for p in v.split(",") if p.strip()]
+
+
+def _unknown(kind: str, value: str, known) -> pytest.UsageError:
+    close = difflib.get_close_matches(value, list(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return pytest.UsageError(f"--opcheck-{kind}: unknown {kind} {value!r}{hint}; expected one of "
+                             f"{', '.join(known)}")
+
+
+def _settings(config: pytest.Config):
+    from opcheck.runtime.context import BUDGET_ENV, Settings, parse_budget
+    from opcheck.runtime.devices import known_device_types
+
+    devices = _split(config.getoption("opcheck_device"))
+    known = known_device_types()
+    for d in devices:
+        if d not in known:
+            raise _unknown("device", d, known)
+    dtypes = _split(config.getoption("opcheck_dtype"))
+    for d in dtypes:
+        if d not in TENSOR_DTYPES:
+            raise _unknown("dtype", d, TENSOR_DTYPES)
+    policy = config.getoption("opcheck_policy")
+    raw_budget = config.getoption("opcheck_budget")
+    if raw_budget is not None and policy in ("full", "fast"):
+        raise pytest.UsageError(f"--opcheck-budget sets the budget of the auto policy; it has no effect with "
+                                f"--opcheck-policy={policy} (drop one of them)")
+    try:
+        if raw_budget is not None:
+            budget, source = parse_budget(raw_budget, where="--opcheck-budget"), "--opcheck-budget"
+        elif os.environ.get(BUDGET_ENV):
+            budget, source = parse_budget(os.environ[BUDGET_ENV], where=BUDGET_ENV), BUDGET_ENV
+        else:
+            budget, source = Settings().budget, "default"
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    plot_dir = config.getoption("opcheck_plot")
+    if plot_dir is not None:
+        if importlib.util.find_spec("matplotlib") is None:
+            raise pytest.UsageError("--opcheck-plot needs matplotlib, which is not installed "
+                                    "(pip install 'opcheck[plot]')")
+        plot_dir = str(config.invocation_params.dir / plot_dir)
+        if os.path.exists(plot_dir) and not os.path.isdir(plot_dir):
+            raise pytest.UsageError(f"--opcheck-plot: {plot_dir} exists and is not a directory")
+    settings = Settings(policy=policy, budget=budget, budget_source=source, plot_dir=plot_dir)
+    return settings, (tuple(devices), tuple(dtypes))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: opcheck: {doc}")
+    settings, selection = _settings(config)
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[SELECTION_KEY] = selection
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return []
+    devices, dtypes = config.stash[SELECTION_KEY]
+    policy = f"policy {settings.policy}" if settings.policy else "fast_mode per spec"
+    parts = [policy]
+    if settings.policy in (None, "auto"):
+        parts.append(f"auto budget {settings.budget} Jacobian entries ({settings.budget_source})")
+    parts.append(f"devices {','.join(devices)}" if devices else "all devices")
+    parts.append(f"dtypes {','.join(dtypes)}" if dtypes else "all dtypes")
+    if settings.plot_dir:
+        parts.append(f"heatmaps in {settings.plot_dir}")
+    from opcheck.runtime.devices import faked_unavailable
+
+    if faked_unavailable():
+        parts.append(f"treated as unavailable: {','.join(sorted(faked_unavailable()))}")
+    return ["opcheck: " + "; ".join(parts)]
+
+
+def is_generated_item(item: pytest.Item) -> bool:
+    """A test of a generated module: parametrized over device/dtype/sample, with a SPEC or a check marker."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or not {"device", "dtype", "sample"} <= set(callspec.params):
+        return False
+    module = getattr(item, "module", None)
+    if isinstance(getattr(module, "SPEC", None), OpSpec):
+        return True
+    return any(item.get_closest_marker(name) is not None for name in CHECKS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    devices, dtypes = config.stash.get(SELECTION_KEY, ((), ()))
+    if not devices and not dtypes:
+        return
+    kept, deselected = [], []
+    for item in items:
+        if is_generated_item(item):
+            params = item.callspec.params
+            if (devices and params["device"] not in devices) or (dtypes and params["dtype"] not in dtypes):
+                deselected.append(item)
+                continue
+        kept.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def rerun_command(item: pytest.Item) -> str:
+    """`pytest '<path from the invocation dir>::<test name>[<id>]'`: reruns exactly this item."""
+    try:
+        path = os.path.relpath(item.path, item.config.invocation_params.dir)
+    except ValueError:  # another drive on Windows
+        path = str(item.path)
+    name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+    target = f"{path}::{name}"
+    return f"pytest '{target}'" if "'" not in target else f"pytest {shlex.quote(target)}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    from opcheck.runtime.context import ItemContext, Settings, current_item
+
+    ctx = ItemContext(nodeid=item.nodeid, rerun=rerun_command(item),
+                      settings=item.config.stash.get(SETTINGS_KEY, None) or Settings.from_env(),
+                      user_properties=item.user_properties, add_report_section=item.add_report_section)
+    token = current_item.set(ctx)
+    try:
+        return (yield)
+    finally:
+        current_item.reset(token)

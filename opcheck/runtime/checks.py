@@ -1,0 +1,365 @@
+"""run_check: one generated test = one (spec, check kind, device, dtype, sample).
+
+Check kinds and the engine call each makes (flags from the spec, tolerances from tolerances.py,
+fast_mode from policy.py):
+
+- gradcheck: gradcheck(check_backward_ad=True, check_forward_ad=False, check_batched_grad, ...)
+- forward_ad: gradcheck(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad)
+- gradgradcheck: gradgradcheck(rev over rev, gradgradcheck.check_batched_grad, gen_non_contig_grad_outputs)
+- fwgrad_bwgrad: gradgradcheck(check_fwd_over_rev=True, check_rev_over_rev=False,
+  check_undefined_grad=False, check_batched_grad=False)
+- gradgrad_unsupported / forward_ad_unsupported: the check above must raise (anything)
+- library_opcheck: torch.library.opcheck on torch.ops.* overloads and torch.library custom ops
+- lowprec: lowprec.py
+
+A failing finite-difference check whose numerical Jacobian changes when eps is halved sat next
+to a kink (|x| at 0, max at a tie): the sample is re-drawn with a seed derived from the id and the
+attempt, at most MAX_REDRAWS times, and a pass after a re-draw is announced (stdout, a warning,
+and the report's user_properties), never silent.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import opcheck.engine as engine
+from opcheck.engine.errors import GradcheckError
+from opcheck.runtime.context import Settings, current_item, current_settings
+from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
+from opcheck.runtime.lowprec import compare_lowprec
+from opcheck.runtime.makers import SampleError
+from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
+from opcheck.runtime.report import Case, format_failure, write_heatmap
+from opcheck.runtime.samples import Call, build_calls, is_random, seed_for
+from opcheck.runtime.tolerances import Tolerances, resolve_tolerances
+from opcheck.spec.model import (CHECKS, FORWARD_AD, FORWARD_AD_UNSUPPORTED, FWGRAD_BWGRAD, GRADCHECK,
+                                GRADGRAD_UNSUPPORTED, GRADGRADCHECK, LIBRARY_OPCHECK, LOWPREC, OpSpec)
+from opcheck.spec.oppath import OpPathError, resolve_op
+
+MAX_REDRAWS = 3
+
+PATHS = {GRADCHECK: "VJP", FORWARD_AD: "JVP", GRADGRADCHECK: "VJP of VJP", FWGRAD_BWGRAD: "JVP of VJP",
+         GRADGRAD_UNSUPPORTED: "VJP of VJP", FORWARD_AD_UNSUPPORTED: "JVP"}
+
+
+class CheckFailed(GradcheckError):
+    """A gradient check failed; `check`, `path`, `mismatch` are the engine's, the message is complete."""
+
+
+class LowPrecisionMismatch(AssertionError):
+    """The low-precision run disagrees with the float64 reference beyond the dtype's tolerances."""
+
+
+class UnsupportedButWorks(AssertionError):
+    """The spec declares a derivative unsupported, yet it works."""
+
+
+class LibraryOpcheckFailed(AssertionError):
+    """torch.library.opcheck reported failures."""
+
+
+class CheckCrashed(AssertionError):
+    """The op, the sample or the check raised something other than a verdict; the cause is chained."""
+
+
+class OpcheckRedrawWarning(UserWarning):
+    """A sample was re-drawn because an earlier draw landed next to a kink."""
+
+
+def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) -> None:
+    """Run one generated test: pass, pytest.skip with a reason, or raise a failure that says it all."""
+    __tracebackhide__ = True
+    if check not in CHECKS:
+        raise ValueError(f"unknown check {check!r}; expected one of {', '.join(CHECKS)}")
+    reason = unavailable_reason(device) or unsupported_dtype_reason(device, dtype)
+    if reason:
+        pytest.skip(reason)
+    case = Case(spec, check, device, dtype, spec.sample(sample))
+    if check in (FORWARD_AD, FWGRAD_BWGRAD, FORWARD_AD_UNSUPPORTED, LOWPREC):
+        _load_forward_ad_decompositions()
+    RUNNERS[check](case, current_settings())
+
+
+_FORWARD_AD_READY = []
+
+
+def _load_forward_ad_decompositions() -> None:
+    """torch scripts its forward-AD decompositions on first use, with one DeprecationWarning per
+    function (torch.jit.script is deprecated): noise in every test report, not the user's code."""
+    if _FORWARD_AD_READY:
+        return
+    load = getattr(torch.autograd.forward_ad, "_maybe_load_decompositions", None)
+    if load is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            load()
+    _FORWARD_AD_READY.append(True)
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _calls(case: Case, attempt: int) -> list[Call]:
+    __tracebackhide__ = True
+    case.attempt = attempt
+    case.seed = seed_for(case.spec.name, case.test_id, attempt)
+    try:
+        return build_calls(case.spec, case.sample, case.device, case.dtype, case.seed)
+    except (SampleError, OpPathError, LookupError) as e:  # the spec's mistake: the message says it all
+        raise CheckCrashed(_build_failure(case, e)) from None
+    except Exception as e:  # e.g. a `generator:` function that raises: keep its traceback
+        raise CheckCrashed(_build_failure(case, e)) from e
+
+
+def _build_failure(case: Case, e: Exception) -> str:
+    return format_failure(case, headline=f"opcheck could not build sample {case.sample.name!r} for {case.spec.op}",
+                          body=f"{type(e).__name__}: {e}")
+
+
+def _crash(case: Case, call: Call | None, e: BaseException, what: str, tol: Tolerances | None = None,
+           policy: Policy | None = None) -> CheckCrashed:
+    text = f"{type(e).__name__}: {e}".strip()
+    return CheckCrashed(format_failure(
+        case, headline=f"opcheck {case.check}: {what} raised {type(e).__name__} for {case.spec.op} on "
+                       f"{case.device}/{case.dtype}, sample {case.sample.name!r}",
+        body=text, call=call, path=PATHS.get(case.check),
+        tolerances=(tol.describe(("atol", "rtol")) if case.check == LOWPREC else tol.describe()) if tol else None,
+        policy=policy.describe() if policy else None))
+
+
+def _entries(check: str, fn, inputs) -> int:
+    __tracebackhide__ = True
+    out = fn(*inputs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    out_numels = [o.numel() for o in outs
+                  if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
+    return jacobian_entries(check, [x.numel() for x in inputs], out_numels)
+
+
+def engine_call(case: Case, tol: Tolerances, policy: Policy):
+    """The engine function for this check kind and the keyword arguments it gets."""
+    f, g = case.spec.gradcheck, case.spec.gradgradcheck
+    common = dict(tol.engine_kwargs(), check_grad_dtypes=f.check_grad_dtypes, fast_mode=policy.fast_mode)
+    check = case.check
+    if check == GRADCHECK:
+        return engine.gradcheck_report, dict(
+            common, check_undefined_grad=f.check_undefined_grad, check_batched_grad=f.check_batched_grad,
+            check_batched_forward_grad=False, check_forward_ad=False, check_backward_ad=True)
+    if check in (FORWARD_AD, FORWARD_AD_UNSUPPORTED):
+        return engine.gradcheck_report, dict(
+            common, check_undefined_grad=f.check_undefined_grad, check_batched_grad=False,
+            check_batched_forward_grad=f.check_batched_forward_grad and check == FORWARD_AD,
+            check_forward_ad=True, check_backward_ad=False)
+    if check in (GRADGRADCHECK, GRADGRAD_UNSUPPORTED):
+        return engine.gradgradcheck_report, dict(
+            common, gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs,
+            check_undefined_grad=f.check_undefined_grad,
+            check_batched_grad=g.check_batched_grad and check == GRADGRADCHECK,
+            check_fwd_over_rev=False, check_rev_over_rev=True)
+    if check == FWGRAD_BWGRAD:
+        return engine.gradgradcheck_report, dict(
+            common, gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs, check_undefined_grad=False,
+            check_batched_grad=False, check_fwd_over_rev=True, check_rev_over_rev=False)
+    raise ValueError(f"{check} does not call the gradient engine")
+
+
+@dataclass
+class _Outcome:
+    call: Call
+    report: object  # engine GradcheckReport
+    policy: Policy
+    kink: str | None  # why the failure looks like a kink, or None
+
+
+def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> _Outcome | None:
+    __tracebackhide__ = True
+    fn, inputs = call.as_function(), call.gradcheck_inputs()
+    if not inputs:
+        raise CheckCrashed(format_failure(
+            case, headline=f"opcheck {case.check}: sample {case.sample.name!r} has no tensor that requires grad",
+            body="gradcheck differentiates with respect to the sample's floating-point tensors; this sample has "
+                 "none (integer dtypes or requires_grad: false everywhere)", call=call))
+    policy = None
+    try:
+        policy = choose_policy(case.spec.gradcheck.fast_mode, settings, lambda: _entries(case.check, fn, inputs))
+        check_fn, kwargs = engine_call(case, tol, policy)
+        report = check_fn(fn, inputs, **kwargs)
+    except Exception as e:
+        raise _crash(case, call, e, "the check", tol, policy) from e
+    if report.passed:
+        return None
+    kink = _kink_evidence(check_fn, fn, inputs, kwargs, report) if report.mismatch is not None else None
+    return _Outcome(call, report, policy, kink)
+
+
+def _block_key(m):
+    return (m.check, m.path, m.output_idx, m.input_idx, m.part)
+
+
+def _kink_evidence(check_fn, fn, inputs, kwargs, report) -> str | None:
+    """Why this failure looks like a kink (the numerical Jacobian depends on eps), or None."""
+    eps = kwargs["eps"]
+    try:
+        half = check_fn(fn, inputs, **dict(kwargs, eps=eps / 2))
+    except Exception:
+        return None
+    m = report.mismatch
+    if half.passed:
+        return f"the check fails with eps={eps:g} but passes with eps={eps / 2:g}"
+    if half.mismatch is None or _block_key(half.mismatch) != _block_key(m):
+        return f"with eps={eps / 2:g} the failure moves away from d {m.output_name} / d {m.input_name}"
+    a = m.analytical.detach().cpu()
+    n1, n2 = m.numerical.detach().cpu(), half.mismatch.numerical.detach().cpu()
+    dtype = torch.promote_types(torch.promote_types(a.dtype, n1.dtype), n2.dtype)
+    a, n1, n2 = a.to(dtype), n1.to(dtype), n2.to(dtype)
+    atol, rtol = m.atol, m.rtol
+    bad = ~((a - n1).abs() <= atol + rtol * n1.abs())
+    moved = (n1 - n2).abs() > atol + rtol * n2.abs()
+    if bool((bad & moved).any()):
+        worst = float((n1 - n2).abs()[bad & moved].max())
+        return (f"the numerical derivative at the mismatched entries changes by up to {worst:.4g} between "
+                f"eps={eps:g} and eps={eps / 2:g}")
+    return None
+
+
+def _announce_redraws(case: Case, history: list[str]) -> None:
+    text = (f"opcheck: {case.spec.name} {case.test_id}: passed after {len(history)} re-draw(s) of sample "
+            f"{case.sample.name!r}; earlier draws landed next to a non-differentiable point:\n"
+            + "\n".join(f"  {h}" for h in history)
+            + f"\n  passing draw: seed {case.seed} (re-draw {case.attempt})")
+    print(text)
+    item = current_item.get()
+    if item is not None:
+        item.user_properties.append(("opcheck_redraws", text))
+    warnings.warn(OpcheckRedrawWarning(text), stacklevel=4)  # at the generated test's line
+
+
+# ------------------------------------------------------------------------------------ runners
+def _gradient_check(case: Case, settings: Settings) -> None:
+    __tracebackhide__ = True
+    spec = case.spec
+    tol = resolve_tolerances(spec, case.check, case.device, case.dtype, case.sample.name)
+    redraws = MAX_REDRAWS if is_random(case.sample) else 0
+    history: list[str] = []
+    for attempt in range(redraws + 1):
+        failure = None
+        for call in _calls(case, attempt):
+            failure = _run_engine(case, call, tol, settings)
+            if failure is not None:
+                break
+        if failure is None:
+            if history:
+                _announce_redraws(case, history)
+            return
+        if failure.kink is None or attempt == redraws:
+            break
+        history.append(f"seed {case.seed}" + (f" (re-draw {attempt})" if attempt else "") + f": {failure.kink}")
+    if failure.kink is not None:
+        if redraws:
+            case.notes.append(f"every one of {redraws + 1} draws landed next to a non-differentiable point "
+                              "(earlier: " + "; ".join(history) + f"; last: {failure.kink}); keep the values away "
+                              "from the kink with `avoid:` in the sample")
+        else:
+            case.notes.append(f"this looks like a kink ({failure.kink}), but the sample has explicit values, "
+                              "so it cannot be re-drawn")
+    raise _gradient_failure(case, failure, tol, settings) from None
+
+
+def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: Settings) -> CheckFailed:
+    err = failure.report.error
+    plot = None
+    if settings.plot_dir:
+        if failure.report.mismatch is not None:
+            try:
+                plot = write_heatmap(failure.report.mismatch, case, settings.plot_dir)
+            except Exception as e:  # a broken plot must not hide the failure
+                plot = f"not written: {type(e).__name__}: {e}"
+        else:
+            plot = f"not written: this failure ({err.check or 'check'}) has no Jacobian block to plot"
+    path = err.path or PATHS.get(case.check, "")
+    if err.check:
+        path = f"{path} ({err.check})"
+    message = format_failure(
+        case, headline=f"opcheck {case.check} failed for {case.spec.op} on {case.device}/{case.dtype}, "
+                       f"sample {case.sample.name!r}",
+        body="engine report:\n" + str(err), call=failure.call, path=path,
+        tolerances=tol.describe(), policy=failure.policy.describe(), plot=plot)
+    return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
+
+
+def _expect_unsupported(case: Case, settings: Settings) -> None:
+    __tracebackhide__ = True
+    flag = "supports_gradgrad" if case.check == GRADGRAD_UNSUPPORTED else "supports_forward_ad"
+    what = "the second derivative (VJP of VJP)" if case.check == GRADGRAD_UNSUPPORTED else "forward-mode AD (JVP)"
+    tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
+    for call in _calls(case, 0):
+        fn, inputs = call.as_function(), call.gradcheck_inputs()
+        if not inputs:
+            raise CheckCrashed(format_failure(
+                case, headline=f"opcheck {case.check}: sample {case.sample.name!r} has no tensor that requires "
+                               "grad, so it cannot show that the derivative raises", body="", call=call))
+        policy = Policy(True, "only whether the derivative raises matters")
+        check_fn, kwargs = engine_call(case, tol, policy)
+        try:
+            report = check_fn(fn, inputs, **kwargs)
+        except Exception:
+            continue  # raised, as declared
+        if not report.passed:
+            continue
+        raise UnsupportedButWorks(format_failure(
+            case, headline=f"the spec declares `{flag}: false`, but {what} of {case.spec.op} works: remove "
+                           f"`{flag}: false` from {case.spec.source} so that the derivative is checked instead",
+            body=f"{check_fn.__name__} passed on this sample instead of raising.", call=call,
+            path=PATHS[case.check], tolerances=tol.describe(), policy=policy.describe()))
+
+
+def _lowprec(case: Case, settings: Settings) -> None:
+    __tracebackhide__ = True
+    tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
+    forward = case.spec.gradcheck.check_forward_ad and case.spec.supports_forward_ad
+    for call in _calls(case, 0):
+        try:
+            diff = compare_lowprec(call, device=case.device, spec_name=case.spec.name, test_id=case.test_id,
+                                   attempt=0, tolerances=tol, check_forward_ad=forward)
+        except Exception as e:
+            raise _crash(case, call, e, "the low-precision run", tol) from e
+        if diff is not None:
+            raise LowPrecisionMismatch(format_failure(
+                case, headline=f"opcheck lowprec failed for {case.spec.op} on {case.device}/{case.dtype}, "
+                               f"sample {case.sample.name!r}: {diff.what} differs from the float64 run",
+                body=diff.text, call=call, path=f"{diff.path} at {case.dtype} against the float64 reference",
+                tolerances=tol.describe(("atol", "rtol"))))
+
+
+def _library_opcheck(case: Case, settings: Settings) -> None:
+    __tracebackhide__ = True
+    op = resolve_op(case.spec.op)
+    kinds = [torch._ops.OpOverload, torch._ops.OpOverloadPacket]
+    custom = getattr(getattr(torch, "_library", None), "custom_ops", None)
+    if custom is not None:
+        kinds.append(custom.CustomOpDef)
+    if not isinstance(op, tuple(kinds)):
+        pytest.skip(f"library_opcheck applies to torch.ops.* operators and torch.library custom ops; "
+                    f"{case.spec.op} is a {type(op).__name__}")
+    for call in _calls(case, 0):
+        try:
+            results = torch.library.opcheck(op, tuple(call.args), dict(call.kwargs), raise_exception=False)
+        except Exception as e:
+            raise _crash(case, call, e, "torch.library.opcheck") from e
+        failed = {name: r for name, r in results.items() if r != "SUCCESS"}
+        if failed:
+            body = "\n".join(f"{name}: FAILED: {type(r).__name__}: {r}" for name, r in failed.items())
+            body += "\n" + "\n".join(f"{name}: passed" for name in results if name not in failed)
+            raise LibraryOpcheckFailed(format_failure(
+                case, headline=f"torch.library.opcheck failed for {case.spec.op} on {case.device}/{case.dtype}, "
+                               f"sample {case.sample.name!r}: {', '.join(failed)}",
+                body=body, call=call, path="torch.library.opcheck"))
+
+
+RUNNERS = {
+    GRADCHECK: _gradient_check, FORWARD_AD: _gradient_check, GRADGRADCHECK: _gradient_check,
+    FWGRAD_BWGRAD: _gradient_check, GRADGRAD_UNSUPPORTED: _expect_unsupported,
+    FORWARD_AD_UNSUPPORTED: _expect_unsupported, LOWPREC: _lowprec, LIBRARY_OPCHECK: _library_opcheck,
+}

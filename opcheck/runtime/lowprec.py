@@ -1,0 +1,168 @@
+"""The low-precision check: an op at float32/float16/bfloat16/complex64 against its own float64 run.
+
+The sample is built once at the low dtype; its float64/complex128 copy holds the very same values
+(every low-precision value is exact in double), so any difference is the kernel's rounding, never
+the inputs'. Compared, each with the dtype's tolerances (tolerances.LOWPREC_TOLERANCES):
+
+- every output;
+- the VJP (gradient of every differentiable input) for one random cotangent, drawn at the low
+  dtype from a generator seeded by the test id;
+- with `gradcheck.check_forward_ad`, the JVP of every output for one random tangent.
+
+Integer and bool outputs must be equal. On mps the reference runs on the CPU (no float64 there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from opcheck.runtime.devices import HIGH_PRECISION, reference_device
+from opcheck.runtime.samples import Call, seed_for, seeded_generator
+from opcheck.runtime.tolerances import Tolerances
+
+WORST = 5
+
+
+@dataclass(frozen=True)
+class LowPrecisionDiff:
+    """One compared quantity that is out of tolerance."""
+
+    path: str  # "output", "VJP", "JVP"
+    what: str  # "output 0", "VJP: grad of input 1", ...
+    text: str  # the localized report
+
+
+def _is_float(t) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+def upcast(t: torch.Tensor, device: str) -> torch.Tensor:
+    """The float64/complex128 copy of t on `device`, same strides, same requires_grad."""
+    dtype = HIGH_PRECISION.get(t.dtype, t.dtype)
+    out = torch.empty_strided(t.size(), t.stride(), dtype=dtype, device=device)
+    with torch.no_grad():
+        out.copy_(t.detach())
+    return out.requires_grad_(t.requires_grad)
+
+
+def _outputs(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    real = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
+    if t.is_complex():
+        real = torch.complex(real, torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1)
+    return real.to(t.dtype).to(t.device)
+
+
+def compare_lowprec(call: Call, *, device: str, spec_name: str, test_id: str, attempt: int,
+                    tolerances: Tolerances, check_forward_ad: bool) -> LowPrecisionDiff | None:
+    """The first quantity out of tolerance, or None when outputs, VJP and JVP all agree."""
+    __tracebackhide__ = True
+    ref_device = reference_device(device)
+    ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
+    out_low = _outputs(call.run())
+    out_ref = _outputs(ref_call.run())
+    if len(out_low) != len(out_ref):
+        return LowPrecisionDiff("output", "outputs", f"the low-precision run returned {len(out_low)} outputs, "
+                                f"the reference {len(out_ref)}")
+    for i, (lo, ref) in enumerate(zip(out_low, out_ref)):
+        if isinstance(lo, torch.Tensor):
+            diff = compare(lo, ref, tolerances, f"output {i}")
+            if diff:
+                return LowPrecisionDiff("output", f"output {i}", diff)
+
+    inputs_low, inputs_ref = call.gradcheck_inputs(), ref_call.gradcheck_inputs()
+    pairs = [(lo, ref) for lo, ref in zip(out_low, out_ref)
+             if isinstance(lo, torch.Tensor) and lo.requires_grad and isinstance(ref, torch.Tensor)]
+    gen = seeded_generator(seed_for(spec_name, test_id + "::cotangent", attempt))
+    if inputs_low and pairs:
+        cot_low = [_random_like(lo, gen) for lo, _ in pairs]
+        cot_ref = [upcast(c, ref_device) for c in cot_low]
+        g_low = torch.autograd.grad([p[0] for p in pairs], inputs_low, cot_low, allow_unused=True)
+        g_ref = torch.autograd.grad([p[1] for p in pairs], inputs_ref, cot_ref, allow_unused=True)
+        for j, (lo, ref) in enumerate(zip(g_low, g_ref)):
+            what = f"VJP: gradient of differentiable input {j}"
+            if (lo is None) != (ref is None):
+                return LowPrecisionDiff("VJP", what, f"{what} is None in the "
+                                        f"{'low-precision' if lo is None else 'reference'} run only")
+            if lo is not None:
+                diff = compare(lo, ref, tolerances, what)
+                if diff:
+                    return LowPrecisionDiff("VJP", what, diff)
+
+    if check_forward_ad and inputs_low:
+        t_low = [_random_like(x, gen) for x in inputs_low]
+        t_ref = [upcast(t, ref_device) for t in t_low]
+        jvp_low = _jvp(call, inputs_low, t_low)
+        jvp_ref = _jvp(ref_call, inputs_ref, t_ref)
+        for k, (lo, ref) in enumerate(zip(jvp_low, jvp_ref)):
+            what = f"JVP: tangent of output {k}"
+            if (lo is None) != (ref is None):
+                return LowPrecisionDiff("JVP", what, f"{what} is None in the "
+                                        f"{'low-precision' if lo is None else 'reference'} run only")
+            if lo is not None:
+                diff = compare(lo, ref, tolerances, what)
+                if diff:
+                    return LowPrecisionDiff("JVP", what, diff)
+    return None
+
+
+def _jvp(call: Call, inputs, tangents) -> list:
+    fn = call.as_function()
+    with fwAD.dual_level():
+        duals = [fwAD.make_dual(x.detach(), t) for x, t in zip(inputs, tangents)]
+        outs = _outputs(fn(*duals))
+        return [fwAD.unpack_dual(o).tangent if _is_float(o) else None for o in outs]
+
+
+def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) -> str | None:
+    """None when |low - ref| <= atol * max(1, max|ref|) + rtol * |ref| everywhere, else a report."""
+    if tuple(low.shape) != tuple(ref.shape):
+        return f"{what}: shape {tuple(low.shape)} at low precision, {tuple(ref.shape)} in the reference"
+    lo = low.detach().to("cpu")
+    rf = ref.detach().to("cpu")
+    if not (_is_float(lo) and _is_float(rf)):
+        if torch.equal(lo, rf.to(lo.dtype)):
+            return None
+        wrong = int((lo != rf.to(lo.dtype)).sum())
+        return f"{what}: {wrong} of {lo.numel()} entries differ ({lo.dtype} output must match exactly)"
+    rf = rf.to(torch.complex128 if rf.is_complex() or lo.is_complex() else torch.float64)
+    lo_w = lo.to(rf.dtype)
+    if lo.numel() == 0:
+        return None
+    finite = rf[torch.isfinite(rf)].abs()
+    scale = max(1.0, float(finite.max())) if finite.numel() else 1.0
+    allowed = tol.atol * scale + tol.rtol * rf.abs()
+    diff = (lo_w - rf).abs()
+    same = (lo_w == rf) | (torch.isnan(lo_w) & torch.isnan(rf))
+    bad = ~((diff <= allowed) | same)
+    if not bool(bad.any()):
+        return None
+    excess = torch.where(bad, torch.nan_to_num(diff - allowed, nan=float("inf")), torch.full_like(diff, -1.0))
+    order = torch.argsort(excess.reshape(-1), descending=True)[: min(WORST, int(bad.sum()))]
+    lines = [f"{what}: {int(bad.sum())} of {bad.numel()} entries differ beyond atol={tol.atol:g} * "
+             f"{scale:.4g} (max(1, max|ref|)) + rtol={tol.rtol:g} * |ref| "
+             f"(shape {tuple(lo.shape)}, {_name(lo.dtype)} against {_name(rf.dtype)})",
+             "worst entries:"]
+    for flat in order.tolist():
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), lo.shape)) if lo.dim() else ()
+        lines.append(f"  [{', '.join(map(str, idx))}]: {_name(lo.dtype)} {_num(lo_w.reshape(-1)[flat])}, "
+                     f"{_name(rf.dtype)} {_num(rf.reshape(-1)[flat])}, abs err "
+                     f"{float(diff.reshape(-1)[flat]):.4g}, allowed {float(allowed.reshape(-1)[flat]):.4g}")
+    ratio = diff / allowed.clamp_min(1e-300)
+    lines.append(f"max |low - ref| / allowed: {float(torch.nan_to_num(ratio, nan=float('inf')).max()):.4g}")
+    return "\n".join(lines)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _num(t: torch.Tensor) -> str:
+    v = t.item()
+    return f"{v.real:.6g}{v.imag:+.6g}j" if isinstance(v, complex) else f"{v:.6g}"

@@ -1,0 +1,321 @@
+"""The pytest plugin, through pytester: markers, device/dtype selection, options, failure reports."""
+
+import importlib.util
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+
+from opcheck.plugin import MARKERS
+from opcheck.spec.model import CHECKS
+from plugin_helpers import generated_module, param, spec_source
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+SIN = spec_source("sin", "torch.sin", gradcheck="GradcheckFlags(check_forward_ad=True)")
+SIN_MODULE = generated_module(SIN, {
+    "gradcheck": [param(d, "float64", "vec") for d in ("cpu", "cuda", "mps")],
+    "forward_ad": [param("cpu", "float64", "vec"), param("cpu", "complex128", "vec")],
+    "gradgradcheck": [param("cpu", "float64", "vec"), param("cuda", "float64", "vec")],
+    "lowprec": [param("cpu", "float32", "vec"), param("cpu", "bfloat16", "vec")],
+})
+
+WRONG_OPS = '''
+import torch
+
+class _SquareWrong(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * g * x
+
+def square_wrong(x):
+    return _SquareWrong.apply(x)
+
+def square_wrong_if_2d(x):
+    return _SquareWrong.apply(x) if x.dim() == 2 else x * x
+
+class _OneWrongEntry(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        gx = g * x.cos()
+        wrong = torch.zeros(x.shape[-2:], dtype=torch.bool, device=x.device)
+        wrong[0, 3] = True
+        return torch.where(wrong, 2 * gx, gx)
+
+def one_wrong_entry(x):
+    return _OneWrongEntry.apply(x)
+
+KINK = 0.0
+
+def kinked(x):
+    return (x - KINK).abs()
+'''
+
+
+def outcomes_by_id(result) -> dict[str, str]:
+    """{nodeid: PASSED/FAILED/SKIPPED/XFAIL/XPASS} from a `-rA` short summary."""
+    found = {}
+    for line in result.outlines:
+        m = re.match(r"^(PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR) (\S+::\S+)", line)
+        if m:
+            found[m.group(2)] = m.group(1)
+    return found
+
+
+def junit_outcomes(pytester, *args, subprocess=False) -> dict[str, str]:
+    """{test name: PASSED/FAILED/SKIPPED/XFAIL} of a run, from its JUnit XML (skips included)."""
+    xml = pytester.path / f"junit-{len(list(pytester.path.glob('junit-*.xml')))}.xml"
+    run = pytester.runpytest_subprocess if subprocess else pytester.runpytest
+    result = run(f"--junitxml={xml}", *args)
+    found = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        kinds = [child.tag for child in case] + [child.get("type", "") for child in case]
+        outcome = ("FAILED" if "failure" in kinds else "ERROR" if "error" in kinds else
+                   "XFAIL" if "pytest.xfail" in kinds else "SKIPPED" if "skipped" in kinds else "PASSED")
+        found[f"{case.get('classname')}::{case.get('name')}"] = outcome
+    return found, result
+
+
+# ------------------------------------------------------------------------------------ markers
+def test_markers_are_registered_for_every_check_kind(pytester):
+    assert set(MARKERS) == set(CHECKS)
+    result = pytester.runpytest("--markers")
+    for name in CHECKS:
+        result.stdout.fnmatch_lines([f"@pytest.mark.{name}: opcheck: *"])
+
+
+def test_pyproject_lists_the_same_markers():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((PROJECT / "pyproject.toml").read_text())
+    listed = dict(line.split(": ", 1) for line in config["tool"]["pytest"]["ini_options"]["markers"])
+    assert {k: v.removeprefix("opcheck: ") for k, v in listed.items()} == MARKERS
+    assert config["project"]["entry-points"]["pytest11"] == {"opcheck": "opcheck.plugin"}
+
+
+def test_generated_module_runs_without_unknown_marker_warnings_and_m_selects(pytester):
+    pytester.makepyfile(test_sin=SIN_MODULE)
+    result = pytester.runpytest("-W", "error::pytest.PytestUnknownMarkWarning", "-m", "gradgradcheck", "-rA")
+    result.assert_outcomes(passed=1, skipped=1, deselected=7)
+    assert outcomes_by_id(result)["test_sin.py::test_gradgradcheck[cpu-float64-vec]"] == "PASSED"
+    assert len(selected(pytester, "-m", "not lowprec and not gradgradcheck")) == 5
+
+
+# ------------------------------------------------------------------------------------ devices
+def test_unavailable_devices_skip_with_a_reason(pytester, monkeypatch):
+    pytester.makepyfile(test_sin=SIN_MODULE)
+    monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "cpu")
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=9)
+    lines = [line for line in result.outlines if line.startswith("SKIPPED")]
+    reasons = {line.split(": ", 1)[1] for line in lines}
+    counts = {r: sum(int(re.match(r"SKIPPED \[(\d+)\]", line).group(1)) for line in lines if line.endswith(r))
+              for r in reasons}
+    assert counts == {
+        "cpu is not available on this machine (OPCHECK_UNAVAILABLE_DEVICES lists it)": 6,
+        "mps is not available on this machine (torch.backends.mps.is_available() is False)": 1,
+        "cuda is not available on this machine (torch.cuda.is_available() is False)": 2,
+    } if not torch.cuda.is_available() else counts
+    result.stdout.fnmatch_lines(["opcheck: * treated as unavailable: cpu"])
+
+
+def selected(pytester, *args) -> set[str]:
+    """The node ids a run would execute (collect-only)."""
+    result = pytester.runpytest("--collect-only", "-q", *args)
+    return {line for line in result.outlines if "::" in line}
+
+
+def test_device_and_dtype_options_deselect(pytester):
+    pytester.makepyfile(test_sin=SIN_MODULE, test_other="import pytest\n\n@pytest.mark.parametrize('device', ['mps'])\n"
+                                                         "def test_unrelated(device):\n    pass\n")
+    every = selected(pytester)
+    assert len(every) == 10
+    unrelated = "test_other.py::test_unrelated[mps]"  # not a generated test: never deselected
+    cpu = selected(pytester, "--opcheck-device", "cpu")
+    assert cpu == {n for n in every if "[cpu-" in n} | {unrelated} and len(cpu) == 7
+    accel = selected(pytester, "--opcheck-device", "mps,cuda")
+    assert accel == selected(pytester, "--opcheck-device", "mps", "--opcheck-device", "cuda", "--opcheck-dtype", "float64")
+    assert accel == {"test_sin.py::test_gradcheck[cuda-float64-vec]", "test_sin.py::test_gradcheck[mps-float64-vec]",
+                     "test_sin.py::test_gradgradcheck[cuda-float64-vec]", unrelated}
+    assert selected(pytester, "--opcheck-dtype", "float32,complex128") == {
+        "test_sin.py::test_forward_ad[cpu-complex128-vec]", "test_sin.py::test_lowprec[cpu-float32-vec]", unrelated}
+    assert selected(pytester, "--opcheck-device", "cpu", "-m", "lowprec") == {
+        "test_sin.py::test_lowprec[cpu-float32-vec]", "test_sin.py::test_lowprec[cpu-bfloat16-vec]"}
+    # and the run reports them as deselected
+    pytester.runpytest("--opcheck-device", "cuda", "--opcheck-dtype", "float64").assert_outcomes(
+        skipped=2, passed=1, deselected=7)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--opcheck-device", "cdua"], "--opcheck-device: unknown device 'cdua' (did you mean 'cuda'?)*"),
+    (["--opcheck-dtype", "float46"], "--opcheck-dtype: unknown dtype 'float46' (did you mean 'float64'?)*"),
+    (["--opcheck-policy", "full", "--opcheck-budget", "1000"], "--opcheck-budget sets the budget of the auto "
+                                                               "policy; it has no effect with --opcheck-policy=full*"),
+    (["--opcheck-budget", "lots"], "--opcheck-budget: expected a positive number of Jacobian entries*"),
+    (["--opcheck-plot", "afile"], "--opcheck-plot: */afile exists and is not a directory"),
+])
+def test_bad_options_are_usage_errors(pytester, args, message):
+    pytester.makefile(".txt", afile="x")
+    pytester.path.joinpath("afile.txt").rename(pytester.path / "afile")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_plot_without_matplotlib_is_a_usage_error(pytester, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    result = pytester.runpytest("--opcheck-plot", "plots")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --opcheck-plot needs matplotlib, which is not installed (pip install "
+                                 "'opcheck[plot]')"])
+
+
+def test_bad_budget_in_the_environment_is_a_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("OPCHECK_JACOBIAN_BUDGET", "0")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: OPCHECK_JACOBIAN_BUDGET: expected a positive number*"])
+
+
+# ------------------------------------------------------------------------------------ spec marks
+def test_expected_failures_are_strict(pytester):
+    pytester.syspathinsert()
+    pytester.makepyfile(wrong_ops=WRONG_OPS)
+    xfail = "pytest.mark.xfail(reason='known bug', strict=True)"
+    spec = spec_source("sq", "wrong_ops:square_wrong")
+    pytester.makepyfile(test_sq=generated_module(spec, {
+        "gradcheck": [param("cpu", "float64", "vec", marks=xfail)],
+        "gradgradcheck": [param("cpu", "float64", "vec", marks=xfail)],  # backward wrong, its derivative right
+    }))
+    result = pytester.runpytest("-rA")
+    result.assert_outcomes(xfailed=1, failed=1)
+    assert outcomes_by_id(result) == {"test_sq.py::test_gradcheck[cpu-float64-vec]": "XFAIL",
+                                      "test_sq.py::test_gradgradcheck[cpu-float64-vec]": "FAILED"}
+    result.stdout.fnmatch_lines(["*[[]XPASS(strict)[]] known bug*"])
+
+
+# ------------------------------------------------------------------------------------ failures
+def test_failure_quotes_the_real_node_id_and_writes_a_heatmap(pytester):
+    pytest.importorskip("matplotlib")
+    pytester.syspathinsert()
+    pytester.makepyfile(wrong_ops=WRONG_OPS)
+    folder = pytester.mkdir("generated_tests")
+    folder.joinpath("test_sq.py").write_text(generated_module(
+        spec_source("sq", "wrong_ops:square_wrong"), {"gradcheck": [param("cpu", "float64", "vec")]}))
+    result = pytester.runpytest("--opcheck-plot", "plots")
+    result.assert_outcomes(failed=1)
+    png = pytester.path / "plots" / "test_sq.py_test_gradcheck_cpu-float64-vec.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    result.stdout.fnmatch_lines([
+        "E       opcheck.runtime.checks.CheckFailed: opcheck gradcheck failed for wrong_ops:square_wrong on "
+        "cpu/float64, sample 'vec'",
+        "E         sample:      'vec' at op_specs/x.yaml:6:5",
+        "E         check path:  VJP (backward)",
+        f"E         heatmap:     {png}",
+        "E         rerun:       pytest 'generated_tests/test_sq.py::test_gradcheck[[]cpu-float64-vec[]]'",
+        "E       Jacobian mismatch for output 0 with respect to input 0,",
+    ])
+    # the rerun command, run as printed, runs exactly that case
+    rerun = pytester.runpytest("generated_tests/test_sq.py::test_gradcheck[cpu-float64-vec]")
+    rerun.assert_outcomes(failed=1)
+
+
+def test_policy_and_budget_options_reach_the_checks(pytester):
+    pytester.syspathinsert()
+    pytester.makepyfile(wrong_ops=WRONG_OPS)
+    big = "(Sample('m', args=(TensorArg(shape=(32, 32)),)),)"
+    flags = "GradcheckFlags(check_batched_grad=False{})"
+    pytester.makepyfile(
+        test_auto=generated_module(spec_source("auto", "wrong_ops:one_wrong_entry", big, gradcheck=flags.format("")),
+                                   {"gradcheck": [param("cpu", "float64", "m")]}),
+        test_fast=generated_module(spec_source("fast", "wrong_ops:one_wrong_entry", big,
+                                               gradcheck=flags.format(", fast_mode='true'")),
+                                   {"gradcheck": [param("cpu", "float64", "m")]}))
+    assert outcomes_by_id(pytester.runpytest("-rA")) == {"test_auto.py::test_gradcheck[cpu-float64-m]": "FAILED",
+                                                         "test_fast.py::test_gradcheck[cpu-float64-m]": "PASSED"}
+    pytester.runpytest("--opcheck-policy", "full").assert_outcomes(failed=2)
+    pytester.runpytest("--opcheck-policy", "fast").assert_outcomes(passed=2)
+    result = pytester.runpytest("--opcheck-budget", "2**19")  # auto now takes projections
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["opcheck: fast_mode per spec; auto budget 524288 Jacobian entries (--opcheck-budget)*"])
+
+
+def test_a_redraw_is_announced_in_the_report(pytester):
+    from opcheck.runtime.samples import build_calls, case_id, seed_for
+    from opcheck.spec.model import OpSpec, Sample, TensorArg
+
+    sample = Sample("vec", args=(TensorArg(shape=(4,)),))
+    spec = OpSpec(name="k", op="torch.abs", source="op_specs/k.yaml", sha256="0", samples=(sample,))
+    (call,) = build_calls(spec, sample, "cpu", "float64", seed_for("k", case_id("gradcheck", "cpu", "float64", "vec")))
+    kink = float(call.args[0].detach()[1]) + 3e-7  # the first draw straddles the kink at this point
+    pytester.syspathinsert()
+    pytester.makepyfile(wrong_ops=WRONG_OPS.replace("KINK = 0.0", f"KINK = {kink!r}"))
+    pytester.makepyfile(test_k=generated_module(
+        spec_source("k", "wrong_ops:kinked", gradcheck="GradcheckFlags(check_batched_grad=False)"),
+        {"gradcheck": [param("cpu", "float64", "vec")]}))
+    result = pytester.runpytest("-rA")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([
+        "*/test_k.py:*: OpcheckRedrawWarning: opcheck: k test_gradcheck[[]cpu-float64-vec[]]: passed after 1 re-draw*",
+        "*Captured stdout call*",
+        "opcheck: k test_gradcheck[[]cpu-float64-vec[]]: passed after 1 re-draw(s) of sample 'vec'; earlier draws "
+        "landed next to a non-differentiable point:",
+        "  seed *: the numerical derivative at the mismatched entries changes by up to * between eps=1e-06 and "
+        "eps=5e-07",
+        "  passing draw: seed * (re-draw 1)",
+    ])
+
+
+# ------------------------------------------------------------------------------------ parallel
+PARALLEL_SUITE = generated_module(
+    spec_source("par", "wrong_ops:square_wrong_if_2d",
+                "(Sample('a', args=(TensorArg(shape=(3,)),)), Sample('b', args=(TensorArg(shape=(2, 2), noncontiguous=True),)))"),
+    {"gradcheck": [param(d, t, s, marks="pytest.mark.xfail(reason='x', strict=True)" if (t, s) == ("float64", "b") else None)
+                   for d in ("cpu", "mps") for t in ("float64", "complex128") for s in ("a", "b")],
+     "gradgradcheck": [param("cpu", "float64", "a"), param("cpu", "float64", "b")],
+     "lowprec": [param("cpu", "float32", "a"), param("cpu", "bfloat16", "b")]})
+
+
+def test_xdist_gives_the_serial_outcomes(pytester):
+    pytest.importorskip("xdist")
+    pytester.syspathinsert()
+    pytester.makepyfile(test_par=PARALLEL_SUITE, wrong_ops=WRONG_OPS)
+    serial, _ = junit_outcomes(pytester)
+    assert len(serial) == 12 and sorted(set(serial.values())) == ["FAILED", "PASSED", "SKIPPED", "XFAIL"]
+    parallel, result = junit_outcomes(pytester, "-n", "2", subprocess=True)
+    assert parallel == serial
+    result.stdout.fnmatch_lines(["*2 workers [[]12 items[]]*"])
+
+
+def test_pytest_split_shards_are_disjoint_and_cover_the_suite(pytester):
+    pytest.importorskip("pytest_split")
+    pytester.syspathinsert()
+    pytester.makepyfile(test_par=PARALLEL_SUITE, wrong_ops=WRONG_OPS)
+    every = selected(pytester)
+    shards = [selected(pytester, "--splits", "3", "--group", str(g)) for g in (1, 2, 3)]
+    assert all(shards) and sum(map(len, shards)) == len(every) == 12
+    assert set().union(*shards) == every
+    # a shard runs its tests as the whole suite does
+    outcomes, _ = junit_outcomes(pytester)
+    shard_outcomes, _ = junit_outcomes(pytester, "--splits", "3", "--group", "2")
+    assert shard_outcomes == {k: v for k, v in outcomes.items()
+                              if k.replace("test_par::", "test_par.py::") in shards[1]}
