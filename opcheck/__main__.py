@@ -1,0 +1,5 @@
+import sys
+
+from opcheck.cli import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""`opcheck`: generate, validate, list and scaffold op specs.
+
+Thin by design: parse arguments, call opcheck.spec / opcheck.codegen, print, pick the exit status
+(0 ok, 1 invalid specs or stale generated tests, 2 bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_SPECS = "op_specs"
+DEFAULT_OUT = "generated_tests"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except _Failure as e:
+        print(str(e), file=sys.stderr)
+        return 1
+
+
+class _Failure(Exception):
+    """An expected failure (bad spec, stale tree): printed without a traceback."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opcheck", description="Declarative gradient tests for PyTorch operators.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def specs_option(p):
+        p.add_argument("--specs", default=DEFAULT_SPECS, type=Path,
+                       help=f"spec file or folder of *.yaml specs (default: {DEFAULT_SPECS})")
+
+    p = sub.add_parser("generate", help="compile specs into generated pytest modules")
+    specs_option(p)
+    p.add_argument("--out", default=DEFAULT_OUT, type=Path, help=f"output folder (default: {DEFAULT_OUT})")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; print a diff and exit 1 if the generated modules are stale")
+    p.add_argument("--no-cache", action="store_true",
+                   help="load and render every spec even if nothing changed since the last run")
+    p.set_defaults(run=_generate)
+
+    p = sub.add_parser("validate", help="check specs and report every problem")
+    specs_option(p)
+    p.set_defaults(run=_validate)
+
+    p = sub.add_parser("list", help="ops, samples and test counts")
+    specs_option(p)
+    p.set_defaults(run=_list)
+
+    p = sub.add_parser("new", help="scaffold a commented spec for an op")
+    p.add_argument("name", help="spec name: op_specs/NAME.yaml, generated_tests/test_NAME.py")
+    p.add_argument("--op", required=True, help="the op path, e.g. torch.sin or mypkg.ops:MyOp.apply")
+    specs_option(p)
+    p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
+    p.set_defaults(run=_new)
+    return parser
+
+
+def _root() -> Path:
+    return Path.cwd()
+
+
+def _load(specs: Path):
+    from opcheck.spec import SpecError, load_specs
+
+    if not specs.exists():
+        raise _Failure(f"{specs}: no such file or folder (pass --specs PATH)")
+    try:
+        return load_specs([specs], root=_root())
+    except SpecError as e:
+        raise _Failure(f"{e}\n{len(e.problems)} problem(s) found; nothing was generated.") from None
+
+
+def _relative(path: Path) -> str:
+    try:
+        return Path(os.path.relpath(path, _root())).as_posix()
+    except ValueError:  # another drive on Windows
+        return path.as_posix()
+
+
+def _regenerate_command(args) -> str:
+    parts = ["opcheck", "generate"]
+    if _relative(args.specs) != DEFAULT_SPECS:
+        parts += ["--specs", _relative(args.specs)]
+    if _relative(args.out) != DEFAULT_OUT:
+        parts += ["--out", _relative(args.out)]
+    return " ".join(parts)
+
+
+def _generate(args) -> int:
+    from opcheck.codegen import GenerationError, apply_plan, cache, plan_generation, stale_diff
+
+    regenerate = _regenerate_command(args)
+    if not args.check and not args.no_cache and cache.is_fresh(args.specs, args.out, regenerate):
+        print(f"0 written: specs and generator unchanged since the last run ({_relative(args.out)})")
+        return 0
+    specs = _load(args.specs)
+    try:
+        plan = plan_generation(specs, args.out, regenerate=regenerate)
+    except GenerationError as e:
+        raise _Failure(str(e)) from None
+    if args.check:
+        if plan.is_fresh:
+            print(f"{_relative(args.out)} is up to date ({len(plan.unchanged)} modules)")
+            return 0
+        sys.stdout.write(stale_diff(plan))
+        print(f"{_relative(args.out)} is stale: {len(plan.write)} module(s) to write, {len(plan.delete)} to "
+              f"delete; run `{_regenerate_command(args)}`", file=sys.stderr)
+        return 1
+    try:
+        apply_plan(plan)
+    except OSError as e:
+        raise _Failure(f"cannot write {e.filename}: {e.strerror}") from None
+    cache.record(args.specs, args.out, regenerate)
+    print(f"{len(plan.write)} written, {len(plan.unchanged)} unchanged, {len(plan.delete)} deleted "
+          f"({_relative(args.out)})")
+    return 0
+
+
+def _validate(args) -> int:
+    specs = _load(args.specs)
+    tests = sum(_count_tests(s) for s in specs)
+    print(f"ok: {len(specs)} spec(s), {tests} tests")
+    return 0
+
+
+def _count_tests(spec) -> int:
+    return sum(len(spec.devices) * len(spec.dtypes_for(c)) * len(spec.samples) for c in spec.checks())
+
+
+def _list(args) -> int:
+    specs = sorted(_load(args.specs), key=lambda s: s.name)
+    rows = [("name", "op", "samples", "checks", "tests")]
+    for s in specs:
+        rows.append((s.name, s.op, str(len(s.samples)), ",".join(s.checks()), str(_count_tests(s))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    print(f"{len(specs)} spec(s), {sum(_count_tests(s) for s in specs)} tests")
+    return 0
+
+
+def _new(args) -> int:
+    from opcheck.codegen.scaffold import scaffold_spec
+
+    folder = args.specs if args.specs.suffix not in (".yaml", ".yml") else args.specs.parent
+    path = folder / f"{args.name}.yaml"
+    if path.exists() and not args.force:
+        raise _Failure(f"{_relative(path)} already exists; pass --force to overwrite it")
+    schema = Path(__file__).parent / "spec" / "op_spec.schema.json"
+    try:
+        text = scaffold_spec(args.name, args.op, schema=Path(os.path.relpath(schema, folder.resolve())).as_posix())
+    except ValueError as e:
+        raise _Failure(f"opcheck new: {e}") from None
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
+          f"pytest {DEFAULT_OUT}/test_{args.name}.py")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""Model → generated pytest modules, written only when they change."""
+
+from opcheck.codegen import cache
+from opcheck.codegen.render import GENERATED_MARKER, module_name, render_module
+from opcheck.codegen.write import GenerationError, Plan, apply_plan, plan_generation, stale_diff
+
+__all__ = [
+    "GENERATED_MARKER",
+    "cache",
+    "GenerationError",
+    "Plan",
+    "apply_plan",
+    "module_name",
+    "plan_generation",
+    "render_module",
+    "stale_diff",
+]

@@ -1,0 +1,99 @@
+"""The `opcheck` command: generate, validate, list, new; errors without tracebacks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def opcheck(*args, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "op_specs").mkdir()
+    (tmp_path / "op_specs" / "tanh.yaml").write_text(
+        "op: torch.tanh\ndevices: [cpu]\nsamples:\n  - name: v\n    args: [{shape: [4]}]\n")
+    return tmp_path
+
+
+def test_validate_and_list(project):
+    ok = opcheck("validate", cwd=project)
+    assert ok.returncode == 0 and "ok: 1 spec(s)" in ok.stdout
+    listed = opcheck("list", cwd=project)
+    assert listed.returncode == 0
+    assert "tanh" in listed.stdout and "torch.tanh" in listed.stdout and "gradcheck,gradgradcheck" in listed.stdout
+
+
+def test_bad_spec_reports_file_line_key_and_exits_1(project):
+    (project / "op_specs" / "bad.yaml").write_text(
+        "op: torch.tanh\nsamples:\n  - name: v\n    args: [{shape: [4]}]\ngradcheck:\n  nondet_tl: 0.1\n")
+    for command in (["validate"], ["generate"], ["list"]):
+        result = opcheck(*command, cwd=project)
+        assert result.returncode == 1, command
+        assert "op_specs/bad.yaml:6:3: gradcheck.nondet_tl:" in result.stderr
+        assert "nondet_tol" in result.stderr  # the did-you-mean
+        assert "Traceback" not in result.stderr
+    assert not (project / "generated_tests").exists(), "nothing is generated from an invalid tree"
+
+
+def test_missing_specs_folder_is_a_clear_error(tmp_path):
+    result = opcheck("validate", cwd=tmp_path)
+    assert result.returncode == 1 and "op_specs: no such file or folder" in result.stderr
+
+
+def test_new_scaffolds_a_spec_that_validates_generates_and_runs(tmp_path):
+    made = opcheck("new", "hypot", "--op", "torch.hypot", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "op_specs" / "hypot.yaml").read_text()
+    assert "op: torch.hypot" in text and "{shape: [3, 3]}, {shape: [3, 3]}" in text  # arity probed
+    assert "$schema=" in text and text.count("\n#") > 5  # commented
+    assert opcheck("validate", cwd=tmp_path).returncode == 0
+    assert opcheck("generate", cwd=tmp_path).returncode == 0
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated_tests"],
+                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert " passed" in run.stdout
+
+
+def test_new_refuses_to_overwrite_and_rejects_bad_input(tmp_path):
+    assert opcheck("new", "sin", "--op", "torch.sin", cwd=tmp_path).returncode == 0
+    again = opcheck("new", "sin", "--op", "torch.sin", cwd=tmp_path)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    bad_op = opcheck("new", "x", "--op", "torch.sinn", cwd=tmp_path)
+    assert bad_op.returncode == 1 and "did you mean 'sin'" in bad_op.stderr and "Traceback" not in bad_op.stderr
+    bad_name = opcheck("new", "Bad-Name", "--op", "torch.sin", cwd=tmp_path)
+    assert bad_name.returncode == 1 and "must match" in bad_name.stderr
+
+
+def test_usage_error_exits_2(tmp_path):
+    assert opcheck("frobnicate", cwd=tmp_path).returncode == 2
+
+
+def test_noop_generate_uses_the_cache_and_notices_every_change(project):
+    assert opcheck("generate", cwd=project).returncode == 0
+    module = project / "generated_tests" / "test_tanh.py"
+    assert "unchanged since the last run" in opcheck("generate", cwd=project).stdout
+
+    # A hand edit of a generated module is undone, not trusted.
+    module.write_text(module.read_text() + "# edited\n")
+    assert "1 written" in opcheck("generate", cwd=project).stdout
+    assert "# edited" not in module.read_text()
+
+    # A spec change regenerates.
+    spec = project / "op_specs" / "tanh.yaml"
+    spec.write_text(spec.read_text().replace("[4]", "[5]"))
+    assert "1 written" in opcheck("generate", cwd=project).stdout
+    assert "shape=(5,)" in module.read_text()
+
+    # --no-cache and --check never skip work.
+    assert "0 written, 1 unchanged" in opcheck("generate", "--no-cache", cwd=project).stdout
+    assert opcheck("generate", "--check", cwd=project).returncode == 0

@@ -1,0 +1,154 @@
+"""The generator: golden modules, determinism, write/delete discipline, injection safety.
+
+Golden files: tests/codegen/golden/specs/*.yaml are compiled into tests/codegen/golden/expected/.
+After an intended change to the generated output, refresh them from the repository root with
+
+    opcheck generate --specs tests/codegen/golden/specs --out tests/codegen/golden/expected
+
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opcheck.codegen import GENERATED_MARKER, GenerationError, apply_plan, plan_generation, render_module, stale_diff
+from opcheck.spec import load_specs
+from opcheck.spec import model as M
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden"
+REFRESH = "opcheck generate --specs tests/codegen/golden/specs --out tests/codegen/golden/expected"
+
+
+def _golden_specs():
+    return load_specs([GOLDEN / "specs"], root=REPO)
+
+
+def test_golden_modules_match():
+    plan = plan_generation(_golden_specs(), GOLDEN / "expected", regenerate=REFRESH)
+    assert plan.is_fresh, f"generated output changed; review, then refresh with `{REFRESH}`:\n{stale_diff(plan)}"
+
+
+def test_golden_modules_run(pytester):
+    for path in sorted((GOLDEN / "expected").glob("test_*.py")):
+        pytester.makepyfile(**{path.stem: path.read_text()})
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q")
+    outcomes = result.parseoutcomes()
+    # cuda is not available here: those cases skip with a reason; everything else must pass,
+    # and the declared expected failure must really fail.
+    assert outcomes.get("failed", 0) == 0, result.stdout.str()
+    assert outcomes.get("passed", 0) > 20
+    assert outcomes.get("xfailed", 0) >= 1
+    assert outcomes.get("skipped", 0) >= 1
+
+
+def _spec(**overrides) -> M.OpSpec:
+    fields = dict(name="demo", op="torch.sin", source="op_specs/demo.yaml", sha256="0" * 64,
+                  samples=(M.Sample("small", args=(M.TensorArg(shape=(3,)),)),), devices=("cpu",))
+    fields.update(overrides)
+    return M.OpSpec(**fields)
+
+
+def test_ids_are_device_dtype_sample_and_safe():
+    text = render_module(_spec(dtypes=("float64", "complex128"), samples=(
+        M.Sample("a.b_1", args=(M.TensorArg(shape=(2,)),)), M.Sample("c", args=(M.TensorArg(shape=(2,)),)))))
+    ids = [n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.keyword) and n.arg == "id"
+           for n in [n.value]]
+    assert "cpu-float64-a.b_1" in ids and "cpu-complex128-c" in ids
+    assert all(set(i) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") for i in ids)
+
+
+def test_spec_strings_cannot_inject_code():
+    evil = "x'); import os; os.system('echo pwned') #\n\"\"\"; raise SystemExit\n"
+    spec = _spec(source="op_specs/evil\n import os.yaml",
+                 skips=(M.Rule(where=M.Where(sample=("small",)), reason=evil),),
+                 tolerances=(M.ToleranceRule(atol=1e-3, reason=evil),))
+    text = render_module(spec)
+    tree = ast.parse(text)
+    kinds = [type(node).__name__ for node in tree.body]
+    assert kinds == ["Expr", "Import", "ImportFrom", "ImportFrom", "Assign"] + ["FunctionDef"] * len(spec.checks())
+    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert [a.name for node in imports for a in node.names][:2] == ["pytest", "run_check"]
+    assert evil in [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    for line in text.splitlines()[:3]:
+        assert line.startswith("#")
+
+
+def test_model_round_trips_through_the_generated_source():
+    spec = _golden_specs()[0]
+    namespace = {}
+    exec(compile(render_module(spec), "generated", "exec"), namespace)  # noqa: S102 - our own output
+    assert namespace["SPEC"] == spec
+
+
+def test_writes_only_changes_and_deletes_only_generated_files(tmp_path):
+    out = tmp_path / "generated_tests"
+    specs = _golden_specs()
+    apply_plan(plan_generation(specs, out))
+    written = {p.name: p.stat().st_mtime_ns for p in out.glob("test_*.py")}
+    assert len(written) == len(specs)
+    again = plan_generation(specs, out)
+    assert again.is_fresh and not again.write
+
+    user_file = out / "test_handwritten.py"
+    user_file.write_text("def test_mine():\n    pass\n")
+    stale = out / "test_removed_op.py"
+    stale.write_text(f"{GENERATED_MARKER} from op_specs/removed_op.yaml.\n")
+    plan = plan_generation(specs[:1], out)
+    deleted = {p.name for p in plan.delete}
+    assert "test_removed_op.py" in deleted and "test_handwritten.py" not in deleted
+    assert len(deleted) == len(specs)  # the removed op and every spec left out of this run
+    apply_plan(plan)
+    assert user_file.exists() and not stale.exists()
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("test_*.py") if p.name in written} == {
+        n: t for n, t in written.items() if (out / n).exists()}
+
+
+def test_refuses_to_overwrite_a_file_it_did_not_generate(tmp_path):
+    spec = _golden_specs()[0]
+    (tmp_path / f"test_{spec.name}.py").write_text("# my own tests\n")
+    with pytest.raises(GenerationError, match="was not generated by opcheck"):
+        plan_generation([spec], tmp_path)
+    assert (tmp_path / f"test_{spec.name}.py").read_text() == "# my own tests\n"
+
+
+def _generate_in_subprocess(out: Path, hashseed: str) -> dict[str, bytes]:
+    env = dict(os.environ, PYTHONHASHSEED=hashseed)
+    subprocess.run([sys.executable, "-m", "opcheck", "generate", "--specs", "tests/codegen/golden/specs",
+                    "--out", str(out)], cwd=REPO, env=env, check=True, capture_output=True)
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_byte_identical_across_hash_seeds(tmp_path):
+    out = tmp_path / "generated_tests"
+    first = _generate_in_subprocess(out, "1")
+    shutil.rmtree(out)
+    second = _generate_in_subprocess(out, "12345")
+    assert first and first == second
+
+
+def test_committed_generated_tests_are_fresh():
+    result = subprocess.run([sys.executable, "-m", "opcheck", "generate", "--check"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_mode_prints_a_diff_and_fails_when_stale(tmp_path):
+    shutil.copytree(GOLDEN / "specs", tmp_path / "op_specs")
+    (tmp_path / "generated_tests").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "opcheck", *a], cwd=tmp_path, env=env,  # noqa: E731
+                                    capture_output=True, text=True)
+    stale = run("generate", "--check")
+    assert stale.returncode == 1 and "+++ b/generated_tests/test_everything.py" in stale.stdout
+    assert not list((tmp_path / "generated_tests").iterdir()), "--check must not write"
+    assert run("generate").returncode == 0
+    assert run("generate", "--check").returncode == 0
