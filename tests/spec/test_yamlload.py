@@ -81,7 +81,9 @@ def test_deep_nesting_is_a_problem_not_a_crash():
     shallow_enough = "x: " + "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5) + "\n"
     assert any(f"nested deeper than {MAX_DEPTH} levels" in e for e in _errors(shallow_enough))
     very_deep = "x: " + "[" * 5000 + "]" * 5000 + "\n"
-    assert _errors(very_deep) == ["s.yaml: malformed YAML: nesting too deep"]
+    # libyaml composes it and the converter stops at MAX_DEPTH; the pure-Python parser runs out
+    # of stack first. Either way: one clear problem, no crash.
+    assert any("nested deeper than" in e or "nesting too deep" in e for e in _errors(very_deep))
 
 
 @pytest.mark.parametrize("text, value", [
