@@ -16,6 +16,10 @@ DEFAULT_OUT = "generated_tests"
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Specs name the project's own modules (`examples.ops:Cube.apply`) as `python -m` would find
+    # them: relative to the working directory, which a console script does not put on sys.path.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -75,7 +79,7 @@ def _load(specs: Path):
     try:
         return load_specs([specs], root=_root())
     except SpecError as e:
-        raise _Failure(f"{e}\n{len(e.problems)} problem(s) found; nothing was generated.") from None
+        raise _Failure(f"{e}\n{len(e.problems)} problem(s) found.") from None
 
 
 def _relative(path: Path) -> str:

@@ -319,16 +319,18 @@ def _lowprec(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
     tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
     forward = case.spec.gradcheck.check_forward_ad and case.spec.supports_forward_ad
+    reference = resolve_op(case.spec.reference) if case.spec.reference else None
     for call in _calls(case, 0):
         try:
             diff = compare_lowprec(call, device=case.device, spec_name=case.spec.name, test_id=case.test_id,
-                                   attempt=0, tolerances=tol, check_forward_ad=forward)
+                                   attempt=0, tolerances=tol, check_forward_ad=forward, reference_op=reference)
         except Exception as e:
             raise _crash(case, call, e, "the low-precision run", tol) from e
         if diff is not None:
             raise LowPrecisionMismatch(format_failure(
                 case, headline=f"opcheck lowprec failed for {case.spec.op} on {case.device}/{case.dtype}, "
-                               f"sample {case.sample.name!r}: {diff.what} differs from the float64 run",
+                               f"sample {case.sample.name!r}: {diff.what} differs from the float64 "
+                               + (f"reference {case.spec.reference}" if case.spec.reference else "run"),
                 body=diff.text, call=call, path=f"{diff.path} at {case.dtype} against the float64 reference",
                 tolerances=tol.describe(("atol", "rtol"))))
 

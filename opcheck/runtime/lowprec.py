@@ -14,7 +14,7 @@ Integer and bool outputs must be equal. On mps the reference runs on the CPU (no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -60,11 +60,18 @@ def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def compare_lowprec(call: Call, *, device: str, spec_name: str, test_id: str, attempt: int,
-                    tolerances: Tolerances, check_forward_ad: bool) -> LowPrecisionDiff | None:
-    """The first quantity out of tolerance, or None when outputs, VJP and JVP all agree."""
+                    tolerances: Tolerances, check_forward_ad: bool,
+                    reference_op=None) -> LowPrecisionDiff | None:
+    """The first quantity out of tolerance, or None when outputs, VJP and JVP all agree.
+
+    reference_op: the float64 implementation to compare with (the spec's `reference`), for
+    kernels that have no float64 path; by default the op itself on upcast inputs.
+    """
     __tracebackhide__ = True
     ref_device = reference_device(device)
     ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
+    if reference_op is not None:
+        ref_call = replace(ref_call, op=reference_op)
     out_low = _outputs(call.run())
     out_ref = _outputs(ref_call.run())
     if len(out_low) != len(out_ref):

@@ -99,9 +99,11 @@ def _build_op(ctx: Checker, m: Node, *, family: bool, source: str,
     variant = _value(ctx, fields, "variant", "function")
     if op and variant == "method":
         _check_method(ctx, fields["variant"], op)
-    if op and _value(ctx, fields, "library_opcheck", False) and not op.startswith("torch.ops."):
-        ctx.report(fields["library_opcheck"], f"library_opcheck checks torch.ops.* operators; "
-                                              f"{op!r} is not one")
+    if op and _value(ctx, fields, "library_opcheck", False) and not _is_library_op(op):
+        ctx.report(fields["library_opcheck"], f"library_opcheck checks torch.ops.* operators and "
+                                              f"torch.library custom ops; {op!r} is neither")
+    reference = _op(ctx, fields.get("reference")) if "reference" in fields else None
+    _check_dtype_lists(ctx, fields, reference)
     samples, sample_names = _samples(ctx, m)
     label = f"op {op!r}" if family else None
     # Every part is built (and so checked) before deciding: all of a spec's problems show at once.
@@ -114,6 +116,7 @@ def _build_op(ctx: Checker, m: Node, *, family: bool, source: str,
         supports_forward_ad=_value(ctx, fields, "supports_forward_ad", True),
         supports_gradgrad=_value(ctx, fields, "supports_gradgrad", True),
         library_opcheck=_value(ctx, fields, "library_opcheck", False),
+        reference=reference,
         **{key: _rules(ctx, fields.get(key), key, sample_names, label)
            for key in ("tolerances", "skips", "expected_failures")},
     )
@@ -139,6 +142,31 @@ def _op(ctx: Checker, node: Node | None) -> str | None:
         ctx.report(node, f"resolving {node.value!r} failed: {type(e).__name__}: {e}")
         return None
     return node.value
+
+
+def _is_library_op(op: str) -> bool:
+    if op.startswith("torch.ops."):
+        return True
+    import torch  # only reached for specs that ask for library_opcheck
+
+    custom = getattr(getattr(torch, "_library", None), "custom_ops", None)
+    kinds = (torch._ops.OpOverload, torch._ops.OpOverloadPacket) + ((custom.CustomOpDef,) if custom else ())
+    return isinstance(resolve_op(op), kinds)
+
+
+def _check_dtype_lists(ctx: Checker, fields: dict, reference: str | None) -> None:
+    """An op with no float64 path (dtypes: []) is checked only against a reference, at low precision."""
+    dtypes, lowprec = fields.get("dtypes"), fields.get("lowprec_dtypes")
+    no_grad_dtypes = dtypes is not None and ctx.clean(dtypes) and dtypes.value == []
+    if no_grad_dtypes and not (lowprec is not None and ctx.clean(lowprec) and lowprec.value):
+        ctx.report(dtypes, "empty: with no gradient-check dtype, list the kernel's dtypes in lowprec_dtypes "
+                           "(and give a float64 `reference`)")
+    elif no_grad_dtypes and reference is None and "reference" not in fields:
+        ctx.report(dtypes, "empty: the low-precision check then needs `reference:`, a float64 implementation "
+                           "of the same math to compare against")
+    if "reference" in fields and not (lowprec is not None and ctx.clean(lowprec) and lowprec.value):
+        ctx.report(fields["reference"], "`reference` is used only by the low-precision check; add "
+                                        "lowprec_dtypes")
 
 
 def _name(ctx: Checker, name_node: Node | None, op_node: Node | None) -> tuple[str | None, NameClaim | None]:

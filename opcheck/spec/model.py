@@ -195,7 +195,10 @@ class OpSpec:
     gradgradcheck: GradgradcheckFlags = GradgradcheckFlags()
     supports_forward_ad: bool = True
     supports_gradgrad: bool = True
-    library_opcheck: bool = False  # also run torch.library.opcheck (torch.ops.* ops only)
+    library_opcheck: bool = False  # also run torch.library.opcheck (torch.ops.* ops and custom ops)
+    # A float64-capable implementation of the same math: the low-precision check's reference for
+    # kernels that have no float64 path (then `dtypes` may be empty).
+    reference: str | None = None
     tolerances: tuple[ToleranceRule, ...] = ()
     skips: tuple[Rule, ...] = ()
     expected_failures: tuple[Rule, ...] = ()
@@ -203,17 +206,19 @@ class OpSpec:
 
     def checks(self) -> tuple[str, ...]:
         """The check kinds this spec generates tests for, in a fixed order."""
-        out = [GRADCHECK]
-        if self.gradcheck.check_forward_ad and self.supports_forward_ad:
-            out.append(FORWARD_AD)
-        if not self.supports_forward_ad:
-            out.append(FORWARD_AD_UNSUPPORTED)
-        if self.gradgradcheck.enabled and self.supports_gradgrad:
-            out.append(GRADGRADCHECK)
-            if self.gradgradcheck.check_fwd_over_rev and self.supports_forward_ad:
-                out.append(FWGRAD_BWGRAD)
-        if not self.supports_gradgrad:
-            out.append(GRADGRAD_UNSUPPORTED)
+        out = []
+        if self.dtypes:  # a float32-only kernel has no gradient-check dtype
+            out.append(GRADCHECK)
+            if self.gradcheck.check_forward_ad and self.supports_forward_ad:
+                out.append(FORWARD_AD)
+            if not self.supports_forward_ad:
+                out.append(FORWARD_AD_UNSUPPORTED)
+            if self.gradgradcheck.enabled and self.supports_gradgrad:
+                out.append(GRADGRADCHECK)
+                if self.gradgradcheck.check_fwd_over_rev and self.supports_forward_ad:
+                    out.append(FWGRAD_BWGRAD)
+            if not self.supports_gradgrad:
+                out.append(GRADGRAD_UNSUPPORTED)
         if self.lowprec_dtypes:
             out.append(LOWPREC)
         if self.library_opcheck:
@@ -221,7 +226,11 @@ class OpSpec:
         return tuple(out)
 
     def dtypes_for(self, check: str) -> tuple[str, ...]:
-        return self.lowprec_dtypes if check == LOWPREC else self.dtypes
+        if check == LOWPREC:
+            return self.lowprec_dtypes
+        if check == LIBRARY_OPCHECK:  # registration checks need a dtype the kernel has
+            return self.dtypes or self.lowprec_dtypes[:1]
+        return self.dtypes
 
     def sample(self, name: str) -> Sample:
         for s in self.samples:

@@ -294,3 +294,23 @@ def raises(x):
 
 def generator_that_raises(device, dtype, generator):
     raise RuntimeError("no sample for you")
+
+
+class _GeluF32WrongBackward(torch.autograd.Function):
+    """A float32-only kernel (raises on other dtypes) whose backward drops the tanh term."""
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype != torch.float32:
+            raise TypeError("float32 kernel")
+        ctx.save_for_backward(x)
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 0.5 * (1 + torch.tanh(0.7978845608 * x))
+
+
+def gelu_f32_wrong_backward(x):
+    return _GeluF32WrongBackward.apply(x)

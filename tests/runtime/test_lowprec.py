@@ -1,5 +1,7 @@
 """Low-precision check: correct float32/float16/bfloat16/complex64 kernels pass, wrong ones fail."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -86,3 +88,16 @@ def test_sizes_are_below_mkl_vml_chunking():
     # process, other threads) comes out with errors of 1.5e-4: a real low-precision difference,
     # and a flaky one. The samples here stay below it so these tests only test opcheck.
     assert all(torch.Size(a.shape).numel() < 2048 for s in SAMPLES for a in s.args)
+
+
+def test_a_kernel_without_float64_path_is_checked_against_the_reference():
+    vec = Sample("vec", args=(TensorArg(shape=(40,)),))
+    good = OpSpec(name="f32", op="examples.ops:fused_gelu_f32", source="op_specs/f32.yaml", sha256="0",
+                  samples=(vec,), dtypes=(), lowprec_dtypes=("float32",), reference="examples.ops:gelu_reference")
+    assert good.checks() == ("lowprec",)
+    run_check(good, "lowprec", "cpu", "float32", "vec")
+    bad = replace(good, op="runtime_ops:gelu_f32_wrong_backward")
+    with pytest.raises(LowPrecisionMismatch) as info:
+        run_check(bad, "lowprec", "cpu", "float32", "vec")
+    assert "differs from the float64 reference examples.ops:gelu_reference" in str(info.value)
+    assert "VJP" in str(info.value)
