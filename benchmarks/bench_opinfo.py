@@ -13,7 +13,10 @@ Modes (each timed side by side, per sample):
 
 * ``full``: opcheck ``fast_mode=False`` vs torch ``fast_mode=False`` (torch's slow mode,
   the full numerical Jacobian);
-* ``fast``: opcheck ``fast_mode=True`` vs torch ``fast_mode=True``.
+* ``fast``: opcheck ``fast_mode=True`` vs torch ``fast_mode=True``;
+* ``auto`` (``--mode auto`` or ``all``): what a generated test does by default, opcheck's auto
+  policy (the full Jacobian within the 2**20-entry budget, counted with one timed forward call),
+  vs torch's fast mode: the price of full strength.
 
 Every check's verdict (``True``, ``"GradcheckError"`` or the class name of any other
 exception) is recorded; any sample on which the two tools disagree is printed in detail at
@@ -401,7 +404,9 @@ def geomean(xs):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=("full", "fast", "both"), default="both")
+    p.add_argument("--mode", choices=("full", "fast", "auto", "both", "all"), default="both",
+                   help="both = full and fast; all = full, fast and auto (opcheck's auto policy vs torch's "
+                        "fast mode)")
     p.add_argument("--ops", default=None,
                    help="comma-separated OpInfo names (NAME or NAME:VARIANT_TEST_NAME) to run "
                         "instead of the default list; any op in op_db may be named")
@@ -431,7 +436,7 @@ def main(argv=None) -> int:
     # tools alike: printing them is not what is being measured.
     warnings.simplefilter("ignore")
     dtype = getattr(torch, args.dtype)
-    modes = MODES if args.mode == "both" else (args.mode,)
+    modes = {"both": MODES, "all": MODES + ("auto",)}.get(args.mode, (args.mode,))
 
     cmd = shlex.join(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
     print(f"command: {cmd}")
@@ -448,6 +453,20 @@ def main(argv=None) -> int:
             return torch.autograd.gradcheck(func, inputs, **kwargs)
     else:
         opcheck_gradcheck = opcheck.gradcheck
+
+    def opcheck_auto(func, inputs, **kwargs):
+        """What a generated test with `fast_mode: auto` does: count the Jacobian's entries (one
+        forward call, timed as part of the check) and go full within the budget."""
+        from opcheck.runtime.context import DEFAULT_JACOBIAN_BUDGET
+        from opcheck.runtime.policy import jacobian_entries
+
+        out = func(*inputs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        entries = jacobian_entries("gradcheck", [x.numel() for x in inputs],
+                                   [o.numel() for o in outs if isinstance(o, torch.Tensor)
+                                    and (o.is_floating_point() or o.is_complex())])
+        kwargs["fast_mode"] = entries > DEFAULT_JACOBIAN_BUDGET
+        return opcheck_gradcheck(func, inputs, **kwargs)
 
     t0 = time.perf_counter()
     from torch.testing._internal.common_methods_invocations import op_db
@@ -511,7 +530,11 @@ def main(argv=None) -> int:
     for op_index, (cat, key, op) in enumerate(selected):
         # alternate which tool runs first per op
         order = TOOLS if op_index % 2 == 0 else TOOLS[::-1]
-        checks = {"torch": torch.autograd.gradcheck, "opcheck": opcheck_gradcheck}
+        checks_by_mode = {
+            "full": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_gradcheck},
+            "fast": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_gradcheck},
+            "auto": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_auto},
+        }
         note = []
         try:
             ref = make_samples(op, dtype, args.max_samples)
@@ -531,7 +554,8 @@ def main(argv=None) -> int:
         totals = {(m, t): 0.0 for m in modes for t in TOOLS}
         verdict_counts = {}
         for mode in modes:
-            kw = gradcheck_calls(op, fast_mode=(mode == "fast"))
+            checks = checks_by_mode[mode]
+            kw = gradcheck_calls(op, fast_mode=(mode != "full"))
             # Warm-up, untimed: the smallest sample (by input numel) through both tools, so
             # lazy initialisation (kernels, dispatch caches, vmap rules) biases neither side.
             warm_idx = min(range(n), key=lambda i: sum(a.numel() for a in ref_args[i]))
@@ -599,12 +623,16 @@ def main(argv=None) -> int:
         so = sum(r[f"{m}_opcheck_s"] for r in per_op)
         gm = geomean([ratio(r[f"{m}_torch_s"], r[f"{m}_opcheck_s"]) for r in per_op])
         nd = sum(1 for d in disagreements if d["mode"] == m)
-        what = "fast_mode=False (torch slow mode)" if m == "full" else "fast_mode=True"
+        what = {"full": "fast_mode=False (torch slow mode)", "fast": "fast_mode=True",
+                "auto": "opcheck auto policy vs torch fast_mode=True"}[m]
         print(f"[{m}] {what}: torch {st:.2f}s, opcheck {so:.2f}s | aggregate ratio torch/opcheck "
               f"{ratio(st, so):.2f}x | geomean per-op ratio {gm:.2f}x | ops {n_ops}, samples {n_samples}, "
               f"disagreements {nd}")
         summary[m] = {"torch_s": st, "opcheck_s": so, "aggregate_ratio": ratio(st, so), "geomean_ratio": gm,
                       "disagreements": nd}
+        if m == "auto":
+            print(f"[auto] cost of opcheck's default policy against torch's fast mode: opcheck / torch = "
+                  f"{ratio(so, st):.2f}x (geomean per op {1 / gm if gm else math.inf:.2f}x)")
     for m in modes:
         # Where the time goes: samples grouped by how many input elements gradcheck perturbs.
         parts = []
