@@ -251,14 +251,23 @@ def full_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forwar
     return True
 
 
+def _second_order_hint(ctx) -> str:
+    if "of" not in ctx.backward_path:  # only gradgradcheck's first-derivative function
+        return ""
+    return ("\nhint: the first derivative does not require grad, so backward is not differentiable: it "
+            "runs under torch.no_grad(), detaches, or is @once_differentiable. If that is intended, "
+            "declare it (supports_gradgrad: false in an op spec); otherwise build backward from "
+            "differentiable ops.")
+
+
 def check_no_differentiable_outputs(ctx, func, inputs, func_out, *, is_forward_ad):
     for per_input in numerical_jacobian(ctx, func, inputs, func_out, is_forward_ad=is_forward_ad):
         for jac in per_input:
             if torch.ne(jac, 0).sum() > 0:
                 ctx.fail("Numerical gradient for function expected to be zero\n"
                          "check: no differentiable outputs; the function's outputs do not require grad, yet "
-                         f"they change when input elements are perturbed (max |d| = {float(jac.abs().max()):.4g})",
-                         check="no differentiable outputs")
+                         f"they change when input elements are perturbed (max |d| = {float(jac.abs().max()):.4g})"
+                         + _second_order_hint(ctx), check="no differentiable outputs", path=ctx.backward_path)
     return True
 
 
@@ -415,8 +424,8 @@ def _check_no_differentiable_outputs_fast(ctx, func, inputs, inp_idx, all_u):
                 continue
             if jvp.abs().max() > ctx.nondet_tol:
                 ctx.fail("Numerical gradient for function expected to be zero\ncheck: no differentiable "
-                         "outputs; the outputs do not require grad, yet they change when inputs are perturbed",
-                         check="no differentiable outputs")
+                         "outputs; the outputs do not require grad, yet they change when inputs are perturbed"
+                         + _second_order_hint(ctx), check="no differentiable outputs", path=ctx.backward_path)
 
 
 def _localize_fast_failure(ctx, func, func_out, inputs, outputs, input_i, output_j, a, n, atol,

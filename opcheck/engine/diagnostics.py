@@ -123,6 +123,10 @@ def hints_for(a: torch.Tensor, n: torch.Tensor, bad: torch.Tensor, *, rtol: floa
                      "detached from this input (.detach(), .data, no_grad, a non-differentiable op), or "
                      "backward returns zeros/None for it")
         return hints
+    if a.shape[1] > 1 and close(a, a[:, :1].expand_as(a)) and not close(n, n[:, :1].expand_as(n)):
+        hints.append("every output element gets the same analytical gradient: backward ignores grad_output "
+                     "(it must return grad_output-weighted derivatives, e.g. grad * f'(x), not f'(x))")
+        return hints
     if n_norm <= atol and a_norm > atol:
         hints.append("the numerical gradient is zero (the output does not depend on this input), yet "
                      "backward returns a nonzero gradient for it")

@@ -242,3 +242,34 @@ def test_input_validation_messages():
     sparse = torch.eye(3, dtype=torch.double).to_sparse().requires_grad_()
     with pytest.raises(NotImplementedError, match="dense strided"):
         opcheck.gradcheck(lambda s: s.to_dense(), (sparse,))
+
+
+def test_backward_ignoring_grad_output_hint():
+    x = _x(4)
+    report = opcheck.gradcheck_report(corpus.SinNotMultipliedByGradOldStyle.apply, (x,))
+    assert not report.passed and report.mismatch is not None
+    assert any("ignores grad_output" in h for h in report.mismatch.hints)
+
+
+def test_no_grad_backward_hint_names_once_differentiable():
+    class NoGradBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.sin()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            with torch.no_grad():
+                return g * x.cos()
+
+    x = _x(4)
+    assert opcheck.gradcheck(NoGradBackward.apply, (x,))
+    err = _fail(opcheck.gradgradcheck, NoGradBackward.apply, (x,))
+    assert err.check == "no differentiable outputs" and err.path == "VJP of VJP"
+    assert str(err).startswith("Numerical gradient for function expected to be zero")
+    assert "once_differentiable" in str(err) and "supports_gradgrad: false" in str(err)
