@@ -1,7 +1,7 @@
-"""`opcheck`: generate, validate, list and scaffold op specs.
+"""`opcheck`: generate, validate, list and scaffold op specs; report a run's coverage.
 
-Thin by design: parse arguments, call opcheck.spec / opcheck.codegen, print, pick the exit status
-(0 ok, 1 invalid specs or stale generated tests, 2 bad usage).
+Thin by design: parse arguments, call opcheck.spec / opcheck.codegen / opcheck.report, print, pick
+the exit status (0 ok, 1 invalid specs, stale generated tests or unreadable results, 2 bad usage).
 """
 
 from __future__ import annotations
@@ -64,6 +64,17 @@ def _parser() -> argparse.ArgumentParser:
     specs_option(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
     p.set_defaults(run=_new)
+
+    p = sub.add_parser("report", help="coverage matrix (op x check x dtype x device) of a pytest run",
+                       description="Coverage matrix of a pytest run of generated tests: each op's checks and "
+                                   "dtypes by device, passed / failed / xfailed / skipped with the reasons. With "
+                                   "neither --markdown nor --html, prints the Markdown.")
+    p.add_argument("results", type=Path, metavar="RESULTS",
+                   help="a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results "
+                        "(pytest --opcheck-results PATH.json)")
+    p.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report to PATH")
+    p.add_argument("--html", type=Path, metavar="PATH", help="write a self-contained HTML page to PATH")
+    p.set_defaults(run=_report)
     return parser
 
 
@@ -167,6 +178,31 @@ def _new(args) -> int:
     path.write_text(text, encoding="utf-8")
     print(f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
           f"pytest {DEFAULT_OUT}/test_{args.name}.py")
+    return 0
+
+
+def _report(args) -> int:
+    from opcheck.report import ReportError, build_matrix, load_results, render_html, render_markdown
+
+    try:
+        results = load_results(args.results)
+    except ReportError as e:
+        raise _Failure(f"opcheck report: {e}") from None
+    if not results:
+        raise _Failure(f"opcheck report: {args.results}: no generated opcheck tests in it (test ids "
+                       f"test_<check>[<device>-<dtype>-<sample>])")
+    matrix = build_matrix(results)
+    source = args.results.name
+    if args.markdown is None and args.html is None:
+        sys.stdout.write(render_markdown(matrix, source))
+        return 0
+    for path, render in ((args.markdown, render_markdown), (args.html, render_html)):
+        if path is not None:
+            try:
+                path.write_text(render(matrix, source), encoding="utf-8")
+            except OSError as e:
+                raise _Failure(f"opcheck report: cannot write {path}: {e.strerror}") from None
+            print(f"wrote {path}")
     return 0
 
 

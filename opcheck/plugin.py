@@ -6,6 +6,9 @@
 - `--opcheck-policy auto|full|fast` overrides every spec's `gradcheck.fast_mode`, and
   `--opcheck-budget N` (or OPCHECK_JACOBIAN_BUDGET) sets the auto policy's Jacobian budget;
 - `--opcheck-plot DIR` writes a heatmap of every failing Jacobian block (needs matplotlib);
+- `--opcheck-results PATH` writes one JSON record per generated test (its spec, op, check, device,
+  dtype, sample, outcome, reason and duration) at the end of the session, for `opcheck report`;
+  under pytest-xdist the workers attach each test's case to its reports and the controller writes;
 - around each test call, tells the runtime the item's node id, so that failures print the exact
   command that reruns them.
 """
@@ -35,6 +38,7 @@ MARKERS = {
 POLICIES = ("auto", "full", "fast")
 SETTINGS_KEY = pytest.StashKey()
 SELECTION_KEY = pytest.StashKey()
+RESULTS_PLUGIN = "opcheck-results"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,6 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--opcheck-plot", default=None, metavar="DIR",
                     help="write a PNG heatmap of |analytical - numerical| for every failing Jacobian block into "
                          "DIR (needs matplotlib: pip install 'opcheck[plot]')")
+    group.addoption("--opcheck-results", default=None, metavar="PATH",
+                    help="write the outcome of every generated test (spec, op, check, device, dtype, sample, "
+                         "outcome, reason, duration) to PATH as JSON, for `opcheck report PATH`")
 
 
 def _split(values: list[str]) -> list[str]:
@@ -112,6 +119,26 @@ def pytest_configure(config: pytest.Config) -> None:
     settings, selection = _settings(config)
     config.stash[SETTINGS_KEY] = settings
     config.stash[SELECTION_KEY] = selection
+    _configure_results(config)
+
+
+def _configure_results(config: pytest.Config) -> None:
+    path = config.getoption("opcheck_results")
+    if path is None or hasattr(config, "workerinput"):  # an xdist worker: the controller writes
+        return
+    path = config.invocation_params.dir / path
+    if path.is_dir():
+        raise pytest.UsageError(f"--opcheck-results: {path} is a directory; expected a file path such as "
+                                f"{path / 'opcheck-results.json'}")
+    from opcheck.report.collect import ResultsRecorder
+
+    config.pluginmanager.register(ResultsRecorder(path), RESULTS_PLUGIN)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    recorder = config.pluginmanager.get_plugin(RESULTS_PLUGIN)
+    if recorder is not None:
+        config.pluginmanager.unregister(recorder)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -160,6 +187,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+def case_fields(item: pytest.Item) -> dict:
+    """What `--opcheck-results` records about a generated test's case; {} for any other test."""
+    if not is_generated_item(item):
+        return {}
+    params = item.callspec.params
+    spec = getattr(item.module, "SPEC", None)
+    check = getattr(item, "originalname", item.name).removeprefix("test_")
+    if check not in CHECKS:
+        check = next((name for name in CHECKS if item.get_closest_marker(name) is not None), check)
+    if isinstance(spec, OpSpec):
+        name, op, source = spec.name, spec.op, spec.source
+    else:
+        name, op, source = item.path.stem.removeprefix("test_"), "", ""
+    return {"spec": name, "op": op, "source": source, "check": check, "device": str(params["device"]),
+            "dtype": str(params["dtype"]), "sample": str(params["sample"])}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if item.config.getoption("opcheck_results", None) is not None:
+        # An attribute of the report travels from an xdist worker to the controller with it.
+        from opcheck.report.collect import CASE_ATTR
+
+        setattr(report, CASE_ATTR, case_fields(item))
+    return report
 
 
 def rerun_command(item: pytest.Item) -> str:

@@ -1,0 +1,150 @@
+"""The coverage matrix as Markdown (built here) and as one self-contained HTML page (a Jinja2
+template that only places the strings computed here; autoescaped, so a reason is always text)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from opcheck.report.matrix import Cell, Matrix
+from opcheck.report.results import ERROR, FAILED
+
+TITLE = "opcheck coverage"
+_EMPTY = "-"  # a device this row has no test on
+_LEGEND = ("failed", "error", "xpassed", "passed", "xfailed", "skipped")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def headline(matrix: Matrix, source: str) -> str:
+    """`r.json: 568 tests of 9 ops on cpu, cuda: 142 passed, 426 skipped`."""
+    outcomes = ", ".join(f"{n} {o}" for o, n in matrix.totals if n) or "nothing ran"
+    devices = f" on {', '.join(matrix.devices)}" if matrix.devices else ""
+    return f"{source}: {_plural(matrix.tests, 'test')} of {_plural(len(matrix.specs), 'op')}{devices}: {outcomes}"
+
+
+def _device_table(matrix: Matrix) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the per-device summary, the last row all devices together."""
+    shown = matrix.outcomes_present()
+    header = ["device", "tests", *shown]
+    rows = []
+    for device, totals in (*matrix.device_totals, ("all", matrix.totals)):
+        counts = dict(totals)
+        rows.append([device, str(sum(counts.values())), *(str(counts[o]) for o in shown)])
+    return header, rows
+
+
+# ------------------------------------------------------------------------------------ Markdown
+_MD_SPECIAL = re.compile(r"[\\`*<>\[\]|]|(?<!\w)_|_(?!\w)")
+
+
+def _md(text: str) -> str:
+    """Text in Markdown, table cells included: nothing in it is markup (nor raw HTML)."""
+    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), " ".join(text.split()))
+
+
+def _code(text: str) -> str:
+    if "|" in text or "\n" in text:
+        return _md(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _md_cell(cell: Cell | None) -> str:
+    if cell is None:
+        return _EMPTY
+    parts = [f"**{n} {o}**" if o in (FAILED, ERROR) else f"{n} {o}" for o, n in cell.counts]
+    refs = "".join(f" [{n}]" for n in cell.notes)
+    return ", ".join(parts) + refs
+
+
+def _md_table(header: list[str], rows: list[list[str]], right: int = 0) -> list[str]:
+    """right: how many trailing columns are numbers (right-aligned)."""
+    align = ["---"] * (len(header) - right) + ["--:"] * right
+    return ["| " + " | ".join(r) + " |" for r in (header, align, *rows)]
+
+
+def render_markdown(matrix: Matrix, source: str) -> str:
+    out = [f"# {TITLE}", "", _md(headline(matrix, source)) + ".", ""]
+    header, rows = _device_table(matrix)
+    out += _md_table(header, [[_md(c) for c in r] for r in rows], right=len(header) - 1)
+    out += ["", "## Matrix", "",
+            "One row per op, check and dtype; a cell counts the row's samples on one device; [n] is a note below.",
+            ""]
+    table, previous = [], None
+    for row in matrix.rows:
+        label = "" if row.spec == previous else _md(row.spec) + (f" ({_code(row.op)})" if row.op else "")
+        previous = row.spec
+        table.append([label, _md(row.check), _md(row.dtype), *(_md_cell(c) for c in row.cells)])
+    out += _md_table(["op", "check", "dtype", *map(_md, matrix.devices)], table)
+    if matrix.notes:
+        out += ["", "## Notes", ""]
+        out += [f"{note.number}. {note.outcome}, {_plural(note.tests, 'test')}: {_md(note.text)}"
+                for note in matrix.notes]
+    if matrix.failures:
+        out += ["", "## Failures", ""]
+        out += [f"- {result.outcome}: {_code(result.nodeid)}" + (f" [{number}]" if number else "")
+                for result, number in matrix.failures]
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------ HTML
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _html_cell(cell: Cell | None) -> dict:
+    if cell is None:
+        return {"css": "none", "text": _EMPTY, "title": "no test", "notes": [], "strong": False}
+    return {"css": cell.status, "text": cell.text, "title": cell.title, "notes": list(cell.notes),
+            "strong": cell.status in (FAILED, ERROR)}
+
+
+def _html_rows(matrix: Matrix) -> list[dict]:
+    group_sizes: dict[str, int] = {}
+    for row in matrix.rows:
+        group_sizes[row.spec] = group_sizes.get(row.spec, 0) + 1
+    rows, previous = [], None
+    for row in matrix.rows:
+        first = row.spec != previous
+        previous = row.spec
+        rows.append({
+            "rowspan": group_sizes[row.spec] if first else 0,  # 0: the op cell of the row above spans this one
+            "spec": row.spec, "op": row.op,
+            "op_title": " ".join(p for p in (row.op, f"({row.source})" if row.source else "") if p) or row.spec,
+            "check": row.check, "dtype": row.dtype,
+            "cells": [_html_cell(c) for c in row.cells],
+        })
+    return rows
+
+
+def render_html(matrix: Matrix, source: str) -> str:
+    header, device_rows = _device_table(matrix)
+    return _environment().get_template("report.html.j2").render(
+        title=f"{TITLE}: {source}",
+        heading=TITLE,
+        headline=headline(matrix, source),
+        summary_header=header,
+        summary_rows=device_rows,
+        legend=list(_LEGEND),
+        devices=list(matrix.devices),
+        rows=_html_rows(matrix),
+        notes=[{"number": n.number, "outcome": n.outcome, "tests": _plural(n.tests, "test"), "text": n.text}
+               for n in matrix.notes],
+        failures=[{"outcome": r.outcome, "nodeid": r.nodeid, "note": number or 0, "reason": r.reason}
+                  for r, number in matrix.failures],
+    )

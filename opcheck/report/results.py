@@ -1,0 +1,242 @@
+"""Test results of a pytest run of generated tests, read from a JUnit XML file or from the JSON that
+`pytest --opcheck-results PATH` writes.
+
+One `TestResult` per generated test, whichever the source. Both readers derive the same outcome
+and the same reason for the same run: a skip's or xfail's reason, or the first line of a failure
+(pytest's "crash" message, the line JUnit puts in `message=`). Tests that are not generated
+opcheck tests are left out.
+
+What JUnit cannot say: a non-strict XPASS is written as a plain pass there, and JUnit has no op
+path or spec file (only the module name, which is `test_<spec name>`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from opcheck.spec.model import CHECKS, TENSOR_DTYPES
+
+RESULTS_FORMAT = "opcheck-results"
+RESULTS_VERSION = 1
+
+PASSED, FAILED, SKIPPED, XFAILED, XPASSED, ERROR = "passed", "failed", "skipped", "xfailed", "xpassed", "error"
+OUTCOMES = (FAILED, PASSED, SKIPPED, XFAILED, XPASSED, ERROR)
+"""Every outcome, in the order pytest's summary line lists them."""
+
+_PRECEDENCE = (PASSED, SKIPPED, XFAILED, XPASSED, ERROR, FAILED)
+"""When one test reports several phases (a call failure, then a teardown error), the later in this
+tuple wins: a failure stays a failure, a pass followed by a teardown error is an error."""
+
+_TEST_NAME = re.compile(r"^test_(?P<check>\w+)\[(?P<device>[A-Za-z0-9_.]+)-(?P<dtype>[A-Za-z0-9_.]+)-"
+                        r"(?P<sample>[A-Za-z0-9_.-]+)\]$")
+_ERROR_MESSAGE = re.compile(r'^failed on (?P<when>setup|teardown) with "(?P<reason>.*)"$', re.DOTALL)
+_XPASS_STRICT_OLD = "xfail-marked test passes unexpectedly"  # JUnit's <skipped> for a failed xfail report
+
+
+class ReportError(Exception):
+    """Results that cannot be read: the message says which file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """The outcome of one generated test: `test_<check>[<device>-<dtype>-<sample>]` of one spec."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    spec: str
+    check: str
+    device: str
+    dtype: str
+    sample: str
+    outcome: str
+    reason: str = ""  # skip/xfail reason, or the failure's first line; "" for a pass
+    nodeid: str = ""
+    op: str = ""  # unknown ("") when read from JUnit XML
+    source: str = ""  # the spec file; unknown ("") when read from JUnit XML
+    duration: float = 0.0
+
+    def to_json(self) -> dict:
+        record = asdict(self)
+        record["duration"] = round(self.duration, 6)
+        return {key: record[key] for key in _RECORD_ORDER}
+
+
+_RECORD_ORDER = ("nodeid", "spec", "op", "source", "check", "device", "dtype", "sample", "outcome", "reason",
+                 "duration")
+
+
+def parse_test_name(name: str) -> dict | None:
+    """{check, device, dtype, sample} of a generated test's name, or None for any other test."""
+    m = _TEST_NAME.match(name)
+    if m is None or m["check"] not in CHECKS or m["dtype"] not in TENSOR_DTYPES:
+        return None
+    return m.groupdict()
+
+
+def spec_of_module(module: str) -> str:
+    """`generated_tests/test_sin.py` or `generated_tests.test_sin` → `sin`."""
+    stem = module.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").rsplit(".", 1)[-1]
+    return stem.removeprefix("test_")
+
+
+def case_from_nodeid(nodeid: str) -> dict | None:
+    """The spec and case of a generated test's node id (`path/test_sin.py::test_gradcheck[...]`), or None."""
+    module, sep, name = nodeid.partition("::")
+    case = parse_test_name(name) if sep and "::" not in name else None
+    if case is None:
+        return None
+    return dict(spec=spec_of_module(module), **case)
+
+
+def first_line(text: str) -> str:
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def error_reason(when: str, message: str) -> str:
+    """A setup/teardown error's reason, the same from both sources."""
+    return f"error in {when}: {first_line(message)}"
+
+
+def worse(a: tuple[str, str] | None, b: tuple[str, str] | None) -> tuple[str, str] | None:
+    """Of two (outcome, reason) of the same test, the one its single cell shows."""
+    if a is None or b is None:
+        return a or b
+    return b if _PRECEDENCE.index(b[0]) > _PRECEDENCE.index(a[0]) else a
+
+
+# ------------------------------------------------------------------------------------ reading
+def load_results(path: Path) -> list[TestResult]:
+    """The generated tests' results in a JUnit XML file (`.xml`) or an `--opcheck-results` file (`.json`)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ReportError(f"{path}: is a directory, not a results file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(f"{path}: cannot read: {e}") from None
+    kind = path.suffix.lower()
+    if kind not in (".xml", ".json"):
+        kind = ".xml" if text.lstrip().startswith("<") else ".json" if text.lstrip().startswith("{") else ""
+    if kind == ".xml":
+        return parse_junit(text, where=str(path))
+    if kind == ".json":
+        return parse_json(text, where=str(path))
+    raise ReportError(f"{path}: expected a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results "
+                      f"(pytest --opcheck-results PATH.json)")
+
+
+def parse_junit(text: str, where: str = "<junit>") -> list[TestResult]:
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        raise ReportError(f"{where}: not valid XML: {e}") from None
+    if root.tag not in ("testsuites", "testsuite"):
+        raise ReportError(f"{where}: not a JUnit XML report (root element <{root.tag}>, expected <testsuites> "
+                          f"or <testsuite>)")
+    found: dict[str, dict] = {}
+    for case in root.iter("testcase"):
+        classname, name = case.get("classname", ""), case.get("name", "")
+        parsed = parse_test_name(name)
+        if parsed is None or not classname:
+            continue
+        nodeid = f"{classname.replace('.', '/')}.py::{name}"
+        entry = found.setdefault(nodeid, dict(spec=spec_of_module(classname), nodeid=nodeid, duration=0.0,
+                                              verdict=None, **parsed))
+        entry["duration"] += _float(case.get("time"))
+        # A test that failed in its call and errored in teardown has two <testcase> elements.
+        entry["verdict"] = worse(entry["verdict"], _junit_verdict(case))
+    return [_result(entry) for entry in found.values()]
+
+
+def _junit_verdict(case: ET.Element) -> tuple[str, str]:
+    for child in case:
+        message = child.get("message") or ""
+        if child.tag == "failure":
+            return FAILED, first_line(message or child.text or "")
+        if child.tag == "error":
+            m = _ERROR_MESSAGE.match(message)
+            return (ERROR, error_reason(m["when"], m["reason"]) if m else first_line(message or child.text or ""))
+        if child.tag == "skipped":
+            kind = child.get("type")
+            if message == _XPASS_STRICT_OLD:
+                return FAILED, message
+            if kind == "pytest.xfail" or (kind is None and message.startswith("xfail")):
+                return XFAILED, first_line(message)
+            return SKIPPED, first_line(message)
+    return PASSED, ""
+
+
+def _float(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _result(entry: dict) -> TestResult:
+    outcome, reason = entry.pop("verdict")
+    return TestResult(outcome=outcome, reason=reason, **entry)
+
+
+_REQUIRED = ("spec", "check", "device", "dtype", "sample", "outcome")
+_TYPES = {f.name: (float, int) if f.name == "duration" else str for f in fields(TestResult)}
+
+
+def parse_json(text: str, where: str = "<json>") -> list[TestResult]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{where}: not valid JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        raise ReportError(f"{where}: not opcheck results (expected a JSON object with \"format\": "
+                          f"\"{RESULTS_FORMAT}\", as `pytest --opcheck-results PATH` writes)")
+    if data.get("version") != RESULTS_VERSION:
+        raise ReportError(f"{where}: results format version {data.get('version')!r}; this opcheck reads "
+                          f"version {RESULTS_VERSION}")
+    tests = data.get("tests")
+    if not isinstance(tests, list):
+        raise ReportError(f"{where}: \"tests\": expected a list of test records")
+    problems, results = [], []
+    for i, record in enumerate(tests):
+        problem = _record_problem(record)
+        if problem:
+            problems.append(f"{where}: tests[{i}]: {problem}")
+        else:
+            results.append(TestResult(**record))
+    if problems:
+        raise ReportError("\n".join(problems))
+    return results
+
+
+def _record_problem(record) -> str | None:
+    if not isinstance(record, dict):
+        return f"expected an object, got {type(record).__name__}"
+    missing = [k for k in _REQUIRED if k not in record]
+    if missing:
+        return f"missing {', '.join(map(repr, missing))}"
+    unknown = sorted(set(record) - set(_TYPES))
+    if unknown:
+        return f"unknown key(s) {', '.join(map(repr, unknown))}"
+    for key, value in record.items():
+        if not isinstance(value, _TYPES[key]) or isinstance(value, bool):
+            return f"{key}: expected {'a number' if key == 'duration' else 'a string'}, got {value!r}"
+    if record["outcome"] not in OUTCOMES:
+        return f"outcome: expected one of {', '.join(OUTCOMES)}, got {record['outcome']!r}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ writing
+def results_json(results: list[TestResult]) -> str:
+    """The `--opcheck-results` file: one record per test, in node id order (the same for every run)."""
+    ordered = sorted(results, key=lambda r: r.nodeid)
+    return json.dumps({"format": RESULTS_FORMAT, "version": RESULTS_VERSION,
+                       "tests": [r.to_json() for r in ordered]}, indent=1) + "\n"
