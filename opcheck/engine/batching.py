@@ -216,14 +216,18 @@ class Evaluator:
                 raise _Disagreement("vmapped evaluation differs from the plain call")
 
     # ----------------------------------------------------------- VJP rows
-    def vjp_rows(self, output: torch.Tensor, diff_inputs: list[torch.Tensor], nondet_tol: float) -> list[torch.Tensor | None] | list[list]:
+    def vjp_rows(self, output: torch.Tensor, diff_inputs: list[torch.Tensor], nondet_tol: float,
+                 batched: bool | None = None) -> list[torch.Tensor | None] | list[list]:
         """Rows e_j^T J for every output element j: per input, a (numel_out, *input.shape) tensor or None.
 
         With the loop, the per-input entry is a list of row tensors (or None) as torch builds them, so
-        the caller's size/dtype checks see exactly what backward returned.
+        the caller's size/dtype checks see exactly what backward returned. `batched` forces the path
+        (the reentrancy check compares two passes, which must be computed the same way).
         """
         m = output.numel()
-        if self.batch_vjp and m >= MIN_BATCH_COLUMNS:
+        if batched is False:
+            return self._vjp_loop(output, diff_inputs)
+        if (batched or self.batch_vjp) and m >= MIN_BATCH_COLUMNS:
             try:
                 return self._vjp_batched(output, diff_inputs, nondet_tol)
             except Exception as e:

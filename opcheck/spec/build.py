@@ -233,7 +233,9 @@ def _rules(ctx: Checker, node: Node | None, key: str, sample_names: set[str] | N
         return ()
     rules = []
     for rule in node.value:
-        if ctx.clean(rule):
+        # Parts the schema rejected may reach here in other shapes (null, a list): skip them,
+        # their problem is already reported.
+        if ctx.clean(rule) and rule.is_map:
             where = _where(ctx, rule.value.get("where"), sample_names, label)
             rules.append(_tolerance_rule(ctx, rule, where) if key == "tolerances" else
                          Rule(where=where, reason=rule.value["reason"].value, location=rule.loc))
@@ -241,7 +243,7 @@ def _rules(ctx: Checker, node: Node | None, key: str, sample_names: set[str] | N
 
 
 def _where(ctx: Checker, node: Node | None, sample_names: set[str] | None, label: str | None) -> Where:
-    if node is None:
+    if node is None or not node.is_map:
         return Where()
     fields = {key: strings(node.value.get(key)) for key in ("device", "dtype", "check", "sample")}
     if sample_names is not None:
@@ -272,7 +274,7 @@ def _tolerance_rule(ctx: Checker, rule: Node, where: Where) -> ToleranceRule:
 
 def _gradcheck(ctx: Checker, node: Node | None) -> GradcheckFlags:
     flags = _flags(ctx, node, GradcheckFlags)
-    if node is None or not ctx.clean(node):
+    if node is None or not node.is_map or not ctx.clean(node):
         return flags
     fast_mode = node.value.get("fast_mode")
     # YAML reads `fast_mode: true` as a bool; the model keeps the three spellings as strings.
@@ -282,7 +284,7 @@ def _gradcheck(ctx: Checker, node: Node | None) -> GradcheckFlags:
 
 
 def _flags(ctx: Checker, node: Node | None, cls):
-    if node is None or not ctx.clean(node):
+    if node is None or not node.is_map or not ctx.clean(node):
         return cls()
     return cls(**{key: value.value for key, value in node.value.items()})
 

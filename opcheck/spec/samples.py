@@ -12,7 +12,7 @@ from opcheck.spec.model import Arg, DtypeArg, Sample, TensorArg, TensorListArg, 
 from opcheck.spec.problems import show
 from opcheck.spec.yamlload import Node
 
-_SQUARE_MAKERS = ("symmetric", "spd", "lower_triangular", "upper_triangular", "orthogonal")
+_SQUARE_MAKERS = ("symmetric", "spd", "lower_triangular", "upper_triangular")
 _DEFAULT_RANGE = (-2.0, 2.0)
 _INDEX_RANGE = (0.0, 10.0)  # integer dtypes: the runtime's default for index arguments
 
@@ -126,6 +126,9 @@ def _check_maker(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype
     if maker in _SQUARE_MAKERS and (len(shape) < 2 or shape[-1] != shape[-2]):
         ctx.report(at, f"maker {maker!r} needs at least 2 dims with square last two (e.g. [3, 3] or "
                        f"[2, 4, 4]), got shape {list(shape)}")
+    elif maker == "orthogonal" and len(shape) < 2:
+        ctx.report(at, f"maker 'orthogonal' needs at least 2 dims (orthonormal columns for tall, rows for "
+                       f"wide), got shape {list(shape)}")
     elif maker == "unit_norm" and not shape:
         ctx.report(at, f"maker 'unit_norm' needs at least 1 dim, got shape {list(shape)}")
     if dtype in model.INDEX_DTYPES and not (maker == "positive" and dtype != "bool"):

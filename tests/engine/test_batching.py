@@ -147,3 +147,14 @@ def test_tiny_inputs_use_the_loop():
     # Below MIN_BATCH_COLUMNS a vmapped call and its probe cost more than the plain calls.
     report = opcheck.gradcheck_report(torch.sin, (_x(batching.MIN_BATCH_COLUMNS - 1),))
     assert report.passed and report.stats.batched_calls == 0 and report.stats.batched_vjp_calls == 0
+
+
+def test_reentrancy_passes_use_one_path_even_when_batching_is_dropped_midway(monkeypatch):
+    # Dropping batching after the first pass (it looked slower than the loop) must not make the
+    # second, looped pass "differ" from the first, batched one by rounding.
+    monkeypatch.setattr(batching.Evaluator, "_keep_if_cheaper",
+                        lambda self, kind, b, p: self._give_up(kind, "forced for the test"))
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 3, dtype=torch.complex128, generator=g).requires_grad_()
+    assert torch.autograd.gradgradcheck(torch.linalg.qr, (a,))
+    assert opcheck.gradgradcheck(torch.linalg.qr, (a,))
