@@ -120,13 +120,23 @@ def _build_failure(case: Case, e: Exception) -> str:
 
 def _crash(case: Case, call: Call | None, e: BaseException, what: str, tol: Tolerances | None = None,
            policy: Policy | None = None) -> CheckCrashed:
-    text = f"{type(e).__name__}: {e}".strip()
+    text = f"{type(e).__name__}: {e}".strip() + _crash_hint(e)
     return CheckCrashed(format_failure(
         case, headline=f"opcheck {case.check}: {what} raised {type(e).__name__} for {case.spec.op} on "
                        f"{case.device}/{case.dtype}, sample {case.sample.name!r}",
         body=text, call=call, path=PATHS.get(case.check),
         tolerances=(tol.describe(("atol", "rtol")) if case.check == LOWPREC else tol.describe()) if tol else None,
         policy=policy.describe() if policy else None))
+
+
+def _crash_hint(e: BaseException) -> str:
+    """Name the usual cause of a crash inside a custom backward, when the exception shows it."""
+    message = str(e)
+    if isinstance(e, (TypeError, AttributeError)) and "NoneType" in message:
+        return ("\nhint: a backward received None: with several outputs, the grad_output of an output "
+                "that did not contribute is undefined. autograd.Function passes zeros for it unless "
+                "ctx.set_materialize_grads(False) is set; with that setting, backward must handle None.")
+    return ""
 
 
 def _entries(check: str, fn, inputs) -> int:
