@@ -97,7 +97,7 @@ def header(spec: model.OpSpec, regenerate: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
+def template_environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).with_name("templates"))),
         undefined=jinja2.StrictUndefined,
@@ -110,7 +110,7 @@ def _environment() -> jinja2.Environment:
 
 def render_module(spec: model.OpSpec, *, regenerate: str = "opcheck generate") -> str:
     """The full text of generated_tests/test_<name>.py for this spec."""
-    text = _environment().get_template("test_module.py.j2").render(
+    text = template_environment().get_template("test_module.py.j2").render(
         header=header(spec, regenerate),
         docstring=f"Gradient tests for {_comment_text(spec.op)}, generated from {_comment_text(spec.source)}.",
         imports=", ".join(sorted(used_classes(spec))),

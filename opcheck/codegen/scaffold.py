@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 
-from opcheck.codegen.render import _environment
+from opcheck.codegen.render import template_environment
 from opcheck.spec.oppath import OpPathError, resolve_op
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -21,7 +21,7 @@ def scaffold_spec(name: str, op: str, *, schema: str) -> str:
         raise ValueError(f"--op {op}: {e}") from None
     arity = _probe_arity(fn)
     args = ", ".join(["{shape: [3, 3]}"] * (arity or 1))
-    return _environment().get_template("scaffold.yaml.j2").render(
+    return template_environment().get_template("scaffold.yaml.j2").render(
         name=name, op=op, args=args, probed=arity is not None, schema=schema)
 
 

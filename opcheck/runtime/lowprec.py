@@ -92,30 +92,30 @@ def compare_lowprec(call: Call, *, device: str, spec_name: str, test_id: str, at
         cot_ref = [upcast(c, ref_device) for c in cot_low]
         g_low = torch.autograd.grad([p[0] for p in pairs], inputs_low, cot_low, allow_unused=True)
         g_ref = torch.autograd.grad([p[1] for p in pairs], inputs_ref, cot_ref, allow_unused=True)
-        for j, (lo, ref) in enumerate(zip(g_low, g_ref)):
-            what = f"VJP: gradient of differentiable input {j}"
-            if (lo is None) != (ref is None):
-                return LowPrecisionDiff("VJP", what, f"{what} is None in the "
-                                        f"{'low-precision' if lo is None else 'reference'} run only")
-            if lo is not None:
-                diff = compare(lo, ref, tolerances, what)
-                if diff:
-                    return LowPrecisionDiff("VJP", what, diff)
+        diff = _first_diff("VJP", "VJP: gradient of differentiable input {}", g_low, g_ref, tolerances)
+        if diff:
+            return diff
 
     if check_forward_ad and inputs_low:
         t_low = [_random_like(x, gen) for x in inputs_low]
         t_ref = [upcast(t, ref_device) for t in t_low]
         jvp_low = _jvp(call, inputs_low, t_low)
         jvp_ref = _jvp(ref_call, inputs_ref, t_ref)
-        for k, (lo, ref) in enumerate(zip(jvp_low, jvp_ref)):
-            what = f"JVP: tangent of output {k}"
-            if (lo is None) != (ref is None):
-                return LowPrecisionDiff("JVP", what, f"{what} is None in the "
-                                        f"{'low-precision' if lo is None else 'reference'} run only")
-            if lo is not None:
-                diff = compare(lo, ref, tolerances, what)
-                if diff:
-                    return LowPrecisionDiff("JVP", what, diff)
+        return _first_diff("JVP", "JVP: tangent of output {}", jvp_low, jvp_ref, tolerances)
+    return None
+
+
+def _first_diff(path: str, label: str, lows, refs, tolerances: Tolerances) -> LowPrecisionDiff | None:
+    """The first pair (gradients or tangents) out of tolerance, or defined in one run only."""
+    for k, (lo, ref) in enumerate(zip(lows, refs)):
+        what = label.format(k)
+        if (lo is None) != (ref is None):
+            return LowPrecisionDiff(path, what, f"{what} is None in the "
+                                    f"{'low-precision' if lo is None else 'reference'} run only")
+        if lo is not None:
+            diff = compare(lo, ref, tolerances, what)
+            if diff:
+                return LowPrecisionDiff(path, what, diff)
     return None
 
 
