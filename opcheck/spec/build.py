@@ -237,8 +237,11 @@ def _rules(ctx: Checker, node: Node | None, key: str, sample_names: set[str] | N
         # their problem is already reported.
         if ctx.clean(rule) and rule.is_map:
             where = _where(ctx, rule.value.get("where"), sample_names, label)
+            # A missing reason is a schema problem of this or (for a mapping that looks more like
+            # a family) the other branch; either way the document is already rejected.
+            reason = rule.value.get("reason")
             rules.append(_tolerance_rule(ctx, rule, where) if key == "tolerances" else
-                         Rule(where=where, reason=rule.value["reason"].value, location=rule.loc))
+                         Rule(where=where, reason=reason.value if reason is not None else "", location=rule.loc))
     return tuple(rules)
 
 
