@@ -10,6 +10,7 @@ whenever batching is in doubt.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ class Evaluator:
         self.batch_jvp = batch and _legacy_vmap is not None  # make_dual under the legacy vmap
         self.memory_budget = memory_budget
         self.adaptive = adaptive  # drop a kind of batching that turns out slower than the loop
+        self.randomness = "error"  # torch.func.vmap's randomness mode; see _vmap
         self.stats = EvalStats()
         self._vjp_probed: list[torch.Tensor] = []  # outputs whose batched VJP already matched the plain one
 
@@ -99,39 +101,53 @@ class Evaluator:
             self._give_up(kind, f"slower than the loop ({batched_per_column * 1e6:.0f} us vs "
                                 f"{plain_per_column * 1e6:.0f} us per column)")
 
+    def _vmap(self, f: Callable, *args):
+        """torch.func.vmap(f)(*args); a random op inside is retried with one draw for the whole batch.
+
+        That draw is what a plain call gets when the function seeds its generator (as OpInfo's
+        dropout samples do); when it is not, the probe sees the plain call differ and the loop takes
+        over.
+        """
+        try:
+            return torch.func.vmap(f, randomness=self.randomness)(*args)
+        except RuntimeError as e:
+            if self.randomness != "error" or "random operation" not in str(e):
+                raise
+        self.randomness = "same"
+        return torch.func.vmap(f, randomness="same")(*args)
+
     def _give_up(self, kind: str, why: BaseException | str) -> None:
         setattr(self, f"batch_{kind}", False)
         text = why if isinstance(why, str) else f"{type(why).__name__}: {str(why).splitlines()[0] if str(why) else ''}"
         self.stats.fallbacks.append(f"{kind}: {text}")
 
     # ------------------------------------------------------- numerical columns
-    def numerical_columns(self, fn: Callable, inputs: tuple, idx: int, eps: float, nbhd_check: Callable,
-                          perturbations: tuple, ref_outputs: tuple) -> list[list[torch.Tensor]]:
-        """Central differences of every output of fn with respect to each element of inputs[idx].
+    def numerical_columns(self, fn: Callable, inputs: tuple, segments: list[tuple[int, complex]], eps: float,
+                          nbhd_check: Callable, ref_outputs: tuple) -> list[list[torch.Tensor]]:
+        """Central differences of every output of fn with respect to each element of some inputs.
 
-        Returns, for each perturbation direction p in `perturbations` (1 for real inputs, 1j for the
-        imaginary part of complex ones), a list over all outputs of (numel_in, numel_out) tensors.
+        `segments` lists (input index, perturbation direction): 1 for real inputs and for the real
+        part of complex ones, 1j for the imaginary part. Returns, per segment, a list over all
+        outputs of (numel_in, numel_out) tensors. All segments share one vmapped call per chunk.
         """
-        x = inputs[idx]
-        if self.batch_forward and x.numel() >= MIN_BATCH_COLUMNS:
+        total = sum(inputs[idx].numel() for idx, _ in segments)
+        if self.batch_forward and total >= MIN_BATCH_COLUMNS:
             try:
-                return self._numerical_batched(fn, inputs, idx, eps, perturbations, ref_outputs)
+                return self._numerical_batched(fn, inputs, segments, eps, ref_outputs)
             except Exception as e:  # anything: the loop decides what the user sees
                 self._give_up("forward", e)
-        return self._numerical_loop(fn, inputs, idx, eps, nbhd_check, perturbations)
+        return [self._numerical_loop(fn, inputs, idx, eps, nbhd_check, p) for idx, p in segments]
 
-    def _numerical_loop(self, fn, inputs, idx, eps, nbhd_check, perturbations):
+    def _numerical_loop(self, fn, inputs, idx, eps, nbhd_check, p):
         x = inputs[idx]
         data = x.data
         flat = data.view(-1) if data.is_contiguous() else None
-        results = []
-        for p in perturbations:
-            columns: list[list[torch.Tensor]] = []
-            for k in range(x.numel()):
-                entry = flat[k] if flat is not None else data[unravel(k, data.shape)]
-                columns.append(self._one_column(fn, inputs, entry, eps * p if p != 1 else eps, eps, nbhd_check, k, data.shape))
-            results.append(_stack_columns(columns))
-        return results
+        columns: list[list[torch.Tensor]] = []
+        for k in range(x.numel()):
+            entry = flat[k] if flat is not None else data[unravel(k, data.shape)]
+            columns.append(self._one_column(fn, inputs, entry, eps * p if p != 1 else eps, eps, nbhd_check, k,
+                                            data.shape))
+        return _stack_columns(columns)
 
     def _one_column(self, fn, inputs, entry, v, eps, nbhd_check, k, shape):
         orig = entry.clone()
@@ -150,69 +166,96 @@ class Evaluator:
         self.stats.calls += 1
         return tuple(a.clone() for a in as_tuple(fn(*inputs)))
 
-    def _numerical_batched(self, fn, inputs, idx, eps, perturbations, ref_outputs):
-        x = inputs[idx].detach()
-        n = x.numel()
+    def _numerical_batched(self, fn, inputs, segments, eps, ref_outputs):
+        refs = list(as_tuple(ref_outputs))
+        if not all(isinstance(o, torch.Tensor) for o in refs):
+            raise _Disagreement("non-tensor output")
         base = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
+        flats = {idx: base[idx].reshape(-1) for idx in {i for i, _ in segments}}
         batched_fn = getattr(fn, "vmap_form", fn)
+        vidx = sorted(flats)
 
-        def single(xp):
+        def single(*xs):
             args = list(base)
-            args[idx] = xp
+            for i, xv in zip(vidx, xs):
+                args[i] = xv
             return tuple(as_tuple(batched_fn(*args)))
 
-        out_probe = [o for o in as_tuple(ref_outputs)]
-        if not all(isinstance(o, torch.Tensor) for o in out_probe):
-            raise _Disagreement("non-tensor output")
-        out_elems = sum(o.numel() for o in out_probe)
-        chunk = self._chunk(n, 2 * (n + out_elems), x.element_size())
-        flat = x.reshape(-1)
-        results = []
-        for p in perturbations:
-            delta = eps * p if p != 1 else eps
-            per_output: list[list[torch.Tensor]] = [[] for _ in out_probe]
-            for start in range(0, n, chunk):
-                stop = min(n, start + chunk)
-                b = stop - start
-                rows = torch.arange(b, device=x.device)
-                cols = torch.arange(start, stop, device=x.device)
-                # Rows [0, b) are x - delta e_k, rows [b, 2b) are x + delta e_k: one call for both sides.
-                stacked = flat.expand(2 * b, n).clone()
-                stacked[rows, cols] = flat[cols] - delta
-                stacked[rows + b, cols] = flat[cols] + delta
-                stacked = stacked.view(2 * b, *x.shape)
+        # Columns of all segments, numbered globally; a chunk of b columns is one vmapped call on
+        # 2b rows (x - delta e_k, then x + delta e_k) plus, in the first chunk, a probe row.
+        offsets, total = [], 0
+        for idx, _ in segments:
+            offsets.append(total)
+            total += flats[idx].numel()
+        in_elems = sum(f.numel() for f in flats.values())
+        out_elems = sum(o.numel() for o in refs)
+        itemsize = max(f.element_size() for f in flats.values())
+        chunk = self._chunk(total, 2 * (in_elems + out_elems), itemsize)
+        results = [o.new_empty((total, o.numel()), dtype=torch.promote_types(o.dtype, torch.get_default_dtype())
+                               if not (o.is_floating_point() or o.is_complex()) else o.dtype) for o in refs]
+        for start in range(0, total, chunk):
+            stop = min(total, start + chunk)
+            b = stop - start
+            probe = start == 0
+            rows = 2 * b + (1 if probe else 0)
+            stacked = {}
+            for s, (idx, p) in enumerate(segments):
+                lo, hi = max(start, offsets[s]), min(stop, offsets[s] + flats[idx].numel())
+                if lo >= hi:
+                    continue
+                if idx not in stacked:
+                    stacked[idx] = flats[idx].expand(rows, -1).clone()
+                delta = eps * p if p != 1 else eps
+                r = torch.arange(lo - start, hi - start)
+                c = torch.arange(lo - offsets[s], hi - offsets[s])
+                t = stacked[idx]
+                t[r, c] = flats[idx][c] - delta
+                t[r + b, c] = flats[idx][c] + delta
+            if probe:  # one extra row: the first element of every perturbed input moved at once
+                for idx, p in _first_directions(segments):
+                    if idx not in stacked:
+                        stacked[idx] = flats[idx].expand(rows, -1).clone()
+                    stacked[idx][2 * b, 0] = flats[idx][0] + (eps * p if p != 1 else eps)
+            for idx in vidx:  # inputs with no column in this chunk: the same point on every row
+                if idx not in stacked:
+                    stacked[idx] = flats[idx].expand(rows, -1)
+            args = [stacked[i].view(rows, *base[i].shape) for i in vidx]
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outs = self._vmap(single, *args)
+            t_batched = time.perf_counter() - t0
+            self.stats.batched_calls += 1
+            if len(outs) != len(refs):
+                raise _Disagreement("number of outputs changed under vmap")
+            for o, ref, res in zip(outs, refs, results):
+                if o.shape[1:] != ref.shape or o.dtype != ref.dtype:
+                    raise _Disagreement("output shape or dtype changed under perturbation")
+                diff = torch.sub(o[b:2 * b], o[:b]).div_(2 * eps) if o.is_floating_point() or o.is_complex() \
+                    else (o[b:2 * b] - o[:b]) / (2 * eps)
+                res[start:stop].copy_(diff.reshape(b, -1))
+            if probe:
                 t0 = time.perf_counter()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    outs = torch.func.vmap(single, randomness="error")(stacked)
-                t_batched = time.perf_counter() - t0
-                self.stats.batched_calls += 1
-                if len(outs) != len(out_probe):
-                    raise _Disagreement("number of outputs changed under vmap")
-                for o_idx, (o, ref) in enumerate(zip(outs, out_probe)):
-                    if o.shape[1:] != ref.shape or o.dtype != ref.dtype:
-                        raise _Disagreement("output shape or dtype changed under perturbation")
-                    a, bb = o[:b], o[b:]
-                    per_output[o_idx].append(((bb - a) / (2 * eps)).reshape(b, -1))
-                if start == 0:
-                    t0 = time.perf_counter()
-                    self._probe_forward(fn, inputs, idx, delta, outs, b)
-                    self._keep_if_cheaper("forward", t_batched / b, time.perf_counter() - t0)
-            results.append([_cat(chunks) for chunks in per_output])
-        return results
+                self._probe_forward(fn, inputs, segments, eps, [o[2 * b] for o in outs])
+                self._keep_if_cheaper("forward", t_batched / b, 2 * (time.perf_counter() - t0))
+        return [[res[offsets[s]:offsets[s] + flats[idx].numel()] for res in results]
+                for s, (idx, _) in enumerate(segments)]
 
-    def _probe_forward(self, fn, inputs, idx, delta, outs, b):
-        entry = inputs[idx].data.view(-1)[0] if inputs[idx].is_contiguous() else inputs[idx].data[(0,) * inputs[idx].dim()]
-        orig = entry.clone()
-        entry.copy_(orig - delta)
+    def _probe_forward(self, fn, inputs, segments, eps, batched_row):
+        """One plain call at the probe row's point; the batched row must match it."""
+        entries = []
+        for idx, p in _first_directions(segments):
+            data = inputs[idx].data
+            entry = data.view(-1)[0] if data.is_contiguous() else data[(0,) * data.dim()]
+            entries.append((entry, entry.clone()))
+            entry.copy_(entries[-1][1] + (eps * p if p != 1 else eps))
         try:
-            ref_minus = self._call_cloned(fn, inputs)
-            entry.copy_(orig + delta)
-            ref_plus = self._call_cloned(fn, inputs)
+            ref = self._call_cloned(fn, inputs)
         finally:
-            entry.copy_(orig)
-        for o, rm, rp in zip(outs, ref_minus, ref_plus):
-            if not (_close(o[0], rm) and _close(o[b], rp)):
+            for entry, orig in entries:
+                entry.copy_(orig)
+        for o, r in zip(batched_row, ref):
+            if not _close(o, r):
                 raise _Disagreement("vmapped evaluation differs from the plain call")
 
     # ----------------------------------------------------------- VJP rows
@@ -260,7 +303,7 @@ class Evaluator:
         m = output.numel()
         itemsize = output.element_size()
         chunk = self._chunk(m, m + sum(t.numel() for t in diff_inputs), itemsize)
-        pieces: list[list[torch.Tensor | None]] = [[] for _ in diff_inputs]
+        out: list[torch.Tensor | None] = [None] * len(diff_inputs)
         for start in range(0, m, chunk):
             stop = min(m, start + chunk)
             b = stop - start
@@ -271,7 +314,12 @@ class Evaluator:
             for i, gr in enumerate(grads):
                 if gr is not None and tuple(gr.shape[1:]) != tuple(diff_inputs[i].shape):
                     raise _Disagreement("batched gradient has an unexpected shape")
-                pieces[i].append(gr)
+                if start == 0:
+                    out[i] = gr if gr is None or b == m else gr.new_empty((m, *gr.shape[1:]))
+                elif (gr is None) != (out[i] is None):
+                    raise _Disagreement("gradient defined for some rows only")
+                if gr is not None and b != m:
+                    out[i][start:stop].copy_(gr)
             if start == 0 and not any(output is o for o in self._vjp_probed):
                 t0 = time.perf_counter()
                 ref = self._vjp(output, diff_inputs, g[0].view(output.shape))
@@ -281,35 +329,26 @@ class Evaluator:
                             gr.dtype != r.dtype or not _close(gr[0], r, extra_atol=nondet_tol))):
                         raise _Disagreement("batched VJP differs from the plain VJP")
                 self._vjp_probed.append(output)
-        out: list = []
-        for chunks in pieces:
-            if all(c is None for c in chunks):
-                out.append(None)
-            elif any(c is None for c in chunks):
-                raise _Disagreement("gradient defined for some rows only")
-            else:
-                out.append(_cat(chunks))
         return out
 
     # ---------------------------------------------------------- JVP columns
-    def jvp_columns(self, fn: Callable, inputs: tuple, idx: int, check_dtype: Callable) -> list[torch.Tensor]:
-        """Columns J e_k of every float/complex output for each element k of inputs[idx].
+    def jvp_columns(self, fn: Callable, inputs: tuple, idxs: list[int], check_dtype: Callable,
+                    ref_outputs: tuple) -> list[list[torch.Tensor]]:
+        """Columns J e_k of every float/complex output for each element k of the inputs in idxs.
 
-        Returns a list over float/complex outputs of (numel_in, numel_out) tensors (zeros where an
-        output has no tangent). `check_dtype(primal, tangent)` raises on a dtype mismatch.
+        Returns, per input in idxs, a list over float/complex outputs of (numel_in, numel_out)
+        tensors (zeros where an output has no tangent). `check_dtype(primal, tangent)` raises on a
+        dtype mismatch. All inputs share one vmapped call per chunk.
         """
-        x = inputs[idx]
-        if self.batch_jvp_func and x.numel() >= MIN_BATCH_COLUMNS:
-            try:
-                return self._jvp_batched(fn, inputs, idx, check_dtype, functorch=True)
-            except Exception as e:
-                self._give_up("jvp_func", e)
-        if self.batch_jvp and x.numel() >= MIN_BATCH_COLUMNS:
-            try:
-                return self._jvp_batched(fn, inputs, idx, check_dtype, functorch=False)
-            except Exception as e:
-                self._give_up("jvp", e)
-        return self._jvp_loop(fn, inputs, idx, check_dtype)
+        total = sum(inputs[i].numel() for i in idxs)
+        if total >= MIN_BATCH_COLUMNS:
+            for kind, functorch in (("jvp_func", True), ("jvp", False)):
+                if getattr(self, f"batch_{kind}"):
+                    try:
+                        return self._jvp_batched(fn, inputs, idxs, check_dtype, ref_outputs, functorch)
+                    except Exception as e:
+                        self._give_up(kind, e)
+        return [self._jvp_loop(fn, inputs, idx, check_dtype) for idx in idxs]
 
     def _jvp_loop(self, fn, inputs, idx, check_dtype):
         cols: list[list[torch.Tensor]] = []
@@ -321,7 +360,7 @@ class Evaluator:
                 tangent[pos] = 1.0
                 cols.append(self._jvp_outputs(fn, duals, check_dtype))
                 tangent[pos] = 0.0
-        return [torch.stack(c) if c else None for c in zip(*cols)] if cols else []
+        return [torch.stack(c) for c in zip(*cols)] if cols else []
 
     def _jvp_outputs(self, fn, duals, check_dtype, batched=False):
         if batched:
@@ -339,23 +378,32 @@ class Evaluator:
                         else torch.zeros(primal.numel(), dtype=primal.dtype, device=primal.device))
         return outs
 
-    def _jvp_batched(self, fn, inputs, idx, check_dtype, functorch):
-        x = inputs[idx]
-        n = x.numel()
-        with fwAD.dual_level():
-            duals, _ = make_duals(inputs)
-            probe_outs = [o for o in as_tuple(fn(*duals)) if is_float_or_complex(o)]
-        out_elems = sum(o.numel() for o in probe_outs)
-        chunk = self._chunk(n, n + out_elems, x.element_size())
-        per_output: list[list[torch.Tensor]] = [[] for _ in probe_outs]
-        probe_col = None
+    def _jvp_batched(self, fn, inputs, idxs, check_dtype, ref_outputs, functorch):
+        refs = [o for o in as_tuple(ref_outputs) if is_float_or_complex(o)]
+        base = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
+        diff = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad]
+        sizes = [inputs[i].numel() for i in idxs]
+        offsets = [sum(sizes[:k]) for k in range(len(idxs))]
+        total = sum(sizes)
+        dtype = functools.reduce(torch.promote_types, [inputs[i].dtype for i in idxs])
+        x0 = inputs[idxs[0]]
+        out_elems = sum(o.numel() for o in refs)
+        chunk = self._chunk(total, total + out_elems, x0.element_size())
+        results = [o.new_empty((total, o.numel())) for o in refs]
 
-        def columns(t):
+        def split(t):
+            """Per input in idxs, its (batch, *shape) tangent: a view of the rows' columns."""
+            return [t[:, off:off + n].view(t.shape[0], *inputs[i].shape) if n else
+                    t.new_zeros((t.shape[0], *inputs[i].shape))
+                    for i, off, n in zip(idxs, offsets, sizes)]
+
+        def columns(*ts):  # make_dual under the legacy vmap, as torch's own forward-AD batching does
+            by_idx = dict(zip(idxs, ts))
             with fwAD.dual_level():
                 args = []
                 for j, a in enumerate(inputs):
-                    if isinstance(a, torch.Tensor) and a.requires_grad:
-                        a = fwAD.make_dual(a.detach(), t if j == idx else torch.zeros_like(a))
+                    if j in diff:
+                        a = fwAD.make_dual(a.detach(), by_idx[j].to(a.dtype) if j in by_idx else torch.zeros_like(a))
                     args.append(a)
                 res = []
                 for o in as_tuple(fn(*args)):
@@ -369,61 +417,74 @@ class Evaluator:
                     res.append(tangent.reshape(-1))
                 return tuple(res)
 
-        base = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
-
-        def of_x(xv):
+        def of_x(*xs):
             args = list(base)
-            args[idx] = xv
+            for i, xv in zip(idxs, xs):
+                args[i] = xv
             return tuple(o for o in as_tuple(fn(*args)) if is_float_or_complex(o))
 
-        def columns_func(t):
-            primals, tangents = torch.func.jvp(of_x, (base[idx],), (t,))
+        def columns_func(*ts):
+            primals, tangents = torch.func.jvp(of_x, tuple(base[i] for i in idxs),
+                                               tuple(t.to(base[i].dtype) for i, t in zip(idxs, ts)))
             for p, tg in zip(primals, tangents):
                 if p.is_complex() != tg.is_complex():
                     check_dtype(p, tg)
             return tuple(tg.reshape(-1) for tg in tangents)
 
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
+        t_batched = 0.0
+        probe_row = None
+        for start in range(0, total, chunk):
+            stop = min(total, start + chunk)
             b = stop - start
-            t = _one_hot_rows(b, n, start, x)
+            probe = start == 0
+            t = _one_hot_rows(b + probe, total, start, x0, dtype=dtype)
+            if probe:  # one extra row: the first element of every input at once
+                t[b] = 0
+                t[b, [off for off, n in zip(offsets, sizes) if n]] = 1
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if functorch:
-                    res = torch.func.vmap(columns_func, randomness="error")(t.view(b, *x.shape))
+                    res = self._vmap(columns_func, *split(t))
                 else:
-                    res = _legacy_vmap(columns)(t.view(b, *x.shape))
+                    res = _legacy_vmap(columns)(*split(t))
             self.stats.batched_jvp_calls += 1
             res = as_tuple(res)
-            if len(res) != len(probe_outs):
+            if len(res) != len(refs):
                 raise _Disagreement("number of outputs changed under vmap")
-            for o_idx, r in enumerate(res):
-                per_output[o_idx].append(r.reshape(b, -1))
-            if start == 0:
-                probe_col = [r[0] for r in res]
-                t_batched = (time.perf_counter() - t0) / b
+            for r, out in zip(res, results):
+                out[start:stop].copy_(r[:b].reshape(b, -1))
+            if probe:
+                probe_row = [r[b] for r in res]
+                t_batched = (time.perf_counter() - t0) / (b + 1)
         t0 = time.perf_counter()
         with fwAD.dual_level():
             duals, tangents = make_duals(inputs)
-            tangents[idx][unravel(0, x.shape)] = 1.0
+            for i in idxs:
+                if inputs[i].numel():
+                    tangents[i][unravel(0, inputs[i].shape)] = 1.0
             ref = self._jvp_outputs(fn, duals, check_dtype)
-        for got, want in zip(probe_col, ref):
+        for got, want in zip(probe_row, ref):
             if not _close(got, want):
                 raise _Disagreement("batched JVP differs from the plain JVP")
         self._keep_if_cheaper("jvp_func" if functorch else "jvp", t_batched, time.perf_counter() - t0)
-        return [_cat(chunks) for chunks in per_output]
+        return [[out[off:off + n] for out in results] for off, n in zip(offsets, sizes)]
 
 
-def _cat(chunks: list[torch.Tensor]) -> torch.Tensor:
-    return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
-
-
-def _one_hot_rows(b: int, n: int, start: int, like: torch.Tensor) -> torch.Tensor:
-    """Rows e_start ... e_(start+b-1) of the n×n identity."""
-    rows = torch.zeros(b, n, dtype=like.dtype, device=like.device)
-    rows[torch.arange(b, device=like.device), torch.arange(start, start + b, device=like.device)] = 1.0
+def _one_hot_rows(b: int, n: int, start: int, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Rows e_start ... e_(start+b-1) of the n×n identity (rows past n stay zero)."""
+    rows = torch.zeros(b, n, dtype=dtype or like.dtype, device=like.device)
+    k = min(b, n - start)
+    rows[torch.arange(k, device=like.device), torch.arange(start, start + k, device=like.device)] = 1.0
     return rows
+
+
+def _first_directions(segments):
+    """(input index, direction) of the first segment of each input: the probe row moves these."""
+    seen: dict[int, complex] = {}
+    for idx, p in segments:
+        seen.setdefault(idx, p)
+    return list(seen.items())
 
 
 def _stack_columns(columns: list[list[torch.Tensor]]) -> list[torch.Tensor]:

@@ -158,3 +158,60 @@ def test_reentrancy_passes_use_one_path_even_when_batching_is_dropped_midway(mon
     a = torch.randn(4, 3, dtype=torch.complex128, generator=g).requires_grad_()
     assert torch.autograd.gradgradcheck(torch.linalg.qr, (a,))
     assert opcheck.gradgradcheck(torch.linalg.qr, (a,))
+
+
+def test_all_inputs_share_one_vmapped_call():
+    # Three inputs of 16 elements: one vmapped forward call for all 48 columns plus one plain probe
+    # call, rather than one vmapped call and a probe per input.
+    a, b, c = _x(4, 4, seed=1), _x(4, 4, seed=2), _x(4, 4, seed=3)
+    report = opcheck.gradcheck_report(lambda x, y, z: x * y.sin() + z, (a, b, c), check_forward_ad=True)
+    assert report.passed and not [f for f in report.stats.fallbacks if not f.startswith("vjp:")]
+    assert report.stats.batched_calls == 1 and report.stats.calls == 1
+    assert report.stats.batched_jvp_calls == 1 and report.stats.jvp_calls == 1
+
+
+def test_fused_inputs_of_different_sizes_and_dtypes_equal_the_loop():
+    def fn(x, n, y, z):
+        return (x.sum() * y.double() + n, z.expand(3, 2) * y.double())
+    inputs = (_x(5, seed=1), 7, _x(3, 2, seed=2, dtype=torch.float32), _x(2, seed=3))
+    outputs = fn(*inputs)
+    batched, loop = _ctx(True, 256), _ctx(False)  # 256 bytes: several chunks, cutting through inputs
+    nb = numerical_jacobian(batched, fn, inputs, outputs)
+    nl = numerical_jacobian(loop, fn, inputs, outputs)
+    jb = analytical_jvp_jacobian(batched, fn, inputs, outputs)
+    jl = analytical_jvp_jacobian(loop, fn, inputs, outputs)
+    assert batched.evaluator.stats.batched_calls > 1 and batched.evaluator.stats.batched_jvp_calls > 1
+    assert not batched.evaluator.stats.fallbacks
+    for got, want in ((nb, nl), (jb, jl)):
+        for per_b, per_l in zip(got, want):
+            for b, lo in zip(per_b, per_l):
+                assert b.dtype == lo.dtype
+                torch.testing.assert_close(b, lo, rtol=1e-6, atol=1e-6)
+
+
+def _seeded_dropout(x):
+    torch.manual_seed(1234)  # the same mask on every call, as OpInfo's dropout samples arrange
+    return torch.nn.functional.dropout(x, 0.5) * x
+
+
+def test_seeded_random_function_is_batched_with_one_draw_per_batch():
+    with torch.random.fork_rng():
+        torch_verdict = torch.autograd.gradcheck(_seeded_dropout, (_x(6, 5),), check_forward_ad=True)
+        report = opcheck.gradcheck_report(_seeded_dropout, (_x(6, 5),), check_forward_ad=True)
+    assert report.passed == torch_verdict is True
+    assert not report.stats.fallbacks
+    assert report.stats.batched_calls == 1 and report.stats.batched_jvp_calls == 1
+
+
+def test_unseeded_random_function_falls_back_to_the_loop():
+    # A fresh draw per call: the batched rows share one draw, the plain probe call gets another.
+    def noisy(x):
+        return x * torch.rand_like(x)
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        torch_verdict = torch.autograd.gradcheck(noisy, (_x(6, 5),), raise_exception=False)
+        torch.manual_seed(0)
+        report = opcheck.gradcheck_report(noisy, (_x(6, 5),))
+    assert report.passed == torch_verdict is False
+    assert any("differs from the plain call" in f for f in report.stats.fallbacks)
