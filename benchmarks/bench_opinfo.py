@@ -16,7 +16,11 @@ Modes (each timed side by side, per sample):
 * ``fast``: opcheck ``fast_mode=True`` vs torch ``fast_mode=True``;
 * ``auto`` (``--mode auto`` or ``all``): what a generated test does by default, opcheck's auto
   policy (the full Jacobian within the 2**20-entry budget, counted with one timed forward call),
-  vs torch's fast mode: the price of full strength.
+  vs torch's fast mode: the price of full strength;
+* ``fixed`` (``--mode fixed``, ``ceiling`` = full and fixed, or ``all``): full mode with both tools'
+  Jacobian comparison replaced by a no-op. What remains (the batched-grad, zero and undefined
+  grad_output checks, the first call) is the same work in both tools, so opcheck's fixed time
+  bounds the full-mode ratio: torch full / opcheck fixed.
 
 Every check's verdict (``True``, ``"GradcheckError"`` or the class name of any other
 exception) is recorded; any sample on which the two tools disagree is printed in detail at
@@ -388,6 +392,25 @@ def run_one(check, fn, args, calls):
     return total, verdict, msg
 
 
+def without_jacobian_comparison(check):
+    """`check` with the full Jacobian comparison (numerical vs analytical, reentrancy, the
+    no-differentiable-output check) replaced by a no-op, in opcheck and in torch alike: what remains
+    is the cost of the other checks, which no way of computing Jacobians can remove."""
+    import opcheck.engine.api as opcheck_api
+
+    torch_gradcheck_module = sys.modules["torch.autograd.gradcheck"]
+
+    def run(func, inputs, **kwargs):
+        saved = opcheck_api.full_check, torch_gradcheck_module._slow_gradcheck
+        opcheck_api.full_check = torch_gradcheck_module._slow_gradcheck = lambda *a, **k: True
+        try:
+            return check(func, inputs, **kwargs)
+        finally:
+            opcheck_api.full_check, torch_gradcheck_module._slow_gradcheck = saved
+
+    return run
+
+
 def short(msg: str, n: int = 600) -> str:
     msg = msg.strip()
     return msg if len(msg) <= n else msg[:n] + " [...]"
@@ -404,9 +427,11 @@ def geomean(xs):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=("full", "fast", "auto", "both", "all"), default="both",
-                   help="both = full and fast; all = full, fast and auto (opcheck's auto policy vs torch's "
-                        "fast mode)")
+    p.add_argument("--mode", choices=("full", "fast", "auto", "fixed", "ceiling", "both", "all"),
+                   default="both",
+                   help="both = full and fast; ceiling = full and fixed; all = full, fast, auto (opcheck's auto policy vs torch's "
+                        "fast mode) and fixed (full mode with both tools' Jacobian comparison replaced by a "
+                        "no-op: the cost of everything else, which bounds the full-mode ratio)")
     p.add_argument("--ops", default=None,
                    help="comma-separated OpInfo names (NAME or NAME:VARIANT_TEST_NAME) to run "
                         "instead of the default list; any op in op_db may be named")
@@ -436,7 +461,8 @@ def main(argv=None) -> int:
     # tools alike: printing them is not what is being measured.
     warnings.simplefilter("ignore")
     dtype = getattr(torch, args.dtype)
-    modes = {"both": MODES, "all": MODES + ("auto",)}.get(args.mode, (args.mode,))
+    modes = {"both": MODES, "ceiling": ("full", "fixed"), "all": MODES + ("auto", "fixed")}.get(
+        args.mode, (args.mode,))
 
     cmd = shlex.join(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
     print(f"command: {cmd}")
@@ -534,6 +560,8 @@ def main(argv=None) -> int:
             "full": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_gradcheck},
             "fast": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_gradcheck},
             "auto": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_auto},
+            "fixed": {"torch": without_jacobian_comparison(torch.autograd.gradcheck),
+                      "opcheck": without_jacobian_comparison(opcheck_gradcheck)},
         }
         note = []
         try:
@@ -555,7 +583,7 @@ def main(argv=None) -> int:
         verdict_counts = {}
         for mode in modes:
             checks = checks_by_mode[mode]
-            kw = gradcheck_calls(op, fast_mode=(mode != "full"))
+            kw = gradcheck_calls(op, fast_mode=(mode not in ("full", "fixed")))
             # Warm-up, untimed: the smallest sample (by input numel) through both tools, so
             # lazy initialisation (kernels, dispatch caches, vmap rules) biases neither side.
             warm_idx = min(range(n), key=lambda i: sum(a.numel() for a in ref_args[i]))
@@ -624,7 +652,8 @@ def main(argv=None) -> int:
         gm = geomean([ratio(r[f"{m}_torch_s"], r[f"{m}_opcheck_s"]) for r in per_op])
         nd = sum(1 for d in disagreements if d["mode"] == m)
         what = {"full": "fast_mode=False (torch slow mode)", "fast": "fast_mode=True",
-                "auto": "opcheck auto policy vs torch fast_mode=True"}[m]
+                "auto": "opcheck auto policy vs torch fast_mode=True",
+                "fixed": "fast_mode=False, Jacobian comparison replaced by a no-op in both tools"}[m]
         print(f"[{m}] {what}: torch {st:.2f}s, opcheck {so:.2f}s | aggregate ratio torch/opcheck "
               f"{ratio(st, so):.2f}x | geomean per-op ratio {gm:.2f}x | ops {n_ops}, samples {n_samples}, "
               f"disagreements {nd}")
@@ -652,6 +681,14 @@ def main(argv=None) -> int:
               f"(geomean per-op {gm:.2f}x; < 1 means opcheck's full Jacobian check is cheaper than "
               f"torch's fast mode)")
         summary["opcheck_full_over_torch_fast"] = {"aggregate": ratio(of, tf), "geomean": gm}
+    if "full" in modes and "fixed" in modes:
+        tf = sum(r["full_torch_s"] for r in per_op)
+        ox = sum(r["fixed_opcheck_s"] for r in per_op)
+        print(f"[ceiling] the checks besides the Jacobian comparison (batched grad, zero and undefined "
+              f"grad_output, the first call; the same checks as torch's) take opcheck {ox:.2f}s, so even a free "
+              f"Jacobian comparison gives at most torch full / opcheck fixed = {tf:.2f}s / {ox:.2f}s = "
+              f"{ratio(tf, ox):.2f}x in full mode")
+        summary["full_ratio_ceiling"] = ratio(tf, ox)
     if skipped:
         print(f"skipped ops ({len(skipped)}): " + "; ".join(f"{k} ({why})" for k, why in skipped))
     wall = time.perf_counter() - t_start

@@ -1,0 +1,28 @@
+"""The OpInfo benchmark runs end to end on a few samples, in every mode, with no disagreement."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("expecttest")  # torch's op_db imports it
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_opinfo.py"
+
+
+def test_all_modes_on_two_ops(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--ops", "sin,mul", "--max-samples", "2", "--mode", "all",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for line in ("[full]", "[fast]", "[auto]", "[fixed]", "[ceiling]", "[cost of full strength]"):
+        assert line in proc.stdout
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["disagreements"] == 0
+    # The fixed part is a part: with the Jacobian comparison gone, opcheck's time can only drop.
+    assert summary["fixed"]["opcheck_s"] < summary["full"]["opcheck_s"]
+    assert summary["full_ratio_ceiling"] == pytest.approx(summary["full"]["torch_s"] / summary["fixed"]["opcheck_s"])
