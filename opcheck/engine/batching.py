@@ -34,6 +34,11 @@ gradients). Larger chunks mean fewer calls; beyond a few MiB, allocation costs m
 MIN_BATCH_COLUMNS = 8
 """Below this many columns the plain loop is cheaper than a vmapped call plus its probe."""
 
+FUSE_MAX_COLUMNS = 128
+"""Up to this many columns in all, every input's columns share one vmapped call: the call's
+overhead is what counts. Beyond, each input gets its own call, with the other inputs left
+unbatched: batching rules with several batched inputs (conv weights, matmul) cost more compute."""
+
 _BATCHING = [True]
 
 
@@ -128,12 +133,19 @@ class Evaluator:
 
         `segments` lists (input index, perturbation direction): 1 for real inputs and for the real
         part of complex ones, 1j for the imaginary part. Returns, per segment, a list over all
-        outputs of (numel_in, numel_out) tensors. All segments share one vmapped call per chunk.
+        outputs of (numel_in, numel_out) tensors. Up to FUSE_MAX_COLUMNS columns, all segments share
+        one vmapped call per chunk.
         """
         total = sum(inputs[idx].numel() for idx, _ in segments)
         if self.batch_forward and total >= MIN_BATCH_COLUMNS:
             try:
-                return self._numerical_batched(fn, inputs, segments, eps, ref_outputs)
+                if total <= FUSE_MAX_COLUMNS:
+                    return self._numerical_batched(fn, inputs, segments, eps, ref_outputs)
+                result = []
+                for idx in dict.fromkeys(i for i, _ in segments):
+                    result += self._numerical_batched(fn, inputs, [sg for sg in segments if sg[0] == idx], eps,
+                                                      ref_outputs)
+                return result
             except Exception as e:  # anything: the loop decides what the user sees
                 self._give_up("forward", e)
         return [self._numerical_loop(fn, inputs, idx, eps, nbhd_check, p) for idx, p in segments]
@@ -338,14 +350,17 @@ class Evaluator:
 
         Returns, per input in idxs, a list over float/complex outputs of (numel_in, numel_out)
         tensors (zeros where an output has no tangent). `check_dtype(primal, tangent)` raises on a
-        dtype mismatch. All inputs share one vmapped call per chunk.
+        dtype mismatch. Up to FUSE_MAX_COLUMNS columns, all inputs share one vmapped call per chunk.
         """
         total = sum(inputs[i].numel() for i in idxs)
         if total >= MIN_BATCH_COLUMNS:
             for kind, functorch in (("jvp_func", True), ("jvp", False)):
                 if getattr(self, f"batch_{kind}"):
                     try:
-                        return self._jvp_batched(fn, inputs, idxs, check_dtype, ref_outputs, functorch)
+                        if total <= FUSE_MAX_COLUMNS:
+                            return self._jvp_batched(fn, inputs, idxs, check_dtype, ref_outputs, functorch)
+                        return [self._jvp_batched(fn, inputs, [i], check_dtype, ref_outputs, functorch)[0]
+                                for i in idxs]
                     except Exception as e:
                         self._give_up(kind, e)
         return [self._jvp_loop(fn, inputs, idx, check_dtype) for idx in idxs]

@@ -170,7 +170,10 @@ def test_all_inputs_share_one_vmapped_call():
     assert report.stats.batched_jvp_calls == 1 and report.stats.jvp_calls == 1
 
 
-def test_fused_inputs_of_different_sizes_and_dtypes_equal_the_loop():
+@pytest.mark.parametrize("fuse_max", [batching.FUSE_MAX_COLUMNS, 1])  # 1: one call per input
+def test_fused_inputs_of_different_sizes_and_dtypes_equal_the_loop(fuse_max, monkeypatch):
+    monkeypatch.setattr(batching, "FUSE_MAX_COLUMNS", fuse_max)
+
     def fn(x, n, y, z):
         return (x.sum() * y.double() + n, z.expand(3, 2) * y.double())
     inputs = (_x(5, seed=1), 7, _x(3, 2, seed=2, dtype=torch.float32), _x(2, seed=3))
@@ -187,6 +190,17 @@ def test_fused_inputs_of_different_sizes_and_dtypes_equal_the_loop():
             for b, lo in zip(per_b, per_l):
                 assert b.dtype == lo.dtype
                 torch.testing.assert_close(b, lo, rtol=1e-6, atol=1e-6)
+
+
+def test_inputs_beyond_the_fusion_limit_get_a_call_each():
+    # Three inputs of 64 elements (192 columns): a vmapped call and a probe call per input, the
+    # other inputs unbatched in it.
+    a, b, c = _x(8, 8, seed=1), _x(8, 8, seed=2), _x(8, 8, seed=3)
+    assert 3 * 64 > batching.FUSE_MAX_COLUMNS
+    report = opcheck.gradcheck_report(lambda x, y, z: x @ y + z, (a, b, c), check_forward_ad=True)
+    assert report.passed and not [f for f in report.stats.fallbacks if not f.startswith("vjp:")]
+    assert report.stats.batched_calls == 3 and report.stats.calls == 3
+    assert report.stats.batched_jvp_calls == 3 and report.stats.jvp_calls == 3
 
 
 def _seeded_dropout(x):
