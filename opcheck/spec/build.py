@@ -70,7 +70,8 @@ def derive_name(op: str) -> str:
 def _entries(root: Node):
     """(entry node, is family) for each op of the document; family entries merged over defaults."""
     if "ops" not in root.value:
-        yield root, False
+        if "defaults" not in root.value:  # a family without ops has nothing to build (the schema says so)
+            yield root, False
         return
     ops = root.value["ops"]
     defaults = root.value.get("defaults")

@@ -123,6 +123,12 @@ def _best_branch(error: ValidationError) -> list[ValidationError]:
     branches: dict[int, list[ValidationError]] = {}
     for sub in error.context:
         branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    if not error.absolute_path and isinstance(error.instance, dict):
+        # The document itself: read it the way the builder does (a family when it has `ops` or
+        # `defaults`, one op otherwise), so that every part the builder reads has been checked.
+        family = 1 if "ops" in error.instance or "defaults" in error.instance else 0
+        if family in branches:
+            return branches[family]
     alternatives = error.schema[error.validator]
     depth = len(error.absolute_path)
     # The branch best_match would descend into (it takes the least of the context by relevance).

@@ -115,7 +115,8 @@ def test_arbitrary_text(text):
 
 @FUZZ
 @given(anything)
-@example({"defaults": None, "skips": [{}]})  # read as a family without ops; the skip has no reason
+@example({"defaults": None, "skips": [{}]})  # a family without ops; the skip has no reason
+@example({"op": None, "os": None})  # `os` is nearly `ops`: still one op, whose op is null
 def test_arbitrary_structures(data):
     _load_never_crashes(yaml.safe_dump(data))
 
