@@ -2,9 +2,9 @@
 
 Every public method here has two implementations that must agree: a batched one (one vmapped call
 per chunk of columns) and the loop torch.autograd.gradcheck uses. The batched one is tried first;
-it is abandoned for the rest of the call the first time it raises or its first column disagrees
-with the loop's (a probe), so the loop's result and its exceptions are what the caller sees
-whenever batching is in doubt.
+it is abandoned for the rest of the call the first time it raises or a probe (one plain call at a
+point the batch also evaluated) disagrees with it, so the loop's result and its exceptions are what
+the caller sees whenever batching is in doubt.
 """
 
 from __future__ import annotations
@@ -218,9 +218,9 @@ class Evaluator:
                 if idx not in stacked:
                     stacked[idx] = flats[idx].expand(rows, -1).clone()
                 delta = eps * p if p != 1 else eps
-                r = torch.arange(lo - start, hi - start)
-                c = torch.arange(lo - offsets[s], hi - offsets[s])
                 t = stacked[idx]
+                r = torch.arange(lo - start, hi - start, device=t.device)
+                c = torch.arange(lo - offsets[s], hi - offsets[s], device=t.device)
                 t[r, c] = flats[idx][c] - delta
                 t[r + b, c] = flats[idx][c] + delta
             if probe:  # one extra row: the first element of every perturbed input moved at once
