@@ -16,6 +16,7 @@ from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpS
 from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
 from opcheck.spec.problems import KeyPath, Problem, did_you_mean, format_path
 from opcheck.spec.samples import build_sample
+from opcheck.spec.validate import is_family
 from opcheck.spec.yamlload import Node
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -69,11 +70,12 @@ def derive_name(op: str) -> str:
 
 def _entries(root: Node):
     """(entry node, is family) for each op of the document; family entries merged over defaults."""
-    if "ops" not in root.value:
-        if "defaults" not in root.value:  # a family without ops has nothing to build (the schema says so)
-            yield root, False
+    if not is_family(root.value):
+        yield root, False
         return
-    ops = root.value["ops"]
+    ops = root.value.get("ops")
+    if ops is None:  # a family without ops has nothing to build (the schema says so)
+        return
     defaults = root.value.get("defaults")
     for entry in ops.value if ops.is_list else []:
         if entry.is_map:

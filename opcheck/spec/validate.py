@@ -59,6 +59,15 @@ def _validator() -> Draft202012Validator:
     return cls(schema())
 
 
+def is_family(document: dict) -> bool:
+    """A document is a family (`defaults` + `ops`) when it has either key, one op's spec otherwise.
+
+    The validator and the builder both read a document this way, so the builder only reads what
+    the validator checked.
+    """
+    return "ops" in document or "defaults" in document
+
+
 def schema_problems(root: Node) -> list[tuple[KeyPath, Problem]]:
     """Every schema violation in the document, as (key path of the offending node, problem)."""
     errors = _validator().iter_errors(root.plain())
@@ -126,7 +135,7 @@ def _best_branch(error: ValidationError) -> list[ValidationError]:
     if not error.absolute_path and isinstance(error.instance, dict):
         # The document itself: read it the way the builder does (a family when it has `ops` or
         # `defaults`, one op otherwise), so that every part the builder reads has been checked.
-        family = 1 if "ops" in error.instance or "defaults" in error.instance else 0
+        family = 1 if is_family(error.instance) else 0
         if family in branches:
             return branches[family]
     alternatives = error.schema[error.validator]
