@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,17 @@ class SuiteRun:
         return [o for o in self.outcomes if o.spec == spec]
 
 
+def _exception_text(longrepr: str) -> str:
+    """The exception's own text out of a JUnit element's text (pytest's long report).
+
+    The element text is the whole report, whatever the pytest release; the `message` attribute is
+    not (pytest 9.2 cuts it to 500 characters). pytest writes the exception's lines with an `E`
+    in the first column, so the test's source listed above them never counts as the message.
+    """
+    lines = [line[1:] for line in longrepr.splitlines() if line[:1] == "E" and line[1:2] in ("", " ")]
+    return textwrap.dedent("\n".join(lines)).strip()
+
+
 def _parse_junit(path: Path) -> list[Outcome]:
     outcomes = []
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -156,7 +168,7 @@ def _parse_junit(path: Path) -> list[Outcome]:
             node = case.find(kind)
             if node is not None:
                 status = {"failure": "failed", "error": "error", "skipped": "skipped"}[kind]
-                message = node.get("message") or node.text or ""
+                message = _exception_text(node.text or "") or node.get("message") or ""
                 break
         check = re.sub(r"^test_", "", name.split("[", 1)[0])
         outcomes.append(Outcome(module.removeprefix("test_"), check, name, status, message))
