@@ -1,8 +1,14 @@
 """opcheck's pytest plugin (entry point `pytest11: opcheck`).
 
 - registers one marker per check kind (`pytest -m gradgradcheck`, `-m "not lowprec"`);
+- generated tests for device types this machine does not have are deselected at collection, with
+  one summary line; `--opcheck-device all` collects them and skips each with torch's reason, and
+  `--opcheck-results` records them as skipped with that reason either way;
 - `--opcheck-device cpu,cuda` / `--opcheck-dtype float64` deselect the other devices / dtypes
-  of generated tests (reported as deselected);
+  of generated tests (reported as deselected); a device named there that is unavailable is skipped;
+- `--opcheck-threads N` (ini `opcheck_threads`, default 1) sets torch's intra-op threads around
+  each generated test and restores them after: the checks' tensors are small, where one thread
+  is fastest and workers of pytest-xdist do not compete for cores;
 - `--opcheck-policy auto|full|fast` overrides every spec's `gradcheck.fast_mode`, and
   `--opcheck-budget N` (or OPCHECK_JACOBIAN_BUDGET) sets the auto policy's Jacobian budget;
 - `--opcheck-plot DIR` writes a heatmap of every failing Jacobian block (needs matplotlib);
@@ -15,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import os
@@ -36,8 +43,14 @@ MARKERS = {
 }
 
 POLICIES = ("auto", "full", "fast")
+ALL_DEVICES = "all"
+DEFAULT_THREADS = "1"
+THREADS_KEEP = "keep"
 SETTINGS_KEY = pytest.StashKey()
 SELECTION_KEY = pytest.StashKey()
+UNAVAILABLE_KEY = pytest.StashKey()
+UNAVAILABLE_OUTPUT = "opcheck_unavailable"
+"""The key under which an xdist worker hands its unavailable tests to the controller."""
 RESULTS_PLUGIN = "opcheck-results"
 
 
@@ -45,7 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("opcheck", "opcheck generated gradient tests")
     group.addoption("--opcheck-device", action="append", default=[], metavar="DEVICE[,DEVICE]",
                     help="run generated tests only on these device types (repeatable or comma-separated: "
-                         "cpu, cuda, mps, xpu, ...); the others are deselected")
+                         "cpu, cuda, mps, xpu, ...); the others are deselected. Default: the device types "
+                         "this machine has; 'all' collects every device and skips the unavailable ones")
     group.addoption("--opcheck-dtype", action="append", default=[], metavar="DTYPE[,DTYPE]",
                     help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
                          "complex128, float32, bfloat16, ...); the others are deselected")
@@ -61,6 +75,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--opcheck-results", default=None, metavar="PATH",
                     help="write the outcome of every generated test (spec, op, check, device, dtype, sample, "
                          "outcome, reason, duration) to PATH as JSON, for `opcheck report PATH`")
+    threads_help = ("torch intra-op threads while a generated test runs: a positive number, or 'keep' for "
+                    "torch's own setting (OMP_NUM_THREADS, torch.set_num_threads)")
+    group.addoption("--opcheck-threads", default=None, metavar="N|keep",
+                    help=f"{threads_help} (default: ini opcheck_threads, else {DEFAULT_THREADS})")
+    parser.addini("opcheck_threads", f"opcheck: {threads_help}", default=DEFAULT_THREADS)
 
 
 def _split(values: list[str]) -> list[str]:
@@ -81,8 +100,13 @@ def _settings(config: pytest.Config):
     devices = _split(config.getoption("opcheck_device"))
     known = known_device_types()
     for d in devices:
-        if d not in known:
-            raise _unknown("device", d, known)
+        if d not in known and d != ALL_DEVICES:
+            raise _unknown("device", d, (*known, ALL_DEVICES))
+    if ALL_DEVICES in devices:
+        if len(devices) > 1:
+            raise pytest.UsageError(f"--opcheck-device: {ALL_DEVICES!r} already means every device type; "
+                                    f"drop {', '.join(d for d in devices if d != ALL_DEVICES)} or {ALL_DEVICES!r}")
+        devices = [ALL_DEVICES]
     dtypes = _split(config.getoption("opcheck_dtype"))
     for d in dtypes:
         if d not in TENSOR_DTYPES:
@@ -109,8 +133,22 @@ def _settings(config: pytest.Config):
         plot_dir = str(config.invocation_params.dir / plot_dir)
         if os.path.exists(plot_dir) and not os.path.isdir(plot_dir):
             raise pytest.UsageError(f"--opcheck-plot: {plot_dir} exists and is not a directory")
-    settings = Settings(policy=policy, budget=budget, budget_source=source, plot_dir=plot_dir)
+    settings = Settings(policy=policy, budget=budget, budget_source=source, plot_dir=plot_dir,
+                        threads=_threads(config))
     return settings, (tuple(devices), tuple(dtypes))
+
+
+def _threads(config: pytest.Config) -> int | None:
+    """The intra-op thread count for generated tests, or None to keep torch's."""
+    raw, where = config.getoption("opcheck_threads"), "--opcheck-threads"
+    if raw is None:
+        raw, where = config.getini("opcheck_threads"), f"ini opcheck_threads ({config.inipath or 'no ini file'})"
+    text = str(raw).strip().lower()
+    if text == THREADS_KEEP:
+        return None
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise pytest.UsageError(f"{where}: expected a positive number of threads or {THREADS_KEEP!r}, got {raw!r}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -132,7 +170,7 @@ def _configure_results(config: pytest.Config) -> None:
                                 f"{path / 'opcheck-results.json'}")
     from opcheck.report.collect import ResultsRecorder
 
-    config.pluginmanager.register(ResultsRecorder(path), RESULTS_PLUGIN)
+    config.pluginmanager.register(ResultsRecorder(path, lambda: unavailable_tests(config)), RESULTS_PLUGIN)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -150,8 +188,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     parts = [policy]
     if settings.policy in (None, "auto"):
         parts.append(f"auto budget {settings.budget} Jacobian entries ({settings.budget_source})")
-    parts.append(f"devices {','.join(devices)}" if devices else "all devices")
+    parts.append(f"devices {','.join(devices)}" if devices else "available devices")
     parts.append(f"dtypes {','.join(dtypes)}" if dtypes else "all dtypes")
+    parts.append(f"{settings.threads} torch thread(s)" if settings.threads else "torch's own thread setting")
     if settings.plot_dir:
         parts.append(f"heatmaps in {settings.plot_dir}")
     from opcheck.runtime.devices import faked_unavailable
@@ -172,21 +211,67 @@ def is_generated_item(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(name) is not None for name in CHECKS)
 
 
+@pytest.hookimpl(trylast=True)  # after -m / -k: only what they kept counts as not collected here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     devices, dtypes = config.stash.get(SELECTION_KEY, ((), ()))
-    if not devices and not dtypes:
-        return
-    kept, deselected = [], []
+    listed = devices and ALL_DEVICES not in devices
+    kept, deselected, unavailable = [], [], []
+    reasons: dict[str, str | None] = {}
     for item in items:
         if is_generated_item(item):
             params = item.callspec.params
-            if (devices and params["device"] not in devices) or (dtypes and params["dtype"] not in dtypes):
+            device = params["device"]
+            if (listed and device not in devices) or (dtypes and params["dtype"] not in dtypes):
                 deselected.append(item)
                 continue
+            if not devices:  # no device asked for: the ones this machine lacks are not collected
+                if device not in reasons:
+                    from opcheck.runtime.devices import unavailable_reason
+
+                    reasons[device] = unavailable_reason(device)
+                if reasons[device] is not None:
+                    unavailable.append(dict(case_fields(item), nodeid=item.nodeid, reason=reasons[device]))
+                    deselected.append(item)
+                    continue
         kept.append(item)
+    config.stash[UNAVAILABLE_KEY] = unavailable
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+def unavailable_tests(config: pytest.Config) -> list[dict]:
+    """The generated tests left out because their device is unavailable: case fields, nodeid, reason."""
+    return config.stash.get(UNAVAILABLE_KEY, [])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: every worker collects the same items
+        workeroutput[UNAVAILABLE_OUTPUT] = unavailable_tests(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist, in the controller: take the unavailable tests from the first worker that has any."""
+    config = node.config
+    if not config.stash.get(UNAVAILABLE_KEY, None):
+        config.stash[UNAVAILABLE_KEY] = list(getattr(node, "workeroutput", {}).get(UNAVAILABLE_OUTPUT, []))
+
+
+def unavailable_summary(tests: list[dict]) -> str | None:
+    """`opcheck: cuda, mps unavailable: 6,564 tests not collected (...)`, or None when there are none."""
+    if not tests:
+        return None
+    devices = ", ".join(sorted({t["device"] for t in tests}))
+    return (f"opcheck: {devices} unavailable: {len(tests):,} test{'s' if len(tests) != 1 else ''} not collected "
+            f"(--opcheck-device {ALL_DEVICES} to list them as skipped)")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    line = unavailable_summary(unavailable_tests(config))
+    if line:
+        terminalreporter.write_line(line)
 
 
 def case_fields(item: pytest.Item) -> dict:
@@ -232,11 +317,31 @@ def rerun_command(item: pytest.Item) -> str:
 def pytest_runtest_call(item: pytest.Item):
     from opcheck.runtime.context import ItemContext, Settings, current_item
 
-    ctx = ItemContext(nodeid=item.nodeid, rerun=rerun_command(item),
-                      settings=item.config.stash.get(SETTINGS_KEY, None) or Settings.from_env(),
+    settings = item.config.stash.get(SETTINGS_KEY, None) or Settings.from_env()
+    ctx = ItemContext(nodeid=item.nodeid, rerun=rerun_command(item), settings=settings,
                       user_properties=item.user_properties, add_report_section=item.add_report_section)
     token = current_item.set(ctx)
+    threads = settings.threads if is_generated_item(item) else None
+    with _torch_threads(threads):
+        try:
+            return (yield)
+        finally:
+            current_item.reset(token)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None):
+    """torch's intra-op thread count set to `threads` for the block (None: left alone), then restored."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    if before != threads:
+        torch.set_num_threads(threads)
     try:
-        return (yield)
+        yield
     finally:
-        current_item.reset(token)
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)

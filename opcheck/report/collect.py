@@ -3,13 +3,17 @@
 The plugin attaches each generated test's case (spec, op, check, device, dtype, sample) to its
 reports as `report.opcheck_case`; pytest-xdist ships report attributes from the workers to the
 controller, so `ResultsRecorder` runs in the controller only (or in the one process without
-xdist) and sees every report through `pytest_runtest_logreport`.
+xdist) and sees every report through `pytest_runtest_logreport`. Tests of device types this
+machine lacks are not collected; the plugin hands them over (from a worker, through xdist's
+`workeroutput`) and they are recorded as skipped, with torch's reason, so the coverage report
+still shows those cells.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from opcheck.report.results import (ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, TestResult, case_from_nodeid,
                                     error_reason, first_line, results_json, worse)
@@ -55,8 +59,9 @@ def _crash_line(report) -> str:
 class ResultsRecorder:
     """A pytest plugin object: collects the generated tests' verdicts and writes them as JSON."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, unavailable: Callable[[], list[dict]] = list):
         self.path = Path(path)
+        self._unavailable = unavailable  # the tests not collected for an unavailable device, at the end
         self._tests: dict[str, dict] = {}
         self.written = 0
         self.error: str | None = None
@@ -71,7 +76,8 @@ class ResultsRecorder:
         entry["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
         entry["verdict"] = worse(entry["verdict"], report_verdict(report))
 
-    def results(self) -> list[TestResult]:
+    def results(self, unavailable: list[dict] = ()) -> list[TestResult]:
+        """Every generated test that ran, then those not collected for an unavailable device (skipped)."""
         out = []
         for entry in self._tests.values():
             if entry["verdict"] is None:  # never ran (--setup-plan and the like)
@@ -79,10 +85,13 @@ class ResultsRecorder:
             fields = {k: v for k, v in entry.items() if k != "verdict"}
             outcome, reason = entry["verdict"]
             out.append(TestResult(outcome=outcome, reason=reason, **fields))
+        for case in unavailable:
+            if case["nodeid"] not in self._tests:
+                out.append(TestResult(outcome=SKIPPED, **case))
         return out
 
     def pytest_sessionfinish(self, session) -> None:
-        results = self.results()
+        results = self.results(self._unavailable())
         try:
             os.makedirs(self.path.parent, exist_ok=True)
             self.path.write_text(results_json(results), encoding="utf-8")

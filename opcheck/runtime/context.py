@@ -1,4 +1,4 @@
-"""Run settings (policy, budget, plot folder) and the pytest item a check runs under.
+"""Run settings (policy, budget, plot folder, threads) and the pytest item a check runs under.
 
 The plugin builds one `Settings` per pytest session from its options and, around each test call,
 sets `current_item` so that a failure can quote the item's real node id and attach notes to its
@@ -31,12 +31,14 @@ class Settings:
     """What the command line (or the environment) says about every check of a run.
 
     policy: None keeps each spec's `gradcheck.fast_mode`; "auto"/"full"/"fast" override it.
+    threads: torch's intra-op thread count while a generated test runs; None keeps torch's own.
     """
 
     policy: str | None = None
     budget: int = DEFAULT_JACOBIAN_BUDGET
     budget_source: str = "default"
     plot_dir: str | None = None
+    threads: int | None = None
 
     @classmethod
     def from_env(cls) -> "Settings":

@@ -113,18 +113,43 @@ def test_pyproject_lists_the_same_markers():
 
 def test_generated_module_runs_without_unknown_marker_warnings_and_m_selects(pytester):
     pytester.makepyfile(test_sin=SIN_MODULE)
-    result = pytester.runpytest("-W", "error::pytest.PytestUnknownMarkWarning", "-m", "gradgradcheck", "-rA")
+    result = pytester.runpytest("-W", "error::pytest.PytestUnknownMarkWarning", "-m", "gradgradcheck", "-rA",
+                                "--opcheck-device", "all")
     result.assert_outcomes(passed=1, skipped=1, deselected=7)
     assert outcomes_by_id(result)["test_sin.py::test_gradgradcheck[cpu-float64-vec]"] == "PASSED"
-    assert len(selected(pytester, "-m", "not lowprec and not gradgradcheck")) == 5
+    assert len(selected(pytester, "-m", "not lowprec and not gradgradcheck", "--opcheck-device", "all")) == 5
 
 
 # ------------------------------------------------------------------------------------ devices
-def test_unavailable_devices_skip_with_a_reason(pytester, monkeypatch):
+def test_unavailable_devices_are_not_collected_and_said_once(pytester, monkeypatch):
+    pytester.makepyfile(test_sin=SIN_MODULE, test_other="import pytest\n\n@pytest.mark.parametrize('device', ['mps'])\n"
+                                                         "def test_unrelated(device):\n    pass\n")
+    monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "cuda,mps")
+    result = pytester.runpytest("-rA")
+    result.assert_outcomes(passed=7, deselected=3)  # a test that is not generated is never left out
+    assert set(outcomes_by_id(result)) == {n for n in selected(pytester, "--opcheck-device", "cpu")}
+    result.stdout.fnmatch_lines(["collected 10 items / 3 deselected / 7 selected",
+                                 "opcheck: cuda, mps unavailable: 3 tests not collected (--opcheck-device all to "
+                                 "list them as skipped)"])
+    assert "SKIPPED" not in result.stdout.str()
+    # -m deselects first: what it leaves out is not counted as unavailable
+    result = pytester.runpytest("-m", "gradgradcheck")
+    result.assert_outcomes(passed=1, deselected=9)
+    result.stdout.fnmatch_lines(["opcheck: cuda unavailable: 1 test not collected *"])
+    # nothing unavailable: no line
+    monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "")
+    result = pytester.runpytest("-m", "not gradcheck and not gradgradcheck")
+    assert "not collected" not in result.stdout.str()
+
+
+def test_unavailable_devices_skip_with_a_reason_when_asked_for(pytester, monkeypatch):
     pytester.makepyfile(test_sin=SIN_MODULE)
     monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "cpu")
-    result = pytester.runpytest("-rs")
+    # a device named on the command line runs or skips, never silently disappears
+    pytester.runpytest("--opcheck-device", "cpu").assert_outcomes(skipped=6, deselected=3)
+    result = pytester.runpytest("-rs", "--opcheck-device", "all")
     result.assert_outcomes(skipped=9)
+    assert "not collected" not in result.stdout.str()
     lines = [line for line in result.outlines if line.startswith("SKIPPED")]
     reasons = {line.split(": ", 1)[1] for line in lines}
     counts = {r: sum(int(re.match(r"SKIPPED \[(\d+)\]", line).group(1)) for line in lines if line.endswith(r))
@@ -146,7 +171,7 @@ def selected(pytester, *args) -> set[str]:
 def test_device_and_dtype_options_deselect(pytester):
     pytester.makepyfile(test_sin=SIN_MODULE, test_other="import pytest\n\n@pytest.mark.parametrize('device', ['mps'])\n"
                                                          "def test_unrelated(device):\n    pass\n")
-    every = selected(pytester)
+    every = selected(pytester, "--opcheck-device", "all")
     assert len(every) == 10
     unrelated = "test_other.py::test_unrelated[mps]"  # not a generated test: never deselected
     cpu = selected(pytester, "--opcheck-device", "cpu")
@@ -166,6 +191,9 @@ def test_device_and_dtype_options_deselect(pytester):
 
 @pytest.mark.parametrize("args, message", [
     (["--opcheck-device", "cdua"], "--opcheck-device: unknown device 'cdua' (did you mean 'cuda'?)*"),
+    (["--opcheck-device", "all,cpu"], "--opcheck-device: 'all' already means every device type; drop cpu or 'all'"),
+    (["--opcheck-threads", "0"], "--opcheck-threads: expected a positive number of threads or 'keep', got '0'"),
+    (["--opcheck-threads", "many"], "--opcheck-threads: expected a positive number of threads or 'keep', got 'many'"),
     (["--opcheck-dtype", "float46"], "--opcheck-dtype: unknown dtype 'float46' (did you mean 'float64'?)*"),
     (["--opcheck-policy", "full", "--opcheck-budget", "1000"], "--opcheck-budget sets the budget of the auto "
                                                                "policy; it has no effect with --opcheck-policy=full*"),
@@ -299,23 +327,82 @@ def test_xdist_gives_the_serial_outcomes(pytester):
     pytest.importorskip("xdist")
     pytester.syspathinsert()
     pytester.makepyfile(test_par=PARALLEL_SUITE, wrong_ops=WRONG_OPS)
-    serial, _ = junit_outcomes(pytester)
+    serial, _ = junit_outcomes(pytester, "--opcheck-device", "all")
     assert len(serial) == 12 and sorted(set(serial.values())) == ["FAILED", "PASSED", "SKIPPED", "XFAIL"]
-    parallel, result = junit_outcomes(pytester, "-n", "2", subprocess=True)
+    parallel, result = junit_outcomes(pytester, "-n", "2", "--opcheck-device", "all", subprocess=True)
     assert parallel == serial
     result.stdout.fnmatch_lines(["*2 workers [[]12 items[]]*"])
+    # by default the workers leave mps out, and the controller says so once
+    parallel, result = junit_outcomes(pytester, "-n", "2", subprocess=True)
+    assert parallel == {k: v for k, v in serial.items() if "[mps-" not in k} and len(parallel) == 8
+    result.stdout.fnmatch_lines(["*2 workers [[]8 items[]]*", "opcheck: mps unavailable: 4 tests not collected *"])
+    assert result.stdout.str().count("not collected") == 1
 
 
 def test_pytest_split_shards_are_disjoint_and_cover_the_suite(pytester):
     pytest.importorskip("pytest_split")
     pytester.syspathinsert()
     pytester.makepyfile(test_par=PARALLEL_SUITE, wrong_ops=WRONG_OPS)
-    every = selected(pytester)
-    shards = [selected(pytester, "--splits", "3", "--group", str(g)) for g in (1, 2, 3)]
+    every = selected(pytester, "--opcheck-device", "all")
+    shards = [selected(pytester, "--splits", "3", "--group", str(g), "--opcheck-device", "all") for g in (1, 2, 3)]
     assert all(shards) and sum(map(len, shards)) == len(every) == 12
     assert set().union(*shards) == every
     # a shard runs its tests as the whole suite does
-    outcomes, _ = junit_outcomes(pytester)
-    shard_outcomes, _ = junit_outcomes(pytester, "--splits", "3", "--group", "2")
+    outcomes, _ = junit_outcomes(pytester, "--opcheck-device", "all")
+    shard_outcomes, _ = junit_outcomes(pytester, "--splits", "3", "--group", "2", "--opcheck-device", "all")
     assert shard_outcomes == {k: v for k, v in outcomes.items()
                               if k.replace("test_par::", "test_par.py::") in shards[1]}
+
+
+# ------------------------------------------------------------------------------------ threads
+THREADS_SPY = """
+import pytest
+import torch
+
+SEEN = {}
+
+@pytest.mark.gradcheck
+@pytest.mark.parametrize(('device', 'dtype', 'sample'), [pytest.param('cpu', 'float64', 'v', id='cpu-float64-v')])
+def test_gradcheck(device, dtype, sample):
+    SEEN['generated'] = torch.get_num_threads()
+
+def test_plain():
+    SEEN['plain'] = torch.get_num_threads()
+
+def test_report():
+    print('threads seen:', SEEN, 'now:', torch.get_num_threads())
+"""
+
+
+@pytest.mark.parametrize("args, ini, generated", [
+    ((), None, 1),  # the default
+    (("--opcheck-threads", "3"), None, 3),
+    ((), "2", 2),
+    (("--opcheck-threads", "3"), "2", 3),  # the command line wins
+    (("--opcheck-threads", "keep"), None, "before"),
+    ((), "keep", "before"),
+])
+def test_threads_are_set_around_generated_tests_only(pytester, args, ini, generated):
+    before = torch.get_num_threads()
+    if before in (1, 2, 3):  # make "kept" distinguishable from every value set above
+        torch.set_num_threads(4)
+    try:
+        outer = torch.get_num_threads()
+        if ini is not None:
+            pytester.makeini(f"[pytest]\nopcheck_threads = {ini}\n")
+        pytester.makepyfile(test_threads=THREADS_SPY)
+        result = pytester.runpytest("-s", "-p", "no:randomly", *args)
+        result.assert_outcomes(passed=3)
+        want = outer if generated == "before" else generated
+        result.stdout.fnmatch_lines([f"*threads seen: {{'generated': {want}, 'plain': {outer}}} now: {outer}"])
+        assert torch.get_num_threads() == outer
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_bad_ini_thread_count_is_a_usage_error(pytester):
+    pytester.makeini("[pytest]\nopcheck_threads = -1\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: ini opcheck_threads (*tox.ini): expected a positive number of threads or "
+                                 "'keep', got '-1'"])

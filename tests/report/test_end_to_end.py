@@ -114,10 +114,33 @@ def shape(matrix):
 
 
 def run(pytester, *args, subprocess=False):
+    """Every device collected (unavailable ones skipped), so that JUnit sees every test too."""
     runner = pytester.runpytest_subprocess if subprocess else pytester.runpytest
-    result = runner("--opcheck-results", "out/r.json", "--junitxml", "j.xml", *args)
+    result = runner("--opcheck-results", "out/r.json", "--junitxml", "j.xml", "--opcheck-device", "all", *args)
     result.assert_outcomes(passed=6, failed=1, skipped=4, xfailed=1, errors=1)
     return load_results(pytester.path / "out" / "r.json"), load_results(pytester.path / "j.xml"), result
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_tests_not_collected_for_an_unavailable_device_are_recorded_as_skipped(suite, xdist):
+    if xdist:
+        pytest.importorskip("xdist")
+    runner = suite.runpytest_subprocess if xdist else suite.runpytest
+    result = runner("--opcheck-results", "out/r.json", "--junitxml", "j.xml", *(["-n", "2"] if xdist else []))
+    result.assert_outcomes(passed=6, failed=1, skipped=1, xfailed=1, errors=1, **({} if xdist else {"deselected": 3}))
+    result.stdout.fnmatch_lines(["opcheck: cuda unavailable: 3 tests not collected (--opcheck-device all to list "
+                                 "them as skipped)"])
+    from_json = load_results(suite.path / "out" / "r.json")
+    assert {r.nodeid: (r.outcome, r.reason) for r in from_json} == EXPECTED
+    cuda = [r for r in from_json if r.device == "cuda"]
+    assert {(r.spec, r.op, r.source, r.check, r.dtype, r.sample, r.duration) for r in cuda} == {
+        ("sq", "wrong_ops:square_wrong_if_2d", "op_specs/sq.yaml", "gradcheck", "float64", "a", 0.0),
+        ("sq", "wrong_ops:square_wrong_if_2d", "op_specs/sq.yaml", "gradcheck", "float64", "b", 0.0),
+        ("sq", "wrong_ops:square_wrong_if_2d", "op_specs/sq.yaml", "lowprec", "float32", "a", 0.0)}
+    # JUnit lists what ran; the coverage report of the JSON still has the cuda cells, with the reason
+    assert {r.nodeid for r in load_results(suite.path / "j.xml")} == {n for n in EXPECTED if "[cuda-" not in n}
+    all_devices, _, _ = run(suite)
+    assert shape(build_matrix(from_json)) == shape(build_matrix(all_devices))
 
 
 def test_results_json_and_junit_give_the_same_matrix(suite):
@@ -171,7 +194,7 @@ def pytest_runtest_logreport(report):
     assert not hasattr(report, "opcheck_case")
 ''')
     result = suite.runpytest("--junitxml", "j.xml")
-    result.assert_outcomes(passed=6, failed=1, skipped=4, xfailed=1, errors=1)
+    result.assert_outcomes(passed=6, failed=1, skipped=1, deselected=3, xfailed=1, errors=1)
     assert not (suite.path / "out").exists()
     assert "opcheck results" not in result.stdout.str()
 
@@ -179,7 +202,7 @@ def pytest_runtest_logreport(report):
 def test_an_unwritable_results_path_is_reported_not_a_crash(suite):
     suite.path.joinpath("out").write_text("a file where a folder should be")
     result = suite.runpytest("--opcheck-results", "out/r.json")
-    result.assert_outcomes(passed=6, failed=1, skipped=4, xfailed=1, errors=1)
+    result.assert_outcomes(passed=6, failed=1, skipped=1, deselected=3, xfailed=1, errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([f"opcheck: cannot write results to {suite.path / 'out' / 'r.json'}: *"])
     assert "INTERNALERROR" not in result.stdout.str()
