@@ -1,7 +1,8 @@
 """`opinfo: name[:variant]` samples: every SampleInput of a torch OpInfo, as calls of the spec's op.
 
-op_db lives in torch.testing._internal, which imports the expecttest package; without it the
-tests skip with a reason. OpInfo's sample_inputs draw from torch's global RNG, so they run under
+op_db lives in torch.testing._internal, which imports the expecttest package: opcheck depends on
+it, and where it is missing all the same (an install without dependencies) the tests skip with a
+reason. OpInfo's sample_inputs draw from torch's global RNG, so they run under
 torch.random.fork_rng seeded with the test's seed: the same id gives the same samples.
 """
 

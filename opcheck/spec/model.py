@@ -103,7 +103,7 @@ class Sample:
 
     generator: "pkg.module:function" called as function(device, dtype, generator) and returning
     (args, kwargs) or args; opinfo: an OpInfo name (optionally "name:variant") whose
-    sample_inputs are all run (needs the expecttest package).
+    sample_inputs are all run.
     """
 
     name: str
