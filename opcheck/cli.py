@@ -174,11 +174,35 @@ def _new(args) -> int:
         text = scaffold_spec(args.name, args.op, schema=Path(os.path.relpath(schema, folder.resolve())).as_posix())
     except ValueError as e:
         raise _Failure(f"opcheck new: {e}") from None
+    taken = _taken(folder, args.name, args.op, path)
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     print(f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
           f"pytest {DEFAULT_OUT}/test_{args.name}.py")
+    for line in taken:
+        print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def _taken(folder: Path, name: str, op: str, path: Path) -> list[str]:
+    """What the specs already in `folder` (other than `path`) say against a new spec `name` for `op`."""
+    from opcheck.spec.loader import spec_names
+
+    if not folder.is_dir():
+        return []
+    names = {n: (claim, claim_op) for n, (claim, claim_op) in spec_names([folder], root=_root()).items()
+             if claim.location.file != _relative(path)}
+    found = []
+    if name in names:
+        claim, claim_op = names[name]
+        what = f" ({claim_op})" if claim_op else ""
+        found.append(f"spec name {name!r} is already taken by {claim.location}{what}, so `opcheck validate` will "
+                     f"report a duplicate name: delete {_relative(path)} and scaffold under another name "
+                     f"(opcheck new OTHER_NAME --op {op}), or move that spec into {_relative(path)}")
+    for other, (claim, claim_op) in sorted(names.items()):
+        if claim_op == op and other != name:
+            found.append(f"{op} is already tested by spec {other!r} ({claim.location})")
+    return found
 
 
 def _report(args) -> int:

@@ -50,6 +50,28 @@ def load_spec_text(text: str, *, source: str) -> list[OpSpec]:
     return _finish([_load_document(text, source, sha256)], [])
 
 
+def spec_names(paths: Iterable[Path], *, root: Path) -> dict[str, tuple[NameClaim, str | None]]:
+    """Every spec name the files in `paths` claim, with the op of that spec where it builds.
+
+    Unlike load_specs this never raises: a folder with broken specs still tells which names are
+    taken (for `opcheck new`). The first claim of a name wins, as in the uniqueness rule.
+    """
+    names: dict[str, tuple[NameClaim, str | None]] = {}
+    for file, source in _spec_files(paths, root, []):
+        try:
+            text = _decode(file.read_bytes(), source, [])
+        except OSError:
+            continue
+        if text is None:
+            continue
+        built = _load_document(text, source, "")
+        ops = {(spec.name, spec.location): spec.op for spec in built.specs}
+        for claim in built.claims:
+            op = next((o for (n, _), o in ops.items() if n == claim.name), None)
+            names.setdefault(claim.name, (claim, op))
+    return names
+
+
 def generated_test_ids(spec: OpSpec) -> list[str]:
     """The ids of the tests generated for a spec: test_<check>[<device>-<dtype>-<sample>]."""
     return [f"test_{check}[{device}-{dtype}-{sample.name}]"

@@ -74,6 +74,32 @@ def test_new_refuses_to_overwrite_and_rejects_bad_input(tmp_path):
     assert bad_name.returncode == 1 and "must match" in bad_name.stderr
 
 
+def test_new_warns_when_the_name_or_the_op_is_taken(project):
+    family = project / "op_specs" / "binary.yaml"
+    family.write_text("defaults:\n  devices: [cpu]\n  samples:\n    - name: v\n      args: [{shape: [4]}, {shape: [4]}]\n"
+                      "ops:\n  - op: torch.hypot\n  - op: torch.atan2\n    name: arctan2\n")
+    made = opcheck("new", "hypot", "--op", "torch.hypot", cwd=project)
+    assert made.returncode == 0 and (project / "op_specs" / "hypot.yaml").exists()  # written all the same
+    assert made.stderr.splitlines() == [
+        "warning: spec name 'hypot' is already taken by op_specs/binary.yaml:7:9 (torch.hypot), so `opcheck validate` "
+        "will report a duplicate name: delete op_specs/hypot.yaml and scaffold under another name "
+        "(opcheck new OTHER_NAME --op torch.hypot), or move that spec into op_specs/hypot.yaml"]
+    invalid = opcheck("validate", cwd=project)
+    assert invalid.returncode == 1 and "duplicate spec name 'hypot'" in invalid.stderr
+    # the same op under a free name: a note, not a clash; a free name for a new op: silence
+    other = opcheck("new", "atan2_big", "--op", "torch.atan2", cwd=project)
+    assert other.returncode == 0 and other.stderr.splitlines() == [
+        "warning: torch.atan2 is already tested by spec 'arctan2' (op_specs/binary.yaml:9:11)"]
+    fresh = opcheck("new", "logaddexp2", "--op", "torch.logaddexp2", cwd=project)
+    assert fresh.returncode == 0 and fresh.stderr == ""
+    # a folder whose specs do not validate still tells which names are taken
+    (project / "op_specs" / "tanh.yaml").write_text("op: torch.tanh\ndevices: [cpu]\nsamples: 3\n")
+    broken = opcheck("new", "tanh", "--op", "torch.tanh", cwd=project)
+    assert broken.returncode == 1 and "already exists" in broken.stderr  # its own file: refused as before
+    clash = opcheck("new", "tanh2", "--op", "torch.tanh", cwd=project)
+    assert clash.returncode == 0 and "already tested" not in clash.stderr  # that spec does not build: no op known
+
+
 def test_usage_error_exits_2(tmp_path):
     assert opcheck("frobnicate", cwd=tmp_path).returncode == 2
 
