@@ -23,6 +23,4 @@ def test_all_modes_on_two_ops(tmp_path):
         assert line in proc.stdout
     summary = json.loads(out.read_text())["summary"]
     assert summary["disagreements"] == 0
-    # The fixed part is a part: with the Jacobian comparison gone, opcheck's time can only drop.
-    assert summary["fixed"]["opcheck_s"] < summary["full"]["opcheck_s"]
     assert summary["full_ratio_ceiling"] == pytest.approx(summary["full"]["torch_s"] / summary["fixed"]["opcheck_s"])

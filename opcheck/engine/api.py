@@ -10,7 +10,7 @@ import torch
 
 from opcheck.engine import aux_checks
 from opcheck.engine._util import as_tuple, check_inputs, check_outputs, differentiable_outputs, requires_grad
-from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, batching_enabled
+from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, adaptive_clock, batching_enabled
 from opcheck.engine.core import CheckContext, fast_check, full_check
 from opcheck.engine.diagnostics import JacobianMismatch
 from opcheck.engine.errors import GradcheckError
@@ -145,7 +145,8 @@ def _report(check, func, inputs, kwargs) -> GradcheckReport:
 
 def _run(body, flags, raise_exception):
     # Fast mode evaluates two points per input; the evaluator there only serves to localize failures.
-    evaluator = Evaluator(batch=batching_enabled(), memory_budget=DEFAULT_MEMORY_BUDGET)
+    evaluator = Evaluator(batch=batching_enabled(), memory_budget=DEFAULT_MEMORY_BUDGET,
+                          clock=adaptive_clock())
     ctx = CheckContext(eps=flags["eps"], atol=flags["atol"], rtol=flags["rtol"], nondet_tol=flags["nondet_tol"],
                        check_grad_dtypes=flags["check_grad_dtypes"], evaluator=evaluator)
     if _STATS_SINK:

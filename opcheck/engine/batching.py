@@ -39,7 +39,11 @@ FUSE_MAX_COLUMNS = 128
 overhead is what counts. Beyond, each input gets its own call, with the other inputs left
 unbatched: batching rules with several batched inputs (conv weights, matmul) cost more compute."""
 
+Clock = Callable[[], float]
+"""Seconds from an arbitrary origin, like time.perf_counter."""
+
 _BATCHING = [True]
+_CLOCKS: list[Clock] = [time.perf_counter]
 
 
 def batching_enabled() -> bool:
@@ -54,6 +58,29 @@ def vmap_batching(enabled: bool):
         yield
     finally:
         _BATCHING.pop()
+
+
+def adaptive_clock() -> Clock:
+    """The clock the adaptive rule of a check started now reads (see batching_clock)."""
+    return _CLOCKS[-1]
+
+
+@contextlib.contextmanager
+def batching_clock(clock: Clock):
+    """Time the adaptive rule with `clock` instead of time.perf_counter in the checks run inside.
+
+    The rule reads the clock in pairs, around the two calls each of its decisions compares: first a
+    batched call of b columns, then the plain call of one column that probes it (a batched call
+    that raises is compared with nothing). So a clock that advances by the same step at every
+    reading never finds batching slower, and one that makes the first of every two spans long
+    finds it slower each time: either decision can be pinned, whatever the machine's load.
+    Verdicts never depend on the clock; only the path taken to them and the counts in EvalStats do.
+    """
+    _CLOCKS.append(clock)
+    try:
+        yield
+    finally:
+        _CLOCKS.pop()
 
 
 class _Disagreement(Exception):
@@ -77,16 +104,19 @@ class Evaluator:
     """Per-call batching policy and counters.
 
     `batch=False` forces the loop everywhere. Once a kind of batching (forward evaluation, VJP,
-    JVP) fails, it stays off for the rest of the call.
+    JVP) fails, or costs more per column than the loop as timed by `clock`, it stays off for the
+    rest of the call.
     """
 
-    def __init__(self, batch: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET, adaptive: bool = True):
+    def __init__(self, batch: bool = True, memory_budget: int = DEFAULT_MEMORY_BUDGET, adaptive: bool = True,
+                 clock: Clock = time.perf_counter):
         self.batch_forward = batch
         self.batch_vjp = batch
         self.batch_jvp_func = batch  # torch.func.jvp under torch.func.vmap (wider batching rules)
         self.batch_jvp = batch and _legacy_vmap is not None  # make_dual under the legacy vmap
         self.memory_budget = memory_budget
         self.adaptive = adaptive  # drop a kind of batching that turns out slower than the loop
+        self.clock = clock
         self.randomness = "error"  # torch.func.vmap's randomness mode; see _vmap
         self.stats = EvalStats()
         self._vjp_probed: list[torch.Tensor] = []  # outputs whose batched VJP already matched the plain one
@@ -105,6 +135,15 @@ class Evaluator:
         if self.adaptive and batched_per_column > plain_per_column:
             self._give_up(kind, f"slower than the loop ({batched_per_column * 1e6:.0f} us vs "
                                 f"{plain_per_column * 1e6:.0f} us per column)")
+
+    def _timed(self, f: Callable, *args, **kwargs):
+        """f's result and the seconds it took by this evaluator's clock."""
+        start = self.clock()
+        try:
+            result = f(*args, **kwargs)
+        finally:  # read even when f raises: the clock sees its readings in pairs (see batching_clock)
+            stop = self.clock()
+        return result, stop - start
 
     def _vmap(self, f: Callable, *args):
         """torch.func.vmap(f)(*args); a random op inside is retried with one draw for the whole batch.
@@ -232,11 +271,10 @@ class Evaluator:
                 if idx not in stacked:
                     stacked[idx] = flats[idx].expand(rows, -1)
             args = [stacked[i].view(rows, *base[i].shape) for i in vidx]
-            t0 = time.perf_counter()
+            timed = self._timed if probe else _untimed  # the clock is read only for what is compared
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                outs = self._vmap(single, *args)
-            t_batched = time.perf_counter() - t0
+                outs, t_batched = timed(self._vmap, single, *args)
             self.stats.batched_calls += 1
             if len(outs) != len(refs):
                 raise _Disagreement("number of outputs changed under vmap")
@@ -247,9 +285,9 @@ class Evaluator:
                     else (o[b:2 * b] - o[:b]) / (2 * eps)
                 res[start:stop].copy_(diff.reshape(b, -1))
             if probe:
-                t0 = time.perf_counter()
-                self._probe_forward(fn, inputs, segments, eps, [o[2 * b] for o in outs])
-                self._keep_if_cheaper("forward", t_batched / b, 2 * (time.perf_counter() - t0))
+                _, t_plain = self._timed(self._probe_forward, fn, inputs, segments, eps, [o[2 * b] for o in outs])
+                # A column is two rows (x - delta e_k and x + delta e_k); the probe evaluated one.
+                self._keep_if_cheaper("forward", t_batched / b, 2 * t_plain)
         return [[res[offsets[s]:offsets[s] + flats[idx].numel()] for res in results]
                 for s, (idx, _) in enumerate(segments)]
 
@@ -320,9 +358,9 @@ class Evaluator:
             stop = min(m, start + chunk)
             b = stop - start
             g = _one_hot_rows(b, m, start, output)
-            t0 = time.perf_counter()
-            grads = self._vjp(output, diff_inputs, g.view(b, *output.shape), batched=True)
-            t_batched = time.perf_counter() - t0
+            probe = start == 0 and not any(output is o for o in self._vjp_probed)
+            timed = self._timed if probe else _untimed
+            grads, t_batched = timed(self._vjp, output, diff_inputs, g.view(b, *output.shape), batched=True)
             for i, gr in enumerate(grads):
                 if gr is not None and tuple(gr.shape[1:]) != tuple(diff_inputs[i].shape):
                     raise _Disagreement("batched gradient has an unexpected shape")
@@ -332,10 +370,9 @@ class Evaluator:
                     raise _Disagreement("gradient defined for some rows only")
                 if gr is not None and b != m:
                     out[i][start:stop].copy_(gr)
-            if start == 0 and not any(output is o for o in self._vjp_probed):
-                t0 = time.perf_counter()
-                ref = self._vjp(output, diff_inputs, g[0].view(output.shape))
-                self._keep_if_cheaper("vjp", t_batched / b, time.perf_counter() - t0)
+            if probe:
+                ref, t_plain = self._timed(self._vjp, output, diff_inputs, g[0].view(output.shape))
+                self._keep_if_cheaper("vjp", t_batched / b, t_plain)
                 for gr, r in zip(grads, ref):
                     if (gr is None) != (r is None) or (r is not None and (
                             gr.dtype != r.dtype or not _close(gr[0], r, extra_atol=nondet_tol))):
@@ -456,13 +493,13 @@ class Evaluator:
             if probe:  # one extra row: the first element of every input at once
                 t[b] = 0
                 t[b, [off for off, n in zip(offsets, sizes) if n]] = 1
-            t0 = time.perf_counter()
+            timed = self._timed if probe else _untimed
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if functorch:
-                    res = self._vmap(columns_func, *split(t))
+                    res, seconds = timed(self._vmap, columns_func, *split(t))
                 else:
-                    res = _legacy_vmap(columns)(*split(t))
+                    res, seconds = timed(_legacy_vmap(columns), *split(t))
             self.stats.batched_jvp_calls += 1
             res = as_tuple(res)
             if len(res) != len(refs):
@@ -471,19 +508,27 @@ class Evaluator:
                 out[start:stop].copy_(r[:b].reshape(b, -1))
             if probe:
                 probe_row = [r[b] for r in res]
-                t_batched = (time.perf_counter() - t0) / (b + 1)
-        t0 = time.perf_counter()
+                t_batched = seconds / (b + 1)
+        ref, t_plain = self._timed(self._probe_jvp, fn, inputs, idxs, check_dtype)
+        for got, want in zip(probe_row, ref):
+            if not _close(got, want):
+                raise _Disagreement("batched JVP differs from the plain JVP")
+        self._keep_if_cheaper("jvp_func" if functorch else "jvp", t_batched, t_plain)
+        return [[out[off:off + n] for out in results] for off, n in zip(offsets, sizes)]
+
+    def _probe_jvp(self, fn, inputs, idxs, check_dtype):
+        """One plain JVP along the probe row's direction: the first element of every input in idxs."""
         with fwAD.dual_level():
             duals, tangents = make_duals(inputs)
             for i in idxs:
                 if inputs[i].numel():
                     tangents[i][unravel(0, inputs[i].shape)] = 1.0
-            ref = self._jvp_outputs(fn, duals, check_dtype)
-        for got, want in zip(probe_row, ref):
-            if not _close(got, want):
-                raise _Disagreement("batched JVP differs from the plain JVP")
-        self._keep_if_cheaper("jvp_func" if functorch else "jvp", t_batched, time.perf_counter() - t0)
-        return [[out[off:off + n] for out in results] for off, n in zip(offsets, sizes)]
+            return self._jvp_outputs(fn, duals, check_dtype)
+
+
+def _untimed(f: Callable, *args, **kwargs):
+    """f's result and no time: Evaluator._timed's stand-in where nothing is compared."""
+    return f(*args, **kwargs), 0.0
 
 
 def _one_hot_rows(b: int, n: int, start: int, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
