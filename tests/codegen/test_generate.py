@@ -40,10 +40,10 @@ def test_golden_modules_match():
 def test_golden_modules_run(pytester):
     for path in sorted((GOLDEN / "expected").glob("test_*.py")):
         pytester.makepyfile(**{path.stem: path.read_text()})
-    result = pytester.runpytest("-p", "no:cacheprovider", "-q")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--opcheck-device", "all")
     outcomes = result.parseoutcomes()
-    # cuda is not available here: those cases skip with a reason; everything else must pass,
-    # and the declared expected failure must really fail.
+    # cuda is not available here: with every device collected, those cases skip with a reason;
+    # everything else must pass, and the declared expected failure must really fail.
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("passed", 0) > 20
     assert outcomes.get("xfailed", 0) >= 1
