@@ -26,6 +26,7 @@ import difflib
 import importlib.util
 import os
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -217,6 +218,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     listed = devices and ALL_DEVICES not in devices
     kept, deselected, unavailable = [], [], []
     reasons: dict[str, str | None] = {}
+    named = _named_tests(config)
     for item in items:
         if is_generated_item(item):
             params = item.callspec.params
@@ -224,7 +226,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if (listed and device not in devices) or (dtypes and params["dtype"] not in dtypes):
                 deselected.append(item)
                 continue
-            if not devices:  # no device asked for: the ones this machine lacks are not collected
+            if not devices and item.nodeid not in named:  # the devices this machine lacks are left out
                 if device not in reasons:
                     from opcheck.runtime.devices import unavailable_reason
 
@@ -238,6 +240,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+def _named_tests(config: pytest.Config) -> set[str]:
+    """Node ids given whole on the command line (a failure's rerun command): those run or skip."""
+    named = set()
+    for arg in config.args:
+        if "[" not in arg or "::" not in arg:
+            continue
+        path, rest = arg.split("::", 1)
+        try:
+            path = os.path.relpath(config.invocation_params.dir / path, config.rootpath)
+        except ValueError:  # another drive on Windows
+            continue
+        named.add(f"{Path(path).as_posix()}::{rest}")
+    return named
 
 
 def unavailable_tests(config: pytest.Config) -> list[dict]:

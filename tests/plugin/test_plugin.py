@@ -136,6 +136,12 @@ def test_unavailable_devices_are_not_collected_and_said_once(pytester, monkeypat
     result = pytester.runpytest("-m", "gradgradcheck")
     result.assert_outcomes(passed=1, deselected=9)
     result.stdout.fnmatch_lines(["opcheck: cuda unavailable: 1 test not collected *"])
+    # a test named whole, as a failure's rerun command names it, runs or skips with the reason
+    result = pytester.runpytest("-rs", "test_sin.py::test_gradcheck[cuda-float64-vec]",
+                                "test_sin.py::test_gradcheck[cpu-float64-vec]")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: cuda is not available on this machine *"])
+    assert "not collected" not in result.stdout.str()
     # nothing unavailable: no line
     monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "")
     result = pytester.runpytest("-m", "not gradcheck and not gradgradcheck")
