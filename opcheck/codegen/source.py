@@ -1,14 +1,15 @@
 """Render model values as Python source: constructor calls with defaults left out.
 
-Every string goes through repr() and every number through a float/int literal, so nothing a spec
-says can become code. The output is deterministic: fields in declaration order, no hashing.
+Every scalar (string, number, bool, None) is written by `escape.literal`, the only place a spec's
+values become module text, so nothing a spec says can become code. Class and field names come from
+the model itself. The output is deterministic: fields in declaration order, no hashing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
+from opcheck.codegen.escape import literal
 from opcheck.spec import model
 
 INDENT = "    "
@@ -19,23 +20,6 @@ MODEL_CLASSES = {cls.__name__: cls for cls in (
     model.OpSpec, model.Sample, model.TensorArg, model.TensorListArg, model.TupleArg, model.DtypeArg,
     model.GradcheckFlags, model.GradgradcheckFlags, model.Where, model.ToleranceRule, model.Rule, model.Location,
 )}
-
-
-def literal(value) -> str:
-    """A Python literal for a scalar, string or None."""
-    if value is None or isinstance(value, bool):
-        return repr(value)
-    if isinstance(value, int):
-        return repr(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return 'float("nan")'
-        if math.isinf(value):
-            return 'float("inf")' if value > 0 else '-float("inf")'
-        return repr(value)
-    if isinstance(value, str):
-        return repr(value)
-    raise TypeError(f"no literal form for {type(value).__name__}")
 
 
 def to_source(value, level: int = 0) -> str:
