@@ -17,7 +17,8 @@ DEFAULT_OUT = "generated_tests"
 
 def main(argv: list[str] | None = None) -> int:
     # Specs name the project's own modules (`examples.ops:Cube.apply`) as `python -m` would find
-    # them: relative to the working directory, which a console script does not put on sys.path.
+    # them: relative to the working directory, which a console script does not put on sys.path
+    # (and relative to the project root, added once the specs say where that is: _use_root).
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     parser = _parser()
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     except _Failure as e:
         print(str(e), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the user's Ctrl-C (one raised by a spec's module is a spec problem)
+        print("opcheck: interrupted", file=sys.stderr)
+        return 130
 
 
 class _Failure(Exception):
@@ -34,7 +38,12 @@ class _Failure(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opcheck", description="Declarative gradient tests for PyTorch operators.")
+    parser = argparse.ArgumentParser(
+        prog="opcheck", description="Declarative gradient tests for PyTorch operators.",
+        epilog="Paths in generated headers and in spec problems are relative to the project root: the "
+               "nearest folder at or above the specs that holds pyproject.toml, setup.cfg or .git (else the "
+               "working directory), so every folder the command runs from generates the same bytes. The "
+               "project root is also where a spec's own modules (`examples.ops:Cube.apply`) are imported from.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def specs_option(p):
@@ -78,47 +87,83 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _root() -> Path:
+ROOT_MARKERS = ("pyproject.toml", "setup.cfg", ".git")
+
+
+def project_root(specs: Path) -> Path:
+    """The nearest folder at or above `specs` holding one of ROOT_MARKERS, else the working directory.
+
+    Spec sources, the paths in generated headers and the cache are relative to it, so running
+    `opcheck generate --specs main/op_specs --out main/generated_tests` from the parent folder
+    writes the same bytes as `opcheck generate` from main/.
+    """
+    start = Path(os.path.abspath(specs))
+    folder = start if start.is_dir() else start.parent
+    for candidate in (folder, *folder.parents):
+        if any(os.path.lexists(candidate / marker) for marker in ROOT_MARKERS):
+            return candidate
     return Path.cwd()
 
 
-def _load(specs: Path):
+def _use_root(root: Path) -> Path:
+    # The specs' own modules are named from the project root, wherever the command runs.
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return root
+
+
+def _load(specs: Path, root: Path):
     from opcheck.spec import SpecError, load_specs
 
     if not specs.exists():
         raise _Failure(f"{specs}: no such file or folder (pass --specs PATH)")
+    _use_root(root)
     try:
-        return load_specs([specs], root=_root())
+        return load_specs([specs], root=root)
     except SpecError as e:
-        raise _Failure(f"{e}\n{len(e.problems)} problem(s) found.") from None
+        where = "" if _same(root, Path.cwd()) else f" (paths are relative to the project root, {_relative(root)})"
+        raise _Failure(f"{e}\n{len(e.problems)} problem(s) found{where}.") from None
 
 
-def _relative(path: Path) -> str:
+def _same(a: Path, b: Path) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _relative(path: Path, base: Path | None = None) -> str:
+    """`path` as the user reads it: relative to `base` (default: the working directory)."""
     try:
-        return Path(os.path.relpath(path, _root())).as_posix()
+        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(base or Path.cwd()))).as_posix()
     except ValueError:  # another drive on Windows
-        return path.as_posix()
+        return Path(os.path.abspath(path)).as_posix()
 
 
-def _regenerate_command(args) -> str:
+def _generate_command(args, base: Path) -> str:
+    """The command that regenerates args.out from args.specs, run from `base`."""
     parts = ["opcheck", "generate"]
-    if _relative(args.specs) != DEFAULT_SPECS:
-        parts += ["--specs", _relative(args.specs)]
-    if _relative(args.out) != DEFAULT_OUT:
-        parts += ["--out", _relative(args.out)]
+    if _relative(args.specs, base) != DEFAULT_SPECS:
+        parts += ["--specs", _relative(args.specs, base)]
+    if _relative(args.out, base) != DEFAULT_OUT:
+        parts += ["--out", _relative(args.out, base)]
     return " ".join(parts)
 
 
 def _generate(args) -> int:
     from opcheck.codegen import GenerationError, apply_plan, cache, plan_generation, stale_diff
+    from opcheck.codegen.write import remove_stale_temp_files
 
-    regenerate = _regenerate_command(args)
-    if not args.check and not args.no_cache and cache.is_fresh(args.specs, args.out, regenerate):
+    root = project_root(args.specs)
+    # The header's command is run from the project root; the hints below, from here.
+    regenerate = _generate_command(args, root)
+    cache_file = root / cache.CACHE_FILE
+    if not args.check:
+        remove_stale_temp_files(args.out)  # leftovers of a run that was killed mid-write
+    if not args.check and not args.no_cache and cache.is_fresh(args.specs, args.out, regenerate, cache_file,
+                                                               root=root):
         print(f"0 written: specs and generator unchanged since the last run ({_relative(args.out)})")
         return 0
-    specs = _load(args.specs)
+    specs = _load(args.specs, root)
     try:
-        plan = plan_generation(specs, args.out, regenerate=regenerate)
+        plan = plan_generation(specs, args.out, regenerate=regenerate, root=root)
     except GenerationError as e:
         raise _Failure(str(e)) from None
     if args.check:
@@ -127,20 +172,20 @@ def _generate(args) -> int:
             return 0
         sys.stdout.write(stale_diff(plan))
         print(f"{_relative(args.out)} is stale: {len(plan.write)} module(s) to write, {len(plan.delete)} to "
-              f"delete; run `{_regenerate_command(args)}`", file=sys.stderr)
+              f"delete; run `{_generate_command(args, Path.cwd())}`", file=sys.stderr)
         return 1
     try:
         apply_plan(plan)
-    except OSError as e:
-        raise _Failure(f"cannot write {e.filename}: {e.strerror}") from None
-    cache.record(args.specs, args.out, regenerate)
+    except GenerationError as e:
+        raise _Failure(str(e)) from None
+    cache.record(args.specs, args.out, regenerate, cache_file, root=root)
     print(f"{len(plan.write)} written, {len(plan.unchanged)} unchanged, {len(plan.delete)} deleted "
           f"({_relative(args.out)})")
     return 0
 
 
 def _validate(args) -> int:
-    specs = _load(args.specs)
+    specs = _load(args.specs, project_root(args.specs))
     tests = sum(_count_tests(s) for s in specs)
     print(f"ok: {len(specs)} spec(s), {tests} tests")
     return 0
@@ -151,7 +196,7 @@ def _count_tests(spec) -> int:
 
 
 def _list(args) -> int:
-    specs = sorted(_load(args.specs), key=lambda s: s.name)
+    specs = sorted(_load(args.specs, project_root(args.specs)), key=lambda s: s.name)
     rows = [("name", "op", "samples", "checks", "tests")]
     for s in specs:
         rows.append((s.name, s.op, str(len(s.samples)), ",".join(s.checks()), str(_count_tests(s))))
@@ -170,11 +215,12 @@ def _new(args) -> int:
     if path.exists() and not args.force:
         raise _Failure(f"{_relative(path)} already exists; pass --force to overwrite it")
     schema = Path(__file__).parent / "spec" / "op_spec.schema.json"
+    root = _use_root(project_root(folder))
     try:
         text = scaffold_spec(args.name, args.op, schema=Path(os.path.relpath(schema, folder.resolve())).as_posix())
     except ValueError as e:
         raise _Failure(f"opcheck new: {e}") from None
-    taken = _taken(folder, args.name, args.op, path)
+    taken = _taken(folder, args.name, args.op, path, root)
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     print(f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
@@ -184,14 +230,14 @@ def _new(args) -> int:
     return 0
 
 
-def _taken(folder: Path, name: str, op: str, path: Path) -> list[str]:
+def _taken(folder: Path, name: str, op: str, path: Path, root: Path) -> list[str]:
     """What the specs already in `folder` (other than `path`) say against a new spec `name` for `op`."""
     from opcheck.spec.loader import spec_names
 
     if not folder.is_dir():
         return []
-    names = {n: (claim, claim_op) for n, (claim, claim_op) in spec_names([folder], root=_root()).items()
-             if claim.location.file != _relative(path)}
+    names = {n: (claim, claim_op) for n, (claim, claim_op) in spec_names([folder], root=root).items()
+             if claim.location.file != _relative(path, root)}
     found = []
     if name in names:
         claim, claim_op = names[name]

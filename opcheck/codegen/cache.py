@@ -4,21 +4,35 @@ The cache records a fingerprint of the generator itself (opcheck's spec and code
 templates and schema), the sha256 of every spec file, and the sha256 of every module written.
 When all of those still match, generation would produce the same bytes, so nothing is loaded or
 rendered. `opcheck generate --check` and `opcheck validate` never use it.
+
+Paths are recorded relative to the project root, so the cache means the same whichever folder
+the command runs from. Only regular files are read: anything else at a module's path (a folder,
+a FIFO, a link) is recorded as such, which never matches a recorded digest, so the full run
+reports it instead of this module reading it (or waiting forever on a FIFO).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 CACHE_FILE = Path(".opcheck_cache") / "generate.json"
 _PACKAGE = Path(__file__).resolve().parents[1]
 _GENERATOR_SOURCES = ("codegen/*.py", "codegen/templates/*", "spec/*.py", "spec/*.json")
+_NOT_A_FILE = "not a regular file"
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _digest(path: Path, *, follow_links: bool) -> str:
+    try:
+        info = os.stat(path) if follow_links else os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return _NOT_A_FILE
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:  # gone or unreadable: the full run says which and why
+        return f"unreadable: {e.strerror or e}"
 
 
 def generator_fingerprint(regenerate: str) -> str:
@@ -36,26 +50,41 @@ def spec_files(specs: Path) -> list[Path]:
     return [specs]
 
 
-def snapshot(specs: Path, out_dir: Path, regenerate: str) -> dict:
+def _key(path: Path, root: Path | None) -> str:
+    if root is None:
+        return path.as_posix()
+    try:
+        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(root))).as_posix()
+    except ValueError:  # another drive on Windows
+        return Path(os.path.abspath(path)).as_posix()
+
+
+def snapshot(specs: Path, out_dir: Path, regenerate: str, *, root: Path | None = None) -> dict:
+    # Spec files may be links (a shared spec); a module's path must be the module itself.
     return {
         "generator": generator_fingerprint(regenerate),
-        "specs": {p.as_posix(): _digest(p) for p in spec_files(specs)},
-        "outputs": {p.as_posix(): _digest(p) for p in sorted(out_dir.glob("test_*.py"))} if out_dir.is_dir() else {},
+        "specs": {_key(p, root): _digest(p, follow_links=True) for p in spec_files(specs)},
+        "outputs": {_key(p, root): _digest(p, follow_links=False)
+                    for p in sorted(out_dir.glob("test_*.py"))} if out_dir.is_dir() else {},
     }
 
 
-def is_fresh(specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE) -> bool:
+def is_fresh(specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE, *,
+             root: Path | None = None) -> bool:
     try:
+        if not stat.S_ISREG(os.stat(cache_file).st_mode):  # never open a FIFO in its place
+            return False
         recorded = json.loads(cache_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return recorded == snapshot(specs, out_dir, regenerate)
+    return recorded == snapshot(specs, out_dir, regenerate, root=root)
 
 
-def record(specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE) -> None:
+def record(specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE, *,
+           root: Path | None = None) -> None:
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps(snapshot(specs, out_dir, regenerate), indent=1, sort_keys=True),
+        cache_file.write_text(json.dumps(snapshot(specs, out_dir, regenerate, root=root), indent=1, sort_keys=True),
                               encoding="utf-8")
     except OSError:
         pass  # a read-only checkout still generates; it just does not skip work next time

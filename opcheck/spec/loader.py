@@ -40,14 +40,24 @@ def load_specs(paths: Iterable[Path], *, root: Path) -> list[OpSpec]:
             continue
         text = _decode(data, source, problems)
         if text is not None:
-            results.append(_load_document(text, source, hashlib.sha256(data).hexdigest()))
+            results.append(_load_document(text, source, spec_sha256(data)))
     return _finish(results, problems)
 
 
 def load_spec_text(text: str, *, source: str) -> list[OpSpec]:
-    """The specs in one YAML text (for tests and fuzzing); sha256 is of its UTF-8 bytes."""
-    sha256 = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    """The specs in one YAML text (for tests and fuzzing); sha256 is spec_sha256 of its UTF-8 bytes."""
+    sha256 = spec_sha256(text.encode("utf-8", "surrogatepass"))
     return _finish([_load_document(text, source, sha256)], [])
+
+
+def spec_sha256(data: bytes) -> str:
+    """The hash a generated module's header records for its spec file's bytes.
+
+    Line endings are normalised first (CRLF and CR → LF): a checkout with CRLF line endings
+    (git's core.autocrlf on Windows) holds the same spec, and `generate --check` must agree. For a
+    file with LF endings this is the sha256 of its bytes, as it always was.
+    """
+    return hashlib.sha256(data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")).hexdigest()
 
 
 def spec_names(paths: Iterable[Path], *, root: Path) -> dict[str, tuple[NameClaim, str | None]]:

@@ -1,10 +1,18 @@
-"""Resolve an op path from a spec to the callable it names."""
+"""Resolve an op path from a spec to the callable it names.
+
+Resolving imports the module the path names, which runs its top-level code (a spec is code, like
+a conftest.py). Whatever that code raises, exits included, comes back as an OpPathError so the
+spec loader reports it where `op:` is written instead of the program stopping mid-validation.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
-from typing import Callable
+import signal
+import threading
+from typing import Callable, Iterator
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 OP_PATH_RE = re.compile(rf"^{_DOTTED}(:{_DOTTED})?$")
@@ -25,15 +33,14 @@ def resolve_op(path: str) -> Callable:
     else:
         parts = path.split(".")
         module, used = None, 0
-        for i in range(len(parts), 0, -1):
+        # Shortest prefix first: importing `a.b.c` imports `a` and `a.b` anyway, and going up from
+        # the top names the very module whose code failed, not the longest name that was tried.
+        for i in range(1, len(parts) + 1):
             try:
-                module = importlib.import_module(".".join(parts[:i]))
+                found = _import_module(".".join(parts[:i]), path)
             except ImportError:
-                continue
-            except Exception as e:  # a module that fails while importing
-                raise OpPathError(f"importing {'.'.join(parts[:i])!r} failed: {type(e).__name__}: {e}") from e
-            used = i
-            break
+                break
+            module, used = found, i
         if module is None:
             raise OpPathError(f"no module named {parts[0]!r} (while resolving {path!r})")
         obj = _getattrs(module, parts[used:], ".".join(parts[:used]), path)
@@ -44,22 +51,79 @@ def resolve_op(path: str) -> Callable:
 
 def _import(name: str, path: str):
     try:
-        return importlib.import_module(name)
+        return _import_module(name, path)
     except ImportError as e:
         raise OpPathError(f"cannot import module {name!r} (while resolving {path!r}): {e}") from e
-    except Exception as e:
-        raise OpPathError(f"importing {name!r} failed: {type(e).__name__}: {e}") from e
+
+
+def _import_module(name: str, path: str):
+    """importlib.import_module, with every failure but ImportError turned into an OpPathError."""
+    with _reported_as_problem(f"importing {name!r} raised", "while running its top-level code", path):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            raise
+        except Exception as e:  # a module that fails while importing
+            raise OpPathError(f"importing {name!r} failed: {type(e).__name__}: {e}") from e
 
 
 def _getattrs(obj, attrs, prefix: str, path: str):
     for attr in attrs:
-        try:
-            obj = getattr(obj, attr)
-        except Exception:
-            hint = _suggest(obj, attr)
-            raise OpPathError(f"{prefix!r} has no attribute {attr!r}{hint} (while resolving {path!r})") from None
+        # A module's __getattr__ may import lazily, and so run code that exits too.
+        with _reported_as_problem(f"looking up {attr!r} in {prefix!r} raised", "", path):
+            try:
+                obj = getattr(obj, attr)
+            except Exception:
+                hint = _suggest(obj, attr)
+                raise OpPathError(f"{prefix!r} has no attribute {attr!r}{hint} (while resolving {path!r})") from None
         prefix = f"{prefix}.{attr}" if prefix else attr
     return obj
+
+
+@contextlib.contextmanager
+def _reported_as_problem(doing: str, when: str, path: str) -> Iterator[None]:
+    """SystemExit, KeyboardInterrupt, GeneratorExit... raised by the user's code → OpPathError.
+
+    Left alone they would end validation silently, or with nothing but the module's own output
+    (`unittest.__main__` prints its usage and exits 2). A Ctrl-C the user presses meanwhile is not
+    the module's doing: that KeyboardInterrupt still stops the program.
+    """
+    with _sigint_watch() as pressed:
+        try:
+            yield
+        except Exception:
+            raise
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt) and pressed():
+                raise
+            when = f" {when}" if when else ""
+            raise OpPathError(f"{doing} {e!r}{when}; code a spec names must not exit or interrupt "
+                              f"(while resolving {path!r})") from None
+
+
+@contextlib.contextmanager
+def _sigint_watch() -> Iterator[Callable[[], bool]]:
+    """Whether a SIGINT (a real Ctrl-C) arrived during the block, as opposed to code raising KeyboardInterrupt.
+
+    Only where Python's own handler is installed and on the main thread (the only one that may set
+    handlers); elsewhere every KeyboardInterrupt counts as raised by code.
+    """
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield lambda: False
+        return
+
+    def on_sigint(signum, frame):
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield lambda: bool(seen)
+    finally:
+        if signal.getsignal(signal.SIGINT) is on_sigint:  # the module may have set its own: keep it
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _suggest(obj, attr: str) -> str:

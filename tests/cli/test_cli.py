@@ -123,3 +123,40 @@ def test_noop_generate_uses_the_cache_and_notices_every_change(project):
     # --no-cache and --check never skip work.
     assert "0 written, 1 unchanged" in opcheck("generate", "--no-cache", cwd=project).stdout
     assert opcheck("generate", "--check", cwd=project).returncode == 0
+
+
+def test_a_module_that_exits_or_interrupts_while_imported_is_a_spec_problem(project):
+    # What the module prints is its business; what opcheck prints is the problem, and its status.
+    (project / "exits_on_import.py").write_text("print('exits_on_import: usage: ...')\nimport sys\nsys.exit(3)\n")
+    (project / "interrupts_on_import.py").write_text("raise KeyboardInterrupt\n")
+    sample = "samples: [{name: v, args: [{shape: [4]}]}]\n"
+    (project / "op_specs" / "exits.yaml").write_text("op: exits_on_import:f\nname: exits\n" + sample)
+    (project / "op_specs" / "interrupts.yaml").write_text("op: interrupts_on_import.f\nname: interrupts\n" + sample)
+    for command in (["validate"], ["generate"]):
+        result = opcheck(*command, cwd=project)
+        assert result.returncode == 1, (command, result.stdout, result.stderr)
+        assert ("op_specs/exits.yaml:1:5: op: importing 'exits_on_import' raised SystemExit(3) while running its "
+                "top-level code; code a spec names must not exit or interrupt") in result.stderr
+        assert ("op_specs/interrupts.yaml:1:5: op: importing 'interrupts_on_import' raised KeyboardInterrupt() "
+                "while running its top-level code") in result.stderr
+        assert "2 problem(s) found." in result.stderr and "Traceback" not in result.stderr
+    assert not (project / "generated_tests").exists()
+
+
+def test_unittest_main_as_an_op_is_a_spec_problem_not_its_usage(project):
+    sample = "samples: [{name: v, args: [{shape: [4]}]}]\n"
+    (project / "op_specs" / "u.yaml").write_text("op: unittest.__main__:x\n" + sample)
+    # unittest's main() reads opcheck's own arguments, prints its usage and exits 2.
+    result = opcheck("validate", "--specs", "op_specs/u.yaml", cwd=project)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "op_specs/u.yaml:1:5: op: importing 'unittest.__main__' raised SystemExit(2)" in result.stderr
+    assert result.stderr.rstrip().endswith("1 problem(s) found.")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+def test_a_real_ctrl_c_while_importing_stops_without_a_traceback(project):
+    # A SIGINT that arrives while the op's module is imported is the user's Ctrl-C, not a spec problem.
+    (project / "slow_import.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n")
+    (project / "op_specs" / "slow.yaml").write_text("op: slow_import:f\nsamples: [{name: v, args: [{shape: [4]}]}]\n")
+    result = opcheck("validate", cwd=project)
+    assert result.returncode == 130 and result.stderr == "opcheck: interrupted\n", result.stderr
