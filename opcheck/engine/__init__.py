@@ -10,11 +10,14 @@ from opcheck.engine.api import (
     gradgradcheck,
     gradgradcheck_report,
 )
+from opcheck.engine.auto import DEFAULT_JACOBIAN_BUDGET, ProjectionMismatch
 from opcheck.engine.batching import EvalStats, vmap_batching
 from opcheck.engine.diagnostics import EntryError, JacobianMismatch
 from opcheck.engine.errors import GradcheckError
 
 __all__ = [
+    "DEFAULT_JACOBIAN_BUDGET",
+    "ProjectionMismatch",
     "EntryError",
     "EvalStats",
     "vmap_batching",

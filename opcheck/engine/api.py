@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal, Union
 
 import torch
 
 from opcheck.engine import aux_checks
 from opcheck.engine._util import as_tuple, check_inputs, check_outputs, differentiable_outputs, requires_grad
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, adaptive_clock, batching_enabled
-from opcheck.engine.core import CheckContext, fast_check, full_check
+from opcheck.engine.auto import auto_check
+from opcheck.engine.core import DEFAULT_JACOBIAN_BUDGET, CheckContext, fast_check, full_check
 from opcheck.engine.diagnostics import JacobianMismatch
 from opcheck.engine.errors import GradcheckError
+
+
+FastMode = Union[bool, Literal["auto"]]
 
 
 @dataclass(frozen=True)
@@ -48,21 +52,28 @@ def gradcheck(
     check_batched_forward_grad: bool = False,
     check_forward_ad: bool = False,
     check_backward_ad: bool = True,
-    fast_mode: bool = False,
+    fast_mode: FastMode = False,
     masked: bool | None = None,
+    jacobian_budget: int | None = None,
 ) -> bool:
     """Check analytical gradients of `func` at `inputs` against finite differences.
 
     Same arguments, defaults and verdicts as torch.autograd.gradcheck. With fast_mode=False the
     full Jacobian is computed in vmapped batches (falling back to one column at a time for
     functions that cannot be vmapped); a failure names the entries that disagree.
+
+    fast_mode="auto" (opcheck only) runs the full check while the Jacobian has at most
+    `jacobian_budget` entries (default 2**20) and beyond it entrywise projection checks that never
+    hold the Jacobian: see opcheck.engine.auto for what they guarantee. `jacobian_budget` is
+    ignored unless fast_mode="auto".
     """
     flags = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
                  check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
                  check_batched_forward_grad=check_batched_forward_grad, check_forward_ad=check_forward_ad,
                  check_backward_ad=check_backward_ad, fast_mode=fast_mode, masked=masked)
     _validate_gradcheck_flags(flags)
-    return _run(lambda ctx: _gradcheck(ctx, func, inputs, **flags), flags, raise_exception)
+    budget = _validate_auto(fast_mode, jacobian_budget)
+    return _run(lambda ctx: _gradcheck(ctx, func, inputs, **flags), flags, raise_exception, budget)
 
 
 def gradgradcheck(
@@ -81,13 +92,16 @@ def gradgradcheck(
     check_batched_grad: bool = False,
     check_fwd_over_rev: bool = False,
     check_rev_over_rev: bool = True,
-    fast_mode: bool = False,
+    fast_mode: FastMode = False,
     masked: bool = False,
+    jacobian_budget: int | None = None,
 ) -> bool:
     """Check second derivatives: gradcheck of the VJP of `func` w.r.t. inputs and grad_outputs.
 
     Same arguments, defaults and verdicts as torch.autograd.gradgradcheck. Failures name the path:
-    "VJP of VJP" (check_rev_over_rev) or "JVP of VJP" (check_fwd_over_rev).
+    "VJP of VJP" (check_rev_over_rev) or "JVP of VJP" (check_fwd_over_rev). fast_mode="auto"
+    applies gradcheck's auto mode to that function (its Jacobian has (Σ numel_in + Σ numel_out) *
+    Σ numel_in entries).
     """
     if not (check_fwd_over_rev or check_rev_over_rev):
         raise AssertionError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
@@ -106,7 +120,8 @@ def gradgradcheck(
         ctx.output_name, ctx.input_name = names
         return _gradcheck(ctx, new_func, all_inputs, **flags)
 
-    return _run(body, flags, raise_exception)
+    budget = _validate_auto(fast_mode, jacobian_budget)
+    return _run(body, flags, raise_exception, budget)
 
 
 def gradcheck_report(func: Callable, inputs, **kwargs) -> GradcheckReport:
@@ -143,12 +158,23 @@ def _report(check, func, inputs, kwargs) -> GradcheckReport:
                            stats=stats, seconds=seconds)
 
 
-def _run(body, flags, raise_exception):
+def _validate_auto(fast_mode, jacobian_budget) -> int:
+    if isinstance(fast_mode, str) and fast_mode != "auto":
+        raise ValueError(f"fast_mode must be True, False or 'auto', got {fast_mode!r}")
+    if jacobian_budget is None:
+        return DEFAULT_JACOBIAN_BUDGET
+    if isinstance(jacobian_budget, bool) or not isinstance(jacobian_budget, int) or jacobian_budget < 0:
+        raise ValueError(f"jacobian_budget must be a non-negative int (Jacobian entries), got {jacobian_budget!r}")
+    return jacobian_budget
+
+
+def _run(body, flags, raise_exception, jacobian_budget=DEFAULT_JACOBIAN_BUDGET):
     # Fast mode evaluates two points per input; the evaluator there only serves to localize failures.
     evaluator = Evaluator(batch=batching_enabled(), memory_budget=DEFAULT_MEMORY_BUDGET,
                           clock=adaptive_clock())
     ctx = CheckContext(eps=flags["eps"], atol=flags["atol"], rtol=flags["rtol"], nondet_tol=flags["nondet_tol"],
-                       check_grad_dtypes=flags["check_grad_dtypes"], evaluator=evaluator)
+                       check_grad_dtypes=flags["check_grad_dtypes"], evaluator=evaluator,
+                       jacobian_budget=jacobian_budget)
     if _STATS_SINK:
         _STATS_SINK[-1].append(evaluator.stats)  # type: ignore[arg-type]
     try:
@@ -183,7 +209,7 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
     func_out = func(*tupled_inputs)
     outputs = differentiable_outputs(func_out)
     check_outputs(outputs)
-    compare = fast_check if fast_mode else full_check
+    compare = auto_check if isinstance(fast_mode, str) else fast_check if fast_mode else full_check
     _real_imag(ctx, compare, func, func_out, tupled_inputs, outputs, check_forward_ad=check_forward_ad,
                check_backward_ad=check_backward_ad, check_undefined_grad=check_undefined_grad)
     if check_batched_forward_grad:

@@ -98,6 +98,7 @@ class EvalStats:
     jvp_calls: int = 0
     batched_jvp_calls: int = 0
     fallbacks: list[str] = field(default_factory=list)
+    auto_paths: list[str] = field(default_factory=list)  # fast_mode="auto": "full" or "projected (...)" per comparison
 
 
 class Evaluator:

@@ -20,6 +20,10 @@ from opcheck.engine.diagnostics import JacobianMismatch, find_mismatch
 from opcheck.engine.errors import FAILED_NONDET_NOTE, FAST_FAIL_SLOW_OK_NOTE, GradcheckError
 
 
+DEFAULT_JACOBIAN_BUDGET = 1 << 20
+"""Jacobian entries (Σ numel_in * numel_out) up to which fast_mode="auto" runs the full check."""
+
+
 @dataclass
 class CheckContext:
     """Settings and state shared by every comparison of one gradcheck call."""
@@ -35,6 +39,7 @@ class CheckContext:
     output_name: Callable[[int], str] = lambda i: f"output {i}"
     input_name: Callable[[int], str] = lambda j: f"input {j}"
     numerical_cache: dict = field(default_factory=dict)
+    jacobian_budget: int = DEFAULT_JACOBIAN_BUDGET  # fast_mode="auto" only
 
     def fail(self, message: str, *, check: str, path: str = "", mismatch: JacobianMismatch | None = None):
         raise GradcheckError(message, check=check, path=path, mismatch=mismatch)

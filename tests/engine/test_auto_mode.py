@@ -1,0 +1,195 @@
+"""fast_mode="auto": full check within the budget, entrywise projections beyond (opcheck/engine/auto.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.autograd.function import once_differentiable
+
+import opcheck
+from opcheck.engine import auto as auto_mod
+from opcheck.engine.auto import ProjectionMismatch
+from opcheck.engine.diagnostics import JacobianMismatch
+
+import corpus
+import scale_mutants
+import test_differential
+
+MUTANTS = {m.id: m for m in scale_mutants.MUTANTS}
+FIRST_LINE = r"^(While considering .* only, )?Jacobian (computed with forward mode )?mismatch for output \d+ with respect to input \d+,"
+
+
+def _report(m, fn, **kw):
+    return getattr(opcheck, f"{m.checker}_report")(fn, m.make_inputs(), fast_mode="auto", **m.flags, **kw)
+
+
+@pytest.mark.parametrize("m", scale_mutants.MUTANTS, ids=lambda m: m.id)
+def test_auto_catches_the_mutant_and_passes_its_twin(m):
+    wrong = _report(m, m.wrong)
+    assert not wrong.passed
+    assert wrong.message.splitlines()[0].startswith(("Jacobian mismatch", "Jacobian computed with forward mode"))
+    assert "auto: " in wrong.message
+    right = _report(m, m.right)
+    assert right.passed, right.message
+    assert right.stats.auto_paths and all(p.startswith("projected") for p in right.stats.auto_paths)
+
+
+@pytest.mark.parametrize("m", [m for m in scale_mutants.MUTANTS if m.torch_fast_misses], ids=lambda m: m.id)
+def test_torch_fast_mode_misses_the_mutant(m):
+    check = getattr(torch.autograd, m.checker)
+    assert check(m.wrong, m.make_inputs(), fast_mode=True, **m.flags)
+
+
+def test_auto_raises_gradcheck_error_with_torch_wording():
+    m = MUTANTS["sin_64x64_tail7"]
+    with pytest.raises(opcheck.GradcheckError, match=FIRST_LINE) as info:
+        opcheck.gradcheck(m.wrong, m.make_inputs(), fast_mode="auto")
+    assert "check: backward (VJP), auto: VJP against JVP projections" in str(info.value)
+    assert opcheck.gradcheck(m.wrong, m.make_inputs(), fast_mode="auto", raise_exception=False) is False
+
+
+def test_beyond_budget_failure_names_projection_entries():
+    m = MUTANTS["sin_128x128_tail7_nojvp"]
+    r = _report(m, m.wrong)
+    assert isinstance(r.mismatch, ProjectionMismatch)
+    assert "not recomputed in full" in r.message
+    assert r.mismatch.comparison == auto_mod.JVP_STAGE
+    # the 7 wrong elements are the last 7 of the last row, each wrong along every direction
+    assert r.mismatch.mismatched == 7 * auto_mod.DIRECTIONS
+    assert {e.output_index for e in r.mismatch.worst} <= {(127, c) for c in range(121, 128)}
+
+
+def test_vjp_stage_failure_names_cotangent_direction_pairs():
+    m = MUTANTS["exp_96x96_one_entry"]
+    r = _report(m, m.wrong)
+    assert isinstance(r.mismatch, ProjectionMismatch) and r.mismatch.comparison == auto_mod.VJP_STAGE
+    assert r.mismatch.mismatched == auto_mod.COTANGENTS * auto_mod.DIRECTIONS  # ±δ in every pair
+    assert "v_" in r.message and "J u_" in r.message
+
+
+def test_block_within_budget_is_recomputed_in_full():
+    # 3 inputs of 1024 and one output of 1024: beyond 2**20 in all, each block within it.
+    m = MUTANTS["attention_2x32x16_head"]
+    r = _report(m, m.wrong)
+    assert "recomputed in full" in r.message
+    assert isinstance(r.mismatch, JacobianMismatch)
+    assert r.mismatch.input_idx == 0 and all(e.input_index[0] == 1 for e in r.mismatch.worst)  # head 1 of q
+
+
+def test_no_full_jacobian_beyond_budget(monkeypatch):
+    calls = []
+
+    def forbidden(name):
+        def f(*a, **k):
+            calls.append(name)
+            raise AssertionError(f"{name} called beyond the budget")
+        return f
+
+    for name in ("numerical_jacobian", "analytical_vjp_jacobian", "analytical_jvp_jacobian", "full_check"):
+        monkeypatch.setattr(auto_mod, name, forbidden(name))
+    m = MUTANTS["sin_128x128_tail7_nojvp"]
+    for fn in (m.right, torch.sin):
+        r = _report(m, fn)
+        assert r.passed, r.message
+        assert r.stats.auto_paths[0].startswith("projected")
+    assert not _report(m, m.wrong).passed
+    assert calls == []
+
+
+def test_budget_chooses_the_path():
+    x = torch.randn(32, 32, dtype=torch.float64, requires_grad=True)
+    assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto").stats.auto_paths == ["full"]
+    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=0)
+    assert r.passed and r.stats.auto_paths == ["projected (J·U from forward AD)"]
+    # explicit True/False keep torch's meaning: no auto path at all
+    assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode=True).stats.auto_paths == []
+
+
+def test_bad_arguments():
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(ValueError, match="fast_mode"):
+        opcheck.gradcheck(torch.sin, (x,), fast_mode="fast")
+    with pytest.raises(ValueError, match="jacobian_budget"):
+        opcheck.gradcheck(torch.sin, (x,), fast_mode="auto", jacobian_budget=-1)
+
+
+def _sin_once_differentiable(factor):
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x.cos() * scale_mutants._tail_scale(tuple(x.shape), 3, factor)
+
+    return Sin.apply
+
+
+def test_no_jvp_and_no_double_backward_falls_back_to_vjp_rows():
+    x = torch.randn(40, 40, dtype=torch.float64, requires_grad=True)
+    r = opcheck.gradcheck_report(_sin_once_differentiable(1.0), (x,), fast_mode="auto", jacobian_budget=0)
+    assert r.passed, r.message
+    assert r.stats.auto_paths == ["projected (J·U from VJP rows)"]
+    assert any("VJP of the VJP" in f for f in r.stats.fallbacks)
+    r = opcheck.gradcheck_report(_sin_once_differentiable(1.1), (x,), fast_mode="auto", jacobian_budget=0)
+    assert not r.passed and "J·U from VJP rows" in r.message
+
+
+def test_wrong_jvp_does_not_fail_the_backward_check():
+    # check_forward_ad is off: the jvp is only a tool; when it disagrees, J·U comes from elsewhere.
+    m = MUTANTS["jvp_64x64_tail7"]
+    r = opcheck.gradcheck_report(m.wrong, m.make_inputs(), fast_mode="auto")
+    assert r.passed, r.message
+    assert any("forward AD: disagrees" in f for f in r.stats.fallbacks)
+
+
+def _noisy_sin(noise):
+    g = torch.Generator().manual_seed(0)
+
+    class NoisySin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * (x.cos() + noise * torch.rand(x.shape, generator=g, dtype=x.dtype))
+
+    return NoisySin.apply
+
+
+def test_nondeterministic_backward_is_not_reentrant():
+    x = torch.randn(40, 40, dtype=torch.float64, requires_grad=True)
+    r = opcheck.gradcheck_report(_noisy_sin(1e-9), (x,), fast_mode="auto", jacobian_budget=0)
+    assert not r.passed and r.check == "reentrancy"
+    assert opcheck.gradcheck(_noisy_sin(1e-9), (x,), fast_mode="auto", jacobian_budget=0, nondet_tol=1e-7)
+
+
+def test_gradgradcheck_auto_on_builtin():
+    x = torch.randn(48, 48, dtype=torch.float64, requires_grad=True)
+    r = opcheck.gradgradcheck_report(torch.tanh, (x,), fast_mode="auto")
+    assert r.passed, r.message
+    assert r.stats.auto_paths[0].startswith("projected")
+
+
+# ------------------------------------------------------------------ below the budget: the full check
+AUTO = SimpleNamespace(
+    name="opcheck auto",
+    gradcheck=lambda *a, fast_mode=None, **k: opcheck.gradcheck(*a, fast_mode="auto", **k),
+    gradgradcheck=lambda *a, fast_mode=None, **k: opcheck.gradgradcheck(*a, fast_mode="auto", **k),
+)
+
+
+@pytest.mark.parametrize("case", corpus.CASES, ids=lambda c: c.id)
+def test_auto_below_budget_has_the_full_modes_verdict(case):
+    auto = test_differential.run_case(AUTO, case, "slow")
+    full = test_differential.run_case(test_differential.OPCHECK, case, "slow")
+    assert auto.verdict == full.verdict == case.expected_for("slow"), (auto.detail, full.detail)
