@@ -14,9 +14,13 @@ Modes (each timed side by side, per sample):
 * ``full``: opcheck ``fast_mode=False`` vs torch ``fast_mode=False`` (torch's slow mode,
   the full numerical Jacobian);
 * ``fast``: opcheck ``fast_mode=True`` vs torch ``fast_mode=True``;
-* ``auto`` (``--mode auto`` or ``all``): what a generated test does by default, opcheck's auto
-  policy (the full Jacobian within the 2**20-entry budget, counted with one timed forward call),
-  vs torch's fast mode: the price of full strength;
+* ``auto`` (``--mode auto`` or ``all``): opcheck's default policy, the engine's
+  ``fast_mode="auto"`` with its default budget (the full check within 2**20 Jacobian entries,
+  entrywise projections beyond), vs torch's fast mode: the price of full strength. Its verdicts
+  are compared with torch's slow mode (from the ``full`` mode of the same run, or else from an
+  extra torch slow call per sample, timed apart): "false alarms" (auto fails where torch slow
+  passes) and "misses" (auto passes where torch slow fails) are the disagreements of this mode;
+  a verdict that differs from torch's fast mode only is reported, not counted;
 * ``fixed`` (``--mode fixed``, ``ceiling`` = full and fixed, or ``all``): full mode with both tools'
   Jacobian comparison replaced by a no-op. What remains (the batched-grad, zero and undefined
   grad_output checks, the first call) is the same work in both tools, so opcheck's fixed time
@@ -411,6 +415,17 @@ def without_jacobian_comparison(check):
     return run
 
 
+def auto_vs_slow(auto, slow) -> str:
+    """Classify opcheck auto's verdict against torch's slow mode (the full-strength reference)."""
+    if auto is True and slow is True:
+        return "agree"
+    if slow is True:
+        return "false alarm"
+    if auto is True:
+        return "miss"
+    return "both fail" if auto == slow else "different failure"
+
+
 def short(msg: str, n: int = 600) -> str:
     msg = msg.strip()
     return msg if len(msg) <= n else msg[:n] + " [...]"
@@ -480,19 +495,21 @@ def main(argv=None) -> int:
     else:
         opcheck_gradcheck = opcheck.gradcheck
 
-    def opcheck_auto(func, inputs, **kwargs):
-        """What a generated test with `fast_mode: auto` does: count the Jacobian's entries (one
-        forward call, timed as part of the check) and go full within the budget."""
-        from opcheck.runtime.context import DEFAULT_JACOBIAN_BUDGET
-        from opcheck.runtime.policy import jacobian_entries
+    auto_paths: list[str] = []  # stats.auto_paths of the latest opcheck auto call
 
-        out = func(*inputs)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        entries = jacobian_entries("gradcheck", [x.numel() for x in inputs],
-                                   [o.numel() for o in outs if isinstance(o, torch.Tensor)
-                                    and (o.is_floating_point() or o.is_complex())])
-        kwargs["fast_mode"] = entries > DEFAULT_JACOBIAN_BUDGET
-        return opcheck_gradcheck(func, inputs, **kwargs)
+    def opcheck_auto(func, inputs, **kwargs):
+        """The engine's fast_mode="auto" with its default jacobian_budget (what a generated test
+        runs by default). gradcheck_report is opcheck.gradcheck plus its stats (which path each
+        comparison took); a failure is re-raised as the GradcheckError gradcheck would raise."""
+        kwargs["fast_mode"] = "auto"
+        if args.self_test:  # torch has no auto mode: its fast mode stands in
+            kwargs["fast_mode"] = True
+            return opcheck_gradcheck(func, inputs, **kwargs)
+        r = opcheck.gradcheck_report(func, inputs, **kwargs)
+        auto_paths.extend(r.stats.auto_paths)
+        if not r.passed:
+            raise r.error
+        return True
 
     t0 = time.perf_counter()
     from torch.testing._internal.common_methods_invocations import op_db
@@ -553,6 +570,9 @@ def main(argv=None) -> int:
     records = []          # per-sample raw results
     per_op = []           # per-op totals
     disagreements = []
+    # torch slow-mode verdicts, the reference for auto mode: (op key, sample) -> (secs, verdict, msg)
+    slow_ref: dict[tuple[str, int], tuple] = {}
+    slow_source = "the full mode of this run" if "full" in modes else "a torch slow call per sample (timed apart)"
     for op_index, (cat, key, op) in enumerate(selected):
         # alternate which tool runs first per op
         order = TOOLS if op_index % 2 == 0 else TOOLS[::-1]
@@ -581,6 +601,7 @@ def main(argv=None) -> int:
 
         totals = {(m, t): 0.0 for m in modes for t in TOOLS}
         verdict_counts = {}
+        auto_counts = {}  # auto vs torch slow: "false alarm" / "miss" / "different failure" -> count
         for mode in modes:
             checks = checks_by_mode[mode]
             kw = gradcheck_calls(op, fast_mode=(mode not in ("full", "fixed")))
@@ -593,7 +614,11 @@ def main(argv=None) -> int:
                 run_one(checks[tool], fn, ga, kw)
 
             built = {t: make_samples(op, dtype, args.max_samples) for t in TOOLS}
-            for t in TOOLS:
+            slow_kw = gradcheck_calls(op, fast_mode=False)
+            need_slow = mode == "auto" and "full" not in modes
+            if need_slow:
+                built["torch slow"] = make_samples(op, dtype, args.max_samples)
+            for t in built:
                 if len(built[t]) != n or not all(
                         same_tensors(build_check(op, s)[1], a) for s, a in zip(built[t], ref_args)):
                     note.append(f"{mode}/{t}: rebuilt samples differ, using clones")
@@ -605,9 +630,18 @@ def main(argv=None) -> int:
                         fn, ga = build_check(op, built[tool][i])
                     else:  # fall back to clones of the reference sample
                         fn, ga = build_check(op, ref[i])
+                    auto_paths.clear()
                     secs, verdict, msg = run_one(checks[tool], fn, ga, kw)
                     res[tool] = (secs, verdict, msg)
                     totals[(mode, tool)] += secs
+                    if mode == "auto" and tool == "opcheck":
+                        paths = list(auto_paths)
+                if mode == "full":
+                    slow_ref[(key, i)] = res["torch"]
+                if need_slow:
+                    s_ = built["torch slow"]
+                    fn, ga = build_check(op, s_[i] if s_ is not None else ref[i])
+                    slow_ref[(key, i)] = run_one(torch.autograd.gradcheck, fn, ga, slow_kw)
                 rec = {
                     "op": key, "category": cat, "mode": mode, "sample": i, "desc": descs[i], "numel": numels[i],
                     "torch_s": res["torch"][0], "opcheck_s": res["opcheck"][0],
@@ -618,11 +652,22 @@ def main(argv=None) -> int:
                     rec["torch_msg"] = short(res["torch"][2], 2000)
                 if res["opcheck"][1] is not True:
                     rec["opcheck_msg"] = short(res["opcheck"][2], 2000)
+                if mode == "auto":
+                    ss, sv, sm = slow_ref[(key, i)]
+                    rec.update(torch_slow_s=ss, torch_slow_verdict=sv, auto_paths=paths,
+                               vs_torch_slow=auto_vs_slow(res["opcheck"][1], sv),
+                               differs_from_torch_fast=res["opcheck"][1] != res["torch"][1])
+                    if sv is not True:
+                        rec["torch_slow_msg"] = short(sm, 2000)
+                        verdict_counts[(mode, "torch slow", sv)] = verdict_counts.get((mode, "torch slow", sv), 0) + 1
+                    if rec["vs_torch_slow"] not in ("agree", "both fail"):
+                        auto_counts[rec["vs_torch_slow"]] = auto_counts.get(rec["vs_torch_slow"], 0) + 1
                 records.append(rec)
                 for t in TOOLS:
                     if res[t][1] is not True:
                         verdict_counts[(mode, t, res[t][1])] = verdict_counts.get((mode, t, res[t][1]), 0) + 1
-                if res["torch"][1] != res["opcheck"][1]:
+                if (rec["vs_torch_slow"] not in ("agree", "both fail") if mode == "auto"
+                        else res["torch"][1] != res["opcheck"][1]):
                     disagreements.append(rec)
 
         row = f"{key:{w}s} {n:4d}"
@@ -632,6 +677,8 @@ def main(argv=None) -> int:
         dis = sum(1 for d in disagreements if d["op"] == key)
         if dis:
             note.append(f"{dis} DISAGREEMENT(S)")
+        for kind, c in sorted(auto_counts.items()):
+            note.append(f"auto vs torch slow: {c} {kind.upper()}(S)")
         for (m, t, v), c in sorted(verdict_counts.items(), key=str):
             note.append(f"{m}/{t}: {c}x {v}")
         print(row + " | " + "; ".join(note), flush=True)
@@ -652,7 +699,7 @@ def main(argv=None) -> int:
         gm = geomean([ratio(r[f"{m}_torch_s"], r[f"{m}_opcheck_s"]) for r in per_op])
         nd = sum(1 for d in disagreements if d["mode"] == m)
         what = {"full": "fast_mode=False (torch slow mode)", "fast": "fast_mode=True",
-                "auto": "opcheck auto policy vs torch fast_mode=True",
+                "auto": "opcheck fast_mode='auto' (default budget) vs torch fast_mode=True",
                 "fixed": "fast_mode=False, Jacobian comparison replaced by a no-op in both tools"}[m]
         print(f"[{m}] {what}: torch {st:.2f}s, opcheck {so:.2f}s | aggregate ratio torch/opcheck "
               f"{ratio(st, so):.2f}x | geomean per-op ratio {gm:.2f}x | ops {n_ops}, samples {n_samples}, "
@@ -662,6 +709,25 @@ def main(argv=None) -> int:
         if m == "auto":
             print(f"[auto] cost of opcheck's default policy against torch's fast mode: opcheck / torch = "
                   f"{ratio(so, st):.2f}x (geomean per op {1 / gm if gm else math.inf:.2f}x)")
+            ar = [r for r in records if r["mode"] == "auto"]
+            kinds = {k: sum(1 for r in ar if r["vs_torch_slow"] == k)
+                     for k in ("agree", "both fail", "false alarm", "miss", "different failure")}
+            ts = sum(r["torch_slow_s"] for r in ar)
+            fast_diff = sum(1 for r in ar if r["differs_from_torch_fast"])
+            path_counts = {}
+            for r in ar:
+                for pth in r["auto_paths"]:
+                    pth = "projected" if pth.startswith("projected") else pth
+                    path_counts[pth] = path_counts.get(pth, 0) + 1
+            print(f"[auto] verdicts against torch slow mode (from {slow_source}; torch slow {ts:.2f}s): "
+                  f"{len(ar)} samples, {kinds['agree']} agree ({kinds['both fail']} of them both fail), "
+                  f"false alarms {kinds['false alarm']}, misses {kinds['miss']}, different failures "
+                  f"{kinds['different failure']} | differs from torch fast on {fast_diff} sample(s) | auto paths: "
+                  + (", ".join(f"{k} {v}" for k, v in sorted(path_counts.items())) or "-"))
+            summary[m].update(false_alarms=kinds["false alarm"], misses=kinds["miss"],
+                              different_failures=kinds["different failure"], torch_slow_s=ts,
+                              torch_slow_source=slow_source, differs_from_torch_fast=fast_diff,
+                              opcheck_over_torch_fast=ratio(so, st), auto_paths=path_counts)
     for m in modes:
         # Where the time goes: samples grouped by how many input elements gradcheck perturbs.
         parts = []
@@ -715,6 +781,11 @@ def main(argv=None) -> int:
             print(f"   opcheck: {d['opcheck_verdict']}")
             if d.get("opcheck_msg"):
                 print("            " + short(d["opcheck_msg"]).replace("\n", "\n            "))
+            if d["mode"] == "auto":
+                print(f"   auto vs torch slow: {d['vs_torch_slow'].upper()}; torch slow: {d['torch_slow_verdict']}"
+                      f"; auto paths: {', '.join(d['auto_paths']) or '-'}")
+                if d.get("torch_slow_msg"):
+                    print("            " + short(d["torch_slow_msg"]).replace("\n", "\n            "))
         return 1
     return 0
 

@@ -23,4 +23,9 @@ def test_all_modes_on_two_ops(tmp_path):
         assert line in proc.stdout
     summary = json.loads(out.read_text())["summary"]
     assert summary["disagreements"] == 0
+    # auto runs the engine's fast_mode="auto"; its verdicts are compared with torch's slow mode (here from full mode)
+    assert "[auto] verdicts against torch slow mode (from the full mode of this run" in proc.stdout
+    assert summary["auto"]["false_alarms"] == 0 and summary["auto"]["misses"] == 0
+    samples = [r for r in json.loads(out.read_text())["samples"] if r["mode"] == "auto"]
+    assert samples and all(r["vs_torch_slow"] == "agree" and r["auto_paths"] for r in samples)
     assert summary["full_ratio_ceiling"] == pytest.approx(summary["full"]["torch_s"] / summary["fixed"]["opcheck_s"])
