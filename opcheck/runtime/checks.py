@@ -1,7 +1,7 @@
 """run_check: one generated test = one (spec, check kind, device, dtype, sample).
 
 Check kinds and the engine call each makes (flags from the spec, tolerances from tolerances.py,
-fast_mode from policy.py):
+fast_mode from policy.py: True, False, or "auto" with the run's jacobian_budget):
 
 - gradcheck: gradcheck(check_backward_ad=True, check_forward_ad=False, check_batched_grad, ...)
 - forward_ad: gradcheck(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad)
@@ -151,7 +151,7 @@ def _entries(check: str, fn, inputs) -> int:
 def engine_call(case: Case, tol: Tolerances, policy: Policy):
     """The engine function for this check kind and the keyword arguments it gets."""
     f, g = case.spec.gradcheck, case.spec.gradgradcheck
-    common = dict(tol.engine_kwargs(), check_grad_dtypes=f.check_grad_dtypes, fast_mode=policy.fast_mode)
+    common = dict(tol.engine_kwargs(), check_grad_dtypes=f.check_grad_dtypes, **policy.engine_kwargs())
     check = case.check
     if check == GRADCHECK:
         return engine.gradcheck_report, dict(
@@ -295,7 +295,7 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
         case, headline=f"opcheck {case.check} failed for {case.spec.op} on {case.device}/{case.dtype}, "
                        f"sample {case.sample.name!r}",
         body="engine report:\n" + str(err), call=failure.call, path=path,
-        tolerances=tol.describe(), policy=failure.policy.describe(), plot=plot)
+        tolerances=tol.describe(), policy=failure.policy.describe(failure.report), plot=plot)
     return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
 
 

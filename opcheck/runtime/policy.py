@@ -1,32 +1,103 @@
-"""fast_mode: the full Jacobian while it is cheap, random projections beyond.
+"""fast_mode: which comparison the engine runs, and how a failure report names what it did.
 
-torch's fast mode compares one random projection vᵀJu per (input, output) pair: cheap, but a
-single wrong entry of a large Jacobian moves vᵀJu by less than the tolerance and passes. The
-full check sees every entry. With fast_mode "auto" a check computes the full Jacobian when its
-size, the sum over (input, output) pairs of numel_in * numel_out, is within the budget
-(context.DEFAULT_JACOBIAN_BUDGET = 2**20, measured there; `--opcheck-budget` or
-OPCHECK_JACOBIAN_BUDGET change it), and projections beyond it. For second-order checks the
-function checked maps (inputs, grad_outputs) to input gradients, so its size is
-(Σ numel_in + Σ numel_out) * Σ numel_in.
+torch's fast mode (`fast_mode: true`) compares one random projection vᵀJu per (input, output)
+pair: cheap, but a single wrong entry of a large Jacobian moves vᵀJu by less than the tolerance
+and passes. `false` computes the full Jacobian. `auto` (the default) calls the engine with
+fast_mode="auto" and the run's budget (context.DEFAULT_JACOBIAN_BUDGET = 2**20, the engine's own
+default; `--opcheck-budget` or OPCHECK_JACOBIAN_BUDGET change it): the full Jacobian within the
+budget, entrywise projection checks beyond it (opcheck.engine.auto says what they guarantee).
+The engine decides per comparison; a failure's `policy:` row reports what it did, from the
+report's stats.auto_paths. Sizes count like the engine's: the sum over (input, output) pairs of
+numel_in * numel_out; for second-order checks the function checked maps (inputs, grad_outputs) to
+input gradients, so its size is (Σ numel_in + Σ numel_out) * Σ numel_in.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Callable, Union
 
+from opcheck.engine import ProjectionMismatch
 from opcheck.runtime.context import Settings
 
 _OVERRIDES = {"full": "false", "fast": "true", "auto": "auto"}
 SECOND_ORDER = ("gradgradcheck", "fwgrad_bwgrad", "gradgrad_unsupported")
+AUTO = "auto"
+_RECOMPUTED = re.compile(r"auto: .+? \(J·U from (.+?)\) found a mismatch; the block fits the budget")
+
+Entries = Union[int, Callable[[], int], None]
 
 
 @dataclass(frozen=True)
 class Policy:
-    fast_mode: bool
-    reason: str
+    """The engine's fast_mode (True, False or "auto") and why; for "auto", the budget it gets.
 
-    def describe(self) -> str:
-        return f"{'fast mode (random projections)' if self.fast_mode else 'full Jacobian'}: {self.reason}"
+    entries: the check's Jacobian size, or a callable computing it; only used to describe an auto
+    check (so a passing check never pays for it).
+    """
+
+    fast_mode: bool | str
+    reason: str
+    budget: int | None = None
+    budget_source: str = "default"
+    entries: Entries = None
+
+    def engine_kwargs(self) -> dict:
+        if self.fast_mode == AUTO:
+            return {"fast_mode": AUTO, "jacobian_budget": self.budget}
+        return {"fast_mode": self.fast_mode}
+
+    def describe(self, report=None) -> str:
+        """One line for the `policy:` row; for auto, what the engine did according to `report`."""
+        if self.fast_mode != AUTO:
+            kind = "fast mode (random projections)" if self.fast_mode else "full Jacobian"
+            return f"{kind}: {self.reason}"
+        where = "" if self.budget_source == "default" else f" from {self.budget_source}"
+        n = self._count()
+        size = f"{n} entries" if n is not None else "entries"
+        paths = _auto_paths(report, n is not None and n > self.budget) if report is not None else []
+        if not paths:  # no comparison ran (the check raised first): the plan, not what happened
+            return (f"{self.reason}: full Jacobian up to budget {self.budget}{where} entries, entrywise "
+                    f"projections beyond" + (f"; this check has {n} entries" if n is not None else ""))
+        # The engine's choice decides; only a complex check runs in full on both sides of the budget.
+        within = all(p.startswith("full") for p in paths) and (
+            all(p == "full" for p in paths) or n is None or n <= self.budget)
+        done = []
+        for path in paths:
+            if path.startswith("full"):
+                # beyond the budget a complex block still runs in full (no projection check yet)
+                done.append("full Jacobian" if within or path == "full" else "full Jacobian (complex)")
+            else:
+                done.append(path.replace("projected", "projections", 1))
+        done = list(dict.fromkeys(done))
+        compare = f"{size} {'<=' if within else '>'} budget {self.budget}{where}"
+        if done == ["full Jacobian"]:
+            return f"auto: full Jacobian ({compare})"
+        return f"auto: {'; '.join(done)}, {compare}"
+
+    def _count(self) -> int | None:
+        if not callable(self.entries):
+            return self.entries
+        try:
+            return self.entries()
+        except Exception:  # the op raised: the report says why; the size is only context
+            return None
+
+
+def _auto_paths(report, beyond_budget: bool) -> list[str]:
+    """The engine's auto_paths, with the comparison that failed (recorded only once it passes)."""
+    paths = list(report.stats.auto_paths)
+    mismatch = report.mismatch
+    if isinstance(mismatch, ProjectionMismatch):
+        paths.append(f"projected (J·U from {mismatch.source})")
+    elif beyond_budget and not any(p.startswith("projected") for p in paths) and report.error is not None:
+        # A projection failure whose block fits the budget is recomputed in full: the mismatch is
+        # then a Jacobian block, and only the engine's message names the comparison.
+        found = _RECOMPUTED.search(str(report.error))
+        if found:
+            paths.append(f"projected (J·U from {found.group(1)})")
+    return paths
 
 
 def jacobian_entries(check: str, in_numels, out_numels) -> int:
@@ -36,8 +107,12 @@ def jacobian_entries(check: str, in_numels, out_numels) -> int:
     return n_in * n_out
 
 
-def choose_policy(spec_fast_mode: str, settings: Settings, entries) -> Policy:
-    """entries: an int, or a callable computing it (only called for "auto")."""
+def choose_policy(spec_fast_mode: str, settings: Settings, entries: Entries = None) -> Policy:
+    """The policy for one check: the spec's fast_mode unless --opcheck-policy overrides it.
+
+    entries: the check's Jacobian size (an int, or a callable computing it), kept to describe an
+    auto check; the engine itself compares the size with the budget.
+    """
     __tracebackhide__ = True
     mode = spec_fast_mode
     origin = "spec gradcheck.fast_mode"
@@ -47,9 +122,5 @@ def choose_policy(spec_fast_mode: str, settings: Settings, entries) -> Policy:
         return Policy(True, f"fast_mode true ({origin})")
     if mode == "false":
         return Policy(False, f"fast_mode false ({origin})")
-    n = entries() if callable(entries) else entries
-    budget = settings.budget
-    where = "" if settings.budget_source == "default" else f" from {settings.budget_source}"
-    if n <= budget:
-        return Policy(False, f"auto: {n} Jacobian entries <= budget {budget}{where}")
-    return Policy(True, f"auto: {n} Jacobian entries > budget {budget}{where}")
+    return Policy(AUTO, f"fast_mode auto ({origin})", budget=settings.budget, budget_source=settings.budget_source,
+                  entries=entries)

@@ -515,3 +515,40 @@ class SinCosAssumesGrads(torch.autograd.Function):
     def backward(ctx, grad_sin, grad_cos):
         (x,) = ctx.saved_tensors
         return grad_sin * torch.cos(x) - grad_cos * torch.sin(x)  # BUG: either grad may be None
+
+
+# ------------------------------------------------------------------------ sin: wrong tail, beyond the budget
+class SinBatched(torch.autograd.Function):
+    """sin(x) with a jvp and a vmap rule, so the auto check's projections run batched."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.cos(x)
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (x,) = ctx.saved_tensors
+        return tangent * torch.cos(x)
+
+
+class SinWrongTail(SinBatched):
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        # BUG: the remainder loop after the vectorized tiles (the last 7 elements) uses a mistuned
+        # constant: their gradient is 10% too large. The jvp, a separate kernel, is right.
+        scale = torch.ones(x.shape, dtype=x.dtype, device=x.device)
+        scale.view(-1)[-7:] = 1.1
+        return grad * torch.cos(x) * scale

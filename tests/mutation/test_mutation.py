@@ -56,7 +56,7 @@ MUTANTS = {
     "mutant_sign_flip": Mutant("mutants:CosSignFlip.apply", "twin_sign_flip", {
         "gradcheck": Catch("VJP", ("analytical ≈ -1 × numerical everywhere", "sign is flipped"))}),
     "mutant_one_wrong_entry": Mutant("mutants:TanhOneWrongEntry.apply", "twin_one_wrong_entry", {
-        "gradcheck": Catch("VJP", ("full Jacobian: auto: 1048576 Jacobian entries", "1 of 1048576 Jacobian entries",
+        "gradcheck": Catch("VJP", ("auto: full Jacobian (1048576 entries <= budget", "1 of 1048576 Jacobian entries",
                                    "d out[0, 3] / d in[0, 3]", "only one entry differs"))}),
     "mutant_missing_conj": Mutant("mutants:ComplexExpNoConj.apply", "twin_missing_conj", {
         "gradcheck": Catch("VJP", ("cpu/complex128", "a .conj() is missing in backward")),
@@ -94,6 +94,12 @@ MUTANTS = {
     "mutant_undefined_grad_output": Mutant("mutants:SinCosAssumesGrads.apply", "twin_undefined_grad_output", {
         # Computing one output's VJP leaves the other's grad_output undefined (None): backward crashes.
         "gradcheck": Catch("VJP", ("raised TypeError", "'NoneType'", "set_materialize_grads(False)"))}),
+    # 16,777,216 Jacobian entries, beyond the budget: auto checks the VJP against the (right) JVP.
+    "mutant_wrong_tail_beyond_budget": Mutant("mutants:SinWrongTail.apply", "twin_wrong_tail_beyond_budget", {
+        "gradcheck": Catch("VJP", ("policy:      auto: projections (J·U from forward AD), 16777216 entries > budget",
+                                   "auto: VJP against JVP projections (J·U from forward AD)",
+                                   "differ between the VJP and the JVP beyond the rounding bound",
+                                   "backward is wrong somewhere in this block"))}),
 }
 
 TWINS = {
@@ -112,6 +118,7 @@ TWINS = {
     "twin_wrong_jvp_in_backward": "mutants:SinViaCos.apply",
     "twin_inplace_backward": "mutants:SinVmappable.apply",
     "twin_undefined_grad_output": "mutants:SinCos.apply",
+    "twin_wrong_tail_beyond_budget": "mutants:SinBatched.apply",
 }
 
 # Bugs that a deliberately weaker configuration misses: each documents why a default exists.
@@ -119,6 +126,9 @@ ESCAPES = {
     # One random projection vᵀJu of a 32x32 Jacobian hides one wrong entry: the reason the auto
     # policy computes the full Jacobian within its budget.
     "escape_one_wrong_entry_fast_mode": "mutants:TanhOneWrongEntry.apply",
+    # Beyond the budget too: vᵀJu of a 64x64 elementwise op hides a 10% error on 7 elements, the
+    # reason auto runs entrywise projections there instead of torch's fast mode.
+    "escape_wrong_tail_fast_mode": "mutants:SinWrongTail.apply",
 }
 
 REGENERATE = "opcheck generate --specs tests/mutation/specs --out <tmp>"

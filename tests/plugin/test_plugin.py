@@ -288,9 +288,11 @@ def test_policy_and_budget_options_reach_the_checks(pytester):
                                                          "test_fast.py::test_gradcheck[cpu-float64-m]": "PASSED"}
     pytester.runpytest("--opcheck-policy", "full").assert_outcomes(failed=2)
     pytester.runpytest("--opcheck-policy", "fast").assert_outcomes(passed=2)
-    result = pytester.runpytest("--opcheck-budget", "2**19")  # auto now takes projections
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["opcheck: fast_mode per spec; auto budget 524288 Jacobian entries (--opcheck-budget)*"])
+    result = pytester.runpytest("--opcheck-budget", "2**19")  # auto now takes projections, which see the entry
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["opcheck: fast_mode per spec; auto budget 524288 Jacobian entries (--opcheck-budget)*",
+                                 "*policy:      auto: projections (J·U from *), 1048576 entries > budget 524288 "
+                                 "from --opcheck-budget"])
 
 
 def test_a_redraw_is_announced_in_the_report(pytester):

@@ -186,7 +186,7 @@ def test_failure_message_has_every_field(item_context):
         "dtype:       float64",
         f"seed:        {seed} (sha256 of 'x::test_gradcheck[cpu-float64-rows]')",
         "tolerances:  eps=1e-06, atol=1e-05, rtol=0.001, nondet_tol=0 (gradient table for float64)",
-        "policy:      full Jacobian: auto: 36 Jacobian entries <= budget 1048576",
+        "policy:      auto: full Jacobian (36 entries <= budget 1048576)",
         "rerun:       pytest 'generated_tests/test_x.py::test_gradcheck[cpu-float64-rows]'",
         "engine report:\nJacobian mismatch for output 0 with respect to input 0,",
         "worst entries:",

@@ -1,4 +1,4 @@
-"""fast_mode auto: the full Jacobian within the budget, projections beyond; spec and options force it."""
+"""fast_mode auto: the engine's auto mode with the run's budget; spec and options force full or fast mode."""
 
 import pytest
 import torch
@@ -19,12 +19,42 @@ def test_jacobian_entries_first_and_second_order():
     assert jacobian_entries("fwgrad_bwgrad", [3], [3]) == 18
 
 
-def test_auto_compares_entries_with_the_budget():
-    s = Settings(budget=100)
-    assert choose_policy("auto", s, 100).fast_mode is False
-    p = choose_policy("auto", s, 101)
-    assert p.fast_mode is True and "101 Jacobian entries > budget 100" in p.describe()
-    assert choose_policy("auto", Settings(), DEFAULT_JACOBIAN_BUDGET).fast_mode is False
+def test_auto_hands_the_budget_to_the_engine():
+    never = lambda: pytest.fail("entries are only counted to describe a failure")  # noqa: E731
+    p = choose_policy("auto", Settings(budget=100), never)
+    assert p.engine_kwargs() == {"fast_mode": "auto", "jacobian_budget": 100}
+    assert choose_policy("auto", Settings(), never).budget == DEFAULT_JACOBIAN_BUDGET == engine.DEFAULT_JACOBIAN_BUDGET
+    assert choose_policy("true", Settings(), never).engine_kwargs() == {"fast_mode": True}
+    assert choose_policy("false", Settings(), never).engine_kwargs() == {"fast_mode": False}
+
+
+def test_auto_describes_what_the_engine_did():
+    x = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
+    full = engine.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=4096)
+    assert choose_policy("auto", Settings(budget=4096), 4096).describe(full) == \
+        "auto: full Jacobian (4096 entries <= budget 4096)"
+    projected = engine.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=100)
+    assert choose_policy("auto", Settings(budget=100, budget_source="--opcheck-budget"), 4096).describe(projected) \
+        == "auto: projections (J·U from forward AD), 4096 entries > budget 100 from --opcheck-budget"
+    z = torch.randn(8, 8, dtype=torch.complex128, requires_grad=True)
+    complex_ = engine.gradcheck_report(torch.sin, (z,), fast_mode="auto", jacobian_budget=100)
+    assert choose_policy("auto", Settings(budget=100), 4096).describe(complex_) == \
+        "auto: full Jacobian (complex), 4096 entries > budget 100"
+    # no verdict (the check raised): the plan, and the size when it can be counted
+    assert choose_policy("auto", Settings(budget=100), 4096).describe() == (
+        "fast_mode auto (spec gradcheck.fast_mode): full Jacobian up to budget 100 entries, entrywise "
+        "projections beyond; this check has 4096 entries")
+
+
+def test_a_failing_projection_names_its_source_in_the_policy_row():
+    from runtime_ops import one_wrong_entry
+
+    x = torch.rand(32, 32, dtype=torch.float64, requires_grad=True)
+    report = engine.gradcheck_report(one_wrong_entry, (x,), fast_mode="auto", jacobian_budget=1000,
+                                     check_batched_grad=False)
+    assert not report.passed
+    assert choose_policy("auto", Settings(budget=1000), 32**4).describe(report) == \
+        f"auto: projections (J·U from {report.mismatch.source}), 1048576 entries > budget 1000"
 
 
 def test_spec_forces_and_options_override():
@@ -33,8 +63,10 @@ def test_spec_forces_and_options_override():
     assert choose_policy("false", Settings(), never).fast_mode is False
     assert choose_policy("true", Settings(policy="full"), never).fast_mode is False
     assert choose_policy("false", Settings(policy="fast"), never).fast_mode is True
-    assert choose_policy("true", Settings(policy="auto", budget=10), 5).fast_mode is False
+    assert choose_policy("true", Settings(policy="auto", budget=10), never).engine_kwargs() == \
+        {"fast_mode": "auto", "jacobian_budget": 10}
     assert "--opcheck-policy=full" in choose_policy("true", Settings(policy="full"), never).reason
+    assert "--opcheck-policy=auto" in choose_policy("true", Settings(policy="auto"), never).reason
 
 
 def test_parse_budget():
@@ -69,14 +101,19 @@ def test_auto_catches_one_wrong_entry_of_a_32x32_jacobian_that_torch_fast_mode_m
         run_check(spec, "gradcheck", "cpu", "float64", "square")
     text = str(info.value)
     assert "1 of 1048576 Jacobian entries differ" in text and "d out[0, 3] / d in[0, 3]" in text
-    assert "full Jacobian: auto: 1048576 Jacobian entries <= budget 1048576" in text
+    assert "policy:      auto: full Jacobian (1048576 entries <= budget 1048576)" in text
     run_check(wrong_entry_spec("true"), "gradcheck", "cpu", "float64", "square")  # fast mode: passes
 
 
-def test_a_smaller_budget_switches_auto_to_fast_mode():
+def test_beyond_a_smaller_budget_auto_still_catches_the_entry_with_projections():
     ctx = ItemContext(nodeid="x", rerun="pytest x", settings=Settings(budget=1000, budget_source="--opcheck-budget"))
     token = current_item.set(ctx)
     try:
-        run_check(wrong_entry_spec(), "gradcheck", "cpu", "float64", "square")  # projections miss the entry
+        with pytest.raises(engine.GradcheckError) as info:
+            run_check(wrong_entry_spec(), "gradcheck", "cpu", "float64", "square")
     finally:
         current_item.reset(token)
+    text = str(info.value)
+    assert "auto: J·U projections against finite differences" in text and "the first: [0, 3]" in text
+    assert "policy:      auto: projections (J·U from " in text
+    assert "1048576 entries > budget 1000 from --opcheck-budget" in text
