@@ -17,7 +17,7 @@ from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
 from opcheck.spec.problems import KeyPath, Problem, did_you_mean, format_path
 from opcheck.spec.samples import build_sample
 from opcheck.spec.validate import is_family
-from opcheck.spec.yamlload import Node
+from opcheck.spec.yamlload import MAX_NODES, Node, tagged_paths
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
@@ -43,8 +43,15 @@ class Built:
 
 
 def build_document(root: Node, *, source: str, sha256: str, flagged: set[KeyPath]) -> Built:
-    ctx = Checker(flagged)
+    """The specs of a document whose schema problems (and unreadable values) are at `flagged`.
+
+    Only what the schema judged clean is read: a flagged node, anything inside it, and a
+    collection with an unsupported tag are never built (their problems are already reported).
+    """
+    ctx = Checker(flagged | tagged_paths(root))
     specs, claims = [], []
+    if root.is_map and is_family(root.value) and _check_expansion(ctx, root):
+        return Built([], [], ctx.problems)
     if root.is_map:
         for entry, family in _entries(root):
             spec, claim = _build_op(ctx, entry, family=family, source=source, sha256=sha256)
@@ -80,6 +87,44 @@ def _entries(root: Node):
     for entry in ops.value if ops.is_list else []:
         if entry.is_map:
             yield _merge(defaults, entry), True
+
+
+def _check_expansion(ctx: Checker, root: Node) -> bool:
+    """Whether merging `defaults` into every op would make more than MAX_NODES values (reported).
+
+    The YAML loader bounds the values of the text, aliases expanded; merging multiplies them by
+    the number of ops, and everything after (building, test ids, generated modules) grows with
+    the product. It is counted here, before anything is merged.
+    """
+    ops, defaults = root.value.get("ops"), root.value.get("defaults")
+    if ops is None or not ops.is_list or defaults is None:
+        return False
+    sizes: dict[int, int] = {}
+    total = _size(root, sizes) + sum(_merged_size(defaults, entry, sizes) - _size(entry, sizes)
+                                     for entry in ops.value)
+    if total <= MAX_NODES:
+        return False
+    ctx.report(ops, f"expected at most {MAX_NODES} values with `defaults` merged into each op, got {total} "
+                    f"({len(ops.value)} ops, `defaults` has {_size(defaults, sizes)}); share less through "
+                    f"`defaults` or split the family into several files", at_key=True)
+    return True
+
+
+def _size(node: Node, sizes: dict[int, int]) -> int:
+    """How many values the node is, itself included (memoized: entries are sized twice)."""
+    known = sizes.get(id(node))
+    if known is None:
+        children = node.value.values() if node.is_map else node.value if node.is_list else ()
+        known = sizes[id(node)] = 1 + sum(_size(child, sizes) for child in children)
+    return known
+
+
+def _merged_size(base: Node | None, over: Node, sizes: dict[int, int]) -> int:
+    """_size(_merge(base, over)), without merging."""
+    if base is None or not (base.is_map and over.is_map):
+        return _size(over, sizes)
+    return (1 + sum(_size(node, sizes) for key, node in base.value.items() if key not in over.value)
+            + sum(_merged_size(base.value.get(key), node, sizes) for key, node in over.value.items()))
 
 
 def _merge(base: Node | None, over: Node) -> Node:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from opcheck.spec.problems import KeyPath, Problem, format_path, show
+from opcheck.spec.problems import KeyOf, KeyPath, Problem, format_path, show
 from opcheck.spec.yamlload import Node
 
 
@@ -12,24 +12,47 @@ class Checker:
     """Collects problems for one document and knows which nodes the schema already flagged.
 
     Builders only interpret nodes the schema found nothing wrong with (`clean`): a value of the
-    wrong shape has been reported once already, and reading it anyway would only add noise.
+    wrong shape has been reported once already, and reading it anyway would only add noise, or
+    fail on a shape no builder expects.
     """
 
     def __init__(self, flagged: set[KeyPath]):
         self.problems: list[Problem] = []
-        self._flagged = flagged
+        # A problem with a key (see KeyOf) leaves the key's value unread; its mapping holds a
+        # problem even where no child node shows it (a missing key).
+        self._flagged = frozenset(path[:-1] + (path[-1].key,) if path and isinstance(path[-1], KeyOf) else path
+                                  for path in flagged)
+        self._holders = frozenset(path[:-1] for path in flagged if path)
+        self._whole_memo: dict[int, tuple[Node, bool]] = {}
 
     def report(self, node: Node, message: str, *, at_key: bool = False) -> None:
         loc = node.key_loc if at_key and node.key_loc else node.loc
         self.problems.append(Problem(loc, format_path(node.path), message))
 
     def clean(self, node: Node | None) -> bool:
-        if node is None:
-            return False
-        if node.path in self._flagged:
-            return False
-        children = node.value.values() if node.is_map else node.value if node.is_list else ()
-        return all(self.clean(child) for child in children)
+        """Whether a builder may read the node: the schema judged all of it and found nothing wrong.
+
+        Not clean: a flagged node, anything inside one (its contents were judged against no
+        schema, or the wrong one: the value of an unknown key, the items of a mapping written
+        as a list), and anything holding one.
+        """
+        return node is not None and not self._inside_flagged(node.path) and self._whole(node)
+
+    def _inside_flagged(self, path: KeyPath) -> bool:
+        return any(path[:i] in self._flagged for i in range(len(path)))
+
+    def _whole(self, node: Node) -> bool:
+        """No problem at or below the node (memoized: builders ask about nested nodes repeatedly)."""
+        known = self._whole_memo.get(id(node))
+        if known is None:
+            children = node.value.values() if node.is_map else node.value if node.is_list else ()
+            ok = (node.path not in self._flagged and node.path not in self._holders
+                  # A family entry holds nodes merged in from `defaults`, written (and flagged) there.
+                  and all(self._whole(child) and (child.path[:-1] == node.path
+                                                  or not self._inside_flagged(child.path))
+                          for child in children))
+            known = self._whole_memo[id(node)] = (node, ok)  # the node is kept: its id stays its own
+        return known[1]
 
     def count(self) -> int:
         return len(self.problems)

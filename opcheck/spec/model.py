@@ -31,6 +31,14 @@ TENSOR_DTYPES = GRAD_DTYPES + LOWPREC_DTYPES + INDEX_DTYPES
 KNOWN_DEVICES = ("cpu", "cuda", "mps", "xpu")
 """Devices a spec may name; `devices` defaults to all of them (unavailable ones are skipped)."""
 
+# Limits on a sample tensor, so that a spec that validates can run. Batched gradient checks vmap
+# over one more dim, and vmap takes at most 64 (torch 2.13 fails an internal assert past that);
+# 2**24 elements is 128 MiB of float64, far more than a gradient check covers in a test.
+MAX_TENSOR_RANK = 63
+MAX_TENSOR_ELEMENTS = 2**24  # and so also the most one dim may have, even in an empty tensor
+INDEX_DTYPE_RANGES = {"int64": (-2**63, 2**63 - 1), "int32": (-2**31, 2**31 - 1), "int16": (-2**15, 2**15 - 1),
+                      "int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1)}
+
 MAKERS = ("positive", "symmetric", "spd", "lower_triangular", "upper_triangular", "unit_norm",
           "orthogonal")
 """Structured tensor makers; see opcheck.runtime.samples for what each produces."""

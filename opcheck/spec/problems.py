@@ -12,6 +12,19 @@ from opcheck.spec.model import Location
 
 KeyPath = tuple  # ("samples", 2, "args", 0, "shape"): mapping keys and list indices, root first
 
+
+@dataclass(frozen=True)
+class KeyOf:
+    """The last part of a path that names a mapping's key rather than its value.
+
+    A schema problem with a key (unknown, missing, badly named) is flagged at
+    `mapping_path + (KeyOf(key),)`: the mapping is incomplete or holds a value no schema judged
+    (at `mapping_path + (key,)`), and a placeholder for that value, reported on its own, does not
+    hide the problem with its key.
+    """
+
+    key: str
+
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 

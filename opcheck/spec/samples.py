@@ -6,6 +6,8 @@ is checked here is what a schema cannot say (exclusive keys, shapes that must ag
 
 from __future__ import annotations
 
+import math
+
 from opcheck.spec import model
 from opcheck.spec.checker import Checker
 from opcheck.spec.model import Arg, DtypeArg, Sample, TensorArg, TensorListArg, TupleArg
@@ -75,6 +77,7 @@ def build_arg(ctx: Checker, node: Node) -> Arg:
 def build_tensor(ctx: Checker, node: Node) -> TensorArg:
     f = node.value
     shape = tuple(dim.value for dim in f["shape"].value)
+    _check_size(ctx, f["shape"], shape)
     dtype = _text(f.get("dtype"))
     low, high = ctx.finite(f.get("low")), ctx.finite(f.get("high"))
     avoid = tuple(ctx.finite(point) for point in _items(f.get("avoid")))
@@ -98,6 +101,14 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
     )
 
 
+def _check_size(ctx: Checker, node: Node, shape: tuple[int, ...]) -> None:
+    # The schema bounds the rank and each dim; their product is the tensor's memory.
+    numel = math.prod(shape)
+    if numel > model.MAX_TENSOR_ELEMENTS:
+        ctx.report(node, f"expected at most {model.MAX_TENSOR_ELEMENTS} elements (2**24) in one tensor, got "
+                         f"{numel} (shape {list(shape)})")
+
+
 def _check_grad_dtype(ctx: Checker, f: dict[str, Node], dtype: str | None, requires_grad: bool | None) -> None:
     if requires_grad and dtype in model.INDEX_DTYPES:
         ctx.report(f["requires_grad"], f"a tensor of dtype {dtype} can't require grad (only floating-point and "
@@ -110,12 +121,20 @@ def _check_range(ctx: Checker, f: dict[str, Node], dtype: str | None, low: float
         return
     default_low, default_high = _INDEX_RANGE if dtype in model.INDEX_DTYPES else _DEFAULT_RANGE
     lo, hi = (low if low is not None else default_low), (high if high is not None else default_high)
-    if lo < hi:
-        return
     lo_text = _num(lo) + ("" if low is not None else " by default")
     hi_text = _num(hi) + ("" if high is not None else " by default")
     at = f["high"] if high is not None else f["low"]
-    ctx.report(at, f"expected low < high, got low {lo_text} and high {hi_text} (values are uniform in [low, high))")
+    if not lo < hi:
+        ctx.report(at, f"expected low < high, got low {lo_text} and high {hi_text} (values are uniform in "
+                       f"[low, high))")
+    elif dtype in model.INDEX_DTYPE_RANGES:
+        # The runtime draws integers in [ceil(low), ceil(high)) with torch.randint, whose bounds
+        # are int64s, then casts: past the dtype's range the values would wrap around.
+        smallest, largest = model.INDEX_DTYPE_RANGES[dtype]
+        largest = min(largest + 1, 2**63 - 1)
+        if math.ceil(lo) < smallest or math.ceil(hi) > largest:
+            ctx.report(at, f"expected low and high within [{smallest}, {largest}] for a tensor of dtype {dtype}, "
+                           f"got low {lo_text} and high {hi_text}")
 
 
 def _check_maker(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> None:
@@ -172,12 +191,24 @@ def _check_value_kinds(ctx: Checker, node: Node, dtype: str | None) -> None:
     if dtype == "bool":
         ok, wanted = isinstance(value, bool), "true or false"
     elif dtype in model.INDEX_DTYPES:
+        low, high = model.INDEX_DTYPE_RANGES[dtype]
         ok, wanted = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        if ok and not low <= value <= high:  # torch.tensor() refuses it when the test runs
+            ok, wanted = False, f"an integer in [{low}, {high}]"
     else:
         ok, wanted = not isinstance(value, bool), "a number"
+        if ok and not _is_finite(value):  # like `low`/`high`: a gradient check of nan says nothing
+            ok, wanted = False, "a finite number"
     if not ok:
         tensor = f"a tensor of dtype {dtype}" if dtype else "a floating-point tensor"
         ctx.report(node, f"expected {wanted} for {tensor}, got {show(value)}")
+
+
+def _is_finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond float64's range
+        return False
 
 
 def _nested_tuple(node: Node):

@@ -18,7 +18,7 @@ import jsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, relevance
 
-from opcheck.spec.problems import KeyPath, Problem, did_you_mean, format_path, show
+from opcheck.spec.problems import KeyOf, KeyPath, Problem, did_you_mean, format_path, show
 from opcheck.spec.yamlload import Node
 
 
@@ -69,7 +69,13 @@ def is_family(document: dict) -> bool:
 
 
 def schema_problems(root: Node) -> list[tuple[KeyPath, Problem]]:
-    """Every schema violation in the document, as (key path of the offending node, problem)."""
+    """Every schema violation in the document, as (key path of the offending node, problem).
+
+    The path is what the builder must not read (see Checker.clean): the node that is wrong, with
+    everything inside it. A problem with a key (unknown, missing, badly named) ends in KeyOf(key):
+    its mapping is not read whole, and an unknown key's value, which no schema judged, not at all;
+    the mapping's other keys stay readable.
+    """
     errors = _validator().iter_errors(root.plain())
     return list(_explain_all(errors, root))
 
@@ -92,15 +98,16 @@ def _explain(error: ValidationError, root: Node) -> Iterator[tuple[KeyPath, Prob
         yield from _explain_all(_best_branch(error), root)
     elif kind == "additionalProperties":
         for key in _unknown_keys(error):
-            yield path, _problem(node.value[key].key_loc, path + (key,), _unknown_key_message(key, error.schema, path))
+            yield path + (KeyOf(key),), _problem(node.value[key].key_loc, path + (key,),
+                                                 _unknown_key_message(key, error.schema, path))
     elif kind == "required":
         for key in error.validator_value:
             if key not in error.instance:
-                yield path, _problem(node.loc, path, f"missing required key {key!r}")
+                yield path + (KeyOf(key),), _problem(node.loc, path, f"missing required key {key!r}")
     elif "propertyNames" in error.absolute_schema_path:
         key = error.instance  # the offending key itself; the error's path is its mapping's
-        yield path, _problem(node.value[key].key_loc, path + (key,),
-                             f"expected {describe(error.schema)}, got {show(key)}")
+        yield path + (KeyOf(key),), _problem(node.value[key].key_loc, path + (key,),
+                                             f"expected {describe(error.schema)}, got {show(key)}")
     elif kind in ("enum", "const"):
         yield path, _problem(node.loc, path, _choice_message(error))
     elif kind == "uniqueItems":
@@ -108,7 +115,13 @@ def _explain(error: ValidationError, root: Node) -> Iterator[tuple[KeyPath, Prob
     elif kind == "minItems":
         yield path, _problem(node.loc, path, f"expected at least {_items(error.validator_value)}, "
                                              f"got {_items(len(error.instance)) if error.instance else 'an empty list'}")
-    elif kind in ("type", "minimum", "exclusiveMinimum", "maximum", "pattern", "minLength"):
+    elif kind == "maxItems":
+        yield path, _problem(node.loc, path, f"expected at most {_items(error.validator_value)}, "
+                                             f"got {_items(len(error.instance))}")
+    elif kind == "maximum":
+        yield path, _problem(node.loc, path, f"expected {describe(error.schema)} of at most "
+                                             f"{error.validator_value}, got {show(error.instance)}")
+    elif kind in ("type", "minimum", "exclusiveMinimum", "pattern", "minLength"):
         yield path, _problem(node.loc, path, f"expected {describe(error.schema)}, got {show(error.instance)}")
     else:  # a keyword this module does not phrase yet: jsonschema's own words are still precise
         yield path, _problem(node.loc, path, error.message)

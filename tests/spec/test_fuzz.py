@@ -1,11 +1,19 @@
 """Fuzzing: whatever the text, load_spec_text returns OpSpecs or raises SpecError, nothing else.
 
-Three sources of input: arbitrary text, arbitrary YAML-able structures, and structures grown from
-the format's own keys with values that are mostly plausible and sometimes junk, so the fuzzer
-reaches the deep rules (samples, tensors, where) and not only the top-level type check.
+Four sources of input: arbitrary text, arbitrary YAML-able structures, structures grown from the
+format's own keys with values that are mostly plausible and sometimes junk, so the fuzzer reaches
+the deep rules (samples, tensors, where, families and their defaults) and not only the top-level
+type check; and those structures written out as YAML that safe_dump never writes: anchors and
+aliases (cycles too), `<<` merges, tags, numbers past their limits and deep nesting.
+
+Each test runs a modest number of examples by default; OPCHECK_FUZZ_EXAMPLES=N runs N each
+(e.g. `OPCHECK_FUZZ_EXAMPLES=20000 python -m pytest -p no:cacheprovider tests/spec/test_fuzz.py`).
 """
 
+import itertools
 import json
+import math
+import os
 
 import yaml
 from hypothesis import HealthCheck, example, given, settings
@@ -14,7 +22,7 @@ from hypothesis import strategies as st
 from opcheck.spec import SpecError, load_spec_text, schema_path
 from opcheck.spec import model
 from opcheck.spec.model import OpSpec
-
+from opcheck.spec.yamlload import MAX_DEPTH, nesting_bound
 
 
 def _property_names(node) -> set[str]:
@@ -26,8 +34,15 @@ def _property_names(node) -> set[str]:
 
 
 SCHEMA_KEYS = sorted(_property_names(json.loads(schema_path().read_text(encoding="utf-8"))))
-FUZZ = settings(max_examples=200, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_EXAMPLES = int(os.environ.get("OPCHECK_FUZZ_EXAMPLES", "0"))
+
+
+def _fuzz(examples: int) -> settings:
+    return settings(max_examples=_EXAMPLES or examples, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+FUZZ = _fuzz(200)
 
 scalars = (st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=True, allow_infinity=True)
            | st.text(max_size=12))
@@ -37,8 +52,12 @@ anything = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.
 
 
 def _mostly(plausible, junk=anything):
-    """Plausible values 29 times in 30: the fuzzer gets past the type checks to the deeper rules."""
-    return st.integers(0, 29).flatmap(lambda roll: plausible if roll else junk)
+    """Plausible values 29 times in 30: the fuzzer gets past the type checks to the deeper rules.
+
+    Junk is a middle value of the roll: Hypothesis draws the bounds (0 above all) far more often
+    than 1 in 30, and shrinks towards 0, which is then the plausible value.
+    """
+    return st.integers(0, 29).flatmap(lambda roll: junk if roll == 17 else plausible)
 
 
 # Ops from a fixed set: a random path would import whatever module it happens to name.
@@ -92,9 +111,15 @@ optional_keys = {
 specs = st.fixed_dictionaries({"op": ops, "samples": sample_lists},
                               optional={"name": _mostly(st.sampled_from(["x", "sin_x"]), st.just("Bad")),
                                         **optional_keys})
-families = st.fixed_dictionaries({"ops": st.lists(st.fixed_dictionaries({"op": ops}, optional={
-    "samples": sample_lists, "name": st.sampled_from(["p", "q"])}), min_size=1, max_size=3)},
-    optional={"defaults": st.fixed_dictionaries({}, optional={"samples": sample_lists, **optional_keys})})
+family_entry = st.fixed_dictionaries({"op": ops}, optional={
+    "samples": sample_lists, "name": st.sampled_from(["p", "q"]), **optional_keys})
+families = st.fixed_dictionaries({"ops": _mostly(st.lists(
+    # Now and then an entry without `op`, to see that the builder doesn't take one from defaults.
+    _mostly(family_entry, family_entry.map(lambda entry: {k: v for k, v in entry.items() if k != "op"})),
+    min_size=1, max_size=3))},
+    # `op` and `name` do not belong in defaults: the builder must not read them when they are there.
+    optional={"defaults": _mostly(st.fixed_dictionaries({}, optional={
+        "samples": sample_lists, **optional_keys, "op": ops, "name": anything}), anything)})
 
 
 def _load_never_crashes(text: str) -> None:
@@ -134,3 +159,126 @@ def test_valid_specs_round_trip(shapes):
     [spec] = load_spec_text(yaml.safe_dump({"op": "torch.sin", "samples": samples}), source="fuzz.yaml")
     assert [(s.name, s.args[0].shape) for s in spec.samples] == [(f"s{i}", tuple(shape))
                                                                  for i, shape in enumerate(shapes)]
+
+
+# -- YAML that safe_dump never writes ----------------------------------------------------------
+
+TAGS = ["!spec", "!", "!!str", "!!int", "!!float", "!!bool", "!!null", "!!map", "!!seq", "!!set", "!!omap",
+        "!!binary", "!!python/tuple", "!!python/name:os.system", "!<tag:yaml.org,2002:str>"]
+# Scalars at and past the limits, and spellings YAML 1.1 and 1.2 read differently.
+ODD_SCALARS = [".nan", ".inf", "-.inf", "1e400", "-1e999", "1.7e308", "0x" + "f" * 400, "0x" + "f" * 5000,
+               "9" * 309, "9" * 310, "9" * 4400, "!!float 0x" + "f" * 300, "!!int 1.5", "0o777", "0x1f", "~",
+               "''", "yes", "1_000", "16777217", "100000000000000000000000", '"\\u0007"', "-0", "+.5"]
+NESTINGS = [2, 30, MAX_DEPTH - 5, MAX_DEPTH, MAX_DEPTH + 1, 150, 3000]
+
+
+def _scalar(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)  # JSON's escapes are YAML's double-quoted ones
+
+
+def _decorated_yaml(draw, value, anchors: list[str], names=None) -> str:
+    """`value` as flow-style YAML, with anchors, aliases, merges, tags, odd scalars and deep
+    nesting drawn in at random places. `anchors` are those an alias may name here.
+
+    Decorations are middle values of the roll (see _mostly): about one node in eight has one.
+    """
+    names = itertools.count() if names is None else names
+    roll = draw(st.integers(0, 99))
+    if anchors and 40 <= roll < 42:  # an alias instead of the value
+        return "*" + draw(st.sampled_from(anchors))
+    if roll == 42:
+        return draw(st.sampled_from(ODD_SCALARS))
+    if roll == 43:
+        depth = draw(st.sampled_from(NESTINGS))
+        opener = draw(st.sampled_from(["[", "{a: "]))
+        closer = "]" if opener == "[" else "}"
+        return opener * depth + _decorated_yaml(draw, value, anchors, names) + closer * depth
+    props = ""
+    if 44 <= roll < 46:
+        props += draw(st.sampled_from(TAGS)) + " "
+    anchor = None
+    if 46 <= roll < 52:
+        anchor = f"a{next(names)}"
+        props += f"&{anchor} "
+        if draw(st.booleans()):  # named before its value is written: an alias inside makes a cycle
+            anchors.append(anchor)
+            anchor = None
+    if isinstance(value, dict):
+        items = [f"{json.dumps(str(key))}: {_decorated_yaml(draw, item, anchors, names)}"
+                 for key, item in value.items()]
+        if anchors and draw(st.integers(0, 4)) == 2:
+            sources = draw(st.lists(st.sampled_from(anchors), min_size=1, max_size=3))
+            merge = "*" + sources[0] if len(sources) == 1 else "[" + ", ".join("*" + s for s in sources) + "]"
+            items.insert(draw(st.integers(0, len(items))), "<<: " + merge)
+        text = "{" + ", ".join(items) + "}"
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_decorated_yaml(draw, item, anchors, names) for item in value) + "]"
+    else:
+        text = _scalar(value)
+    if anchor is not None:
+        anchors.append(anchor)
+    return props + text
+
+
+@_fuzz(150)
+@given(st.data(), specs | families)
+def test_decorated_yaml_grown_from_the_format(data, document):
+    _load_never_crashes(_decorated_yaml(data.draw, document, []))
+
+
+@_fuzz(100)
+@given(st.data(), anything)
+def test_decorated_yaml_of_arbitrary_structures(data, document):
+    _load_never_crashes(_decorated_yaml(data.draw, document, []))
+
+
+@_fuzz(60)
+@given(st.data(), specs | families, st.sampled_from(NESTINGS), st.sampled_from(["- ", "? ", "  "]))
+def test_deep_block_nesting(data, document, depth, step):
+    # Block nesting: compact (`- - - x`, `? ? ? x`) or by indentation, at any key of a document.
+    key = data.draw(st.sampled_from(["x", "samples", "gradcheck", "ops", "defaults"]))
+    if step == "  ":  # the text grows with the square of the depth: a few levels past the limit do
+        depth = min(depth, MAX_DEPTH + 5)
+        nested = "".join(f"\n{'  ' * (i + 1)}k{i}:" for i in range(depth)) + " 1"
+    else:
+        nested = "\n  " + step * depth + "1"
+    _load_never_crashes(yaml.safe_dump(document, sort_keys=False) + f"{key}:{nested}\n")
+
+
+def _composed_depth(text: str) -> int | None:
+    """The key-path length of the deepest value PyYAML composes from `text` (None: not YAML)."""
+    deepest = open_ = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+                deepest = max(deepest, open_)
+            if isinstance(event, yaml.CollectionStartEvent):
+                open_ += 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                open_ -= 1
+    except yaml.YAMLError:
+        return None
+    return deepest
+
+
+@_fuzz(150)
+@given(st.data(), specs | families | anything, st.booleans())
+def test_nesting_bound_is_never_below_the_real_depth(data, document, block):
+    # What keeps deep text from libyaml is this bound; it may overestimate, never underestimate.
+    if block:
+        text = yaml.safe_dump(document, sort_keys=False, default_flow_style=data.draw(st.sampled_from([False, None])),
+                              width=data.draw(st.sampled_from([20, 80, 10_000])))
+    else:
+        text = _decorated_yaml(data.draw, document, [])
+    depth = _composed_depth(text)
+    if depth is not None:
+        assert nesting_bound(text, 10**9) >= depth
+

@@ -6,8 +6,11 @@ import pytest
 
 from opcheck.spec import Problem, SpecError, load_spec_text, load_specs
 from opcheck.spec.build import NameClaim
+from opcheck.spec.checker import Checker
 from opcheck.spec.loader import cross_spec_problems, generated_test_ids
 from opcheck.spec.model import Location, OpSpec, Sample, TensorArg
+from opcheck.spec.problems import KeyOf
+from opcheck.spec.yamlload import load_yaml
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -148,3 +151,72 @@ def test_a_problem_in_defaults_is_reported_once_not_once_per_op():
     assert [str(p) for p in _problems(text)] == [
         "op_specs/x.yaml:2:50: defaults.samples[0].args[0].maker: maker 'spd' needs at least 2 dims with square "
         "last two (e.g. [3, 3] or [2, 4, 4]), got shape [3]"]
+
+
+# -- the builder reads only what the schema judged clean ---------------------------------------
+
+ENTRY = "ops: [{op: torch.sin, samples: [{name: a, args: [{shape: [2]}]}]}]\n"
+
+
+@pytest.mark.parametrize("defaults, problem", [
+    ("{name: 5}", "op_specs/x.yaml:1:12: defaults.name: unknown key 'name': `name` belongs in each entry of "
+                  "`ops`, not in `defaults`"),
+    ("{op: [torch.sin]}", "op_specs/x.yaml:1:12: defaults.op: unknown key 'op': `op` belongs in each entry of "
+                          "`ops`, not in `defaults`"),
+    ("{gradcheck: {bogus: 1}}", "op_specs/x.yaml:1:24: defaults.gradcheck.bogus: unknown key 'bogus' (expected "
+                                "one of: fast_mode, eps, atol, rtol, nondet_tol, check_batched_grad, "
+                                "check_forward_ad, check_batched_forward_grad, check_undefined_grad, "
+                                "check_grad_dtypes)"),
+])
+def test_the_value_of_an_unknown_key_in_defaults_is_never_built(defaults, problem):
+    # The schema never judged such a value (it stops at the key), so it can have any shape; the
+    # builder used to merge it into each op and read it (TypeError on a name of 5).
+    assert [str(p) for p in _problems(f"defaults: {defaults}\n{ENTRY}")] == [problem]
+    # Also when the entry leaves the key to defaults (no `op:` of its own).
+    entry_without_op = "ops: [{samples: [{name: a, args: [{shape: [2]}]}]}]\n"
+    assert problem in [str(p) for p in _problems(f"defaults: {defaults}\n{entry_without_op}")]
+
+
+def test_a_missing_key_makes_its_mapping_unbuildable_but_not_its_other_keys():
+    # `samples` is missing: the op is still resolved (and its problem reported) ...
+    messages = [p.message for p in _problems("op: torch.sinn\n")]
+    assert messages[0] == "missing required key 'samples'" and "torch.sinn" in messages[1]
+    # ... while a sample without `name` is not built at all (it used to raise KeyError).
+    assert [p.message for p in _problems("op: torch.sin\nsamples: [{args: [{shape: [2]}]}]\n")] == [
+        "missing required key 'name'"]
+
+
+def test_a_root_tag_hides_nothing_and_builds_nothing():
+    problems = [str(p) for p in _problems("!spec\nop: torch.sin\nsamples: [{name: a, args: [{shape: [2]}]}]\n"
+                                          "gradcheck: {bogus: 1}\n")]
+    assert problems[0] == "op_specs/x.yaml:1:1: unsupported YAML tag '!spec'"
+    assert problems[1].startswith("op_specs/x.yaml:4:13: gradcheck.bogus: unknown key 'bogus'")
+    assert len(problems) == 2
+
+
+def test_a_tagged_argument_is_not_built():
+    # Built as a literal list it would also say "no argument requires grad": noise about a value
+    # whose problem (the tag) is already reported.
+    assert [p.message for p in _problems("op: torch.sin\nsamples: [{name: a, args: [!!python/tuple [1]]}]\n")] == [
+        "unsupported YAML tag '!!python/tuple'"]
+
+
+def test_a_key_problem_is_reported_even_when_its_value_could_not_be_read():
+    # Both are said at once: the key at the key, the value's tag at the value.
+    assert [str(p) for p in _problems(f"{GOOD}bogus: !custom 1\n")] == [
+        "op_specs/x.yaml:3:1: bogus: unknown key 'bogus' (expected one of: op, name, variant, dtypes, "
+        "lowprec_dtypes, devices, samples, gradcheck, gradgradcheck, supports_forward_ad, supports_gradgrad, "
+        "library_opcheck, reference, tolerances, skips, expected_failures)",
+        "op_specs/x.yaml:3:8: bogus: unsupported YAML tag '!custom'"]
+
+
+def test_the_checker_reads_only_what_was_judged_clean():
+    root = load_yaml("a: {b: [1, 2], c: 3}\nd: {e: 4}\n", "s.yaml").root
+    ctx = Checker({("a", "b")})
+    assert not ctx.clean(root) and not ctx.clean(root.at(("a",)))  # they hold a problem
+    assert not ctx.clean(root.at(("a", "b"))) and not ctx.clean(root.at(("a", "b", 0)))  # it, and inside it
+    assert ctx.clean(root.at(("a", "c"))) and ctx.clean(root.at(("d",)))
+    # A problem with a key: its mapping is not whole, its value not read, its siblings are fine.
+    ctx = Checker({("d", KeyOf("e")), ("a", KeyOf("missing"))})
+    assert not ctx.clean(root.at(("d",))) and not ctx.clean(root.at(("d", "e")))
+    assert not ctx.clean(root.at(("a",))) and ctx.clean(root.at(("a", "b", 1)))
