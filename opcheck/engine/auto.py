@@ -58,7 +58,18 @@ agrees with the finite differences but disagrees with a (right or slightly wrong
 rounding fails `auto` where the full check might pass; when the block fits the budget the failure
 reruns it in full and says whether the full check would pass it.
 
-Not covered yet: complex inputs or outputs beyond the budget run the full check.
+Complex inputs and outputs
+--------------------------
+The full check compares backward's grad of a complex input x = a + ib with ds/da + i ds/db (the
+Jacobian with respect to the pair (a, b)); complex outputs reach it already split into real and
+imaginary parts (api._real_imag), and the forward check splits complex inputs likewise. Beyond the
+budget the stages run on the function seen through torch.view_as_real: every complex
+differentiable input becomes a real (..., 2) leaf (view_as_complex'd before the call, so the
+user's function and its backward see the complex tensor) and every complex output a real
+(..., 2) view. Its Jacobian holds the same entries as the full check's, split into real and
+imaginary parts, so a backward that drops a .conj() shows as a wrong sign of the imaginary
+column; directions are real Rademacher on the view, and memory stays O((n + m) k). The entries
+are compared part by part, where the full check compares complex entries by modulus.
 """
 
 from __future__ import annotations
@@ -70,7 +81,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, make_duals, unravel
+from opcheck.engine._util import (as_tuple, diff_input_indices, differentiable_outputs, is_float_or_complex,
+                                  make_duals, unravel)
 from opcheck.engine.batching import _close, _Disagreement, _one_hot_rows
 from opcheck.engine.core import (
     DEFAULT_JACOBIAN_BUDGET,
@@ -199,18 +211,71 @@ def auto_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forwar
     size = jacobian_entries(inputs, func_out_t)
     has_complex = any(inputs[j].is_complex() for j in diff) or any(
         o.is_complex() for o in func_out_t if is_float_or_complex(o))
-    if size <= ctx.jacobian_budget or has_complex:
-        ctx.evaluator.stats.auto_paths.append("full" if not has_complex else "full (complex)")
+    if size <= ctx.jacobian_budget:
+        ctx.evaluator.stats.auto_paths.append("full")
         return full_check(ctx, func, func_out, inputs, outputs, use_forward_ad=use_forward_ad,
                           complex_indices=complex_indices, test_imag=test_imag)
+    views = None
+    if has_complex:
+        func, inputs, views = _real_views(func, func_out_t, inputs, diff)
+        func_out_t = as_tuple(func(*inputs))
+        outputs = differentiable_outputs(func_out_t)
     return _Projected(ctx, func, func_out_t, inputs, tuple(outputs), use_forward_ad, complex_indices,
-                      test_imag).run()
+                      test_imag, views).run()
+
+
+@dataclass(frozen=True)
+class _RealViews:
+    """Which complex tensors the projection check sees as torch.view_as_real (shape (..., 2))."""
+
+    inputs: tuple[int, ...]  # positions in the inputs
+    outputs: tuple[int, ...]  # positions in func's outputs
+
+    def hints(self, input_pos: int, output_pos: int) -> list[str]:
+        said = [f"input {input_pos}"] if input_pos in self.inputs else []
+        said += [f"output {output_pos}"] if output_pos in self.outputs else []
+        if not said:
+            return []
+        return [f"complex {' and '.join(said)} checked as torch.view_as_real (shape (..., 2)): the last index "
+                "is 0 for the real part, 1 for the imaginary part"]
+
+
+def _real_views(func, func_out, inputs, diff):
+    """func on real tensors: complex differentiable inputs and complex outputs as view_as_real.
+
+    The full check compares backward's grad of a complex input x = a + ib with ds/da + i ds/db,
+    i.e. the Jacobian with respect to the pair (a, b), and the forward check splits complex
+    outputs the same way; on the real view both are ordinary real Jacobians, so the projection
+    stages apply unchanged and memory stays O((n + m) k).
+    """
+    cin = tuple(j for j in diff if inputs[j].is_complex())
+
+    def complex_args(args):
+        new = list(args)
+        for j in cin:
+            new[j] = torch.view_as_complex(new[j])
+        return new
+
+    def real_outs(outs):
+        return tuple(torch.view_as_real(o.resolve_conj()) if isinstance(o, torch.Tensor) and o.is_complex()
+                     else o for o in as_tuple(outs))
+
+    def on_real(*args):
+        return real_outs(func(*complex_args(args)))
+
+    if hasattr(func, "vmap_form"):
+        on_real.vmap_form = lambda *args: real_outs(func.vmap_form(*complex_args(args)))  # type: ignore[attr-defined]
+    real_inputs = tuple(torch.view_as_real(a.detach().resolve_conj()).clone().requires_grad_() if j in cin else a
+                        for j, a in enumerate(inputs))
+    cout = tuple(p for p, o in enumerate(func_out) if isinstance(o, torch.Tensor) and o.is_complex())
+    return on_real, real_inputs, _RealViews(cin, cout)
 
 
 class _Projected:
     """One projection check: the state its stages share."""
 
-    def __init__(self, ctx, func, func_out, inputs, outputs, forward, complex_indices, test_imag):
+    def __init__(self, ctx, func, func_out, inputs, outputs, forward, complex_indices, test_imag, views=None):
+        self.views = views
         self.ctx, self.ev, self.func, self.func_out, self.inputs = ctx, ctx.evaluator, func, func_out, inputs
         self.outputs, self.forward = outputs, forward
         self.complex_indices, self.test_imag = complex_indices, test_imag
@@ -228,7 +293,7 @@ class _Projected:
         if not self.outputs:
             return self._no_differentiable_outputs(numerical)
         if self.forward:
-            stats.auto_paths.append("projected (J·U from forward AD)")
+            stats.auto_paths.append(f"projected (J·U from forward AD{self._path_note})")
             analytical = [self._jvp(jj, strict=True) for jj in range(len(self.diff))]
             failure = self._compare_jvp(analytical, numerical, "forward AD")
             if failure:
@@ -246,11 +311,16 @@ class _Projected:
             if failure is None:
                 break
             if name == "VJP rows":  # built from backward itself: the backward is wrong
+                stats.auto_paths.append(f"projected (J·U from {name}{self._path_note})")
                 self._fail_jvp_stage(*failure)
             stats.fallbacks.append(f"auto J·U from {name}: disagrees with finite differences")
-        stats.auto_paths.append(f"projected (J·U from {name})")
+        stats.auto_paths.append(f"projected (J·U from {name}{self._path_note})")
         self._vjp_stage(analytical, name)
         return True
+
+    @property
+    def _path_note(self) -> str:
+        return "; complex as view_as_real" if self.views else ""
 
     # ------------------------------------------------------------- numerical J·U
     def _numerical(self, jj):
@@ -536,8 +606,11 @@ class _Projected:
                     extra = ("\n" + FAST_FAIL_SLOW_OK_NOTE.replace("Fast gradcheck", "auto gradcheck")
                              + (" The VJP disagrees with the JVP beyond rounding: one of them is slightly off."
                                 if comparison == VJP_STAGE else ""))
+                views = "".join(f"\nhint: {h}" for h in self.views.hints(j, self.positions[i])) if self.views else ""
                 ctx.fail(f"{first}\n{head}; the block fits the budget, recomputed in full:\n"
-                         f"{mismatch.describe()}{extra}", check=check, path=path, mismatch=mismatch)
+                         f"{mismatch.describe()}{views}{extra}", check=check, path=path, mismatch=mismatch)
+        if self.views:
+            hints = [*hints, *self.views.hints(j, self.positions[i])]
         part = None
         if self.complex_indices and i in self.complex_indices:
             part = "imaginary" if self.test_imag else "real"

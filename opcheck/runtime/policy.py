@@ -60,17 +60,10 @@ class Policy:
         if not paths:  # no comparison ran (the check raised first): the plan, not what happened
             return (f"{self.reason}: full Jacobian up to budget {self.budget}{where} entries, entrywise "
                     f"projections beyond" + (f"; this check has {n} entries" if n is not None else ""))
-        # The engine's choice decides; only a complex check runs in full on both sides of the budget.
-        within = all(p.startswith("full") for p in paths) and (
-            all(p == "full" for p in paths) or n is None or n <= self.budget)
-        done = []
-        for path in paths:
-            if path.startswith("full"):
-                # beyond the budget a complex block still runs in full (no projection check yet)
-                done.append("full Jacobian" if within or path == "full" else "full Jacobian (complex)")
-            else:
-                done.append(path.replace("projected", "projections", 1))
-        done = list(dict.fromkeys(done))
+        # The engine's choice decides: the full Jacobian exactly when the check fits the budget.
+        within = all(p == "full" for p in paths)
+        done = list(dict.fromkeys("full Jacobian" if path == "full" else path.replace("projected", "projections", 1)
+                                  for path in paths))
         compare = f"{size} {'<=' if within else '>'} budget {self.budget}{where}"
         if done == ["full Jacobian"]:
             return f"auto: full Jacobian ({compare})"

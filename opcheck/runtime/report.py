@@ -90,8 +90,42 @@ def plot_file_name(case: Case) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("_") + ".png"
 
 
+@dataclass(frozen=True)
+class HeatmapLabels:
+    x: str  # columns
+    y: str  # rows
+    colorbar: str
+    comparison: str | None  # a title line naming what was compared, for a projection failure
+
+
+def heatmap_labels(mismatch) -> HeatmapLabels:
+    """What the rows and columns of a failing block are: Jacobian entries, or projection entries.
+
+    A JacobianMismatch block is (input element, output element); a ProjectionMismatch is
+    (direction u_l, output element) in the JVP stage and (cotangent v_i, direction u_l) in the
+    VJP stage (opcheck.engine.auto).
+    """
+    from opcheck.engine.auto import JVP_STAGE, VJP_STAGE, ProjectionMismatch
+
+    out = f"{mismatch.output_name} element (shape {tuple(mismatch.output_shape)})"
+    if not isinstance(mismatch, ProjectionMismatch):
+        return HeatmapLabels(x=out, y=f"{mismatch.input_name} element (shape {tuple(mismatch.input_shape)})",
+                             colorbar="|analytical - numerical|", comparison=None)
+    direction = f"direction u_l along {mismatch.input_name} (shape {tuple(mismatch.input_shape)})"
+    comparison = f"auto: {mismatch.comparison} (J·U from {mismatch.source})"
+    if mismatch.comparison == JVP_STAGE:
+        return HeatmapLabels(x=out, y=direction, colorbar="|(J u_l)[out]: analytical - finite differences|",
+                             comparison=comparison)
+    if mismatch.comparison == VJP_STAGE:
+        return HeatmapLabels(x=direction, y=f"cotangent v_i of {mismatch.output_name} "
+                                            f"(shape {tuple(mismatch.output_shape)})",
+                             colorbar="|(Jᵀv_i)ᵀu_l - v_iᵀ(J u_l)|", comparison=comparison)
+    raise ValueError(f"unknown projection comparison {mismatch.comparison!r}")
+
+
 def write_heatmap(mismatch, case: Case, plot_dir: str) -> str:
-    """Write |analytical - numerical| of the failing block; returns the path or why not."""
+    """Write |analytical - numerical| of the failing block (Jacobian or projection entries); returns
+    the path or why not."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -110,10 +144,13 @@ def write_heatmap(mismatch, case: Case, plot_dir: str) -> str:
     vmax = float(finite.max()) if finite.numel() else 1.0
     image = ax.imshow(torch.clamp(shown, max=vmax).numpy(), aspect="auto", interpolation="nearest",
                       cmap="magma", vmin=0.0, vmax=vmax if vmax > 0 else 1.0)
-    fig.colorbar(image, ax=ax, label="|analytical - numerical|")
-    ax.set_xlabel(f"{mismatch.output_name} element (shape {tuple(mismatch.output_shape)})")
-    ax.set_ylabel(f"{mismatch.input_name} element (shape {tuple(mismatch.input_shape)})")
+    labels = heatmap_labels(mismatch)
+    fig.colorbar(image, ax=ax, label=labels.colorbar)
+    ax.set_xlabel(labels.x)
+    ax.set_ylabel(labels.y)
     title = f"{case.spec.op}: {mismatch.check} ({mismatch.path}), {case.device} {case.dtype}"
+    if labels.comparison:
+        title += f"\n{labels.comparison}"
     if pooled:
         title += f"\nmax-pooled to {shown.shape[0]}x{shown.shape[1]} from {diff.shape[0]}x{diff.shape[1]}"
     ax.set_title(title, fontsize=9)

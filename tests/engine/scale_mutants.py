@@ -235,6 +235,51 @@ def double_backward_tail(factor):
     return Sin.apply
 
 
+# ----------------------------------------------------------------------------------- complex
+def _crandn(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.complex128).requires_grad_()
+
+
+def complex_sin(*, conj_missing=False, factor=1.0, jvp_factor=1.0, with_jvp=False, n_wrong=7):
+    """sin on complex tensors; backward is grad * conj(cos z), wrong on the last n_wrong elements.
+
+    conj_missing: the tail uses cos z instead of its conjugate; factor / jvp_factor: the tail of
+    backward / jvp is scaled.
+    """
+
+    def tail(shape):
+        return _tail_scale(shape, n_wrong, 0.0).bool().logical_not()
+
+    class ComplexSin(torch.autograd.Function):
+        generate_vmap_rule = with_jvp
+
+        @staticmethod
+        def forward(z):
+            return torch.sin(z)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.z = inputs[0]
+
+        @staticmethod
+        def backward(ctx, g):
+            (z,) = ctx.saved_tensors
+            d = torch.cos(z)
+            wrong = tail(tuple(z.shape))
+            d = torch.where(wrong, d if conj_missing else d.conj() * factor, d.conj())
+            return g * d
+
+        if with_jvp:
+            @staticmethod
+            def jvp(ctx, t):
+                z = ctx.z
+                return t * torch.cos(z) * torch.where(tail(tuple(z.shape)), jvp_factor, 1.0)
+
+    return ComplexSin.apply
+
+
 def _pair(make, wrong_factor):
     return make(wrong_factor), make(1.0)
 
@@ -259,6 +304,13 @@ MUTANTS = [
     _mutant("jvp_64x64_tail7", lambda: (_randn(64, 64, seed=12),), jvp_tail, 1.1,
             flags=dict(check_forward_ad=True, check_backward_ad=False, check_undefined_grad=False),
             torch_fast_misses=None),  # torch's fast forward mode compares J·u entrywise and catches it
+    Mutant("csin_64x64_tail7_no_conj", lambda: (_crandn(64, 64, seed=14),), complex_sin(conj_missing=True),
+           complex_sin()),
+    Mutant("csin_64x64_tail7_1pct", lambda: (_crandn(64, 64, seed=15),),
+           complex_sin(factor=1.01, with_jvp=True), complex_sin(with_jvp=True)),
+    Mutant("csin_64x64_jvp_tail7_1pct", lambda: (_crandn(64, 64, seed=16),),
+           complex_sin(jvp_factor=1.01, with_jvp=True), complex_sin(with_jvp=True),
+           flags=dict(check_forward_ad=True, check_backward_ad=False, check_undefined_grad=False)),
     _mutant("double_backward_64x64_tail7", lambda: (_randn(64, 64, seed=13),), double_backward_tail, 1.1,
             checker="gradgradcheck"),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -29,7 +30,7 @@ def _report(m, fn, **kw):
 def test_auto_catches_the_mutant_and_passes_its_twin(m):
     wrong = _report(m, m.wrong)
     assert not wrong.passed
-    assert wrong.message.splitlines()[0].startswith(("Jacobian mismatch", "Jacobian computed with forward mode"))
+    assert re.match(FIRST_LINE, wrong.message.splitlines()[0]), wrong.message
     assert "auto: " in wrong.message
     right = _report(m, m.right)
     assert right.passed, right.message
@@ -78,7 +79,32 @@ def test_block_within_budget_is_recomputed_in_full():
     assert r.mismatch.input_idx == 0 and all(e.input_index[0] == 1 for e in r.mismatch.worst)  # head 1 of q
 
 
-def test_no_full_jacobian_beyond_budget(monkeypatch):
+@pytest.mark.parametrize("m", [m for m in scale_mutants.MUTANTS if m.id.startswith("csin_")], ids=lambda m: m.id)
+def test_complex_beyond_budget_is_projected_on_real_views(m):
+    wrong, right = _report(m, m.wrong), _report(m, m.right)
+    assert isinstance(wrong.mismatch, ProjectionMismatch), wrong.message
+    assert "checked as torch.view_as_real" in wrong.message
+    for r in (wrong, right):
+        assert r.stats.auto_paths and all(p.startswith("projected") and p.endswith("; complex as view_as_real)")
+                                          for p in r.stats.auto_paths), r.stats.auto_paths
+    # the wrong elements are the last 7 of the last row, whichever part shows them
+    entries = [e.output_index for e in wrong.mismatch.worst if e.output_index is not None]
+    assert all(e[:2] in {(63, c) for c in range(57, 64)} for e in entries), entries
+
+
+def test_complex_within_budget_runs_the_full_check():
+    z = torch.randn(8, 8, dtype=torch.complex128, requires_grad=True)
+    wrong = scale_mutants.complex_sin(conj_missing=True)
+    r = opcheck.gradcheck_report(wrong, (z,), fast_mode="auto")
+    assert r.stats.auto_paths == ["full"]  # the imaginary part of the output fails first
+    assert isinstance(r.mismatch, JacobianMismatch)
+    assert r.message == opcheck.gradcheck_report(wrong, (z,)).message
+    right = opcheck.gradcheck_report(scale_mutants.complex_sin(), (z,), fast_mode="auto")
+    assert right.passed and right.stats.auto_paths == ["full", "full"]  # imaginary, then real parts
+
+
+@pytest.mark.parametrize("mid", ["sin_128x128_tail7_nojvp", "csin_64x64_tail7_no_conj", "csin_64x64_jvp_tail7_1pct"])
+def test_no_full_jacobian_beyond_budget(monkeypatch, mid):
     calls = []
 
     def forbidden(name):
@@ -89,8 +115,8 @@ def test_no_full_jacobian_beyond_budget(monkeypatch):
 
     for name in ("numerical_jacobian", "analytical_vjp_jacobian", "analytical_jvp_jacobian", "full_check"):
         monkeypatch.setattr(auto_mod, name, forbidden(name))
-    m = MUTANTS["sin_128x128_tail7_nojvp"]
-    for fn in (m.right, torch.sin):
+    m = MUTANTS[mid]
+    for fn in (m.right, torch.sin):  # the complex mutants' inputs are complex: torch.sin takes them too
         r = _report(m, fn)
         assert r.passed, r.message
         assert r.stats.auto_paths[0].startswith("projected")

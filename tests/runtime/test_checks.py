@@ -10,7 +10,10 @@ import opcheck
 import runtime_ops
 from opcheck.runtime import (CheckCrashed, LibraryOpcheckFailed, OpcheckRedrawWarning, Settings,
                              UnsupportedButWorks, run_check)
+from opcheck.engine import auto
+from opcheck.engine.auto import ProjectionMismatch
 from opcheck.runtime.context import ItemContext, current_item
+from opcheck.runtime.report import Case, write_heatmap
 from opcheck.runtime.samples import build_calls, case_id, seed_for
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
@@ -211,6 +214,84 @@ def test_heatmap_of_the_failing_block(tmp_path, item_context):
     png = tmp_path / "plots" / "test_x.py_test_gradcheck_cpu-float64-vec.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"heatmap:     {png}" in str(info.value)
+
+
+@pytest.fixture
+def drawn_labels(monkeypatch):
+    """The axis labels and title of every figure write_heatmap saves."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    seen = []
+    save = Figure.savefig
+
+    def spy(fig, *a, **k):
+        ax = fig.axes[0]
+        seen.append(dict(x=ax.get_xlabel(), y=ax.get_ylabel(), title=ax.get_title(), colorbar=fig.axes[1].get_ylabel()))
+        return save(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return seen
+
+
+def test_heatmap_of_a_jvp_projection_failure(tmp_path, item_context, drawn_labels):
+    # auto beyond the budget: J·U from VJP rows disagrees with finite differences, a (k, m) block
+    item_context(settings=Settings(policy="auto", budget=1, plot_dir=str(tmp_path / "plots")))
+    with pytest.raises(opcheck.GradcheckError) as info:
+        run_check(spec("runtime_ops:square_wrong"), "gradcheck", "cpu", "float64", "vec")
+    assert isinstance(info.value.mismatch, ProjectionMismatch)
+    png = tmp_path / "plots" / "test_x.py_test_gradcheck_cpu-float64-vec.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (drawn,) = drawn_labels
+    assert drawn["y"] == "direction u_l along input 0 (shape (5,))"
+    assert drawn["x"] == "output 0 element (shape (5,))"
+    assert f"auto: {auto.JVP_STAGE} (J·U from VJP rows)" in drawn["title"]
+    assert "finite differences" in drawn["colorbar"]
+
+
+def test_heatmap_of_a_vjp_projection_failure(tmp_path, drawn_labels):
+    # a right jvp and a wrong backward: the VJP stage fails, a (k', k) block of cotangent-direction pairs
+    class SquareWrongBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+            ctx.x = inputs[0]
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2.001 * g * x
+
+        @staticmethod
+        def jvp(ctx, t):
+            return 2 * ctx.x * t
+
+    x = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    r = opcheck.gradcheck_report(SquareWrongBackward.apply, (x,), fast_mode="auto", jacobian_budget=1)
+    assert isinstance(r.mismatch, ProjectionMismatch) and r.mismatch.comparison == auto.VJP_STAGE
+    assert tuple(r.mismatch.analytical.shape) == (auto.COTANGENTS, auto.DIRECTIONS)
+    case = Case(spec=spec("runtime_ops:square_wrong"), check="gradcheck", device="cpu", dtype="float64", sample=VEC)
+    path = write_heatmap(r.mismatch, case, str(tmp_path))
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    (drawn,) = drawn_labels
+    assert drawn["y"] == "cotangent v_i of output 0 (shape (6, 4))"
+    assert drawn["x"] == "direction u_l along input 0 (shape (6, 4))"
+    assert f"auto: {auto.VJP_STAGE} (J·U from forward AD)" in drawn["title"]
+    assert drawn["colorbar"] == "|(Jᵀv_i)ᵀu_l - v_iᵀ(J u_l)|"
+
+
+def test_heatmap_of_a_jacobian_block_keeps_element_axes(drawn_labels, tmp_path):
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    r = opcheck.gradcheck_report(runtime_ops.square_wrong, (x,))
+    case = Case(spec=spec("runtime_ops:square_wrong"), check="gradcheck", device="cpu", dtype="float64", sample=VEC)
+    write_heatmap(r.mismatch, case, str(tmp_path))
+    (drawn,) = drawn_labels
+    assert (drawn["x"], drawn["y"]) == ("output 0 element (shape (5,))", "input 0 element (shape (5,))")
+    assert drawn["colorbar"] == "|analytical - numerical|" and "auto:" not in drawn["title"]
 
 
 def test_opinfo_failure_names_the_sample_index():

@@ -39,7 +39,7 @@ def test_auto_describes_what_the_engine_did():
     z = torch.randn(8, 8, dtype=torch.complex128, requires_grad=True)
     complex_ = engine.gradcheck_report(torch.sin, (z,), fast_mode="auto", jacobian_budget=100)
     assert choose_policy("auto", Settings(budget=100), 4096).describe(complex_) == \
-        "auto: full Jacobian (complex), 4096 entries > budget 100"
+        "auto: projections (J·U from forward AD; complex as view_as_real), 4096 entries > budget 100"
     # no verdict (the check raised): the plan, and the size when it can be counted
     assert choose_policy("auto", Settings(budget=100), 4096).describe() == (
         "fast_mode auto (spec gradcheck.fast_mode): full Jacobian up to budget 100 entries, entrywise "
