@@ -457,6 +457,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=("float64", "complex128"), default="float64")
     p.add_argument("--json", default=None, metavar="PATH", help="dump raw per-sample results to PATH")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    p.add_argument("--budget", type=int, default=None, metavar="ENTRIES",
+                   help="--mode auto: the engine's jacobian_budget (default: its own, 2**20); 0 runs the "
+                        "projection checks on every sample")
     p.add_argument("--list-ops", action="store_true", help="print the default op list and exit")
     p.add_argument("--self-test", action="store_true",
                    help="harness check: the 'opcheck' column calls torch.autograd.gradcheck too, so "
@@ -502,7 +505,10 @@ def main(argv=None) -> int:
         runs by default). gradcheck_report is opcheck.gradcheck plus its stats (which path each
         comparison took); a failure is re-raised as the GradcheckError gradcheck would raise."""
         kwargs["fast_mode"] = "auto"
+        if args.budget is not None:
+            kwargs["jacobian_budget"] = args.budget
         if args.self_test:  # torch has no auto mode: its fast mode stands in
+            kwargs.pop("jacobian_budget", None)
             kwargs["fast_mode"] = True
             return opcheck_gradcheck(func, inputs, **kwargs)
         r = opcheck.gradcheck_report(func, inputs, **kwargs)

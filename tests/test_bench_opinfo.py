@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,12 @@ def test_all_modes_on_two_ops(tmp_path):
     samples = [r for r in json.loads(out.read_text())["samples"] if r["mode"] == "auto"]
     assert samples and all(r["vs_torch_slow"] == "agree" and r["auto_paths"] for r in samples)
     assert summary["full_ratio_ceiling"] == pytest.approx(summary["full"]["torch_s"] / summary["fixed"]["opcheck_s"])
+
+
+def test_budget_zero_runs_the_projections_on_every_sample():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--ops", "sin", "--max-samples", "2", "--mode", "auto",
+                           "--budget", "0"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    paths = re.search(r"auto paths: (.*)$", next(line for line in proc.stdout.splitlines()
+                                                 if line.startswith("[auto] verdicts")))
+    assert paths and "projected" in paths.group(1) and "full" not in paths.group(1), proc.stdout[-2000:]
