@@ -12,6 +12,7 @@ from opcheck.engine import aux_checks
 from opcheck.engine._util import as_tuple, check_inputs, check_outputs, differentiable_outputs, requires_grad
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, adaptive_clock, batching_enabled
 from opcheck.engine.auto import auto_check
+from opcheck.engine.fused import Fallback, fused_check
 from opcheck.engine.core import DEFAULT_JACOBIAN_BUDGET, CheckContext, fast_check, full_check
 from opcheck.engine.diagnostics import JacobianMismatch
 from opcheck.engine.errors import GradcheckError
@@ -209,6 +210,21 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
     func_out = func(*tupled_inputs)
     outputs = differentiable_outputs(func_out)
     check_outputs(outputs)
+    if isinstance(fast_mode, str):
+        try:
+            fused_check(ctx, func, func_out, tupled_inputs, outputs, check_backward_ad=check_backward_ad,
+                        check_forward_ad=check_forward_ad, check_undefined_grad=check_undefined_grad,
+                        check_batched_grad=check_batched_grad,
+                        check_batched_forward_grad=check_batched_forward_grad, masked=masked)
+            return True
+        except Fallback as e:  # the step-by-step check decides, from a fresh start
+            ctx.evaluator.stats.fallbacks.append(f"fused: {e}")
+            for kind in e.distrust:
+                setattr(ctx.evaluator, f"batch_{kind}", False)
+            ctx.evaluator.stats.auto_paths.clear()
+            ctx.numerical_cache.clear()
+            func_out = func(*tupled_inputs)
+            outputs = differentiable_outputs(func_out)
     compare = auto_check if isinstance(fast_mode, str) else fast_check if fast_mode else full_check
     _real_imag(ctx, compare, func, func_out, tupled_inputs, outputs, check_forward_ad=check_forward_ad,
                check_backward_ad=check_backward_ad, check_undefined_grad=check_undefined_grad)

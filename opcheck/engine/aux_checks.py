@@ -40,7 +40,12 @@ def _batched_mismatch(ctx, check, path, note, output_idx, input_idx, res, exp):
     )
 
 
-def test_batched_grad_forward_ad(ctx: CheckContext, func, inputs: tuple) -> bool:
+def test_batched_grad_forward_ad(ctx: CheckContext, func, inputs: tuple, expected_jvps=None) -> bool:
+    """vmap (legacy) over forward AD against one JVP at a time, input by input.
+
+    `expected_jvps(input_idx, tangents)`, when given, supplies the one-at-a-time JVPs (per output, a
+    (len(tangents), *shape) tensor) instead of computing them with one call per tangent.
+    """
     g = torch.Generator().manual_seed(_SEED)
     path = f"batched {ctx.forward_path}"
     for input_idx, current in enumerate(inputs):
@@ -64,7 +69,10 @@ def test_batched_grad_forward_ad(ctx: CheckContext, func, inputs: tuple) -> bool
         if not is_float_or_complex(current):
             continue
         tangents = [_randn_like(current, g) for _ in range(2)]
-        expected = [torch.stack(shards) for shards in zip(*[jvp(t) for t in tangents])]
+        if expected_jvps is not None:
+            expected = expected_jvps(input_idx, tangents)
+        else:
+            expected = [torch.stack(shards) for shards in zip(*[jvp(t) for t in tangents])]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -99,6 +99,7 @@ class EvalStats:
     batched_jvp_calls: int = 0
     fallbacks: list[str] = field(default_factory=list)
     auto_paths: list[str] = field(default_factory=list)  # fast_mode="auto": "full" or "projected (...)" per comparison
+    fused: bool = False  # fast_mode="auto": the fused pass (fused.py) passed every check of the call
 
 
 class Evaluator:
@@ -119,6 +120,10 @@ class Evaluator:
         self.adaptive = adaptive  # drop a kind of batching that turns out slower than the loop
         self.clock = clock
         self.randomness = "error"  # torch.func.vmap's randomness mode; see _vmap
+        # The finite differences' probe: a perturbed row checked by a plain call (and timed for the
+        # adaptive rule), or, when True, the unperturbed row checked against the outputs the caller
+        # already has (no call; see fused.py).
+        self.center_probe = False
         self.stats = EvalStats()
         self._vjp_probed: list[torch.Tensor] = []  # outputs whose batched VJP already matched the plain one
 
@@ -177,7 +182,8 @@ class Evaluator:
         one vmapped call per chunk.
         """
         total = sum(inputs[idx].numel() for idx, _ in segments)
-        if self.batch_forward and total >= MIN_BATCH_COLUMNS:
+        # Without a plain probe call (center_probe) one vmapped call beats the loop from 2 columns.
+        if self.batch_forward and total >= (2 if self.center_probe else MIN_BATCH_COLUMNS):
             try:
                 if total <= FUSE_MAX_COLUMNS:
                     return self._numerical_batched(fn, inputs, segments, eps, ref_outputs)
@@ -259,11 +265,10 @@ class Evaluator:
                     stacked[idx] = flats[idx].expand(rows, -1).clone()
                 delta = eps * p if p != 1 else eps
                 t = stacked[idx]
-                r = torch.arange(lo - start, hi - start, device=t.device)
-                c = torch.arange(lo - offsets[s], hi - offsets[s], device=t.device)
-                t[r, c] = flats[idx][c] - delta
-                t[r + b, c] = flats[idx][c] + delta
-            if probe:  # one extra row: the first element of every perturbed input moved at once
+                r, c, n = lo - start, lo - offsets[s], hi - lo  # rows r.., columns c..: a diagonal each
+                t[r:r + n, c:c + n].diagonal().sub_(delta)
+                t[b + r:b + r + n, c:c + n].diagonal().add_(delta)
+            if probe and not self.center_probe:  # one extra row: the first element of every input moved at once
                 for idx, p in _first_directions(segments):
                     if idx not in stacked:
                         stacked[idx] = flats[idx].expand(rows, -1).clone()
@@ -272,7 +277,8 @@ class Evaluator:
                 if idx not in stacked:
                     stacked[idx] = flats[idx].expand(rows, -1)
             args = [stacked[i].view(rows, *base[i].shape) for i in vidx]
-            timed = self._timed if probe else _untimed  # the clock is read only for what is compared
+            # The clock is read only for what is compared.
+            timed = self._timed if probe and not self.center_probe else _untimed
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 outs, t_batched = timed(self._vmap, single, *args)
@@ -285,7 +291,10 @@ class Evaluator:
                 diff = torch.sub(o[b:2 * b], o[:b]).div_(2 * eps) if o.is_floating_point() or o.is_complex() \
                     else (o[b:2 * b] - o[:b]) / (2 * eps)
                 res[start:stop].copy_(diff.reshape(b, -1))
-            if probe:
+            if probe and self.center_probe:
+                if not all(_close(o[2 * b], ref.detach()) for o, ref in zip(outs, refs)):
+                    raise _Disagreement("vmapped evaluation at the unperturbed point differs from the plain call")
+            elif probe:
                 _, t_plain = self._timed(self._probe_forward, fn, inputs, segments, eps, [o[2 * b] for o in outs])
                 # A column is two rows (x - delta e_k and x + delta e_k); the probe evaluated one.
                 self._keep_if_cheaper("forward", t_batched / b, 2 * t_plain)
@@ -372,11 +381,15 @@ class Evaluator:
                 if gr is not None and b != m:
                     out[i][start:stop].copy_(gr)
             if probe:
-                ref, t_plain = self._timed(self._vjp, output, diff_inputs, g[0].view(output.shape))
+                # A dense random combination of the chunk's rows: a plain backward that differs from
+                # the batched one in any row shows (a one-hot probe sees one row only).
+                w = torch.rand(b, generator=torch.Generator().manual_seed(b), dtype=torch.float64).to(g.dtype)
+                ref, t_plain = self._timed(self._vjp, output, diff_inputs, (w @ g).view(output.shape))
                 self._keep_if_cheaper("vjp", t_batched / b, t_plain)
                 for gr, r in zip(grads, ref):
                     if (gr is None) != (r is None) or (r is not None and (
-                            gr.dtype != r.dtype or not _close(gr[0], r, extra_atol=nondet_tol))):
+                            gr.dtype != r.dtype or not _close(torch.tensordot(w.to(gr.dtype), gr, 1), r,
+                                                              extra_atol=nondet_tol * b))):
                         raise _Disagreement("batched VJP differs from the plain VJP")
                 self._vjp_probed.append(output)
         return out
@@ -486,14 +499,15 @@ class Evaluator:
 
         t_batched = 0.0
         probe_row = None
+        probe_direction = torch.rand(total, generator=torch.Generator().manual_seed(total),
+                                     dtype=torch.float64).to(dtype=dtype, device=x0.device)
         for start in range(0, total, chunk):
             stop = min(total, start + chunk)
             b = stop - start
             probe = start == 0
             t = _one_hot_rows(b + probe, total, start, x0, dtype=dtype)
-            if probe:  # one extra row: the first element of every input at once
-                t[b] = 0
-                t[b, [off for off, n in zip(offsets, sizes) if n]] = 1
+            if probe:  # one extra row: a dense random direction over every input (see _probe_jvp)
+                t[b] = probe_direction
             timed = self._timed if probe else _untimed
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -510,20 +524,22 @@ class Evaluator:
             if probe:
                 probe_row = [r[b] for r in res]
                 t_batched = seconds / (b + 1)
-        ref, t_plain = self._timed(self._probe_jvp, fn, inputs, idxs, check_dtype)
+        ref, t_plain = self._timed(self._probe_jvp, fn, inputs, idxs, check_dtype, probe_direction, offsets)
         for got, want in zip(probe_row, ref):
             if not _close(got, want):
                 raise _Disagreement("batched JVP differs from the plain JVP")
         self._keep_if_cheaper("jvp_func" if functorch else "jvp", t_batched, t_plain)
         return [[out[off:off + n] for out in results] for off, n in zip(offsets, sizes)]
 
-    def _probe_jvp(self, fn, inputs, idxs, check_dtype):
-        """One plain JVP along the probe row's direction: the first element of every input in idxs."""
+    def _probe_jvp(self, fn, inputs, idxs, check_dtype, direction, offsets):
+        """One plain JVP along the probe row's direction, dense over every input in idxs: a plain JVP
+        that differs from the batched one in any column shows (a one-hot probe sees one column)."""
         with fwAD.dual_level():
             duals, tangents = make_duals(inputs)
-            for i in idxs:
-                if inputs[i].numel():
-                    tangents[i][unravel(0, inputs[i].shape)] = 1.0
+            for i, off in zip(idxs, offsets):
+                n = inputs[i].numel()
+                if n:
+                    tangents[i].copy_(direction[off:off + n].view(inputs[i].shape))
             return self._jvp_outputs(fn, duals, check_dtype)
 
 
@@ -564,6 +580,9 @@ def _close(got: torch.Tensor, want: torch.Tensor, extra_atol: float = 0.0) -> bo
     if not (got.is_floating_point() or got.is_complex()):
         return bool(torch.equal(got, want))
     eps = torch.finfo(got.dtype).eps
+    if got.is_floating_point() and float(torch.sub(got, want).abs_().max()) <= 1e3 * eps * float(
+            want.abs().max()) + extra_atol:  # within the allowance below; NaN and inf never pass here
+        return True
     scale = float(want.abs().nan_to_num(0.0, 0.0, 0.0).max()) if want.numel() else 0.0
     return bool(torch.allclose(got, want, rtol=1e3 * eps, atol=1e3 * eps * scale + extra_atol + 1e-300,
                                equal_nan=True))

@@ -1,0 +1,346 @@
+"""fast_mode="auto" within the budget: the full check and its side checks folded into few calls.
+
+Run step by step (core.full_check, then aux_checks), one gradcheck call costs about a dozen
+separate evaluations: the vmapped finite differences and a plain probe call, two batched passes of
+VJP rows (the second only to test reentrancy) and a plain probe, a vmapped and two plain VJPs for
+the batched-gradient check, a VJP with zero grad_outputs, the undefined-grad_output pass. On
+small inputs each costs more in Python than in kernels, so the step-by-step full check costs
+more than torch's fast mode although both compute little. The fused pass computes the same
+entries with fewer calls:
+
+- **Finite differences**: every column of every input in one vmapped call (per input beyond
+  batching.FUSE_MAX_COLUMNS columns), plus one unperturbed row compared with the plain output
+  already computed; no plain probe call.
+- **VJP rows**: one batched backward over all outputs at once. Its cotangents are the one-hot rows
+  of every output element (the Jacobian), then, per output, the batched-gradient check's two
+  random cotangents (or one when that check is off), then an all-zero row.
+- **Plain VJPs**, two or three per output: the first random cotangent twice (the two must be
+  identical up to nondet_tol: reentrancy, as torch's fast mode tests it) and the second once; each
+  must equal its batched row (torch.allclose, as torch's batched-gradient check compares; with the
+  check off, up to reassociation). This also ties the plain backward to the batched one on a
+  dense combination of every row, where a probe would only see one row.
+- **Zero grad_output**: the all-zero batched row must be zero (exactly, or allclose when masked).
+- **Undefined grad_output**: the outputs already computed are wrapped in UndefinedGrad instead of
+  calling the function again (with several outputs, the per-output passes call it as torch does).
+- Forward AD, its undefined-tangent check and the batched forward-AD check run as in the
+  step-by-step check, on the shared finite differences.
+
+Every Jacobian entry is compared with its finite difference at the full check's tolerance, as in
+the step-by-step check. The pass decides only a pass: when anything in it disagrees, raises, or
+does not apply (complex or sparse tensors, non-tensor outputs, an output that does not require
+grad, more rows than fit the memory budget, batching off), the call runs the step-by-step check
+from the start, so a failure, its wording and its order are the step-by-step check's (and so,
+for fast_mode=False/True, torch's). What the fused pass tests differently: reentrancy on one
+random combination of rows per output (torch's fast mode does the same; the step-by-step full
+check compares two batched passes of every row), and the zero-grad_output test on the batched
+backward (a plain backward that differs from the batched one disagrees with its batched row and
+sends the call to the step-by-step check).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from opcheck.engine import aux_checks
+from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, requires_grad
+from opcheck.engine.batching import FUSE_MAX_COLUMNS, _close
+from opcheck.engine.core import CheckContext, allclose_promoted, analytical_jvp_jacobian, numerical_jacobian
+from opcheck.engine.errors import GradcheckError
+
+__all__ = ["Fallback", "fused_check"]
+
+
+class Fallback(Exception):
+    """The fused pass cannot vouch for this call: the step-by-step check decides.
+
+    `distrust` names the kind of batching (an Evaluator kind: "vjp", "forward", "jvp_func") whose
+    batched result disagreed with a plain call: the step-by-step check then runs without it.
+    """
+
+    def __init__(self, message: str, distrust: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.distrust = distrust
+
+
+def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple, *, check_backward_ad: bool,
+                check_forward_ad: bool, check_undefined_grad: bool, check_batched_grad: bool,
+                check_batched_forward_grad: bool, masked) -> None:
+    """Every check of one gradcheck call, fused; returns when all pass, raises Fallback otherwise."""
+    _applies(ctx, func_out, inputs, outputs, check_backward_ad)
+    ev = ctx.evaluator
+    ev.center_probe = True
+    func_out = as_tuple(func_out)
+    try:
+        fused_forward = check_forward_ad and _fits_one_call(inputs)
+        if fused_forward:
+            numerical, analytical = _forward_jacobians(ctx, func, inputs, func_out)
+        else:
+            numerical = numerical_jacobian(ctx, func, inputs, func_out)  # [input][output] (n_j, m_i)
+            analytical = analytical_jvp_jacobian(ctx, func, inputs, func_out) if check_forward_ad else None
+        if check_backward_ad:
+            _backward(ctx, inputs, outputs, numerical, check_batched_grad, masked)
+            ev.stats.auto_paths.append("full")
+        if check_forward_ad:
+            for j, per_output in enumerate(numerical):
+                for i, n in enumerate(per_output):
+                    if not _allclose(analytical[j][i], n, ctx.rtol, ctx.atol):
+                        raise Fallback(f"forward AD: output {i}, input {j} disagrees with finite differences")
+            ev.stats.auto_paths.append("full")
+            if check_undefined_grad and len(diff_input_indices(inputs)) > 1:
+                # With one differentiable input the undefined-tangent call has no dual input, so no
+                # output has a tangent to compare: the check cannot fail, and is not run.
+                aux_checks.test_undefined_forward_mode(ctx, func, outputs, inputs)
+        if check_batched_forward_grad:
+            expected = _expected_jvps(inputs, func_out, analytical) if fused_forward else None
+            aux_checks.test_batched_grad_forward_ad(ctx, func, inputs, expected)
+        if check_backward_ad and check_undefined_grad:
+            aux_checks.test_undefined_backward_mode(ctx, _outputs_once(func, func_out), outputs, inputs)
+    except GradcheckError as e:
+        raise Fallback(f"{getattr(e, 'check', None) or 'check'} failed") from e
+    except Fallback:
+        raise
+    except Exception as e:  # the step-by-step check decides what the user sees
+        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+    finally:
+        ev.center_probe = False
+    ev.stats.fused = True
+
+
+def _applies(ctx: CheckContext, func_out, inputs: tuple, outputs: tuple, check_backward_ad: bool) -> None:
+    ev = ctx.evaluator
+    if not (ev.batch_forward and ev.batch_vjp):
+        raise Fallback("batching is off")
+    outs = as_tuple(func_out)
+    diff = diff_input_indices(inputs)
+    for j in diff:
+        x = inputs[j]
+        if x.layout != torch.strided or not x.is_floating_point():
+            raise Fallback(f"input {j} is not a real strided tensor")
+    seen_other = False
+    for p, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            raise Fallback(f"output {p} is not a tensor")
+        if not o.is_floating_point():
+            if o.is_complex():
+                raise Fallback(f"output {p} is complex")
+            seen_other = True
+            continue
+        if seen_other or o.layout != torch.strided or not o.requires_grad:
+            raise Fallback(f"output {p} is not a real strided output that requires grad")
+    if not outputs:
+        raise Fallback("no differentiable outputs")
+    n = sum(inputs[j].numel() for j in diff)
+    m = sum(o.numel() for o in outputs)
+    if n * m > ctx.jacobian_budget:
+        raise Fallback("beyond the Jacobian budget")
+    itemsize = max(inputs[j].element_size() for j in diff)
+    rows = m + 2 * len(outputs) + 1 if check_backward_ad else 0
+    if max(rows * (m + n), (2 * n + 1) * (n + m)) * itemsize > ev.memory_budget:
+        raise Fallback("more rows than fit the memory budget")
+
+
+def _outputs_once(func, func_out):
+    """func, except that its first call returns the outputs already computed (graph and all)."""
+    pending = [func_out]
+
+    def call(*args):
+        return pending.pop() if pending else func(*args)
+
+    return call
+
+
+def _fits_one_call(inputs: tuple) -> bool:
+    return 0 < sum(inputs[j].numel() for j in diff_input_indices(inputs)) <= FUSE_MAX_COLUMNS
+
+
+def _forward_jacobians(ctx: CheckContext, func, inputs: tuple, func_out: tuple):
+    """Finite differences and forward-AD columns from one vmapped torch.func.jvp.
+
+    Rows x - eps e_k and x + eps e_k carry zero tangents (their primals give the central differences),
+    rows x carry the tangent e_k (their tangents give the columns J e_k). One plain JVP along a dense
+    random direction must agree with the same combination of the batched columns, and the plain
+    output with the first unperturbed row. Returns ([input][output] numerical, same analytical).
+    """
+    ev = ctx.evaluator
+    diff = diff_input_indices(inputs)
+    base = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
+    sizes = [inputs[j].numel() for j in diff]
+    n = sum(sizes)
+    of_x = _of_diff_inputs(getattr(func, "vmap_form", func), base, diff)
+    # Per input, the rows' perturbations (-eps, then +eps, on the diagonal of its block of columns;
+    # x + (-eps) is x - eps exactly) and tangents.
+    deltas, tangents = [], []
+    offset = 0
+    for j, size in zip(diff, sizes):
+        d = base[j].new_zeros((3 * n, size))
+        t = base[j].new_zeros((3 * n, size))
+        d[offset:offset + size].diagonal().fill_(-ctx.eps)
+        d[n + offset:n + offset + size].diagonal().fill_(ctx.eps)
+        t[2 * n + offset:2 * n + offset + size].diagonal().fill_(1)
+        deltas.append(d.view(3 * n, *base[j].shape))
+        tangents.append(t.view(3 * n, *base[j].shape))
+        offset += size
+
+    def one_row(*dt):
+        return torch.func.jvp(of_x, tuple(base[j] + d for j, d in zip(diff, dt[:len(diff)])), dt[len(diff):])
+
+    ev.stats.batched_jvp_calls += 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs, touts = ev._vmap(one_row, *deltas, *tangents)
+    floats = [o for o in func_out if is_float_or_complex(o)]
+    if len(outs) != len(floats):
+        raise Fallback("number of outputs changed under vmap")
+    numerical, analytical = [[] for _ in diff], [[] for _ in diff]
+    g = torch.Generator().manual_seed(aux_checks._SEED)
+    u = torch.randn(n, generator=g, dtype=torch.float64).to(dtype=base[diff[0]].dtype)
+    plain = _plain_jvp(ev, func, inputs, diff, sizes, u)
+    for o, ref, to, po in zip(outs, floats, touts, plain):
+        if o.shape[1:] != ref.shape or o.dtype != ref.dtype or to.shape != o.shape or to.dtype != o.dtype:
+            raise Fallback("output shape or dtype changed under vmap")
+        if not _close(o[2 * n], ref.detach()):
+            raise Fallback("vmapped evaluation at the unperturbed point differs from the plain call", ("forward",))
+        fd = torch.sub(o[n:2 * n], o[:n]).div_(2 * ctx.eps).reshape(n, ref.numel())
+        cols = to[2 * n:].reshape(n, ref.numel())
+        if not _close(u @ cols, po, extra_atol=0.0):
+            raise Fallback("batched JVP differs from the plain JVP", ("jvp_func", "jvp"))
+        offset = 0
+        for jj, size in enumerate(sizes):
+            numerical[jj].append(fd[offset:offset + size])
+            analytical[jj].append(cols[offset:offset + size])
+            offset += size
+    return numerical, analytical
+
+
+def _expected_jvps(inputs: tuple, func_out: tuple, analytical):
+    """The batched forward-AD check's one-at-a-time JVPs, from the fused pass's columns.
+
+    Those columns agree with a plain JVP along a dense direction up to rounding; an output without
+    a tangent, and a non-float one, has zeros, as that check's JVP function returns.
+    """
+    position = {j: jj for jj, j in enumerate(diff_input_indices(inputs))}
+
+    def expected(input_idx, tangents):
+        t = torch.stack(tangents).reshape(len(tangents), -1)
+        cols = analytical[position[input_idx]]
+        result = []
+        for i, o in enumerate(func_out):
+            if i < len(cols):
+                result.append((t.to(cols[i].dtype) @ cols[i]).reshape(len(tangents), *o.shape))
+            else:
+                result.append(torch.zeros((len(tangents), *o.shape), dtype=o.dtype, device=o.device))
+        return result
+
+    return expected
+
+
+def _of_diff_inputs(fn, base, diff):
+    def of_x(*xs):
+        args = list(base)
+        for j, x in zip(diff, xs):
+            args[j] = x
+        return tuple(o for o in as_tuple(fn(*args)) if is_float_or_complex(o))
+    return of_x
+
+
+def _plain_jvp(ev, func, inputs, diff, sizes, u):
+    """Tangents of func's float outputs (flattened) for the input direction u, with dual tensors."""
+    ev.stats.jvp_calls += 1
+    with fwAD.dual_level():
+        args = list(inputs)
+        offset = 0
+        for j, size in zip(diff, sizes):
+            x = inputs[j]
+            args[j] = fwAD.make_dual(x.detach(), u[offset:offset + size].reshape(x.shape).to(x.dtype))
+            offset += size
+        result = []
+        for o in as_tuple(func(*args)):
+            if not is_float_or_complex(o):
+                continue
+            primal, tangent = fwAD.unpack_dual(o)
+            result.append(tangent.reshape(-1).clone() if tangent is not None else primal.new_zeros(primal.numel()))
+        return result
+
+
+def _backward(ctx: CheckContext, inputs: tuple, outputs: tuple, numerical, check_batched_grad: bool,
+              masked) -> None:
+    ev = ctx.evaluator
+    diff_inputs = [a for a in inputs if requires_grad(a)]
+    sizes = [o.numel() for o in outputs]
+    m = sum(sizes)
+    k = 1  # random cotangents per output
+    rows = m + k * len(outputs) + 1  # identity, the random cotangents, one zero row
+    extra = []  # per output, the step-by-step batched-gradient check's random cotangents
+    cotangents = []
+    offset = 0
+    for i, o in enumerate(outputs):
+        g = torch.Generator().manual_seed(aux_checks._SEED + i)
+        extra.append([aux_checks._randn_like(o, g) for _ in range(k)])
+        c = o.new_zeros((rows, sizes[i]))
+        c[offset:offset + sizes[i]].fill_diagonal_(1)
+        c[m + k * i:m + k * (i + 1)] = torch.stack(extra[i]).reshape(k, sizes[i])
+        cotangents.append(c.view(rows, *o.shape))
+        offset += sizes[i]
+    ev.stats.batched_vjp_calls += 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batched = torch.autograd.grad(outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True,
+                                      is_grads_batched=True)
+    flat = []
+    for j, (gr, x) in enumerate(zip(batched, diff_inputs)):
+        if gr is None:
+            gr = x.new_zeros((rows, *x.shape))
+        elif tuple(gr.shape) != (rows, *x.shape) or gr.dtype != x.dtype or gr.layout != torch.strided:
+            raise Fallback(f"batched gradient of input {j} has an unexpected shape, dtype or layout")
+        flat.append(gr.reshape(rows, x.numel()))
+
+    for i, o in enumerate(outputs):
+        plain = [_plain_vjp(ev, o, diff_inputs, v) for v in extra[i]]
+        again = _plain_vjp(ev, o, diff_inputs, extra[i][0])
+        for j, x in enumerate(diff_inputs):
+            if (plain[0][j] is None) != (again[j] is None):
+                raise Fallback(f"output {i}: two plain backward passes disagree on whether input {j} is used")
+            ps = [p[j] if p[j] is not None else torch.zeros_like(x) for p in plain]
+            if any(p.dtype != x.dtype or p.shape != x.shape or p.layout != torch.strided for p in ps):
+                raise Fallback(f"output {i}: a plain gradient of input {j} has an unexpected dtype or shape")
+            a, b = ps[0].detach(), (again[j] if again[j] is not None else ps[0]).detach()
+            if not torch.equal(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.nondet_tol):
+                raise Fallback(f"two plain backward passes of output {i} differ (reentrancy)")
+            got = flat[j][m + k * i:m + k * (i + 1)]
+            want = torch.stack(ps).reshape(k, -1)
+            same = _allclose(got, want, 1e-5, 1e-8) if check_batched_grad else _close(got, want, extra_atol=ctx.nondet_tol)
+            if not same:
+                raise Fallback(f"output {i}, input {j}: batched and plain gradients differ", ("vjp",))
+
+    for j, f in enumerate(flat):
+        zero = f[rows - 1]
+        if bool(zero.any()) and not (masked and torch.allclose(zero, torch.zeros_like(zero))):
+            raise Fallback(f"gradient of input {j} is nonzero for a zero grad_output")
+
+    for j, f in enumerate(flat):
+        offset = 0
+        for i, size in enumerate(sizes):
+            if not _allclose(f[offset:offset + size].t(), numerical[j][i], ctx.rtol, ctx.atol):
+                raise Fallback(f"backward: output {i}, input {j} disagrees with finite differences")
+            offset += size
+
+
+def _plain_vjp(ev, output, diff_inputs, v):
+    ev.stats.vjp_calls += 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.autograd.grad(output, diff_inputs, v, retain_graph=True, allow_unused=True)
+
+
+def _allclose(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
+    """core.allclose_promoted, with one reduction on the way to a pass (torch.allclose decides the rest)."""
+    if a.shape == b.shape and a.numel():
+        a, b = a.detach(), b.detach()
+        worst = torch.sub(a, b).abs_().sub_(b.abs().mul_(rtol)).max()
+        if float(worst) <= atol:  # NaN and inf never get here
+            return True
+    return allclose_promoted(a, b, rtol, atol)
+

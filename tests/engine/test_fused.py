@@ -1,0 +1,173 @@
+"""fast_mode="auto" within the budget: the fused pass (opcheck/engine/fused.py).
+
+The fused pass only ever decides a pass; everything else goes to the step-by-step check. So on
+every case of the differential corpus it must give the step-by-step check's verdict and first
+line, and the bugs that only its own comparisons see (a plain backward that differs from the
+batched one) must still fail.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.autograd.gradcheck import GradcheckError
+
+import opcheck
+from opcheck.engine import api, fused
+
+import corpus
+import test_differential
+
+AUTO = SimpleNamespace(
+    name="opcheck auto",
+    gradcheck=lambda *a, fast_mode=None, **k: opcheck.gradcheck(*a, fast_mode="auto", **k),
+    gradgradcheck=lambda *a, fast_mode=None, **k: opcheck.gradgradcheck(*a, fast_mode="auto", **k),
+)
+
+
+def _without_fused_pass(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise fused.Fallback("turned off by the test")
+
+    monkeypatch.setattr(api, "fused_check", refuse)
+
+
+@pytest.mark.parametrize("case", corpus.CASES, ids=lambda c: c.id)
+def test_fused_pass_keeps_the_step_by_step_verdict_and_first_line(case, monkeypatch):
+    with_fused = test_differential.run_case(AUTO, case, "slow")
+    _without_fused_pass(monkeypatch)
+    step_by_step = test_differential.run_case(AUTO, case, "slow")
+    assert (with_fused.verdict, with_fused.detail) == (step_by_step.verdict, step_by_step.detail)
+
+
+def test_corpus_passes_mostly_take_the_fused_pass():
+    taken = []
+    for case in corpus.CASES:
+        if case.checker != "gradcheck" or case.expected_for("slow") is not True:
+            continue
+        kwargs = {k: v for k, v in case.flags.items() if k != "raise_exception"}
+        r = opcheck.gradcheck_report(case.func, case.make_inputs(), fast_mode="auto", **kwargs)
+        assert r.passed, r.message
+        taken.append(r.stats.fused)
+    assert len(taken) >= 10 and sum(taken) >= len(taken) // 2, taken
+
+
+def _x(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_()
+
+
+def test_one_batched_backward_and_no_plain_forward_probe():
+    r = opcheck.gradcheck_report(torch.sin, (_x(5, 5),), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["full"]
+    # The Jacobian rows, the batched-gradient and the zero-grad_output rows in one batched backward;
+    # the random cotangent twice in a plain one (reentrancy, and the tie to the batched row).
+    assert r.stats.batched_vjp_calls == 1 and r.stats.vjp_calls == 2
+    assert r.stats.batched_calls == 1 and r.stats.calls == 0  # finite differences: one vmapped call
+
+
+def test_forward_ad_columns_and_finite_differences_share_one_call():
+    r = opcheck.gradcheck_report(torch.sin, (_x(4, 3),), fast_mode="auto", check_forward_ad=True,
+                                 check_backward_ad=False, check_batched_forward_grad=True)
+    assert r.passed and r.stats.fused
+    assert r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1 and r.stats.batched_calls == 0
+
+
+def test_both_modes_in_one_call_share_the_finite_differences():
+    r = opcheck.gradcheck_report(torch.mul, (_x(3, 4), _x(3, 4, seed=1)), fast_mode="auto",
+                                 check_forward_ad=True, check_batched_grad=True)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["full", "full"]
+    assert r.stats.batched_calls == 0 and r.stats.batched_jvp_calls == 1
+
+
+def _is_batched(t):
+    return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
+
+
+class SinPlainBackwardWrongTail(torch.autograd.Function):
+    """Right under vmap (a batching rule's kernel), 1% wrong on the last element one at a time."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        grad = g * x.cos()
+        if not _is_batched(g):
+            scale = torch.ones_like(x)
+            scale.view(-1)[-1] = 1.01
+            grad = grad * scale
+        return grad
+
+
+class SinBatchedBackwardWrongTail(torch.autograd.Function):
+    """Right one at a time, 1% wrong on the last element under vmap."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        grad = g * x.cos()
+        if _is_batched(g):
+            scale = torch.ones_like(x)
+            scale.view(-1)[-1] = 1.01
+            grad = grad * scale
+        return grad
+
+
+def test_a_plain_backward_bug_that_batching_hides_is_caught():
+    # The step-by-step check probes the batched rows on one row only, where this bug is 0.
+    x = _x(6, 6)
+    with pytest.raises(GradcheckError):
+        torch.autograd.gradcheck(SinPlainBackwardWrongTail.apply, (x,), fast_mode=False)
+    r = opcheck.gradcheck_report(SinPlainBackwardWrongTail.apply, (x,), fast_mode="auto")
+    assert not r.passed and r.check == "backward", r.message
+    assert r.message.startswith("Jacobian mismatch for output 0 with respect to input 0,")
+    assert any("batched and plain gradients differ" in f for f in r.stats.fallbacks), r.stats.fallbacks
+    assert r.mismatch.worst[0].input_index == (5, 5)
+
+
+def test_a_batched_only_backward_bug_fails_the_batched_gradient_check_only():
+    x = _x(6, 6)
+    assert torch.autograd.gradcheck(SinBatchedBackwardWrongTail.apply, (x,), fast_mode=False)
+    r = opcheck.gradcheck_report(SinBatchedBackwardWrongTail.apply, (x,), fast_mode="auto")
+    assert r.passed and not r.stats.fused, r.stats.fallbacks  # the loop decides: no false alarm
+    with pytest.raises(GradcheckError, match="testing batched gradient computation"):
+        torch.autograd.gradcheck(SinBatchedBackwardWrongTail.apply, (x,), check_batched_grad=True)
+    r = opcheck.gradcheck_report(SinBatchedBackwardWrongTail.apply, (x,), fast_mode="auto", check_batched_grad=True)
+    assert not r.passed and r.check == "batched backward", r.message
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (torch.complex(_x(3), _x(3, seed=1)),),  # complex input
+    lambda: (_x(0, 3),),  # empty
+])
+def test_what_the_fused_pass_does_not_take_runs_step_by_step(make):
+    f = (lambda z: (z * z).real) if make()[0].is_complex() else torch.sin
+    r = opcheck.gradcheck_report(f, make(), fast_mode="auto", check_forward_ad=True)
+    assert r.passed
+    if make()[0].is_complex():
+        assert not r.stats.fused and any(f.startswith("fused:") for f in r.stats.fallbacks)
+    else:
+        assert r.stats.fused
+
+
+@pytest.mark.parametrize("mutant", [SinPlainBackwardWrongTail, SinBatchedBackwardWrongTail], ids=lambda m: m.__name__)
+def test_full_mode_keeps_torchs_verdict_when_batched_and_plain_backward_differ(mutant):
+    # The batched rows' probe is a dense combination of rows, so the one-at-a-time backward (torch's
+    # algorithm) decides wherever the two differ.
+    x = _x(6, 6)
+    try:
+        want = torch.autograd.gradcheck(mutant.apply, (x,), fast_mode=False)
+    except GradcheckError:
+        want = False
+    assert opcheck.gradcheck_report(mutant.apply, (x,), fast_mode=False).passed is want
