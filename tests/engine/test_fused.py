@@ -86,42 +86,29 @@ def _is_batched(t):
     return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
 
 
-class SinPlainBackwardWrongTail(torch.autograd.Function):
-    """Right under vmap (a batching rule's kernel), 1% wrong on the last element one at a time."""
+def _sin_wrong_tail_when(batched: bool, name: str):
+    """sin whose backward is 1% wrong on the last element only under vmap (batched=True) or only
+    one at a time (batched=False): a batching rule's kernel that differs from the plain one."""
 
-    @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
         return x.sin()
 
-    @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         grad = g * x.cos()
-        if not _is_batched(g):
+        if _is_batched(g) == batched:
             scale = torch.ones_like(x)
             scale.view(-1)[-1] = 1.01
             grad = grad * scale
         return grad
 
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
+                                                   "backward": staticmethod(backward)})
 
-class SinBatchedBackwardWrongTail(torch.autograd.Function):
-    """Right one at a time, 1% wrong on the last element under vmap."""
 
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        grad = g * x.cos()
-        if _is_batched(g):
-            scale = torch.ones_like(x)
-            scale.view(-1)[-1] = 1.01
-            grad = grad * scale
-        return grad
+SinPlainBackwardWrongTail = _sin_wrong_tail_when(False, "SinPlainBackwardWrongTail")
+SinBatchedBackwardWrongTail = _sin_wrong_tail_when(True, "SinBatchedBackwardWrongTail")
 
 
 def test_a_plain_backward_bug_that_batching_hides_is_caught():
