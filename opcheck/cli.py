@@ -7,6 +7,7 @@ the exit status (0 ok, 1 invalid specs, stale generated tests or unreadable resu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -117,6 +118,10 @@ def _load(specs: Path, root: Path):
 
     if not specs.exists():
         raise _Failure(f"{specs}: no such file or folder (pass --specs PATH)")
+    if importlib.util.find_spec("torch") is None:  # else every op path would fail on its own line
+        raise _Failure(f"opcheck: torch is not installed in this Python ({sys.executable}): specs name "
+                       "torch ops and the generated tests call them; install torch, e.g. with README's "
+                       "set-up command")
     _use_root(root)
     try:
         return load_specs([specs], root=root)

@@ -50,6 +50,20 @@ def test_missing_specs_folder_is_a_clear_error(tmp_path):
     assert result.returncode == 1 and "op_specs: no such file or folder" in result.stderr
 
 
+def test_a_python_without_torch_gets_one_line_not_one_per_op(project, monkeypatch, capsys):
+    import importlib.util
+
+    from opcheck import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.chdir(project)
+    for command in (["validate"], ["generate", "--check"]):
+        assert cli.main(command) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("opcheck: torch is not installed in this Python") and len(err.splitlines()) == 1
+
+
 def test_new_scaffolds_a_spec_that_validates_generates_and_runs(tmp_path):
     made = opcheck("new", "hypot", "--op", "torch.hypot", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
