@@ -10,27 +10,32 @@ entries with fewer calls:
 
 - **Finite differences**: every column of every input in one vmapped call (per input beyond
   batching.FUSE_MAX_COLUMNS columns), plus one unperturbed row compared with the plain output
-  already computed; no plain probe call.
+  already computed; no plain probe call. With forward AD checked, the same call also gives the
+  JVP columns (rows x ± eps e_k carry zero tangents, rows x the tangent e_k), and one plain JVP
+  along a dense random direction must agree with the same combination of the columns.
 - **VJP rows**: one batched backward over all outputs at once. Its cotangents are the one-hot rows
-  of every output element (the Jacobian), then, per output, the batched-gradient check's two
-  random cotangents (or one when that check is off), then an all-zero row.
-- **Plain VJPs**, two or three per output: the first random cotangent twice (the two must be
-  identical up to nondet_tol: reentrancy, as torch's fast mode tests it) and the second once; each
-  must equal its batched row (torch.allclose, as torch's batched-gradient check compares; with the
-  check off, up to reassociation). This also ties the plain backward to the batched one on a
-  dense combination of every row, where a probe would only see one row.
+  of every output element (the Jacobian), then, per output, the first random cotangent of the
+  step-by-step batched-gradient check, then an all-zero row.
+- **Plain VJPs**, two per output, along that random cotangent: the two must be identical up to
+  nondet_tol (reentrancy, as torch's fast mode tests it), and equal to its batched row
+  (torch.allclose's defaults, as the batched-gradient check compares; with that check off, up to
+  reassociation). A random cotangent weighs every row, so a plain backward that differs from the
+  batched one anywhere shows, where a one-hot probe sees one row.
 - **Zero grad_output**: the all-zero batched row must be zero (exactly, or allclose when masked).
 - **Undefined grad_output**: the outputs already computed are wrapped in UndefinedGrad instead of
   calling the function again (with several outputs, the per-output passes call it as torch does).
-- Forward AD, its undefined-tangent check and the batched forward-AD check run as in the
-  step-by-step check, on the shared finite differences.
+- **Forward AD's side checks**: the batched forward-AD check compares its vmapped JVPs with the
+  fused columns instead of one plain JVP per tangent; the undefined-tangent check runs as in the
+  step-by-step check, except with one differentiable input, where its undefined-tangent call has
+  no dual input, so no output has a tangent to compare and the check cannot fail.
 
 Every Jacobian entry is compared with its finite difference at the full check's tolerance, as in
 the step-by-step check. The pass decides only a pass: when anything in it disagrees, raises, or
 does not apply (complex or sparse tensors, non-tensor outputs, an output that does not require
 grad, more rows than fit the memory budget, batching off), the call runs the step-by-step check
-from the start, so a failure, its wording and its order are the step-by-step check's (and so,
-for fast_mode=False/True, torch's). What the fused pass tests differently: reentrancy on one
+from the start, so a failure, its wording and its order are the step-by-step check's; where a
+batched result disagreed with a plain call, that rerun does without that batching (Fallback's
+`distrust`), so torch's one-at-a-time algorithm decides. What the fused pass tests differently: reentrancy on one
 random combination of rows per output (torch's fast mode does the same; the step-by-step full
 check compares two batched passes of every row), and the zero-grad_output test on the batched
 backward (a plain backward that differs from the batched one disagrees with its batched row and
@@ -46,7 +51,7 @@ import torch.autograd.forward_ad as fwAD
 
 from opcheck.engine import aux_checks
 from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, requires_grad
-from opcheck.engine.batching import FUSE_MAX_COLUMNS, _close
+from opcheck.engine.batching import FUSE_MAX_COLUMNS, _close, combination_close
 from opcheck.engine.core import CheckContext, allclose_promoted, analytical_jvp_jacobian, numerical_jacobian
 from opcheck.engine.errors import GradcheckError
 
@@ -86,7 +91,7 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
         if check_forward_ad:
             for j, per_output in enumerate(numerical):
                 for i, n in enumerate(per_output):
-                    if not _allclose(analytical[j][i], n, ctx.rtol, ctx.atol):
+                    if not allclose_promoted(analytical[j][i], n, ctx.rtol, ctx.atol):
                         raise Fallback(f"forward AD: output {i}, input {j} disagrees with finite differences")
             ev.stats.auto_paths.append("full")
             if check_undefined_grad and len(diff_input_indices(inputs)) > 1:
@@ -137,7 +142,7 @@ def _applies(ctx: CheckContext, func_out, inputs: tuple, outputs: tuple, check_b
     if n * m > ctx.jacobian_budget:
         raise Fallback("beyond the Jacobian budget")
     itemsize = max(inputs[j].element_size() for j in diff)
-    rows = m + 2 * len(outputs) + 1 if check_backward_ad else 0
+    rows = m + len(outputs) + 1 if check_backward_ad else 0
     if max(rows * (m + n), (2 * n + 1) * (n + m)) * itemsize > ev.memory_budget:
         raise Fallback("more rows than fit the memory budget")
 
@@ -205,7 +210,7 @@ def _forward_jacobians(ctx: CheckContext, func, inputs: tuple, func_out: tuple):
             raise Fallback("vmapped evaluation at the unperturbed point differs from the plain call", ("forward",))
         fd = torch.sub(o[n:2 * n], o[:n]).div_(2 * ctx.eps).reshape(n, ref.numel())
         cols = to[2 * n:].reshape(n, ref.numel())
-        if not _close(u @ cols, po, extra_atol=0.0):
+        if not combination_close(u, cols, po):
             raise Fallback("batched JVP differs from the plain JVP", ("jvp_func", "jvp"))
         offset = 0
         for jj, size in enumerate(sizes):
@@ -271,17 +276,15 @@ def _backward(ctx: CheckContext, inputs: tuple, outputs: tuple, numerical, check
     diff_inputs = [a for a in inputs if requires_grad(a)]
     sizes = [o.numel() for o in outputs]
     m = sum(sizes)
-    k = 1  # random cotangents per output
-    rows = m + k * len(outputs) + 1  # identity, the random cotangents, one zero row
-    extra = []  # per output, the step-by-step batched-gradient check's random cotangents
+    rows = m + len(outputs) + 1  # the identity, one random cotangent per output, one zero row
+    randoms = []  # per output, the first random cotangent of the step-by-step batched-gradient check
     cotangents = []
     offset = 0
     for i, o in enumerate(outputs):
-        g = torch.Generator().manual_seed(aux_checks._SEED + i)
-        extra.append([aux_checks._randn_like(o, g) for _ in range(k)])
+        randoms.append(aux_checks._randn_like(o, torch.Generator().manual_seed(aux_checks._SEED + i)))
         c = o.new_zeros((rows, sizes[i]))
         c[offset:offset + sizes[i]].fill_diagonal_(1)
-        c[m + k * i:m + k * (i + 1)] = torch.stack(extra[i]).reshape(k, sizes[i])
+        c[m + i] = randoms[i].reshape(-1)
         cotangents.append(c.view(rows, *o.shape))
         offset += sizes[i]
     ev.stats.batched_vjp_calls += 1
@@ -295,23 +298,25 @@ def _backward(ctx: CheckContext, inputs: tuple, outputs: tuple, numerical, check
             gr = x.new_zeros((rows, *x.shape))
         elif tuple(gr.shape) != (rows, *x.shape) or gr.dtype != x.dtype or gr.layout != torch.strided:
             raise Fallback(f"batched gradient of input {j} has an unexpected shape, dtype or layout")
-        flat.append(gr.reshape(rows, x.numel()))
+        flat.append(gr.detach().reshape(rows, x.numel()))
 
     for i, o in enumerate(outputs):
-        plain = [_plain_vjp(ev, o, diff_inputs, v) for v in extra[i]]
-        again = _plain_vjp(ev, o, diff_inputs, extra[i][0])
+        first = _plain_vjp(ev, o, diff_inputs, randoms[i])
+        again = _plain_vjp(ev, o, diff_inputs, randoms[i])
         for j, x in enumerate(diff_inputs):
-            if (plain[0][j] is None) != (again[j] is None):
+            if (first[j] is None) != (again[j] is None):
                 raise Fallback(f"output {i}: two plain backward passes disagree on whether input {j} is used")
-            ps = [p[j] if p[j] is not None else torch.zeros_like(x) for p in plain]
-            if any(p.dtype != x.dtype or p.shape != x.shape or p.layout != torch.strided for p in ps):
-                raise Fallback(f"output {i}: a plain gradient of input {j} has an unexpected dtype or shape")
-            a, b = ps[0].detach(), (again[j] if again[j] is not None else ps[0]).detach()
+            a = first[j].detach() if first[j] is not None else torch.zeros_like(x)
+            b = again[j].detach() if again[j] is not None else a
+            if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
+                raise Fallback(f"output {i}: the plain gradient of input {j} has an unexpected dtype or shape")
             if not torch.equal(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.nondet_tol):
                 raise Fallback(f"two plain backward passes of output {i} differ (reentrancy)")
-            got = flat[j][m + k * i:m + k * (i + 1)]
-            want = torch.stack(ps).reshape(k, -1)
-            same = _allclose(got, want, 1e-5, 1e-8) if check_batched_grad else _close(got, want, extra_atol=ctx.nondet_tol)
+            got, want = flat[j][m + i], a.reshape(-1)
+            # torch.allclose's defaults, as the batched-gradient check compares; with that check off,
+            # agreement up to reassociation.
+            same = allclose_promoted(got, want, 1e-5, 1e-8) if check_batched_grad else _close(
+                got, want, extra_atol=ctx.nondet_tol)
             if not same:
                 raise Fallback(f"output {i}, input {j}: batched and plain gradients differ", ("vjp",))
 
@@ -323,7 +328,7 @@ def _backward(ctx: CheckContext, inputs: tuple, outputs: tuple, numerical, check
     for j, f in enumerate(flat):
         offset = 0
         for i, size in enumerate(sizes):
-            if not _allclose(f[offset:offset + size].t(), numerical[j][i], ctx.rtol, ctx.atol):
+            if not allclose_promoted(f[offset:offset + size].t(), numerical[j][i], ctx.rtol, ctx.atol):
                 raise Fallback(f"backward: output {i}, input {j} disagrees with finite differences")
             offset += size
 
@@ -333,14 +338,4 @@ def _plain_vjp(ev, output, diff_inputs, v):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return torch.autograd.grad(output, diff_inputs, v, retain_graph=True, allow_unused=True)
-
-
-def _allclose(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
-    """core.allclose_promoted, with one reduction on the way to a pass (torch.allclose decides the rest)."""
-    if a.shape == b.shape and a.numel():
-        a, b = a.detach(), b.detach()
-        worst = torch.sub(a, b).abs_().sub_(b.abs().mul_(rtol)).max()
-        if float(worst) <= atol:  # NaN and inf never get here
-            return True
-    return allclose_promoted(a, b, rtol, atol)
 
