@@ -31,7 +31,7 @@ entries with fewer calls:
 
 Every Jacobian entry is compared with its finite difference at the full check's tolerance, as in
 the step-by-step check. The pass decides only a pass: when anything in it disagrees, raises, or
-does not apply (complex or sparse tensors, non-tensor outputs, an output that does not require
+does not apply (complex or sparse inputs, non-tensor outputs, an output that does not require
 grad, more rows than fit the memory budget, batching off), the call runs the step-by-step check
 from the start, so a failure, its wording and its order are the step-by-step check's; where a
 batched result disagreed with a plain call, that rerun does without that batching (Fallback's
@@ -73,20 +73,27 @@ class Fallback(Exception):
 def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple, *, check_backward_ad: bool,
                 check_forward_ad: bool, check_undefined_grad: bool, check_batched_grad: bool,
                 check_batched_forward_grad: bool, masked) -> None:
-    """Every check of one gradcheck call, fused; returns when all pass, raises Fallback otherwise."""
-    _applies(ctx, func_out, inputs, outputs, check_backward_ad)
+    """Every check of one gradcheck call, fused; returns when all pass, raises Fallback otherwise.
+
+    Complex outputs are checked as torch.view_as_real (..., 2): the Jacobian of that view holds the
+    step-by-step check's real-part and imaginary-part blocks side by side.
+    """
+    func_out = as_tuple(func_out)
+    has_complex = any(isinstance(o, torch.Tensor) and o.is_complex() for o in func_out)
+    real_func, real_out = (_real_outputs(func), _as_real(func_out)) if has_complex else (func, func_out)
+    real_outputs = tuple(o for o in real_out if o.requires_grad)
+    _applies(ctx, real_out, inputs, real_outputs, check_backward_ad)
     ev = ctx.evaluator
     ev.center_probe = True
-    func_out = as_tuple(func_out)
     try:
         fused_forward = check_forward_ad and _fits_one_call(inputs)
         if fused_forward:
-            numerical, analytical = _forward_jacobians(ctx, func, inputs, func_out)
+            numerical, analytical = _forward_jacobians(ctx, real_func, inputs, real_out)
         else:
-            numerical = numerical_jacobian(ctx, func, inputs, func_out)  # [input][output] (n_j, m_i)
-            analytical = analytical_jvp_jacobian(ctx, func, inputs, func_out) if check_forward_ad else None
+            numerical = numerical_jacobian(ctx, real_func, inputs, real_out)  # [input][output] (n_j, m_i)
+            analytical = analytical_jvp_jacobian(ctx, real_func, inputs, real_out) if check_forward_ad else None
         if check_backward_ad:
-            _backward(ctx, inputs, outputs, numerical, check_batched_grad, masked)
+            _backward(ctx, inputs, real_outputs, numerical, check_batched_grad, masked)
             ev.stats.auto_paths.append("full")
         if check_forward_ad:
             for j, per_output in enumerate(numerical):
@@ -99,7 +106,7 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
                 # output has a tangent to compare: the check cannot fail, and is not run.
                 aux_checks.test_undefined_forward_mode(ctx, func, outputs, inputs)
         if check_batched_forward_grad:
-            expected = _expected_jvps(inputs, func_out, analytical) if fused_forward else None
+            expected = _expected_jvps(inputs, func_out, analytical) if fused_forward and not has_complex else None
             aux_checks.test_batched_grad_forward_ad(ctx, func, inputs, expected)
         if check_backward_ad and check_undefined_grad:
             aux_checks.test_undefined_backward_mode(ctx, _outputs_once(func, func_out), outputs, inputs)
@@ -112,6 +119,22 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
     finally:
         ev.center_probe = False
     ev.stats.fused = True
+
+
+def _as_real(outs) -> tuple:
+    return tuple(torch.view_as_real(o.resolve_conj()) if isinstance(o, torch.Tensor) and o.is_complex() else o
+                 for o in as_tuple(outs))
+
+
+def _real_outputs(func):
+    """func with its complex outputs seen through torch.view_as_real."""
+
+    def on_real(*args):
+        return _as_real(func(*args))
+
+    if hasattr(func, "vmap_form"):
+        on_real.vmap_form = lambda *args: _as_real(func.vmap_form(*args))  # type: ignore[attr-defined]
+    return on_real
 
 
 def _applies(ctx: CheckContext, func_out, inputs: tuple, outputs: tuple, check_backward_ad: bool) -> None:

@@ -158,3 +158,25 @@ def test_full_mode_keeps_torchs_verdict_when_batched_and_plain_backward_differ(m
     except GradcheckError:
         want = False
     assert opcheck.gradcheck_report(mutant.apply, (x,), fast_mode=False).passed is want
+
+
+def test_complex_outputs_are_checked_through_their_real_views():
+    x = _x(4, 3)
+    for kwargs in (dict(check_batched_grad=True), dict(check_forward_ad=True, check_backward_ad=False)):
+        r = opcheck.gradcheck_report(torch.fft.fft, (x,), fast_mode="auto", **kwargs)
+        assert r.passed and r.stats.fused, r.stats.fallbacks
+
+    class FftWrongImagTail(torch.autograd.Function):  # backward drops the last element's imaginary part
+        @staticmethod
+        def forward(ctx, x):
+            return torch.fft.fft(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            keep = torch.ones_like(g)
+            keep.view(-1)[-1] = 0.5
+            return torch.fft.ifft(torch.complex(g.real, g.imag * keep.real), norm="forward").real
+
+    r = opcheck.gradcheck_report(FftWrongImagTail.apply, (x,), fast_mode="auto")
+    assert not r.passed and not r.stats.fused
+    assert r.message.startswith("While considering the imaginary part of complex outputs only, Jacobian mismatch")
