@@ -182,8 +182,8 @@ class Evaluator:
         one vmapped call per chunk.
         """
         total = sum(inputs[idx].numel() for idx, _ in segments)
-        # Without a plain probe call (center_probe) one vmapped call beats the loop from 2 columns.
-        if self.batch_forward and total >= (2 if self.center_probe else MIN_BATCH_COLUMNS):
+        # Without a plain probe call (center_probe) one vmapped call beats the loop from about 5 columns.
+        if self.batch_forward and total >= (5 if self.center_probe else MIN_BATCH_COLUMNS):
             try:
                 if total <= FUSE_MAX_COLUMNS:
                     return self._numerical_batched(fn, inputs, segments, eps, ref_outputs)

@@ -104,7 +104,8 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
             if check_undefined_grad and len(diff_input_indices(inputs)) > 1:
                 # With one differentiable input the undefined-tangent call has no dual input, so no
                 # output has a tangent to compare: the check cannot fail, and is not run.
-                aux_checks.test_undefined_forward_mode(ctx, func, outputs, inputs)
+                zero_tangent = _zero_tangent_jvps(analytical) if fused_forward and not has_complex else None
+                aux_checks.test_undefined_forward_mode(ctx, func, outputs, inputs, zero_tangent)
         if check_batched_forward_grad:
             expected = _expected_jvps(inputs, func_out, analytical) if fused_forward and not has_complex else None
             aux_checks.test_batched_grad_forward_ad(ctx, func, inputs, expected)
@@ -263,6 +264,18 @@ def _expected_jvps(inputs: tuple, func_out: tuple, analytical):
         return result
 
     return expected
+
+
+def _zero_tangent_jvps(analytical):
+    """The undefined-tangent check's zero-tangent JVPs, from the fused pass's columns: J·u with the
+    k-th input's part of u zeroed, per float output (flat)."""
+
+    def jvps(k, all_u):
+        n_out = len(analytical[0]) if analytical else 0
+        return [sum(all_u[jj].to(analytical[jj][i].dtype) @ analytical[jj][i]
+                    for jj in range(len(all_u)) if jj != k) for i in range(n_out)]
+
+    return jvps
 
 
 def _of_diff_inputs(fn, base, diff):

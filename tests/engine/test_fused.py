@@ -180,3 +180,40 @@ def test_complex_outputs_are_checked_through_their_real_views():
     r = opcheck.gradcheck_report(FftWrongImagTail.apply, (x,), fast_mode="auto")
     assert not r.passed and not r.stats.fused
     assert r.message.startswith("While considering the imaginary part of complex outputs only, Jacobian mismatch")
+
+
+class AddWrongWithUndefinedTangent(torch.autograd.Function):
+    """x + y whose jvp is wrong when y's tangent is undefined (None)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, y):
+        return x + y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g
+
+    @staticmethod
+    def jvp(ctx, tx, ty):
+        if tx is None:
+            return ty
+        if ty is None:
+            return 2 * tx
+        return tx + ty
+
+
+def test_undefined_tangent_check_uses_the_fused_columns_and_still_fails():
+    args = (_x(3, 2), _x(3, 2, seed=1))
+    r = opcheck.gradcheck_report(AddWrongWithUndefinedTangent.apply, args, fast_mode="auto",
+                                 check_forward_ad=True, check_backward_ad=False)
+    assert not r.passed and r.message.startswith("Mismatch in tangent values for output with index: 0 when input: "
+                                                 "input 1 has an undefined tangent value."), r.message
+    assert any(f.startswith("fused: undefined tangent") for f in r.stats.fallbacks), r.stats.fallbacks
+    right = opcheck.gradcheck_report(torch.add, args, fast_mode="auto", check_forward_ad=True, check_backward_ad=False)
+    assert right.passed and right.stats.fused
