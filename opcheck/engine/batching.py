@@ -124,6 +124,10 @@ class Evaluator:
         # adaptive rule), or, when True, the unperturbed row checked against the outputs the caller
         # already has (no call; see fused.py).
         self.center_probe = False
+        # JVP columns: the legacy vmap (torch's batched forward-AD check's own machinery) before
+        # torch.func's, and which of them (or "loop") the latest jvp_columns call used.
+        self.legacy_jvp_first = False
+        self.jvp_kind_used: str | None = None
         self.stats = EvalStats()
         self._vjp_probed: list[torch.Tensor] = []  # outputs whose batched VJP already matched the plain one
 
@@ -403,16 +407,21 @@ class Evaluator:
         dtype mismatch. Up to FUSE_MAX_COLUMNS columns, all inputs share one vmapped call per chunk.
         """
         total = sum(inputs[i].numel() for i in idxs)
-        if total >= MIN_BATCH_COLUMNS:
-            for kind, functorch in (("jvp_func", True), ("jvp", False)):
+        kinds = (("jvp_func", True), ("jvp", False))
+        if total >= (2 if self.legacy_jvp_first else MIN_BATCH_COLUMNS):
+            for kind, functorch in reversed(kinds) if self.legacy_jvp_first else kinds:
                 if getattr(self, f"batch_{kind}"):
                     try:
                         if total <= FUSE_MAX_COLUMNS:
-                            return self._jvp_batched(fn, inputs, idxs, check_dtype, ref_outputs, functorch)
-                        return [self._jvp_batched(fn, inputs, [i], check_dtype, ref_outputs, functorch)[0]
-                                for i in idxs]
+                            result = self._jvp_batched(fn, inputs, idxs, check_dtype, ref_outputs, functorch)
+                        else:
+                            result = [self._jvp_batched(fn, inputs, [i], check_dtype, ref_outputs, functorch)[0]
+                                      for i in idxs]
+                        self.jvp_kind_used = kind
+                        return result
                     except Exception as e:
                         self._give_up(kind, e)
+        self.jvp_kind_used = "loop"
         return [self._jvp_loop(fn, inputs, idx, check_dtype) for idx in idxs]
 
     def _jvp_loop(self, fn, inputs, idx, check_dtype):

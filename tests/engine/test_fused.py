@@ -70,9 +70,60 @@ def test_one_batched_backward_and_no_plain_forward_probe():
 
 def test_forward_ad_columns_and_finite_differences_share_one_call():
     r = opcheck.gradcheck_report(torch.sin, (_x(4, 3),), fast_mode="auto", check_forward_ad=True,
-                                 check_backward_ad=False, check_batched_forward_grad=True)
+                                 check_backward_ad=False)
     assert r.passed and r.stats.fused
     assert r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1 and r.stats.batched_calls == 0
+
+
+def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch):
+    from opcheck.engine import aux_checks
+
+    def not_needed(*args, **kwargs):
+        raise AssertionError("the legacy-vmap columns already compared vmapped and one-at-a-time JVPs")
+
+    monkeypatch.setattr(aux_checks, "test_batched_grad_forward_ad", not_needed)
+    r = opcheck.gradcheck_report(torch.sin, (_x(4, 3),), fast_mode="auto", check_forward_ad=True,
+                                 check_backward_ad=False, check_batched_forward_grad=True)
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1
+
+
+class SinJvpWrongTailUnderLegacyVmap(torch.autograd.Function):
+    """Right one tangent at a time and under torch.func.vmap; 1% wrong on the tail under the legacy vmap."""
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.x = inputs[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+    @staticmethod
+    def jvp(ctx, t):
+        out = t * ctx.x.cos()
+        if torch._C._functorch.is_legacy_batchedtensor(t):
+            scale = torch.ones_like(ctx.x)
+            scale.view(-1)[-1] = 1.01
+            out = out * scale
+        return out
+
+
+def test_a_jvp_wrong_under_the_legacy_vmap_fails_the_batched_forward_check():
+    x = _x(4, 3)
+    flags = dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)
+    with pytest.raises(GradcheckError, match="batched"):
+        torch.autograd.gradcheck(SinJvpWrongTailUnderLegacyVmap.apply, (x,), **flags)
+    r = opcheck.gradcheck_report(SinJvpWrongTailUnderLegacyVmap.apply, (x,), fast_mode="auto", **flags)
+    assert not r.passed and r.check == "batched forward AD", r.message
+    flags["check_batched_forward_grad"] = False
+    assert opcheck.gradcheck_report(SinJvpWrongTailUnderLegacyVmap.apply, (x,), fast_mode="auto", **flags).passed
 
 
 def test_both_modes_in_one_call_share_the_finite_differences():
