@@ -88,31 +88,45 @@ def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch)
     assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1
 
 
-class SinJvpWrongTailUnderLegacyVmap(torch.autograd.Function):
-    """Right one tangent at a time and under torch.func.vmap; 1% wrong on the tail under the legacy vmap."""
+def _is_batched(t):
+    return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
 
-    @staticmethod
+
+def _one_percent_off_at_the_tail(t: torch.Tensor, wrong: bool) -> torch.Tensor:
+    if not wrong:
+        return t
+    scale = torch.ones(t.shape, dtype=t.dtype)  # the per-example shape, under vmap too
+    scale.view(-1)[-1] = 1.01
+    return t * scale
+
+
+def _sin_wrong_tail(name: str, *, backward_wrong=lambda g: False, jvp_wrong=lambda t: False):
+    """sin whose backward (or jvp) is 1% wrong on the last element where the predicate on its
+    grad_output (or tangent) holds: a batching rule's kernel that differs from the plain one."""
+
     def forward(x):
         return x.sin()
 
-    @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
         ctx.x = inputs[0]
 
-    @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        return g * x.cos()
+        return _one_percent_off_at_the_tail(g * x.cos(), backward_wrong(g))
 
-    @staticmethod
     def jvp(ctx, t):
-        out = t * ctx.x.cos()
-        if torch._C._functorch.is_legacy_batchedtensor(t):
-            scale = torch.ones_like(ctx.x)
-            scale.view(-1)[-1] = 1.01
-            out = out * scale
-        return out
+        return _one_percent_off_at_the_tail(t * ctx.x.cos(), jvp_wrong(t))
+
+    methods = dict(forward=forward, setup_context=setup_context, backward=backward, jvp=jvp)
+    return type(name, (torch.autograd.Function,), {k: staticmethod(f) for k, f in methods.items()})
+
+
+SinPlainBackwardWrongTail = _sin_wrong_tail("SinPlainBackwardWrongTail", backward_wrong=lambda g: not _is_batched(g))
+SinBatchedBackwardWrongTail = _sin_wrong_tail("SinBatchedBackwardWrongTail", backward_wrong=_is_batched)
+# Right one tangent at a time and under torch.func.vmap; wrong under the legacy vmap.
+SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail("SinJvpWrongTailUnderLegacyVmap",
+                                                 jvp_wrong=torch._C._functorch.is_legacy_batchedtensor)
 
 
 def test_a_jvp_wrong_under_the_legacy_vmap_fails_the_batched_forward_check():
@@ -131,35 +145,6 @@ def test_both_modes_in_one_call_share_the_finite_differences():
                                  check_forward_ad=True, check_batched_grad=True)
     assert r.passed and r.stats.fused and r.stats.auto_paths == ["full", "full"]
     assert r.stats.batched_calls == 0 and r.stats.batched_jvp_calls == 1
-
-
-def _is_batched(t):
-    return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
-
-
-def _sin_wrong_tail_when(batched: bool, name: str):
-    """sin whose backward is 1% wrong on the last element only under vmap (batched=True) or only
-    one at a time (batched=False): a batching rule's kernel that differs from the plain one."""
-
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        grad = g * x.cos()
-        if _is_batched(g) == batched:
-            scale = torch.ones_like(x)
-            scale.view(-1)[-1] = 1.01
-            grad = grad * scale
-        return grad
-
-    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
-                                                   "backward": staticmethod(backward)})
-
-
-SinPlainBackwardWrongTail = _sin_wrong_tail_when(False, "SinPlainBackwardWrongTail")
-SinBatchedBackwardWrongTail = _sin_wrong_tail_when(True, "SinBatchedBackwardWrongTail")
 
 
 def test_a_plain_backward_bug_that_batching_hides_is_caught():
