@@ -15,7 +15,13 @@ entries with fewer calls:
   along a dense random direction must agree with the same combination of the columns.
 - **VJP rows**: one batched backward over all outputs at once. Its cotangents are the one-hot rows
   of every output element (the Jacobian), then, per output, the first random cotangent of the
-  step-by-step batched-gradient check, then an all-zero row.
+  step-by-step batched-gradient check, then an all-zero row. From FUNCTORCH_ROWS rows on it is
+  torch.func's vmapped pullback (batching rules for backward kernels the legacy vmap runs row by
+  row), else the legacy batched backward (is_grads_batched); with the batched-gradient check on
+  and torch.func's rows, one more legacy call over the random rows keeps that check about the
+  legacy vmap. Rows whose random row disagrees with the plain backward are not trusted: torch.func's
+  give way to the legacy ones (torch 2.13's vmap over cdist's backward is wrong where rows
+  differ), the legacy ones to the step-by-step check.
 - **Plain VJPs**, two per output, along that random cotangent: the two must be identical up to
   nondet_tol (reentrancy, as torch's fast mode tests it), and equal to its batched row
   (torch.allclose's defaults, as the batched-gradient check compares; with that check off, up to
@@ -100,7 +106,7 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
                 analytical = analytical_jvp_jacobian(ctx, real_func, inputs, real_out)
                 batched_forward_checked = ev.jvp_kind_used == "jvp"
         if check_backward_ad:
-            _backward(ctx, inputs, real_outputs, numerical, check_batched_grad, masked)
+            _backward(ctx, real_func, real_out, inputs, real_outputs, numerical, check_batched_grad, masked)
             ev.stats.auto_paths.append("full")
         if check_forward_ad:
             for j, per_output in enumerate(numerical):
@@ -313,8 +319,14 @@ def _plain_jvp(ev, func, inputs, diff, sizes, u):
         return result
 
 
-def _backward(ctx: CheckContext, inputs: tuple, outputs: tuple, numerical, check_batched_grad: bool,
-              masked) -> None:
+FUNCTORCH_ROWS = 64
+"""From this many Jacobian rows the fused backward takes them from torch.func (a vmapped pullback),
+whose batching rules cover backward kernels that the legacy vmap runs one row at a time (conv's:
+15x faster at 128 rows); below, the legacy batched backward's lower overhead wins."""
+
+
+def _backward(ctx: CheckContext, func, func_out: tuple, inputs: tuple, outputs: tuple, numerical,
+              check_batched_grad: bool, masked) -> None:
     ev = ctx.evaluator
     diff_inputs = [a for a in inputs if requires_grad(a)]
     sizes = [o.numel() for o in outputs]
@@ -330,38 +342,45 @@ def _backward(ctx: CheckContext, inputs: tuple, outputs: tuple, numerical, check
         c[m + i] = randoms[i].reshape(-1)
         cotangents.append(c.view(rows, *o.shape))
         offset += sizes[i]
-    ev.stats.batched_vjp_calls += 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        batched = torch.autograd.grad(outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True,
-                                      is_grads_batched=True)
-    flat = []
-    for j, (gr, x) in enumerate(zip(batched, diff_inputs)):
-        if gr is None:
-            gr = x.new_zeros((rows, *x.shape))
-        elif tuple(gr.shape) != (rows, *x.shape) or gr.dtype != x.dtype or gr.layout != torch.strided:
-            raise Fallback(f"batched gradient of input {j} has an unexpected shape, dtype or layout")
-        flat.append(gr.detach().reshape(rows, x.numel()))
+    plain = [_plain_gradients(ctx, o, i, diff_inputs, randoms[i]) for i, o in enumerate(outputs)]
 
-    for i, o in enumerate(outputs):
-        first = _plain_vjp(ev, o, diff_inputs, randoms[i])
-        again = _plain_vjp(ev, o, diff_inputs, randoms[i])
-        for j, x in enumerate(diff_inputs):
-            if (first[j] is None) != (again[j] is None):
-                raise Fallback(f"output {i}: two plain backward passes disagree on whether input {j} is used")
-            a = first[j].detach() if first[j] is not None else torch.zeros_like(x)
-            b = again[j].detach() if again[j] is not None else a
-            if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
-                raise Fallback(f"output {i}: the plain gradient of input {j} has an unexpected dtype or shape")
-            if not torch.equal(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.nondet_tol):
-                raise Fallback(f"two plain backward passes of output {i} differ (reentrancy)")
-            got, want = flat[j][m + i], a.reshape(-1)
-            # torch.allclose's defaults, as the batched-gradient check compares; with that check off,
-            # agreement up to reassociation.
-            same = allclose_promoted(got, want, 1e-5, 1e-8) if check_batched_grad else _close(
-                got, want, extra_atol=ctx.nondet_tol)
-            if not same:
-                raise Fallback(f"output {i}, input {j}: batched and plain gradients differ", ("vjp",))
+    def tied(flat) -> bool:
+        # Each random cotangent's batched row against the plain gradient: torch.allclose's defaults,
+        # as the batched-gradient check compares; with that check off, agreement up to reassociation.
+        for i in range(len(outputs)):
+            for j, p in enumerate(plain[i]):
+                same = allclose_promoted(flat[j][m + i], p, 1e-5, 1e-8) if check_batched_grad else _close(
+                    flat[j][m + i], p, extra_atol=ctx.nondet_tol)
+                if not same:
+                    return False
+        return True
+
+    flat = None
+    if m >= FUNCTORCH_ROWS:
+        flat = _flat_rows(_functorch_rows(func, func_out, inputs, cotangents), diff_inputs, rows)
+        if flat is not None and not tied(flat):  # torch.func's batching rule disagrees: try the legacy one
+            ev.stats.fallbacks.append("fused: torch.func's batched backward differs from the plain one")
+            flat = None
+        legacy_checked = False
+    if flat is None:
+        ev.stats.batched_vjp_calls += 1
+        flat = _flat_rows(_legacy_rows(outputs, diff_inputs, cotangents), diff_inputs, rows)
+        if flat is None:
+            raise Fallback("the batched gradient has an unexpected shape, dtype or layout")
+        if not tied(flat):
+            raise Fallback("batched and plain gradients differ", ("vjp",))
+        legacy_checked = True
+    else:
+        ev.stats.batched_vjp_calls += 1
+    if check_batched_grad and not legacy_checked:
+        # The batched-gradient check is about the legacy vmap (is_grads_batched): its row of each
+        # random cotangent against the plain gradient.
+        ev.stats.batched_vjp_calls += 1
+        legacy = _flat_rows(_legacy_rows(outputs, diff_inputs, [c[m:m + len(outputs)] for c in cotangents]),
+                            diff_inputs, len(outputs))
+        if legacy is None or not all(allclose_promoted(legacy[j][i], p, 1e-5, 1e-8)
+                                     for i in range(len(outputs)) for j, p in enumerate(plain[i])):
+            raise Fallback("the legacy batched gradient differs from the plain one")
 
     for j, f in enumerate(flat):
         zero = f[rows - 1]
@@ -374,6 +393,72 @@ def _backward(ctx: CheckContext, inputs: tuple, outputs: tuple, numerical, check
             if not allclose_promoted(f[offset:offset + size].t(), numerical[j][i], ctx.rtol, ctx.atol):
                 raise Fallback(f"backward: output {i}, input {j} disagrees with finite differences")
             offset += size
+
+
+def _plain_gradients(ctx: CheckContext, output, i: int, diff_inputs, v) -> list[torch.Tensor]:
+    """The plain backward along v, run twice (reentrancy): per input, its flat gradient."""
+    first = _plain_vjp(ctx.evaluator, output, diff_inputs, v)
+    again = _plain_vjp(ctx.evaluator, output, diff_inputs, v)
+    result = []
+    for j, x in enumerate(diff_inputs):
+        if (first[j] is None) != (again[j] is None):
+            raise Fallback(f"output {i}: two plain backward passes disagree on whether input {j} is used")
+        a = first[j].detach() if first[j] is not None else torch.zeros_like(x)
+        b = again[j].detach() if again[j] is not None else a
+        if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
+            raise Fallback(f"output {i}: the plain gradient of input {j} has an unexpected dtype or shape")
+        if not torch.equal(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.nondet_tol):
+            raise Fallback(f"two plain backward passes of output {i} differ (reentrancy)")
+        result.append(a.reshape(-1))
+    return result
+
+
+def _flat_rows(batched, diff_inputs, rows: int):
+    """Per input, its (rows, numel) batched gradients (zeros where undefined); None if any is malformed."""
+    if batched is None:
+        return None
+    flat = []
+    for gr, x in zip(batched, diff_inputs):
+        if gr is None:
+            gr = x.new_zeros((rows, *x.shape))
+        elif tuple(gr.shape) != (rows, *x.shape) or gr.dtype != x.dtype or gr.layout != torch.strided:
+            return None
+        flat.append(gr.detach().reshape(rows, x.numel()))
+    return flat
+
+
+def _legacy_rows(outputs, diff_inputs, cotangents):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.autograd.grad(outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True,
+                                   is_grads_batched=True)
+
+
+def _functorch_rows(func, func_out: tuple, inputs: tuple, cotangents):
+    """The rows from torch.func.vjp's pullback under torch.func.vmap, or None where it does not work.
+
+    Its forward pass is torch.func's own; the plain backward of the user's graph is tied to these
+    rows by the caller (its random cotangent's row).
+    """
+    diff = diff_input_indices(inputs)
+    positions = [p for p, o in enumerate(func_out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    base = [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
+    fn = getattr(func, "vmap_form", func)
+
+    def of_x(*xs):
+        args = list(base)
+        for j, x in zip(diff, xs):
+            args[j] = x
+        outs = as_tuple(fn(*args))
+        return tuple(outs[p] for p in positions)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, pullback = torch.func.vjp(of_x, *[base[j] for j in diff])
+            return tuple(torch.func.vmap(pullback)(tuple(cotangents)))
+    except Exception:  # no torch.func support (an old-style Function, .item(), ...): the legacy rows
+        return None
 
 
 def _plain_vjp(ev, output, diff_inputs, v):

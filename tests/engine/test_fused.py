@@ -253,3 +253,25 @@ def test_undefined_tangent_check_uses_the_fused_columns_and_still_fails():
     assert any(f.startswith("fused: undefined tangent") for f in r.stats.fallbacks), r.stats.fallbacks
     right = opcheck.gradcheck_report(torch.add, args, fast_mode="auto", check_forward_ad=True, check_backward_ad=False)
     assert right.passed and right.stats.fused
+
+
+def test_many_rows_come_from_torch_func_and_a_wrong_batching_rule_is_not_trusted(monkeypatch):
+    legacy_calls = []
+    real_legacy, real_functorch = fused._legacy_rows, fused._functorch_rows
+    monkeypatch.setattr(fused, "_legacy_rows", lambda *a: legacy_calls.append(1) or real_legacy(*a))
+    x = _x(10, 10)  # 100 rows >= FUNCTORCH_ROWS
+    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto")
+    assert r.passed and r.stats.fused and not legacy_calls
+
+    # A batching rule that is off (torch.func's vmap over cdist's backward is, where rows differ):
+    # the plain gradient disagrees with its row, and the legacy rows decide.
+    monkeypatch.setattr(fused, "_functorch_rows", lambda *a: tuple(g + 1e-3 for g in real_functorch(*a)))
+    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto")
+    assert r.passed and r.stats.fused and legacy_calls
+    assert "fused: torch.func's batched backward differs from the plain one" in r.stats.fallbacks
+
+    # With the batched-gradient check on, the legacy vmap is still what that check tests.
+    legacy_calls.clear()
+    monkeypatch.setattr(fused, "_functorch_rows", real_functorch)
+    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.fused and len(legacy_calls) == 1
