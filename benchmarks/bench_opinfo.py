@@ -15,8 +15,9 @@ Modes (each timed side by side, per sample):
   the full numerical Jacobian);
 * ``fast``: opcheck ``fast_mode=True`` vs torch ``fast_mode=True``;
 * ``auto`` (``--mode auto`` or ``all``): opcheck's default policy, the engine's
-  ``fast_mode="auto"`` with its default budget (the full check within 2**20 Jacobian entries,
-  entrywise projections beyond), vs torch's fast mode: the price of full strength. Its verdicts
+  ``fast_mode="auto"`` with its default budget (the full check up to 4096 Jacobian entries,
+  entrywise projections beyond, decided by the full check up to 2**20 entries when they do not
+  pass), vs torch's fast mode: the price of full strength. Its verdicts
   are compared with torch's slow mode (from the ``full`` mode of the same run, or else from an
   extra torch slow call per sample, timed apart): "false alarms" (auto fails where torch slow
   passes) and "misses" (auto passes where torch slow fails) are the disagreements of this mode;
@@ -459,7 +460,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     p.add_argument("--budget", type=int, default=None, metavar="ENTRIES",
                    help="--mode auto: the engine's jacobian_budget (default: its own, 2**20); 0 runs the "
-                        "projection checks on every sample")
+                        "projection checks on every sample and lets their verdict stand")
     p.add_argument("--list-ops", action="store_true", help="print the default op list and exit")
     p.add_argument("--self-test", action="store_true",
                    help="harness check: the 'opcheck' column calls torch.autograd.gradcheck too, so "

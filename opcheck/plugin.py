@@ -65,13 +65,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
                          "complex128, float32, bfloat16, ...); the others are deselected")
     group.addoption("--opcheck-policy", choices=POLICIES, default=None,
-                    help="override every spec's gradcheck.fast_mode: auto (full Jacobian within the budget, "
-                         "entrywise projection checks beyond), full (always the full Jacobian), fast (torch's "
+                    help="override every spec's gradcheck.fast_mode: auto (full Jacobian up to 4096 entries, "
+                         "entrywise projection checks beyond, the full Jacobian deciding a failure within the "
+                         "budget), full (always the full Jacobian), fast (torch's "
                          "fast mode: one random projection per input/output pair)")
     group.addoption("--opcheck-budget", default=None, metavar="ENTRIES",
-                    help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy computes "
-                         "the full Jacobian, and beyond which it runs entrywise projection checks, e.g. 1048576, "
-                         "2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET or 2**20)")
+                    help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy lets the "
+                         "full Jacobian decide a check its entrywise projections do not pass, and beyond which "
+                         "the projections decide, e.g. 1048576, 2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET or "
+                         "2**20)")
     group.addoption("--opcheck-plot", default=None, metavar="DIR",
                     help="write a PNG heatmap of |analytical - numerical| for every failing Jacobian block into "
                          "DIR (needs matplotlib: pip install 'opcheck[plot]')")

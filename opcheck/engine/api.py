@@ -11,8 +11,9 @@ import torch
 from opcheck.engine import aux_checks
 from opcheck.engine._util import as_tuple, check_inputs, check_outputs, differentiable_outputs, requires_grad
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, adaptive_clock, batching_enabled
-from opcheck.engine.auto import auto_check
+from opcheck.engine.auto import auto_check, jacobian_entries
 from opcheck.engine.fused import Fallback, fused_check
+from opcheck.engine.fused_projected import projected_check
 from opcheck.engine.core import DEFAULT_JACOBIAN_BUDGET, CheckContext, fast_check, full_check
 from opcheck.engine.diagnostics import JacobianMismatch
 from opcheck.engine.errors import GradcheckError
@@ -63,10 +64,11 @@ def gradcheck(
     full Jacobian is computed in vmapped batches (falling back to one column at a time for
     functions that cannot be vmapped); a failure names the entries that disagree.
 
-    fast_mode="auto" (opcheck only) runs the full check while the Jacobian has at most
-    `jacobian_budget` entries (default 2**20) and beyond it entrywise projection checks that never
-    hold the Jacobian: see opcheck.engine.auto for what they guarantee. `jacobian_budget` is
-    ignored unless fast_mode="auto".
+    fast_mode="auto" (opcheck only) runs the full check while the Jacobian has at most 4096
+    entries and beyond it entrywise projection checks that never hold the Jacobian; up to
+    `jacobian_budget` entries (default 2**20) a call they do not pass is decided by the full check.
+    See opcheck.engine.auto for what they guarantee. `jacobian_budget` is ignored unless
+    fast_mode="auto".
     """
     flags = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
                  check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
@@ -211,20 +213,26 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
     outputs = differentiable_outputs(func_out)
     check_outputs(outputs)
     if isinstance(fast_mode, str):
-        try:
-            fused_check(ctx, func, func_out, tupled_inputs, outputs, check_backward_ad=check_backward_ad,
+        for attempt in _fused_passes(ctx, tupled_inputs, func_out):
+            try:
+                attempt(ctx, func, func_out, tupled_inputs, outputs, check_backward_ad=check_backward_ad,
                         check_forward_ad=check_forward_ad, check_undefined_grad=check_undefined_grad,
-                        check_batched_grad=check_batched_grad,
-                        check_batched_forward_grad=check_batched_forward_grad, masked=masked)
-            return True
-        except Fallback as e:  # the step-by-step check decides, from a fresh start
-            ctx.evaluator.stats.fallbacks.append(f"fused: {e}")
-            for kind in e.distrust:
-                setattr(ctx.evaluator, f"batch_{kind}", False)
-            ctx.evaluator.stats.auto_paths.clear()
-            ctx.numerical_cache.clear()
-            func_out = func(*tupled_inputs)
-            outputs = differentiable_outputs(func_out)
+                        check_batched_grad=check_batched_grad, check_batched_forward_grad=check_batched_forward_grad,
+                        masked=masked)
+                return True
+            except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
+                ctx.evaluator.stats.fallbacks.append(f"{'fused' if attempt is fused_check else 'projected'}: {e}")
+                for kind in e.distrust:
+                    setattr(ctx.evaluator, f"batch_{kind}", False)
+                ctx.evaluator.stats.auto_paths.clear()
+                ctx.numerical_cache.clear()
+                func_out = func(*tupled_inputs)
+                outputs = differentiable_outputs(func_out)
+                if attempt is projected_check and e.unsupported:
+                    # Without vmap (or forward AD) support the full check would loop over every
+                    # column and row: the step-by-step projections loop over a handful.
+                    ctx.projections_first = True
+                    break
     compare = auto_check if isinstance(fast_mode, str) else fast_check if fast_mode else full_check
     _real_imag(ctx, compare, func, func_out, tupled_inputs, outputs, check_forward_ad=check_forward_ad,
                check_backward_ad=check_backward_ad, check_undefined_grad=check_undefined_grad)
@@ -239,6 +247,21 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
     if check_undefined_grad and check_backward_ad:
         aux_checks.test_undefined_backward_mode(ctx, func, outputs, tupled_inputs)
     return True
+
+
+def _fused_passes(ctx: CheckContext, inputs: tuple, func_out) -> list[Callable]:
+    """fast_mode="auto"'s fused passes, in the order they are tried.
+
+    Up to core.FULL_CHECK_ENTRIES Jacobian entries the full check is cheap: its fused pass. Beyond, the
+    projections' fused pass; within the Jacobian budget a call whose comparisons it cannot pass goes
+    on to the full check, so there its failures are the full check's. A call the projections' pass
+    does not apply to goes to the step-by-step projections (ctx.projections_first), and within the
+    budget a failure there to the full check too.
+    """
+    entries = jacobian_entries(inputs, as_tuple(func_out))
+    if entries <= ctx.full_check_entries:
+        return [fused_check]
+    return [projected_check, fused_check] if entries <= ctx.jacobian_budget else [projected_check]
 
 
 def _apply_to_complex_outputs(fn, part):

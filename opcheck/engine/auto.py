@@ -3,9 +3,15 @@
 What it does
 ------------
 Let the Jacobian's size be the sum over (differentiable input j, float output i) of
-numel_in_j * numel_out_i. Up to `jacobian_budget` entries (default 2**20) `auto` runs the full
-check (core.full_check), so its verdicts there are the full mode's. Beyond it no n×m block is ever
-held; per input j, with U_j a seeded Rademacher matrix of k = 8 directions (entries ±1), it checks
+numel_in_j * numel_out_i. Up to core.FULL_CHECK_ENTRIES entries (4096) `auto` runs the
+full check (core.full_check, fused into few calls by fused.py), so its verdicts there are the full
+mode's. Beyond it runs the projection check below, which never holds an n×m block; its checks
+cost a handful of calls whatever the size (fused_projected.py), where the full check's cost grows
+with n·m. Up to `jacobian_budget` entries (default 2**20) a call that the projections do not pass
+is decided by the full check: there `auto` fails exactly where the full check fails, and passes
+where the full check passes or the projections do. Beyond the budget the projection check's own
+verdict stands (this module, step by step, says what is wrong). Per input j, with U_j a seeded
+Rademacher matrix of k = 8 directions (entries ±1), it checks
 
 1. **J·U against finite differences** (the JVP stage). For every direction u_l the numerical
    directional derivative (f(x + eps u_l) - f(x - eps u_l)) / 2eps (2k evaluations, vmapped where
@@ -55,13 +61,14 @@ catches a backward that is wrong where the JVP is right; when both come from the
 (no jvp, so J·U from the VJP of the VJP or the rows) the VJP stage only checks consistency, and
 detection is the JVP stage's. Because it is stricter than finite differences, a backward that
 agrees with the finite differences but disagrees with a (right or slightly wrong) jvp beyond
-rounding fails `auto` where the full check might pass; when the block fits the budget the failure
-reruns it in full and says whether the full check would pass it. torch's own ops do this: with
-the projections forced onto every OpInfo sample (`benchmarks/bench_opinfo.py --mode auto
---budget 0`), 12 of 2,731 samples fail this stage where torch's slow mode passes: layer_norm,
-group_norm, batch_norm, normalize and cosine_similarity on pairs whose exact value cancels to
-0 (1e-15 against 0), and logcumsumexp, whose backward and forward-AD formulas differ by up to
-1e-4 of a pair's value. At the default budget those samples run the full check.
+rounding fails the projection check where the full check might pass. Within the budget the full
+check then decides the call; beyond it, a failing block that fits the budget is recomputed in full
+and the report says whether the full check would pass it. torch's own ops do this: with the
+projections forced onto every OpInfo sample (`benchmarks/bench_opinfo.py --mode auto --budget
+0`), 12 of 2,731 samples fail this stage where torch's slow mode passes: layer_norm, group_norm,
+batch_norm, normalize and cosine_similarity on pairs whose exact value cancels to 0 (1e-15
+against 0), and logcumsumexp, whose backward and forward-AD formulas differ by up to 1e-4 of a
+pair's value. At the default budget the full check decides those samples.
 
 Complex inputs and outputs
 --------------------------
@@ -209,24 +216,47 @@ class _Problem(Exception):
 # ------------------------------------------------------------------------------- entry point
 def auto_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forward_ad=False,
                complex_indices=None, test_imag=False):
-    """The full check within ctx.jacobian_budget, the projection check beyond (see the module doc)."""
+    """Step by step, once the fused passes have not passed the call: the full check within
+    ctx.jacobian_budget, the projection check beyond (see the module doc)."""
     func_out_t = as_tuple(func_out)
     inputs = tuple(inputs)
     diff = diff_input_indices(inputs)
     size = jacobian_entries(inputs, func_out_t)
     has_complex = any(inputs[j].is_complex() for j in diff) or any(
         o.is_complex() for o in func_out_t if is_float_or_complex(o))
-    if size <= ctx.jacobian_budget:
-        ctx.evaluator.stats.auto_paths.append("full")
+    stats = ctx.evaluator.stats
+    if size <= ctx.jacobian_budget and not (ctx.projections_first and size > ctx.full_check_entries):
+        stats.auto_paths.append("full")
         return full_check(ctx, func, func_out, inputs, outputs, use_forward_ad=use_forward_ad,
                           complex_indices=complex_indices, test_imag=test_imag)
+    if size <= ctx.jacobian_budget:  # projections first; the full check decides what they do not pass
+        mark = len(stats.auto_paths)
+        try:
+            return _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag,
+                              has_complex, diff, full_decides=True)
+        except Exception as e:  # a GradcheckError, or what the full check will raise in its own words
+            del stats.auto_paths[mark:]
+            stats.fallbacks.append(f"auto projections: {_first_line_of(e)}; the full check decides")
+            stats.auto_paths.append("full")
+            return full_check(ctx, func, func_out, inputs, outputs, use_forward_ad=use_forward_ad,
+                              complex_indices=complex_indices, test_imag=test_imag)
+    return _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag,
+                      has_complex, diff)
+
+
+def _first_line_of(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag, has_complex,
+               diff, full_decides=False):
     views = None
     if has_complex:
         func, inputs, views = _real_views(func, func_out_t, inputs, diff)
         func_out_t = as_tuple(func(*inputs))
         outputs = differentiable_outputs(func_out_t)
     return _Projected(ctx, func, func_out_t, inputs, tuple(outputs), use_forward_ad, complex_indices,
-                      test_imag, views).run()
+                      test_imag, views, full_decides).run()
 
 
 @dataclass(frozen=True)
@@ -279,14 +309,18 @@ def _real_views(func, func_out, inputs, diff):
 class _Projected:
     """One projection check: the state its stages share."""
 
-    def __init__(self, ctx, func, func_out, inputs, outputs, forward, complex_indices, test_imag, views=None):
+    def __init__(self, ctx, func, func_out, inputs, outputs, forward, complex_indices, test_imag, views=None,
+                 full_decides=False):
         self.views = views
+        self.full_decides = full_decides  # the caller runs the full check on a failure: no block recomputed
         self.ctx, self.ev, self.func, self.func_out, self.inputs = ctx, ctx.evaluator, func, func_out, inputs
         self.outputs, self.forward = outputs, forward
         self.complex_indices, self.test_imag = complex_indices, test_imag
         self.diff = diff_input_indices(inputs)
         # Positions in func_out of the outputs checked, in the full check's numbering.
         self.positions = [p for p, o in enumerate(func_out) if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not outputs:  # then every float output's finite differences must be zero
+            self.positions = [p for p, o in enumerate(func_out) if is_float_or_complex(o)]
         g = torch.Generator().manual_seed(_SEED)
         self.U = [_rademacher((DIRECTIONS, *inputs[j].shape), inputs[j], g) for j in self.diff]
         self.V = [_rademacher((COTANGENTS, *o.shape), o, g) for o in outputs]
@@ -425,6 +459,10 @@ class _Projected:
                 per = []
                 for p in self.positions:
                     primal, tangent = fwAD.unpack_dual(outs[p])
+                    if (self.ctx.check_grad_dtypes and tangent is not None
+                            and primal.is_complex() != tangent.is_complex()):
+                        self.ctx.fail("Forward AD gradient has dtype mismatch.", check="forward AD dtype",
+                                      path=self.ctx.forward_path)
                     per.append(torch.zeros(primal.numel(), dtype=primal.dtype, device=primal.device)
                                if tangent is None else tangent.detach().reshape(-1).clone())
                 rows.append(per)
@@ -550,13 +588,7 @@ class _Projected:
                 x, U = diff_inputs[jj], self.U[jj].reshape(self.U[jj].shape[0], -1)
                 ju = analytical[jj][i]
                 g = x.new_zeros((kv, x.numel())) if g is None else g.reshape(kv, -1)
-                lhs = v @ ju.t()  # vᵀ(Ju): (k', k)
-                rhs = g @ U.t()  # (Jᵀv)ᵀu
-                eps = torch.finfo(lhs.dtype).eps
-                rho = 1024 * eps * math.sqrt(x.numel() + o.numel())
-                allowed = rho * (v.abs() @ ju.abs().t() + g.abs() @ U.abs().t()) + ctx.nondet_tol * x.numel() + 1e-300
-                err = (lhs - rhs).abs()
-                bad = ~(err <= allowed)
+                lhs, rhs, err, allowed, bad = vjp_jvp_pairs(v, ju, g, U, ctx.nondet_tol)
                 if bad.any():
                     worst = []
                     excess = torch.where(bad, torch.nan_to_num(err - allowed, nan=math.inf),
@@ -598,7 +630,7 @@ class _Projected:
         head = f"auto: {comparison} (J·U from {source}) found a mismatch"
         x, o = self.inputs[j], self.outputs[i]
         n_float_out = sum(t.numel() for t in self.func_out if is_float_or_complex(t))
-        if x.numel() * max(n_float_out, o.numel()) <= ctx.jacobian_budget:
+        if not self.full_decides and x.numel() * max(n_float_out, o.numel()) <= ctx.jacobian_budget:
             block = self._full_block(i, jj)
             if block is not None:
                 fa, fn_ = block
@@ -658,6 +690,22 @@ class _Projected:
 
 
 # ----------------------------------------------------------------------------------- helpers
+def vjp_jvp_pairs(v: torch.Tensor, ju: torch.Tensor, g: torch.Tensor, u: torch.Tensor, nondet_tol: float):
+    """The VJP stage's comparison of one block: (Jᵀv)·u against vᵀ(Ju) for every pair.
+
+    v: (k', m) cotangents, ju: (k, m) J·U, g: (k', n) JᵀV, u: (k, n) directions. Returns
+    (lhs = vᵀ(Ju), rhs = (Jᵀv)ᵀu, |lhs - rhs|, allowed, bad), each (k', k), at the rounding bound
+    of the module doc.
+    """
+    lhs = v @ ju.t()
+    rhs = g @ u.t()
+    eps = torch.finfo(lhs.dtype).eps
+    rho = 1024 * eps * math.sqrt(g.shape[1] + v.shape[1])
+    allowed = rho * (v.abs() @ ju.abs().t() + g.abs() @ u.abs().t()) + nondet_tol * g.shape[1] + 1e-300
+    err = (lhs - rhs).abs()
+    return lhs, rhs, err, allowed, ~(err <= allowed)
+
+
 def _rademacher(shape, like: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     signs = torch.randint(0, 2, shape, generator=g, device="cpu").mul_(2).sub_(1)
     return signs.to(dtype=like.dtype, device=like.device)

@@ -21,7 +21,12 @@ from opcheck.engine.errors import FAILED_NONDET_NOTE, FAST_FAIL_SLOW_OK_NOTE, Gr
 
 
 DEFAULT_JACOBIAN_BUDGET = 1 << 20
-"""Jacobian entries (Σ numel_in * numel_out) up to which fast_mode="auto" runs the full check."""
+"""Jacobian entries (Σ numel_in * numel_out) up to which fast_mode="auto" lets the full check decide
+a call that its projection checks do not pass."""
+
+FULL_CHECK_ENTRIES = 1 << 12
+"""Jacobian entries up to which fast_mode="auto" runs the full check first: there it costs about as
+little as the projections (fused.py); beyond, its cost grows with n·m while theirs does not."""
 
 
 @dataclass
@@ -40,6 +45,14 @@ class CheckContext:
     input_name: Callable[[int], str] = lambda j: f"input {j}"
     numerical_cache: dict = field(default_factory=dict)
     jacobian_budget: int = DEFAULT_JACOBIAN_BUDGET  # fast_mode="auto" only
+    # fast_mode="auto", step by step: the projection checks first, also within the budget (the
+    # projections' fused pass did not apply: their loops cost less than the full check's)
+    projections_first: bool = False
+
+    @property
+    def full_check_entries(self) -> int:
+        """fast_mode="auto": the size up to which the full check runs first (see FULL_CHECK_ENTRIES)."""
+        return min(FULL_CHECK_ENTRIES, self.jacobian_budget)
 
     def fail(self, message: str, *, check: str, path: str = "", mismatch: JacobianMismatch | None = None):
         raise GradcheckError(message, check=check, path=path, mismatch=mismatch)

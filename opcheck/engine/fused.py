@@ -1,4 +1,7 @@
-"""fast_mode="auto" within the budget: the full check and its side checks folded into few calls.
+"""fast_mode="auto"'s full check and its side checks folded into few calls.
+
+It runs up to core.FULL_CHECK_ENTRIES Jacobian entries, and within the budget after a
+projection pass (fused_projected.py) that did not pass the call.
 
 Run step by step (core.full_check, then aux_checks), one gradcheck call costs about a dozen
 separate evaluations: the vmapped finite differences and a plain probe call, two batched passes of
@@ -57,6 +60,7 @@ import torch.autograd.forward_ad as fwAD
 
 from opcheck.engine import aux_checks
 from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, requires_grad
+from opcheck.engine.auto import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import FUSE_MAX_COLUMNS, _close, combination_close
 from opcheck.engine.core import CheckContext, allclose_promoted, analytical_jvp_jacobian, numerical_jacobian
 from opcheck.engine.errors import GradcheckError
@@ -69,11 +73,14 @@ class Fallback(Exception):
 
     `distrust` names the kind of batching (an Evaluator kind: "vjp", "forward", "jvp_func") whose
     batched result disagreed with a plain call: the step-by-step check then runs without it.
+    `unsupported`: the pass does not apply to the function or raised (no vmap or forward AD
+    support, complex inputs, ...), as opposed to a comparison that did not pass.
     """
 
-    def __init__(self, message: str, distrust: tuple[str, ...] = ()):
+    def __init__(self, message: str, distrust: tuple[str, ...] = (), unsupported: bool = False):
         super().__init__(message)
         self.distrust = distrust
+        self.unsupported = unsupported
 
 
 def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple, *, check_backward_ad: bool,
@@ -129,7 +136,7 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
     except Fallback:
         raise
     except Exception as e:  # the step-by-step check decides what the user sees
-        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", unsupported=True) from e
     finally:
         ev.center_probe = ev.legacy_jvp_first = False
     ev.stats.fused = True
@@ -151,37 +158,43 @@ def _real_outputs(func):
     return on_real
 
 
-def _applies(ctx: CheckContext, func_out, inputs: tuple, outputs: tuple, check_backward_ad: bool) -> None:
+def _applies(ctx: CheckContext, func_out, inputs: tuple, outputs: tuple, check_backward_ad: bool,
+             projected: bool = False) -> None:
     ev = ctx.evaluator
     if not (ev.batch_forward and ev.batch_vjp):
-        raise Fallback("batching is off")
+        raise Fallback("batching is off", unsupported=True)
     outs = as_tuple(func_out)
     diff = diff_input_indices(inputs)
     for j in diff:
         x = inputs[j]
         if x.layout != torch.strided or not x.is_floating_point():
-            raise Fallback(f"input {j} is not a real strided tensor")
+            raise Fallback(f"input {j} is not a real strided tensor", unsupported=True)
     seen_other = False
     for p, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
-            raise Fallback(f"output {p} is not a tensor")
+            raise Fallback(f"output {p} is not a tensor", unsupported=True)
         if not o.is_floating_point():
             if o.is_complex():
-                raise Fallback(f"output {p} is complex")
+                raise Fallback(f"output {p} is complex", unsupported=True)
             seen_other = True
             continue
         if seen_other or o.layout != torch.strided or not o.requires_grad:
-            raise Fallback(f"output {p} is not a real strided output that requires grad")
+            raise Fallback(f"output {p} is not a real strided output that requires grad", unsupported=True)
     if not outputs:
-        raise Fallback("no differentiable outputs")
+        raise Fallback("no differentiable outputs", unsupported=True)
     n = sum(inputs[j].numel() for j in diff)
     m = sum(o.numel() for o in outputs)
-    if n * m > ctx.jacobian_budget:
-        raise Fallback("beyond the Jacobian budget")
+    if not projected and n * m > ctx.jacobian_budget:
+        raise Fallback("beyond the Jacobian budget", unsupported=True)
     itemsize = max(inputs[j].element_size() for j in diff)
-    rows = m + len(outputs) + 1 if check_backward_ad else 0
-    if max(rows * (m + n), (2 * n + 1) * (n + m)) * itemsize > ev.memory_budget:
-        raise Fallback("more rows than fit the memory budget")
+    if projected:  # see fused_projected: its forward and backward rows
+        rows = (COTANGENTS + 1) * len(outputs) + 1 if check_backward_ad else 0
+        forward = (3 * DIRECTIONS + 1) * len(diff)
+    else:
+        rows = m + len(outputs) + 1 if check_backward_ad else 0
+        forward = 2 * n + 1
+    if max(rows * (m + n), forward * (n + m)) * itemsize > ev.memory_budget:
+        raise Fallback("more rows than fit the memory budget", unsupported=True)
 
 
 def _outputs_once(func, func_out):
@@ -327,18 +340,43 @@ whose batching rules cover backward kernels that the legacy vmap runs one row at
 
 def _backward(ctx: CheckContext, func, func_out: tuple, inputs: tuple, outputs: tuple, numerical,
               check_batched_grad: bool, masked) -> None:
+    """The Jacobian rows (one-hot cotangents) and the side checks, in one batched backward."""
+    flat = batched_backward(ctx, func, func_out, inputs, outputs, [None] * len(outputs), check_batched_grad, masked)
+    for j, f in enumerate(flat):
+        offset = 0
+        for i, o in enumerate(outputs):
+            size = o.numel()
+            if not allclose_promoted(f[offset:offset + size].t(), numerical[j][i], ctx.rtol, ctx.atol):
+                raise Fallback(f"backward: output {i}, input {j} disagrees with finite differences")
+            offset += size
+
+
+def batched_backward(ctx: CheckContext, func, func_out: tuple, inputs: tuple, outputs: tuple, leading: list,
+                     check_batched_grad: bool, masked) -> list[torch.Tensor]:
+    """One batched backward for `leading` cotangents, with the side checks of the backward riding along.
+
+    `leading` holds per output its (r_i, *shape) cotangents, or None for its one-hot rows (the
+    Jacobian's). Appended to them: per output, the step-by-step batched-gradient check's first
+    random cotangent (tied to two plain backward passes: reentrancy and batched against plain),
+    and one all-zero row (the zero-grad_output check). Returns per differentiable input its
+    (Σ r_i, numel) gradients along the leading rows, output by output; raises Fallback when a
+    side check does not pass.
+    """
     ev = ctx.evaluator
     diff_inputs = [a for a in inputs if requires_grad(a)]
-    sizes = [o.numel() for o in outputs]
+    sizes = [o.numel() if lead is None else lead.shape[0] for o, lead in zip(outputs, leading)]
     m = sum(sizes)
-    rows = m + len(outputs) + 1  # the identity, one random cotangent per output, one zero row
+    rows = m + len(outputs) + 1  # the leading rows, one random cotangent per output, one zero row
     randoms = []  # per output, the first random cotangent of the step-by-step batched-gradient check
     cotangents = []
     offset = 0
-    for i, o in enumerate(outputs):
+    for i, (o, lead) in enumerate(zip(outputs, leading)):
         randoms.append(aux_checks._randn_like(o, torch.Generator().manual_seed(aux_checks._SEED + i)))
-        c = o.new_zeros((rows, sizes[i]))
-        c[offset:offset + sizes[i]].fill_diagonal_(1)
+        c = o.new_zeros((rows, o.numel()))
+        if lead is None:
+            c[offset:offset + sizes[i]].fill_diagonal_(1)
+        else:
+            c[offset:offset + sizes[i]] = lead.reshape(sizes[i], -1)
         c[m + i] = randoms[i].reshape(-1)
         cotangents.append(c.view(rows, *o.shape))
         offset += sizes[i]
@@ -386,13 +424,7 @@ def _backward(ctx: CheckContext, func, func_out: tuple, inputs: tuple, outputs: 
         zero = f[rows - 1]
         if bool(zero.any()) and not (masked and torch.allclose(zero, torch.zeros_like(zero))):
             raise Fallback(f"gradient of input {j} is nonzero for a zero grad_output")
-
-    for j, f in enumerate(flat):
-        offset = 0
-        for i, size in enumerate(sizes):
-            if not allclose_promoted(f[offset:offset + size].t(), numerical[j][i], ctx.rtol, ctx.atol):
-                raise Fallback(f"backward: output {i}, input {j} disagrees with finite differences")
-            offset += size
+    return [f[:m] for f in flat]
 
 
 def _plain_gradients(ctx: CheckContext, output, i: int, diff_inputs, v) -> list[torch.Tensor]:

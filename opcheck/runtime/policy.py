@@ -4,8 +4,10 @@ torch's fast mode (`fast_mode: true`) compares one random projection vᵀJu per 
 pair: cheap, but a single wrong entry of a large Jacobian moves vᵀJu by less than the tolerance
 and passes. `false` computes the full Jacobian. `auto` (the default) calls the engine with
 fast_mode="auto" and the run's budget (context.DEFAULT_JACOBIAN_BUDGET = 2**20, the engine's own
-default; `--opcheck-budget` or OPCHECK_JACOBIAN_BUDGET change it): the full Jacobian within the
-budget, entrywise projection checks beyond it (opcheck.engine.auto says what they guarantee).
+default; `--opcheck-budget` or OPCHECK_JACOBIAN_BUDGET change it): the full Jacobian up to
+core.FULL_CHECK_ENTRIES (4096) entries, entrywise projection checks beyond, and within the
+budget a projection check that does not pass is decided by the full Jacobian (opcheck.engine.auto
+says what they guarantee).
 The engine decides per comparison; a failure's `policy:` row reports what it did, from the
 report's stats.auto_paths. Sizes count like the engine's: the sum over (input, output) pairs of
 numel_in * numel_out; for second-order checks the function checked maps (inputs, grad_outputs) to
@@ -18,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from opcheck.engine import ProjectionMismatch
+from opcheck.engine import ProjectionMismatch, core
 from opcheck.runtime.context import Settings
 
 _OVERRIDES = {"full": "false", "fast": "true", "auto": "auto"}
@@ -58,10 +60,13 @@ class Policy:
         size = f"{n} entries" if n is not None else "entries"
         paths = _auto_paths(report, n is not None and n > self.budget) if report is not None else []
         if not paths:  # no comparison ran (the check raised first): the plan, not what happened
-            return (f"{self.reason}: full Jacobian up to budget {self.budget}{where} entries, entrywise "
-                    f"projections beyond" + (f"; this check has {n} entries" if n is not None else ""))
-        # The engine's choice decides: the full Jacobian exactly when the check fits the budget.
-        within = all(p == "full" for p in paths)
+            full = min(core.FULL_CHECK_ENTRIES, self.budget)
+            return (f"{self.reason}: full Jacobian up to {full} entries, entrywise projections beyond, decided "
+                    f"by the full Jacobian up to budget {self.budget}{where} entries"
+                    + (f"; this check has {n} entries" if n is not None else ""))
+        # Within the budget the engine may still have passed the check on its projections (from
+        # core.FULL_CHECK_ENTRIES on); only the size says which side of the budget it is.
+        within = n <= self.budget if n is not None else all(p == "full" for p in paths)
         done = list(dict.fromkeys("full Jacobian" if path == "full" else path.replace("projected", "projections", 1)
                                   for path in paths))
         compare = f"{size} {'<=' if within else '>'} budget {self.budget}{where}"

@@ -12,6 +12,7 @@ from torch.autograd.function import once_differentiable
 import opcheck
 from opcheck.engine import auto as auto_mod
 from opcheck.engine.auto import ProjectionMismatch
+from opcheck.engine.batching import vmap_batching
 from opcheck.engine.diagnostics import JacobianMismatch
 
 import corpus
@@ -124,11 +125,17 @@ def test_no_full_jacobian_beyond_budget(monkeypatch, mid):
     assert calls == []
 
 
-def test_budget_chooses_the_path():
-    x = torch.randn(32, 32, dtype=torch.float64, requires_grad=True)
-    assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto").stats.auto_paths == ["full"]
-    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=0)
-    assert r.passed and r.stats.auto_paths == ["projected (J·U from forward AD)"]
+def test_size_chooses_the_path():
+    small = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)  # 4096 entries: the full check
+    assert opcheck.gradcheck_report(torch.sin, (small,), fast_mode="auto").stats.auto_paths == ["full"]
+    x = torch.randn(32, 32, dtype=torch.float64, requires_grad=True)  # within the budget, beyond the full check's size
+    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto")
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["projected (J·U from forward AD, fused)"]
+    r = opcheck.gradcheck_report(torch.sin, (small,), fast_mode="auto", jacobian_budget=0)
+    assert r.passed and r.stats.auto_paths == ["projected (J·U from forward AD, fused)"]
+    with vmap_batching(False):  # no fused pass: the step-by-step projection check
+        r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=0)
+    assert r.passed and not r.stats.fused and r.stats.auto_paths == ["projected (J·U from forward AD)"]
     # explicit True/False keep torch's meaning: no auto path at all
     assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode=True).stats.auto_paths == []
 

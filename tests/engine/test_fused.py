@@ -100,9 +100,10 @@ def _one_percent_off_at_the_tail(t: torch.Tensor, wrong: bool) -> torch.Tensor:
     return t * scale
 
 
-def _sin_wrong_tail(name: str, *, backward_wrong=lambda g: False, jvp_wrong=lambda t: False):
+def _sin_wrong_tail(name: str, *, backward_wrong=lambda g: False, jvp_wrong=lambda t: False, vmappable=False):
     """sin whose backward (or jvp) is 1% wrong on the last element where the predicate on its
-    grad_output (or tangent) holds: a batching rule's kernel that differs from the plain one."""
+    grad_output (or tangent) holds: a batching rule's kernel that differs from the plain one.
+    vmappable: torch.func.vmap may run it (generate_vmap_rule)."""
 
     def forward(x):
         return x.sin()
@@ -119,7 +120,8 @@ def _sin_wrong_tail(name: str, *, backward_wrong=lambda g: False, jvp_wrong=lamb
         return _one_percent_off_at_the_tail(t * ctx.x.cos(), jvp_wrong(t))
 
     methods = dict(forward=forward, setup_context=setup_context, backward=backward, jvp=jvp)
-    return type(name, (torch.autograd.Function,), {k: staticmethod(f) for k, f in methods.items()})
+    return type(name, (torch.autograd.Function,), {"generate_vmap_rule": vmappable,
+                                                   **{k: staticmethod(f) for k, f in methods.items()}})
 
 
 SinPlainBackwardWrongTail = _sin_wrong_tail("SinPlainBackwardWrongTail", backward_wrong=lambda g: not _is_batched(g))
@@ -259,7 +261,7 @@ def test_many_rows_come_from_torch_func_and_a_wrong_batching_rule_is_not_trusted
     legacy_calls = []
     real_legacy, real_functorch = fused._legacy_rows, fused._functorch_rows
     monkeypatch.setattr(fused, "_legacy_rows", lambda *a: legacy_calls.append(1) or real_legacy(*a))
-    x = _x(10, 10)  # 100 rows >= FUNCTORCH_ROWS
+    x = _x(8, 8)  # 64 rows >= FUNCTORCH_ROWS, 4096 entries: the full check
     r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto")
     assert r.passed and r.stats.fused and not legacy_calls
 

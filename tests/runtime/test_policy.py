@@ -35,15 +35,22 @@ def test_auto_describes_what_the_engine_did():
         "auto: full Jacobian (4096 entries <= budget 4096)"
     projected = engine.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=100)
     assert choose_policy("auto", Settings(budget=100, budget_source="--opcheck-budget"), 4096).describe(projected) \
-        == "auto: projections (J·U from forward AD), 4096 entries > budget 100 from --opcheck-budget"
+        == "auto: projections (J·U from forward AD, fused), 4096 entries > budget 100 from --opcheck-budget"
+    y = torch.randn(16, 16, dtype=torch.float64, requires_grad=True)  # passed on its projections, within budget
+    middle = engine.gradcheck_report(torch.sin, (y,), fast_mode="auto")
+    assert choose_policy("auto", Settings(), 256**2).describe(middle) == \
+        "auto: projections (J·U from forward AD, fused), 65536 entries <= budget 1048576"
     z = torch.randn(8, 8, dtype=torch.complex128, requires_grad=True)
     complex_ = engine.gradcheck_report(torch.sin, (z,), fast_mode="auto", jacobian_budget=100)
     assert choose_policy("auto", Settings(budget=100), 4096).describe(complex_) == \
         "auto: projections (J·U from forward AD; complex as view_as_real), 4096 entries > budget 100"
     # no verdict (the check raised): the plan, and the size when it can be counted
     assert choose_policy("auto", Settings(budget=100), 4096).describe() == (
-        "fast_mode auto (spec gradcheck.fast_mode): full Jacobian up to budget 100 entries, entrywise "
-        "projections beyond; this check has 4096 entries")
+        "fast_mode auto (spec gradcheck.fast_mode): full Jacobian up to 100 entries, entrywise projections "
+        "beyond, decided by the full Jacobian up to budget 100 entries; this check has 4096 entries")
+    assert choose_policy("auto", Settings(), None).describe() == (
+        "fast_mode auto (spec gradcheck.fast_mode): full Jacobian up to 4096 entries, entrywise projections "
+        "beyond, decided by the full Jacobian up to budget 1048576 entries")
 
 
 def test_a_failing_projection_names_its_source_in_the_policy_row():

@@ -1,0 +1,262 @@
+"""fast_mode="auto" beyond the full check's size: the projections' fused pass (opcheck/engine/fused_projected.py).
+
+Within the Jacobian budget the pass only decides a pass, and the full check decides the rest, so
+on every case of the differential corpus, forced onto the pass, auto must keep the full check's
+verdict and first line; each bug that only one of its comparisons sees must still fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.autograd.gradcheck import GradcheckError
+
+import opcheck
+from opcheck.engine import api, aux_checks, core, fused
+
+import corpus
+import test_differential
+from test_fused import (AUTO, AddWrongWithUndefinedTangent, _is_batched, _one_percent_off_at_the_tail, _sin_wrong_tail,
+                        _x)
+
+
+# The batching mutants of test_fused, with torch.func.vmap support (the pass's vmapped calls need it).
+SinPlainBackwardWrongTail = _sin_wrong_tail("SinPlainBackwardWrongTail", backward_wrong=lambda g: not _is_batched(g),
+                                            vmappable=True)
+SinBatchedBackwardWrongTail = _sin_wrong_tail("SinBatchedBackwardWrongTail", backward_wrong=_is_batched, vmappable=True)
+SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail("SinJvpWrongTailUnderLegacyVmap", vmappable=True,
+                                                 jvp_wrong=torch._C._functorch.is_legacy_batchedtensor)
+
+
+@pytest.fixture
+def projections_everywhere(monkeypatch):
+    """Every auto call within the budget takes the projections' pass first."""
+    monkeypatch.setattr(core, "FULL_CHECK_ENTRIES", 0)
+
+
+def _without_fused_passes(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise fused.Fallback("turned off by the test")
+
+    monkeypatch.setattr(api, "fused_check", refuse)
+    monkeypatch.setattr(api, "projected_check", refuse)
+
+
+@pytest.mark.parametrize("case", corpus.CASES, ids=lambda c: c.id)
+def test_projected_pass_keeps_the_full_checks_verdict_and_first_line(case, monkeypatch, projections_everywhere):
+    with_pass = test_differential.run_case(AUTO, case, "slow")
+    _without_fused_passes(monkeypatch)
+    full = test_differential.run_case(AUTO, case, "slow")
+    assert (with_pass.verdict, with_pass.detail) == (full.verdict, full.detail)
+
+
+def test_corpus_passes_mostly_take_the_projected_pass(projections_everywhere):
+    taken = []
+    for case in corpus.CASES:
+        if case.checker != "gradcheck" or case.expected_for("slow") is not True:
+            continue
+        kwargs = {k: v for k, v in case.flags.items() if k != "raise_exception"}
+        r = opcheck.gradcheck_report(case.func, case.make_inputs(), fast_mode="auto", **kwargs)
+        assert r.passed, r.message
+        taken.append(r.stats.fused and all(p.endswith("fused)") for p in r.stats.auto_paths))
+    assert len(taken) >= 10 and sum(taken) >= len(taken) // 2, taken
+
+
+def test_a_torch_fast_mode_sized_handful_of_calls():
+    r = opcheck.gradcheck_report(torch.sin, (_x(32, 32),), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["projected (J·U from forward AD, fused)"]
+    # Finite differences and J·U in one vmapped jvp; V, the batched-gradient and the zero rows in one
+    # batched backward; the random cotangent twice in a plain one. No plain forward call.
+    assert (r.stats.batched_jvp_calls, r.stats.batched_vjp_calls, r.stats.vjp_calls) == (1, 1, 2)
+    assert r.stats.calls == r.stats.batched_calls == r.stats.jvp_calls == 0
+    r = opcheck.gradcheck_report(torch.sin, (_x(32, 32),), fast_mode="auto", check_forward_ad=True,
+                                 check_backward_ad=False)
+    assert r.passed and r.stats.fused  # forward AD checked: one plain JVP ties the batched rows
+    assert (r.stats.batched_jvp_calls, r.stats.jvp_calls, r.stats.vjp_calls) == (1, 1, 0)
+
+
+def test_the_batched_forward_check_is_the_legacy_rows_probed_densely(monkeypatch):
+    def not_needed(*args, **kwargs):
+        raise AssertionError("the legacy-vmap rows already compared vmapped and one-at-a-time JVPs")
+
+    monkeypatch.setattr(aux_checks, "test_batched_grad_forward_ad", not_needed)
+    flags = dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)
+    r = opcheck.gradcheck_report(torch.sin, (_x(32, 32),), fast_mode="auto", **flags)
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    assert (r.stats.batched_calls, r.stats.batched_jvp_calls, r.stats.jvp_calls) == (1, 1, 1)
+
+
+class SinRight(torch.autograd.Function):
+    """sin with its own backward and jvp: the twin of the mutants below."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.x = inputs[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+    @staticmethod
+    def jvp(ctx, t):
+        return t * ctx.x.cos()
+
+
+class SinBackwardWrongTail(SinRight):
+    """Only the backward is 1% off on the last element."""
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return _one_percent_off_at_the_tail(g * x.cos(), True)
+
+
+class SinJvpWrongTail(SinRight):
+    """Only the jvp is 1% off on the last element."""
+
+    @staticmethod
+    def jvp(ctx, t):
+        return _one_percent_off_at_the_tail(t * ctx.x.cos(), True)
+
+
+@pytest.mark.parametrize("mutant, flags, check, fallback", [
+    # backward wrong, jvp right: the VJP stage; within the budget the full check then names the entry
+    (SinBackwardWrongTail, {}, "backward", "VJP stage"),
+    # jvp wrong: the JVP stage, entrywise against finite differences
+    (SinJvpWrongTail, dict(check_forward_ad=True, check_backward_ad=False), "forward AD", "J·U"),
+    # a plain backward that batching hides: its random row disagrees with the plain backward
+    (SinPlainBackwardWrongTail, {}, "backward", "batched and plain gradients differ"),
+    (SinBatchedBackwardWrongTail, dict(check_batched_grad=True), "batched backward", "batched and plain"),
+    (SinJvpWrongTailUnderLegacyVmap, dict(check_forward_ad=True, check_backward_ad=False,
+                                          check_batched_forward_grad=True), "batched forward AD", "batched JVP"),
+], ids=["vjp", "jvp", "plain-backward", "batched-backward", "legacy-vmap-jvp"])
+def test_each_comparison_catches_its_bug_and_the_full_check_reports_it(mutant, flags, check, fallback):
+    x = _x(16, 16)  # 65536 entries: the projections' pass first, the full check within the budget
+    r = opcheck.gradcheck_report(mutant.apply, (x,), fast_mode="auto", **flags)
+    assert not r.passed and r.check == check, r.message
+    assert any(f.startswith("projected: ") and fallback in f for f in r.stats.fallbacks), r.stats.fallbacks
+    if check in ("backward", "forward AD"):
+        kind = "Jacobian mismatch" if check == "backward" else "Jacobian computed with forward mode mismatch"
+        assert r.message.startswith(f"{kind} for output 0 with respect to input 0,"), r.message
+        assert r.mismatch.worst[0].input_index == (15, 15)
+    with pytest.raises(GradcheckError):  # torch's slow mode agrees
+        torch.autograd.gradcheck(mutant.apply, (x,), fast_mode=False, **flags)
+
+
+FLAG_SETS = [{}, dict(check_batched_grad=True), dict(check_forward_ad=True, check_batched_forward_grad=True),
+             dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)]
+
+
+@pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: ",".join(f) or "default")
+def test_the_twin_passes_on_the_pass(flags):
+    r = opcheck.gradcheck_report(SinRight.apply, (_x(16, 16),), fast_mode="auto", **flags)
+    assert r.passed and r.stats.fused and r.stats.auto_paths[0].endswith("fused)"), r.stats.fallbacks
+
+
+def test_a_batching_bug_fails_only_the_check_that_asks_for_batching():
+    x = _x(16, 16)
+    assert opcheck.gradcheck_report(SinBatchedBackwardWrongTail.apply, (x,), fast_mode="auto").passed
+    assert opcheck.gradcheck_report(SinJvpWrongTailUnderLegacyVmap.apply, (x,), fast_mode="auto",
+                                    check_forward_ad=True).passed
+
+
+def test_beyond_the_budget_the_step_by_step_projections_decide():
+    x = _x(16, 16)
+    r = opcheck.gradcheck_report(SinBackwardWrongTail.apply, (x,), fast_mode="auto", jacobian_budget=1000)
+    assert not r.passed and r.check == "backward"
+    assert "auto: VJP against JVP projections (J·U from forward AD)" in r.message.splitlines()[1], r.message
+    assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=1000).stats.fused
+
+
+def test_undefined_tangent_rows_ride_in_the_vmapped_call():
+    args = (_x(16, 16), _x(16, 16, seed=1))
+    flags = dict(check_forward_ad=True, check_backward_ad=False)
+    r = opcheck.gradcheck_report(AddWrongWithUndefinedTangent.apply, args, fast_mode="auto", **flags)
+    assert not r.passed and r.message.startswith("Mismatch in tangent values for output with index: 0 when input: "
+                                                 "input 1 has an undefined tangent value."), r.message
+    assert any(f.startswith("projected: undefined tangent") for f in r.stats.fallbacks), r.stats.fallbacks
+    right = opcheck.gradcheck_report(torch.add, args, fast_mode="auto", **flags)
+    assert right.passed and right.stats.fused and right.stats.jvp_calls == 1  # the tie; no undefined-tangent call
+
+
+def test_zero_grad_output_and_reentrancy_fall_to_the_full_check():
+    class NotMultipliedByGradOutput(SinBackwardWrongTail):
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x.cos() + 1e-3 * x  # nonzero for a zero grad_output
+
+    calls = []
+
+    class Nondeterministic(SinBackwardWrongTail):  # each backward call a little different
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            calls.append(1)
+            return g * x.cos() * (1 + 1e-9 * len(calls))
+
+    x = _x(16, 16)
+    r = opcheck.gradcheck_report(NotMultipliedByGradOutput.apply, (x,), fast_mode="auto")
+    assert not r.passed and any(f.startswith("projected: ") for f in r.stats.fallbacks)
+    with pytest.raises(GradcheckError):
+        torch.autograd.gradcheck(NotMultipliedByGradOutput.apply, (x,))
+    r = opcheck.gradcheck_report(Nondeterministic.apply, (x,), fast_mode="auto")
+    assert not r.passed and r.check == "reentrancy", r.message
+    assert any("reentrancy" in f for f in r.stats.fallbacks), r.stats.fallbacks
+    assert opcheck.gradcheck_report(Nondeterministic.apply, (x,), fast_mode="auto", nondet_tol=1e-6).passed
+
+
+def test_complex_outputs_through_their_real_views():
+    x = _x(16, 16)
+    for kwargs in (dict(check_batched_grad=True), dict(check_forward_ad=True, check_backward_ad=False)):
+        r = opcheck.gradcheck_report(torch.fft.fft, (x,), fast_mode="auto", **kwargs)
+        assert r.passed and r.stats.fused and r.stats.auto_paths[0].endswith("fused)"), r.stats.fallbacks
+
+
+def test_a_function_without_vmap_support_takes_the_step_by_step_projections():
+    class Sin(torch.autograd.Function):  # the classic form: no setup_context, so no torch.func support
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x.cos()
+
+    class SinWrongTail(Sin):
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return _one_percent_off_at_the_tail(g * x.cos(), True)
+
+    x = _x(32, 32)
+    r = opcheck.gradcheck_report(Sin.apply, (x,), fast_mode="auto")
+    assert r.passed and r.stats.auto_paths == ["projected (J·U from the VJP of the VJP)"], r.stats.auto_paths
+    assert r.stats.calls <= 2 * 8 + 2  # the finite differences' loop: 2 calls per direction, not per column
+    x = _x(16, 16)
+    r = opcheck.gradcheck_report(SinWrongTail.apply, (x,), fast_mode="auto")
+    assert not r.passed and r.message.startswith("Jacobian mismatch for output 0 with respect to input 0,")
+    assert r.stats.auto_paths == ["full"] and r.mismatch.worst[0].input_index == (15, 15)  # the full check decides
+    assert any(f.startswith("auto projections: ") for f in r.stats.fallbacks), r.stats.fallbacks
+
+
+@pytest.mark.parametrize("name", ["detached_float_output", "complex_jvp_for_real_output_check_dtypes"])
+def test_the_projections_alone_keep_torchs_verdict(name):
+    # Beyond the budget the projections decide: a float output that does not require grad must not
+    # move, and a real output's tangent must be real.
+    case = next(c for c in corpus.CASES if c.id == name)
+    kwargs = {k: v for k, v in case.flags.items() if k != "raise_exception"}
+    with pytest.raises(GradcheckError) as torch_error:
+        torch.autograd.gradcheck(case.func, case.make_inputs(), **kwargs)
+    r = opcheck.gradcheck_report(case.func, case.make_inputs(), fast_mode="auto", jacobian_budget=0, **kwargs)
+    assert not r.passed and r.message.splitlines()[0] == str(torch_error.value).splitlines()[0], r.message
