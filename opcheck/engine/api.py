@@ -228,7 +228,7 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
                 ctx.numerical_cache.clear()
                 func_out = func(*tupled_inputs)
                 outputs = differentiable_outputs(func_out)
-                if attempt is projected_check and e.unsupported:
+                if attempt is projected_check and e.loops:
                     # Without vmap (or forward AD) support the full check would loop over every
                     # column and row: the step-by-step projections loop over a handful.
                     ctx.projections_first = True

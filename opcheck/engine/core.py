@@ -46,7 +46,7 @@ class CheckContext:
     numerical_cache: dict = field(default_factory=dict)
     jacobian_budget: int = DEFAULT_JACOBIAN_BUDGET  # fast_mode="auto" only
     # fast_mode="auto", step by step: the projection checks first, also within the budget (the
-    # projections' fused pass did not apply: their loops cost less than the full check's)
+    # function cannot be vmapped: their loops cost less than the full check's)
     projections_first: bool = False
 
     @property

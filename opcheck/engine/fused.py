@@ -73,14 +73,14 @@ class Fallback(Exception):
 
     `distrust` names the kind of batching (an Evaluator kind: "vjp", "forward", "jvp_func") whose
     batched result disagreed with a plain call: the step-by-step check then runs without it.
-    `unsupported`: the pass does not apply to the function or raised (no vmap or forward AD
-    support, complex inputs, ...), as opposed to a comparison that did not pass.
+    `loops`: the function cannot be evaluated in batches as the pass needs (no vmap support, or
+    batching is off), so a check of its every column and row would run them one call at a time.
     """
 
-    def __init__(self, message: str, distrust: tuple[str, ...] = (), unsupported: bool = False):
+    def __init__(self, message: str, distrust: tuple[str, ...] = (), loops: bool = False):
         super().__init__(message)
         self.distrust = distrust
-        self.unsupported = unsupported
+        self.loops = loops
 
 
 def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple, *, check_backward_ad: bool,
@@ -136,7 +136,7 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
     except Fallback:
         raise
     except Exception as e:  # the step-by-step check decides what the user sees
-        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", unsupported=True) from e
+        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     finally:
         ev.center_probe = ev.legacy_jvp_first = False
     ev.stats.fused = True
@@ -162,30 +162,30 @@ def _applies(ctx: CheckContext, func_out, inputs: tuple, outputs: tuple, check_b
              projected: bool = False) -> None:
     ev = ctx.evaluator
     if not (ev.batch_forward and ev.batch_vjp):
-        raise Fallback("batching is off", unsupported=True)
+        raise Fallback("batching is off", loops=True)
     outs = as_tuple(func_out)
     diff = diff_input_indices(inputs)
     for j in diff:
         x = inputs[j]
         if x.layout != torch.strided or not x.is_floating_point():
-            raise Fallback(f"input {j} is not a real strided tensor", unsupported=True)
+            raise Fallback(f"input {j} is not a real strided tensor")
     seen_other = False
     for p, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
-            raise Fallback(f"output {p} is not a tensor", unsupported=True)
+            raise Fallback(f"output {p} is not a tensor")
         if not o.is_floating_point():
             if o.is_complex():
-                raise Fallback(f"output {p} is complex", unsupported=True)
+                raise Fallback(f"output {p} is complex")
             seen_other = True
             continue
         if seen_other or o.layout != torch.strided or not o.requires_grad:
-            raise Fallback(f"output {p} is not a real strided output that requires grad", unsupported=True)
+            raise Fallback(f"output {p} is not a real strided output that requires grad")
     if not outputs:
-        raise Fallback("no differentiable outputs", unsupported=True)
+        raise Fallback("no differentiable outputs")
     n = sum(inputs[j].numel() for j in diff)
     m = sum(o.numel() for o in outputs)
     if not projected and n * m > ctx.jacobian_budget:
-        raise Fallback("beyond the Jacobian budget", unsupported=True)
+        raise Fallback("beyond the Jacobian budget")
     itemsize = max(inputs[j].element_size() for j in diff)
     if projected:  # see fused_projected: its forward and backward rows
         rows = (COTANGENTS + 1) * len(outputs) + 1 if check_backward_ad else 0
@@ -194,7 +194,7 @@ def _applies(ctx: CheckContext, func_out, inputs: tuple, outputs: tuple, check_b
         rows = m + len(outputs) + 1 if check_backward_ad else 0
         forward = 2 * n + 1
     if max(rows * (m + n), forward * (n + m)) * itemsize > ev.memory_budget:
-        raise Fallback("more rows than fit the memory budget", unsupported=True)
+        raise Fallback("more rows than fit the memory budget")
 
 
 def _outputs_once(func, func_out):

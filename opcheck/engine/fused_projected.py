@@ -96,7 +96,7 @@ def projected_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: t
     except Fallback:
         raise
     except Exception as e:  # the full or step-by-step check decides what the user sees
-        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", unsupported=True) from e
+        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     ev.stats.fused = True
 
 
@@ -151,9 +151,9 @@ def _forward(ctx: CheckContext, func, inputs: tuple, func_out: tuple, directions
             try:
                 ev.stats.batched_jvp_calls += 1
                 outs, touts = ev._vmap(one_row, *points, *along)
-            except Exception:
-                if tie:  # forward AD is what is checked: the step-by-step check says what went wrong
-                    raise
+            except Exception as e:
+                if tie:  # forward AD is what is checked: its columns would run one at a time
+                    raise Fallback(f"forward AD under vmap: {_first_line(e)}", loops=True) from e
                 # Forward AD is only a tool here (no jvp, or none under vmap): the caller takes
                 # J·U from backward, and the finite differences come from a call of their own.
             else:
@@ -163,13 +163,16 @@ def _forward(ctx: CheckContext, func, inputs: tuple, func_out: tuple, directions
         if touts is None:
             ev.stats.batched_calls += 1
             center = [torch.zeros_like(d[:1]) for d in deltas]
-            outs = ev._vmap(lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))),
-                            *[s(torch.cat([c, d])) for s, c, d in zip(shaped, center, deltas)])
-            centers = [o[0] for o in outs]
-            primals = [o[1:] for o in outs]
-            if legacy:
-                ev.stats.batched_jvp_calls += 1
-                touts = _legacy_vmap(_legacy_jvp(func, inputs, diff))(*[s(t) for s, t in zip(shaped, tangents)])
+            try:
+                outs = ev._vmap(lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))),
+                                *[s(torch.cat([c, d])) for s, c, d in zip(shaped, center, deltas)])
+                centers = [o[0] for o in outs]
+                primals = [o[1:] for o in outs]
+                if legacy:
+                    ev.stats.batched_jvp_calls += 1
+                    touts = _legacy_vmap(_legacy_jvp(func, inputs, diff))(*[s(t) for s, t in zip(shaped, tangents)])
+            except Exception as e:  # the function (or its jvp) one call at a time
+                raise Fallback(f"under vmap: {_first_line(e)}", loops=True) from e
     if len(primals) != len(floats) or (touts is not None and len(as_tuple(touts)) != len(floats)):
         raise Fallback("number of outputs changed under vmap")
     for o, c, ref in zip(primals, centers, floats):
@@ -203,6 +206,10 @@ def _forward(ctx: CheckContext, func, inputs: tuple, func_out: tuple, directions
     return fd, ju, zero_tangent
 
 
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 def _vjp_of_vjp(ctx: CheckContext, outputs: tuple, inputs: tuple, directions, cotangents):
     """J·U from backward, where forward AD is missing: g(v) = Jᵀv is linear in v, and the VJP of g
     with cotangent u is J·u. Per input, per output, (k, m); Fallback when backward is not differentiable.
@@ -223,7 +230,7 @@ def _vjp_of_vjp(ctx: CheckContext, outputs: tuple, inputs: tuple, directions, co
                 result.append([o.new_zeros((DIRECTIONS, o.numel())) for o in outputs])
                 continue
             if not g.requires_grad:
-                raise Fallback("backward is not differentiable (its result does not require grad)", unsupported=True)
+                raise Fallback("backward is not differentiable (its result does not require grad)")
             rows = torch.autograd.grad([g], vs, [u], retain_graph=True, allow_unused=True, is_grads_batched=True)
             ev.stats.batched_vjp_calls += 1
             result.append([r.reshape(DIRECTIONS, -1) if r is not None else o.new_zeros((DIRECTIONS, o.numel()))
