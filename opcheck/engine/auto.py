@@ -10,7 +10,10 @@ cost a handful of calls whatever the size (fused_projected.py), where the full c
 with n·m. Up to `jacobian_budget` entries (default 2**20) a call that the projections do not pass
 is decided by the full check: there `auto` fails exactly where the full check fails, and passes
 where the full check passes or the projections do. Beyond the budget the projection check's own
-verdict stands (this module, step by step, says what is wrong). Per input j, with U_j a seeded
+verdict stands (this module, step by step, says what is wrong). A function that cannot be
+vmapped runs this module's projection check first at any size past 4096 entries (its loops make
+16 calls per input where the full check's make two per column), and within the budget a call it
+does not pass still goes to the full check. Per input j, with U_j a seeded
 Rademacher matrix of k = 8 directions (entries ±1), it checks
 
 1. **J·U against finite differences** (the JVP stage). For every direction u_l the numerical

@@ -53,6 +53,7 @@ sends the call to the step-by-step check).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -99,47 +100,56 @@ def fused_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: tuple
     ev = ctx.evaluator
     ev.center_probe = True
     try:
-        batched_forward_checked = False
-        if check_forward_ad and not check_batched_forward_grad and _fits_one_call(inputs):
-            numerical, analytical = _forward_jacobians(ctx, real_func, inputs, real_out)
-        else:
-            numerical = numerical_jacobian(ctx, real_func, inputs, real_out)  # [input][output] (n_j, m_i)
-            analytical = None
+        with only_a_pass():
+            batched_forward_checked = False
+            if check_forward_ad and not check_batched_forward_grad and _fits_one_call(inputs):
+                numerical, analytical = _forward_jacobians(ctx, real_func, inputs, real_out)
+            else:
+                numerical = numerical_jacobian(ctx, real_func, inputs, real_out)  # [input][output] (n_j, m_i)
+                analytical = None
+                if check_forward_ad:
+                    # With the batched forward-AD check on, the columns come from the legacy vmap, that
+                    # check's own machinery, probed by a plain JVP along a dense direction: vmapped
+                    # against one at a time is then tested, on every column.
+                    ev.legacy_jvp_first = check_batched_forward_grad
+                    analytical = analytical_jvp_jacobian(ctx, real_func, inputs, real_out)
+                    batched_forward_checked = ev.jvp_kind_used == "jvp"
+            if check_backward_ad:
+                _backward(ctx, real_func, real_out, inputs, real_outputs, numerical, check_batched_grad, masked)
+                ev.stats.auto_paths.append("full")
             if check_forward_ad:
-                # With the batched forward-AD check on, the columns come from the legacy vmap, that
-                # check's own machinery, probed by a plain JVP along a dense direction: vmapped
-                # against one at a time is then tested, on every column.
-                ev.legacy_jvp_first = check_batched_forward_grad
-                analytical = analytical_jvp_jacobian(ctx, real_func, inputs, real_out)
-                batched_forward_checked = ev.jvp_kind_used == "jvp"
-        if check_backward_ad:
-            _backward(ctx, real_func, real_out, inputs, real_outputs, numerical, check_batched_grad, masked)
-            ev.stats.auto_paths.append("full")
-        if check_forward_ad:
-            for j, per_output in enumerate(numerical):
-                for i, n in enumerate(per_output):
-                    if not allclose_promoted(analytical[j][i], n, ctx.rtol, ctx.atol):
-                        raise Fallback(f"forward AD: output {i}, input {j} disagrees with finite differences")
-            ev.stats.auto_paths.append("full")
-            if check_undefined_grad and len(diff_input_indices(inputs)) > 1:
-                # With one differentiable input the undefined-tangent call has no dual input, so no
-                # output has a tangent to compare: the check cannot fail, and is not run.
-                zero_tangent = None if has_complex else _zero_tangent_jvps(analytical)
-                aux_checks.test_undefined_forward_mode(ctx, func, outputs, inputs, zero_tangent)
-        if check_batched_forward_grad and not batched_forward_checked:
-            expected = None if has_complex else _expected_jvps(inputs, func_out, analytical)
-            aux_checks.test_batched_grad_forward_ad(ctx, func, inputs, expected)
-        if check_backward_ad and check_undefined_grad:
-            aux_checks.test_undefined_backward_mode(ctx, _outputs_once(func, func_out), outputs, inputs)
+                for j, per_output in enumerate(numerical):
+                    for i, n in enumerate(per_output):
+                        if not allclose_promoted(analytical[j][i], n, ctx.rtol, ctx.atol):
+                            raise Fallback(f"forward AD: output {i}, input {j} disagrees with finite differences")
+                ev.stats.auto_paths.append("full")
+                if check_undefined_grad and len(diff_input_indices(inputs)) > 1:
+                    # With one differentiable input the undefined-tangent call has no dual input, so no
+                    # output has a tangent to compare: the check cannot fail, and is not run.
+                    zero_tangent = None if has_complex else _zero_tangent_jvps(analytical)
+                    aux_checks.test_undefined_forward_mode(ctx, func, outputs, inputs, zero_tangent)
+            if check_batched_forward_grad and not batched_forward_checked:
+                expected = None if has_complex else _expected_jvps(inputs, func_out, analytical)
+                aux_checks.test_batched_grad_forward_ad(ctx, func, inputs, expected)
+            if check_backward_ad and check_undefined_grad:
+                aux_checks.test_undefined_backward_mode(ctx, _outputs_once(func, func_out), outputs, inputs)
+    finally:
+        ev.center_probe = ev.legacy_jvp_first = False
+    ev.stats.fused = True
+
+
+@contextlib.contextmanager
+def only_a_pass():
+    """A fused pass vouches only for a call it passes: whatever else happens inside is a Fallback,
+    and the step-by-step check (or the next pass) decides what the user sees."""
+    try:
+        yield
     except GradcheckError as e:
         raise Fallback(f"{getattr(e, 'check', None) or 'check'} failed") from e
     except Fallback:
         raise
-    except Exception as e:  # the step-by-step check decides what the user sees
+    except Exception as e:
         raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
-    finally:
-        ev.center_probe = ev.legacy_jvp_first = False
-    ev.stats.fused = True
 
 
 def _as_real(outs) -> tuple:

@@ -13,7 +13,8 @@ as many calls as torch's fast mode:
   one). With the batched forward-AD check on, J·U comes instead from the legacy vmap (that check's
   own machinery) and the finite differences from a vmapped call of the function. When forward AD is
   checked, one plain JVP along a dense random combination of the directions must agree with the
-  same combination of the batched rows.
+  same combination of the batched rows. In the backward check forward AD is only a tool: where it
+  is missing, J·U comes from the VJP of the VJP (backward differentiated in its grad_output).
 - **JVP stage**: every (J·U)[output element, direction] against its finite difference, entrywise,
   at atol + rtol * |numerical|.
 - **One batched backward** (fused.batched_backward) over V, per output the batched-gradient check's
@@ -24,9 +25,13 @@ as many calls as torch's fast mode:
   rows of the vmapped call; the undefined-grad_output check reuses the outputs already computed.
 
 As fused.py's pass, this one only decides a pass: a disagreement, an exception, or a case it does
-not cover (complex or sparse inputs, no forward AD, more rows than fit the memory budget, ...)
-raises fused.Fallback, and the caller goes on with the full check (within the Jacobian budget,
-where it is the verdict) or the step-by-step projection check (beyond it), which say what is wrong.
+not cover (complex or sparse inputs, neither forward AD nor a differentiable backward, more rows
+than fit the memory budget, ...) raises fused.Fallback, and the caller goes on with the full
+check (within the Jacobian budget, where it is the verdict) or the step-by-step projection check
+(beyond it), which say what is wrong. A function that cannot be vmapped (Fallback.loops) goes to
+the step-by-step projections first even within the budget, since their loops run a handful of
+calls where the full check's run two per column; a failure there is again the full check's to
+decide.
 """
 
 from __future__ import annotations
@@ -42,9 +47,8 @@ from opcheck.engine.auto import _SEED, COTANGENTS, DIRECTIONS, _rademacher, vjp_
 from opcheck.engine.aux_checks import _legacy_vmap
 from opcheck.engine.batching import _close, combination_close
 from opcheck.engine.core import CheckContext, allclose_promoted, make_vectors
-from opcheck.engine.errors import GradcheckError
 from opcheck.engine.fused import (Fallback, _applies, _as_real, _of_diff_inputs, _outputs_once, _plain_jvp,
-                                  _real_outputs, batched_backward)
+                                  _real_outputs, batched_backward, only_a_pass)
 
 __all__ = ["projected_check"]
 
@@ -64,7 +68,7 @@ def projected_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: t
     directions = [_rademacher((DIRECTIONS, *inputs[j].shape), inputs[j], g) for j in diff]
     cotangents = [_rademacher((COTANGENTS, *o.shape), o, g) for o in real_outputs]
     zero_tangent_rows = check_forward_ad and check_undefined_grad and len(diff) > 1 and not has_complex
-    try:
+    with only_a_pass():
         fd, ju, zero_tangent = _forward(ctx, real_func, inputs, real_out, directions, zero_tangent_rows,
                                         check_forward_ad, legacy=check_forward_ad and check_batched_forward_grad)
         source = "forward AD"
@@ -91,12 +95,6 @@ def projected_check(ctx: CheckContext, func, func_out, inputs: tuple, outputs: t
                 aux_checks.test_undefined_forward_mode(ctx, func, outputs, inputs, zero_tangent)
         if check_backward_ad and check_undefined_grad:
             aux_checks.test_undefined_backward_mode(ctx, _outputs_once(func, func_out), outputs, inputs)
-    except GradcheckError as e:
-        raise Fallback(f"{getattr(e, 'check', None) or 'check'} failed") from e
-    except Fallback:
-        raise
-    except Exception as e:  # the full or step-by-step check decides what the user sees
-        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     ev.stats.fused = True
 
 

@@ -16,8 +16,7 @@ from opcheck.engine import api, aux_checks, core, fused
 
 import corpus
 import test_differential
-from test_fused import (AUTO, AddWrongWithUndefinedTangent, _is_batched, _one_percent_off_at_the_tail, _sin_wrong_tail,
-                        _x)
+from test_fused import AUTO, AddWrongWithUndefinedTangent, _is_batched, _sin_wrong_tail, _x, passing_corpus_reports
 
 
 # The batching mutants of test_fused, with torch.func.vmap support (the pass's vmapped calls need it).
@@ -51,14 +50,7 @@ def test_projected_pass_keeps_the_full_checks_verdict_and_first_line(case, monke
 
 
 def test_corpus_passes_mostly_take_the_projected_pass(projections_everywhere):
-    taken = []
-    for case in corpus.CASES:
-        if case.checker != "gradcheck" or case.expected_for("slow") is not True:
-            continue
-        kwargs = {k: v for k, v in case.flags.items() if k != "raise_exception"}
-        r = opcheck.gradcheck_report(case.func, case.make_inputs(), fast_mode="auto", **kwargs)
-        assert r.passed, r.message
-        taken.append(r.stats.fused and all(p.endswith("fused)") for p in r.stats.auto_paths))
+    taken = [r.stats.fused and all(p.endswith("fused)") for p in r.stats.auto_paths) for r in passing_corpus_reports()]
     assert len(taken) >= 10 and sum(taken) >= len(taken) // 2, taken
 
 
@@ -86,45 +78,9 @@ def test_the_batched_forward_check_is_the_legacy_rows_probed_densely(monkeypatch
     assert (r.stats.batched_calls, r.stats.batched_jvp_calls, r.stats.jvp_calls) == (1, 1, 1)
 
 
-class SinRight(torch.autograd.Function):
-    """sin with its own backward and jvp: the twin of the mutants below."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return x.sin()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.x = inputs[0]
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
-
-    @staticmethod
-    def jvp(ctx, t):
-        return t * ctx.x.cos()
-
-
-class SinBackwardWrongTail(SinRight):
-    """Only the backward is 1% off on the last element."""
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return _one_percent_off_at_the_tail(g * x.cos(), True)
-
-
-class SinJvpWrongTail(SinRight):
-    """Only the jvp is 1% off on the last element."""
-
-    @staticmethod
-    def jvp(ctx, t):
-        return _one_percent_off_at_the_tail(t * ctx.x.cos(), True)
+SinRight = _sin_wrong_tail("SinRight", vmappable=True)  # the twin of the mutants
+SinBackwardWrongTail = _sin_wrong_tail("SinBackwardWrongTail", backward_wrong=lambda g: True, vmappable=True)
+SinJvpWrongTail = _sin_wrong_tail("SinJvpWrongTail", jvp_wrong=lambda t: True, vmappable=True)
 
 
 @pytest.mark.parametrize("mutant, flags, check, fallback", [
@@ -188,7 +144,7 @@ def test_undefined_tangent_rows_ride_in_the_vmapped_call():
 
 
 def test_zero_grad_output_and_reentrancy_fall_to_the_full_check():
-    class NotMultipliedByGradOutput(SinBackwardWrongTail):
+    class NotMultipliedByGradOutput(SinRight):
         @staticmethod
         def backward(ctx, g):
             (x,) = ctx.saved_tensors
@@ -196,7 +152,7 @@ def test_zero_grad_output_and_reentrancy_fall_to_the_full_check():
 
     calls = []
 
-    class Nondeterministic(SinBackwardWrongTail):  # each backward call a little different
+    class Nondeterministic(SinRight):  # each backward call a little different
         @staticmethod
         def backward(ctx, g):
             (x,) = ctx.saved_tensors
@@ -222,29 +178,14 @@ def test_complex_outputs_through_their_real_views():
 
 
 def test_a_function_without_vmap_support_takes_the_step_by_step_projections():
-    class Sin(torch.autograd.Function):  # the classic form: no setup_context, so no torch.func support
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x.sin()
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return g * x.cos()
-
-    class SinWrongTail(Sin):
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return _one_percent_off_at_the_tail(g * x.cos(), True)
-
+    no_vmap = _sin_wrong_tail("SinNoVmap")
     x = _x(32, 32)
-    r = opcheck.gradcheck_report(Sin.apply, (x,), fast_mode="auto")
-    assert r.passed and r.stats.auto_paths == ["projected (J·U from the VJP of the VJP)"], r.stats.auto_paths
+    r = opcheck.gradcheck_report(no_vmap.apply, (x,), fast_mode="auto")
+    assert r.passed and r.stats.auto_paths == ["projected (J·U from forward AD)"], r.stats.auto_paths
     assert r.stats.calls <= 2 * 8 + 2  # the finite differences' loop: 2 calls per direction, not per column
     x = _x(16, 16)
-    r = opcheck.gradcheck_report(SinWrongTail.apply, (x,), fast_mode="auto")
+    wrong = _sin_wrong_tail("SinNoVmapWrongTail", backward_wrong=lambda g: True)
+    r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
     assert not r.passed and r.message.startswith("Jacobian mismatch for output 0 with respect to input 0,")
     assert r.stats.auto_paths == ["full"] and r.mismatch.worst[0].input_index == (15, 15)  # the full check decides
     assert any(f.startswith("auto projections: ") for f in r.stats.fallbacks), r.stats.fallbacks
