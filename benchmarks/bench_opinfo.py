@@ -15,9 +15,9 @@ Modes (each timed side by side, per sample):
   the full numerical Jacobian);
 * ``fast``: opcheck ``fast_mode=True`` vs torch ``fast_mode=True``;
 * ``auto`` (``--mode auto`` or ``all``): opcheck's default policy, the engine's
-  ``fast_mode="auto"`` with its default budget (the full check up to 4096 Jacobian entries,
-  entrywise projections beyond, decided by the full check up to 2**20 entries when they do not
-  pass), vs torch's fast mode: the price of full strength. Its verdicts
+  ``fast_mode="auto"`` with its default budget (the full check up to 128 input and output
+  elements, entrywise projections beyond, decided by the full check up to 2**20 Jacobian entries
+  when they do not pass), vs torch's fast mode: the price of full strength. Its verdicts
   are compared with torch's slow mode (from the ``full`` mode of the same run, or else from an
   extra torch slow call per sample, timed apart): "false alarms" (auto fails where torch slow
   passes) and "misses" (auto passes where torch slow fails) are the disagreements of this mode;

@@ -11,7 +11,7 @@ import torch
 from opcheck.engine import aux_checks
 from opcheck.engine._util import as_tuple, check_inputs, check_outputs, differentiable_outputs, requires_grad
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, adaptive_clock, batching_enabled
-from opcheck.engine.auto import auto_check, jacobian_entries
+from opcheck.engine.auto import auto_check, jacobian_sides
 from opcheck.engine.fused import Fallback, fused_check
 from opcheck.engine.fused_projected import projected_check
 from opcheck.engine.core import DEFAULT_JACOBIAN_BUDGET, CheckContext, fast_check, full_check
@@ -64,8 +64,8 @@ def gradcheck(
     full Jacobian is computed in vmapped batches (falling back to one column at a time for
     functions that cannot be vmapped); a failure names the entries that disagree.
 
-    fast_mode="auto" (opcheck only) runs the full check while the Jacobian has at most 4096
-    entries and beyond it entrywise projection checks that never hold the Jacobian; up to
+    fast_mode="auto" (opcheck only) runs the full check while the differentiable inputs and the
+    outputs have at most 128 elements together, and beyond it entrywise projection checks that never hold the Jacobian; up to
     `jacobian_budget` entries (default 2**20) a call they do not pass is decided by the full check.
     See opcheck.engine.auto for what they guarantee. `jacobian_budget` is ignored unless
     fast_mode="auto".
@@ -252,16 +252,16 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
 def _fused_passes(ctx: CheckContext, inputs: tuple, func_out) -> list[Callable]:
     """fast_mode="auto"'s fused passes, in the order they are tried.
 
-    Up to core.FULL_CHECK_ENTRIES Jacobian entries the full check is cheap: its fused pass. Beyond, the
+    Up to core.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused pass. Beyond, the
     projections' fused pass; within the Jacobian budget a call whose comparisons it cannot pass goes
     on to the full check, so there its failures are the full check's. A call the projections' pass
     does not apply to goes to the step-by-step projections (ctx.projections_first), and within the
     budget a failure there to the full check too.
     """
-    entries = jacobian_entries(inputs, as_tuple(func_out))
-    if entries <= ctx.full_check_entries:
+    n, m = jacobian_sides(inputs, as_tuple(func_out))
+    if ctx.full_first(n, m):
         return [fused_check]
-    return [projected_check, fused_check] if entries <= ctx.jacobian_budget else [projected_check]
+    return [projected_check, fused_check] if n * m <= ctx.jacobian_budget else [projected_check]
 
 
 def _apply_to_complex_outputs(fn, part):

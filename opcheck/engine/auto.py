@@ -3,15 +3,16 @@
 What it does
 ------------
 Let the Jacobian's size be the sum over (differentiable input j, float output i) of
-numel_in_j * numel_out_i. Up to core.FULL_CHECK_ENTRIES entries (4096) `auto` runs the
-full check (core.full_check, fused into few calls by fused.py), so its verdicts there are the full
-mode's. Beyond it runs the projection check below, which never holds an n×m block; its checks
-cost a handful of calls whatever the size (fused_projected.py), where the full check's cost grows
-with n·m. Up to `jacobian_budget` entries (default 2**20) a call that the projections do not pass
+numel_in_j * numel_out_i = n·m, n the differentiable input elements and m the float output
+elements. While n + m <= core.FULL_CHECK_ELEMENTS (128, so n·m <= 4096) `auto` runs the full check
+(core.full_check, fused into few calls by fused.py), so its verdicts there are the full mode's.
+Beyond it runs the projection check below, which never holds an n×m block; its checks cost a
+handful of calls whatever the size (fused_projected.py), where the full check's cost grows with
+(n + m)²: a scalar loss of a 64×64 input costs it 8,193 evaluations. Up to `jacobian_budget` entries (default 2**20) a call that the projections do not pass
 is decided by the full check: there `auto` fails exactly where the full check fails, and passes
 where the full check passes or the projections do. Beyond the budget the projection check's own
 verdict stands (this module, step by step, says what is wrong). A function that cannot be
-vmapped runs this module's projection check first at any size past 4096 entries (its loops make
+vmapped runs this module's projection check first wherever the full check does not (its loops make
 16 calls per input where the full check's make two per column), and within the budget a call it
 does not pass still goes to the full check. Per input j, with U_j a seeded
 Rademacher matrix of k = 8 directions (entries ±1), it checks
@@ -198,10 +199,16 @@ class ProjectionMismatch:
         return "\n".join(lines)
 
 
+def jacobian_sides(inputs: tuple, outputs: tuple) -> tuple[int, int]:
+    """(n, m): the elements of the differentiable inputs and of the float/complex outputs."""
+    n = sum(inputs[j].numel() for j in diff_input_indices(inputs))
+    return n, sum(o.numel() for o in as_tuple(outputs) if is_float_or_complex(o))
+
+
 def jacobian_entries(inputs: tuple, outputs: tuple) -> int:
     """Σ numel_in * numel_out over differentiable inputs and float/complex outputs."""
-    n = sum(inputs[j].numel() for j in diff_input_indices(inputs))
-    return n * sum(o.numel() for o in as_tuple(outputs) if is_float_or_complex(o))
+    n, m = jacobian_sides(inputs, outputs)
+    return n * m
 
 
 class _Unavailable(Exception):
@@ -224,11 +231,12 @@ def auto_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forwar
     func_out_t = as_tuple(func_out)
     inputs = tuple(inputs)
     diff = diff_input_indices(inputs)
-    size = jacobian_entries(inputs, func_out_t)
+    n, m = jacobian_sides(inputs, func_out_t)
+    size = n * m
     has_complex = any(inputs[j].is_complex() for j in diff) or any(
         o.is_complex() for o in func_out_t if is_float_or_complex(o))
     stats = ctx.evaluator.stats
-    if size <= ctx.jacobian_budget and not (ctx.projections_first and size > ctx.full_check_entries):
+    if size <= ctx.jacobian_budget and not (ctx.projections_first and not ctx.full_first(n, m)):
         stats.auto_paths.append("full")
         return full_check(ctx, func, func_out, inputs, outputs, use_forward_ad=use_forward_ad,
                           complex_indices=complex_indices, test_imag=test_imag)

@@ -24,9 +24,11 @@ DEFAULT_JACOBIAN_BUDGET = 1 << 20
 """Jacobian entries (Σ numel_in * numel_out) up to which fast_mode="auto" lets the full check decide
 a call that its projection checks do not pass."""
 
-FULL_CHECK_ENTRIES = 1 << 12
-"""Jacobian entries up to which fast_mode="auto" runs the full check first: there it costs about as
-little as the projections (fused.py); beyond, its cost grows with n·m while theirs does not."""
+FULL_CHECK_ELEMENTS = 128
+"""fast_mode="auto" runs the full check first while the differentiable input elements n and the
+float output elements m number at most this many together (so n·m <= 4096). Its cost grows with
+(n + m)²: 2n + 1 evaluations and m backward rows, each of n + m elements. The projections' grows
+with n + m only, and below this size the two cost about the same (fused.py, fused_projected.py)."""
 
 
 @dataclass
@@ -49,10 +51,10 @@ class CheckContext:
     # function cannot be vmapped: their loops cost less than the full check's)
     projections_first: bool = False
 
-    @property
-    def full_check_entries(self) -> int:
-        """fast_mode="auto": the size up to which the full check runs first (see FULL_CHECK_ENTRIES)."""
-        return min(FULL_CHECK_ENTRIES, self.jacobian_budget)
+    def full_first(self, n: int, m: int) -> bool:
+        """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
+        (see FULL_CHECK_ELEMENTS; never beyond the budget)."""
+        return n + m <= FULL_CHECK_ELEMENTS and n * m <= self.jacobian_budget
 
     def fail(self, message: str, *, check: str, path: str = "", mismatch: JacobianMismatch | None = None):
         raise GradcheckError(message, check=check, path=path, mismatch=mismatch)

@@ -1,6 +1,6 @@
 """fast_mode="auto"'s full check and its side checks folded into few calls.
 
-It runs up to core.FULL_CHECK_ENTRIES Jacobian entries, and within the budget after a
+It runs up to core.FULL_CHECK_ELEMENTS input and output elements, and within the budget after a
 projection pass (fused_projected.py) that did not pass the call.
 
 Run step by step (core.full_check, then aux_checks), one gradcheck call costs about a dozen

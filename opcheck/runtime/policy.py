@@ -5,7 +5,7 @@ pair: cheap, but a single wrong entry of a large Jacobian moves vᵀJu by less t
 and passes. `false` computes the full Jacobian. `auto` (the default) calls the engine with
 fast_mode="auto" and the run's budget (context.DEFAULT_JACOBIAN_BUDGET = 2**20, the engine's own
 default; `--opcheck-budget` or OPCHECK_JACOBIAN_BUDGET change it): the full Jacobian up to
-core.FULL_CHECK_ENTRIES (4096) entries, entrywise projection checks beyond, and within the
+core.FULL_CHECK_ELEMENTS (128) input and output elements, entrywise projection checks beyond, and within the
 budget a projection check that does not pass is decided by the full Jacobian (opcheck.engine.auto
 says what they guarantee).
 The engine decides per comparison; a failure's `policy:` row reports what it did, from the
@@ -60,12 +60,12 @@ class Policy:
         size = f"{n} entries" if n is not None else "entries"
         paths = _auto_paths(report, n is not None and n > self.budget) if report is not None else []
         if not paths:  # no comparison ran (the check raised first): the plan, not what happened
-            full = min(core.FULL_CHECK_ENTRIES, self.budget)
-            return (f"{self.reason}: full Jacobian up to {full} entries, entrywise projections beyond, decided "
-                    f"by the full Jacobian up to budget {self.budget}{where} entries"
+            return (f"{self.reason}: full Jacobian up to {core.FULL_CHECK_ELEMENTS} input and output elements, "
+                    f"entrywise projections beyond, decided by the full Jacobian within budget {self.budget}{where} "
+                    "entries"
                     + (f"; this check has {n} entries" if n is not None else ""))
         # Within the budget the engine may still have passed the check on its projections (from
-        # core.FULL_CHECK_ENTRIES on); only the size says which side of the budget it is.
+        # core.FULL_CHECK_ELEMENTS on); only the size says which side of the budget it is.
         within = n <= self.budget if n is not None else all(p == "full" for p in paths)
         done = list(dict.fromkeys("full Jacobian" if path == "full" else path.replace("projected", "projections", 1)
                                   for path in paths))

@@ -30,7 +30,7 @@ SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail("SinJvpWrongTailUnderLegacyVmap
 @pytest.fixture
 def projections_everywhere(monkeypatch):
     """Every auto call within the budget takes the projections' pass first."""
-    monkeypatch.setattr(core, "FULL_CHECK_ENTRIES", 0)
+    monkeypatch.setattr(core, "FULL_CHECK_ELEMENTS", 0)
 
 
 def _without_fused_passes(monkeypatch):
@@ -201,3 +201,12 @@ def test_the_projections_alone_keep_torchs_verdict(name):
         torch.autograd.gradcheck(case.func, case.make_inputs(), **kwargs)
     r = opcheck.gradcheck_report(case.func, case.make_inputs(), fast_mode="auto", jacobian_budget=0, **kwargs)
     assert not r.passed and r.message.splitlines()[0] == str(torch_error.value).splitlines()[0], r.message
+
+
+def test_a_scalar_loss_takes_the_projections_at_4096_entries():
+    # n·m = 4096, but n + m = 4097: the full check would make 8,193 evaluations of a 4,096-element input.
+    x = _x(64, 64)
+    r = opcheck.gradcheck_report(lambda t: (t.sin() ** 2).sum(), (x,), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["projected (J·U from forward AD, fused)"]
+    small = _x(8, 8)  # n + m = 128: the full check
+    assert opcheck.gradcheck_report(torch.sin, (small,), fast_mode="auto").stats.auto_paths == ["full"]
