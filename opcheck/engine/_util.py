@@ -95,13 +95,20 @@ def has_internal_overlap(t: torch.Tensor) -> bool:
     return t.numel() > 1 and torch._debug_has_internal_overlap(t) == 1
 
 
+SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+
 def check_outputs(outputs: tuple) -> None:
-    for t in outputs:
-        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
-            raise ValueError(
-                f"Output with layout {t.layout} is not supported at gradcheck yet. "
-                "Please call to_dense(masked_grad=...) on the output of fn for gradcheck."
-            )
+    """torch's output check (sparse first, then MKLDNN, with its words); other layouts after it."""
+    tensors = [t for t in outputs if isinstance(t, torch.Tensor)]
+    advice = "Please call to_dense(masked_grad=...) on the output of fn for gradcheck."
+    if any(t.layout in SPARSE_LAYOUTS for t in tensors):
+        raise ValueError(f"Sparse output is not supported at gradcheck yet. {advice}")
+    if any(t.layout == torch._mkldnn for t in tensors):  # type: ignore[attr-defined]
+        raise ValueError(f"MKLDNN output is not supported at gradcheck yet. {advice}")
+    for t in tensors:
+        if t.layout != torch.strided:
+            raise ValueError(f"Output with layout {t.layout} is not supported at gradcheck yet. {advice}")
 
 
 def unravel(k: int, shape) -> tuple[int, ...]:

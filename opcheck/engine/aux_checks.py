@@ -12,7 +12,8 @@ import warnings
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import as_tuple, differentiable_outputs, is_float_or_complex, make_duals, requires_grad
+from opcheck.engine._util import (SPARSE_LAYOUTS, as_tuple, differentiable_outputs, is_float_or_complex, make_duals,
+                                  requires_grad)
 from opcheck.engine.core import CheckContext, make_vectors
 from opcheck.engine.errors import FAILED_BATCHED_FWD_GRAD_NOTE, FAILED_BATCHED_GRAD_NOTE
 
@@ -132,6 +133,17 @@ def test_backward_mul_by_grad_output(ctx: CheckContext, outputs: tuple, inputs: 
         if gi is None:
             continue
         where = f"\ncheck: zero grad_output ({ctx.backward_path}); gradient of {ctx.input_name(k)}"
+        if gi.layout != torch.strided:  # the layout first, as torch checks it, then the values densely
+            if gi.layout != di.layout:
+                ctx.fail(f"grad is incorrect layout ({gi.layout} is not {di.layout}){where}", check="zero grad_output")
+            if gi.layout in SPARSE_LAYOUTS:
+                kind = str(gi.layout).replace("torch.", "").replace("_coo", "")
+                for what, got, want in (("sparse_dim", gi.sparse_dim(), di.sparse_dim()),
+                                        ("dense_dim", gi.dense_dim(), di.dense_dim())):
+                    if got != want:
+                        ctx.fail(f"grad is {kind} tensor, but has incorrect {what} {got}, expected {want}{where}",
+                                 check="zero grad_output")
+            gi, di = gi.to_dense(), di.to_dense()
         if masked:
             if not torch.allclose(gi, torch.zeros_like(gi)):
                 ctx.fail("backward not multiplied by grad_output" + where + _nonzero(gi), check="zero grad_output")

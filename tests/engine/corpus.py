@@ -259,6 +259,18 @@ class ComplexSquareMissingConj(torch.autograd.Function):
         return grad * 2 * z  # should be grad * (2 * z).conj()
 
 
+class DoubleWithSparseGrad(torch.autograd.Function):
+    """2x, right values, but backward returns a sparse gradient for a dense input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 2).to_sparse()
+
+
 class ComplexSquareCorrect(torch.autograd.Function):
     """The fixed version of ComplexSquareMissingConj (control case)."""
 
@@ -736,6 +748,13 @@ CASES: tuple[Case, ...] = (
     # Correct Function whose backward cannot be vmapped; fine without check_batched_grad.
     Case("custom_item_backward", lambda: (_randn(6, seed=33),), ScaleByThreeItemLoop.apply, True),
     Case("custom_complex_square_correct", lambda: (_complex(4, seed=34),), ComplexSquareCorrect.apply, True),
+    # Layouts: a sparse gradient for a dense input fails the layout check (GradcheckError); a
+    # sparse or MKLDNN output is refused with a ValueError before any check.
+    Case("sparse_grad_for_dense_input", lambda: (_randn(3, 3, seed=80),), DoubleWithSparseGrad.apply, False,
+         flags=dict(check_batched_grad=False)),
+    Case("sparse_output", lambda: (_randn(3, 3, seed=81),), lambda x: (x * 2).to_sparse(), "ValueError"),
+    *([Case("mkldnn_output", lambda: (_randn(3, 3, seed=82),), lambda x: (x * 2).float().to_mkldnn(), "ValueError")]
+      if torch.backends.mkldnn.is_available() else []),
     # ---------------- broken functions ----------------
     Case("missing_factor", lambda: (_randn(5, seed=40),), SinMissingFactor.apply, False),
     Case("sign_flip_old_style", lambda: (_randn(5, seed=41),), CosSignFlipOldStyle.apply, False),

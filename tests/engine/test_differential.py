@@ -194,3 +194,11 @@ def test_harness_catches_a_lying_checker():
         case = by_id[case_id]
         assert run_case(liar, case, "slow").verdict != case.expected
     assert run_case(wrong_type, by_id["missing_factor"], "slow").verdict == "RuntimeError"
+
+
+@pytest.mark.parametrize("case_id", ["sparse_grad_for_dense_input", "sparse_output"]
+                         + (["mkldnn_output"] if torch.backends.mkldnn.is_available() else []))
+@pytest.mark.parametrize("mode", corpus.MODES)
+def test_layout_failures_keep_torchs_first_line(case_id, mode):
+    case = next(c for c in CASES if c.id == case_id)
+    assert run_case(OPCHECK, case, mode).detail == run_case(TORCH, case, mode).detail
