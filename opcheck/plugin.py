@@ -65,10 +65,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
                          "complex128, float32, bfloat16, ...); the others are deselected")
     group.addoption("--opcheck-policy", choices=POLICIES, default=None,
-                    help="override every spec's gradcheck.fast_mode: auto (full Jacobian up to 128 input and output elements, "
-                         "entrywise projection checks beyond, the full Jacobian deciding a failure within the "
-                         "budget), full (always the full Jacobian), fast (torch's "
-                         "fast mode: one random projection per input/output pair)")
+                    help="override every spec's gradcheck.fast_mode: auto (full Jacobian up to 128 input and "
+                         "output elements, entrywise projection checks beyond, the full Jacobian deciding a "
+                         "failure within the budget), full (always the full Jacobian), fast (torch's fast mode: "
+                         "one random projection per input/output pair)")
     group.addoption("--opcheck-budget", default=None, metavar="ENTRIES",
                     help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy lets the "
                          "full Jacobian decide a check its entrywise projections do not pass, and beyond which "

@@ -95,6 +95,11 @@ def has_internal_overlap(t: torch.Tensor) -> bool:
     return t.numel() > 1 and torch._debug_has_internal_overlap(t) == 1
 
 
+def exception_line(e: BaseException) -> str:
+    """`TypeName: first line of the message`, for one-line reasons."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 
 

@@ -65,10 +65,10 @@ def gradcheck(
     functions that cannot be vmapped); a failure names the entries that disagree.
 
     fast_mode="auto" (opcheck only) runs the full check while the differentiable inputs and the
-    outputs have at most 128 elements together, and beyond it entrywise projection checks that never hold the Jacobian; up to
-    `jacobian_budget` entries (default 2**20) a call they do not pass is decided by the full check.
-    See opcheck.engine.auto for what they guarantee. `jacobian_budget` is ignored unless
-    fast_mode="auto".
+    outputs have at most 128 elements together, and beyond it entrywise projection checks that
+    never hold the Jacobian; up to `jacobian_budget` entries (default 2**20) a call they do not
+    pass is decided by the full check. See opcheck.engine.auto for what they guarantee.
+    `jacobian_budget` is ignored unless fast_mode="auto".
     """
     flags = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
                  check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
@@ -229,8 +229,8 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
                 func_out = func(*tupled_inputs)
                 outputs = differentiable_outputs(func_out)
                 if attempt is projected_check and e.loops:
-                    # Without vmap (or forward AD) support the full check would loop over every
-                    # column and row: the step-by-step projections loop over a handful.
+                    # Without vmap support the full check would loop over every column and row:
+                    # the step-by-step projections loop over a handful.
                     ctx.projections_first = True
                     break
     compare = auto_check if isinstance(fast_mode, str) else fast_check if fast_mode else full_check
@@ -252,11 +252,11 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
 def _fused_passes(ctx: CheckContext, inputs: tuple, func_out) -> list[Callable]:
     """fast_mode="auto"'s fused passes, in the order they are tried.
 
-    Up to core.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused pass. Beyond, the
-    projections' fused pass; within the Jacobian budget a call whose comparisons it cannot pass goes
-    on to the full check, so there its failures are the full check's. A call the projections' pass
-    does not apply to goes to the step-by-step projections (ctx.projections_first), and within the
-    budget a failure there to the full check too.
+    Up to core.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused
+    pass. Beyond, the projections' fused pass; within the Jacobian budget a call it does not pass
+    goes on to the full check, so there its failures are the full check's. A function the
+    projections' pass cannot vmap goes to the step-by-step projections (ctx.projections_first), and
+    within the budget a failure there to the full check too.
     """
     n, m = jacobian_sides(inputs, as_tuple(func_out))
     if ctx.full_first(n, m):

@@ -8,14 +8,15 @@ elements. While n + m <= core.FULL_CHECK_ELEMENTS (128, so n·m <= 4096) `auto` 
 (core.full_check, fused into few calls by fused.py), so its verdicts there are the full mode's.
 Beyond it runs the projection check below, which never holds an n×m block; its checks cost a
 handful of calls whatever the size (fused_projected.py), where the full check's cost grows with
-(n + m)²: a scalar loss of a 64×64 input costs it 8,193 evaluations. Up to `jacobian_budget` entries (default 2**20) a call that the projections do not pass
-is decided by the full check: there `auto` fails exactly where the full check fails, and passes
-where the full check passes or the projections do. Beyond the budget the projection check's own
-verdict stands (this module, step by step, says what is wrong). A function that cannot be
-vmapped runs this module's projection check first wherever the full check does not (its loops make
-16 calls per input where the full check's make two per column), and within the budget a call it
-does not pass still goes to the full check. Per input j, with U_j a seeded
-Rademacher matrix of k = 8 directions (entries ±1), it checks
+(n + m)²: a scalar loss of a 64×64 input costs it 8,193 evaluations. Up to `jacobian_budget`
+entries (default 2**20) a call that the projections do not pass is decided by the full check:
+there `auto` fails exactly where the full check fails, and passes where the full check passes or
+the projections do. Beyond the budget the projection check's own verdict stands (this module,
+step by step, says what is wrong). A function that cannot be vmapped runs this module's
+projection check first wherever the full check does not (its loops make 16 calls per input where
+the full check's make two per column), and within the budget a call it does not pass still goes
+to the full check. Per input j, with U_j a seeded Rademacher matrix of k = 8 directions (entries
+±1), it checks
 
 1. **J·U against finite differences** (the JVP stage). For every direction u_l the numerical
    directional derivative (f(x + eps u_l) - f(x - eps u_l)) / 2eps (2k evaluations, vmapped where
@@ -97,8 +98,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import (as_tuple, diff_input_indices, differentiable_outputs, is_float_or_complex,
-                                  make_duals, unravel)
+from opcheck.engine._util import (as_tuple, diff_input_indices, differentiable_outputs, exception_line,
+                                  is_float_or_complex, make_duals, unravel)
 from opcheck.engine.batching import _close, _Disagreement, _one_hot_rows
 from opcheck.engine.core import (
     DEFAULT_JACOBIAN_BUDGET,
@@ -115,7 +116,7 @@ from opcheck.engine.core import (
 from opcheck.engine.errors import FAILED_NONDET_NOTE, FAST_FAIL_SLOW_OK_NOTE
 
 __all__ = ["DEFAULT_JACOBIAN_BUDGET", "DIRECTIONS", "COTANGENTS", "ProjectionMismatch", "auto_check",
-           "jacobian_entries"]
+           "jacobian_sides"]
 
 DIRECTIONS = 8
 """k: random input directions per input (J·U has m*k entries per block)."""
@@ -205,11 +206,6 @@ def jacobian_sides(inputs: tuple, outputs: tuple) -> tuple[int, int]:
     return n, sum(o.numel() for o in as_tuple(outputs) if is_float_or_complex(o))
 
 
-def jacobian_entries(inputs: tuple, outputs: tuple) -> int:
-    """Σ numel_in * numel_out over differentiable inputs and float/complex outputs."""
-    n, m = jacobian_sides(inputs, outputs)
-    return n * m
-
 
 class _Unavailable(Exception):
     """This source of J·U does not work for the function."""
@@ -247,16 +243,12 @@ def auto_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forwar
                               has_complex, diff, full_decides=True)
         except Exception as e:  # a GradcheckError, or what the full check will raise in its own words
             del stats.auto_paths[mark:]
-            stats.fallbacks.append(f"auto projections: {_first_line_of(e)}; the full check decides")
+            stats.fallbacks.append(f"auto projections: {exception_line(e)}; the full check decides")
             stats.auto_paths.append("full")
             return full_check(ctx, func, func_out, inputs, outputs, use_forward_ad=use_forward_ad,
                               complex_indices=complex_indices, test_imag=test_imag)
     return _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag,
                       has_complex, diff)
-
-
-def _first_line_of(e: BaseException) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag, has_complex,
@@ -456,7 +448,7 @@ class _Projected:
         try:
             return self._jvp_loop(j, U)
         except Exception as e:
-            raise _Unavailable(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+            raise _Unavailable(exception_line(e)) from e
 
     def _jvp_loop(self, j, U):
         rows = []
@@ -525,7 +517,7 @@ class _Projected:
             try:
                 ju = _vjp_batch(self.ev, [g], vs, [self.U[jj]])
             except Exception as e:
-                raise _Unavailable(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+                raise _Unavailable(exception_line(e)) from e
             result.append([(t.reshape(k, -1) if t is not None else o.new_zeros((k, o.numel())))
                            for t, o in zip(ju, self.outputs)])
         return result

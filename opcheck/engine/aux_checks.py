@@ -12,8 +12,8 @@ import warnings
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import (SPARSE_LAYOUTS, as_tuple, differentiable_outputs, is_float_or_complex, make_duals,
-                                  requires_grad)
+from opcheck.engine._util import (SPARSE_LAYOUTS, as_tuple, differentiable_outputs, exception_line, is_float_or_complex,
+                                  make_duals, requires_grad)
 from opcheck.engine.core import CheckContext, make_vectors
 from opcheck.engine.errors import FAILED_BATCHED_FWD_GRAD_NOTE, FAILED_BATCHED_GRAD_NOTE
 
@@ -218,7 +218,7 @@ def test_undefined_backward_mode(ctx: CheckContext, func, outputs, inputs) -> bo
             raise GradcheckError(
                 "Expected backward function to handle undefined output grads. " + note +
                 f"\ncheck: undefined grad_output ({ctx.backward_path}); with {which} undefined, backward "
-                f"raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\nA custom backward "
+                f"raised {exception_line(e)}\nA custom backward "
                 "receives None for an undefined grad_output unless ctx.set_materialize_grads(True) (the "
                 "default) applies: handle None, or keep materialization on.",
                 check="undefined grad_output", path=ctx.backward_path) from e

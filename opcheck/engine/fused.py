@@ -60,7 +60,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from opcheck.engine import aux_checks
-from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, requires_grad
+from opcheck.engine._util import as_tuple, diff_input_indices, exception_line, is_float_or_complex, requires_grad
 from opcheck.engine.auto import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import FUSE_MAX_COLUMNS, _close, combination_close
 from opcheck.engine.core import CheckContext, allclose_promoted, analytical_jvp_jacobian, numerical_jacobian
@@ -149,7 +149,7 @@ def only_a_pass():
     except Fallback:
         raise
     except Exception as e:
-        raise Fallback(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        raise Fallback(exception_line(e)) from e
 
 
 def _as_real(outs) -> tuple:

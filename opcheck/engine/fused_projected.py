@@ -42,7 +42,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from opcheck.engine import aux_checks
-from opcheck.engine._util import as_tuple, diff_input_indices, is_float_or_complex, requires_grad
+from opcheck.engine._util import as_tuple, diff_input_indices, exception_line, is_float_or_complex, requires_grad
 from opcheck.engine.auto import _SEED, COTANGENTS, DIRECTIONS, _rademacher, vjp_jvp_pairs
 from opcheck.engine.aux_checks import _legacy_vmap
 from opcheck.engine.batching import _close, combination_close
@@ -151,7 +151,7 @@ def _forward(ctx: CheckContext, func, inputs: tuple, func_out: tuple, directions
                 outs, touts = ev._vmap(one_row, *points, *along)
             except Exception as e:
                 if tie:  # forward AD is what is checked: its columns would run one at a time
-                    raise Fallback(f"forward AD under vmap: {_first_line(e)}", loops=True) from e
+                    raise Fallback(f"forward AD under vmap: {exception_line(e)}", loops=True) from e
                 # Forward AD is only a tool here (no jvp, or none under vmap): the caller takes
                 # J·U from backward, and the finite differences come from a call of their own.
             else:
@@ -170,7 +170,7 @@ def _forward(ctx: CheckContext, func, inputs: tuple, func_out: tuple, directions
                     ev.stats.batched_jvp_calls += 1
                     touts = _legacy_vmap(_legacy_jvp(func, inputs, diff))(*[s(t) for s, t in zip(shaped, tangents)])
             except Exception as e:  # the function (or its jvp) one call at a time
-                raise Fallback(f"under vmap: {_first_line(e)}", loops=True) from e
+                raise Fallback(f"under vmap: {exception_line(e)}", loops=True) from e
     if len(primals) != len(floats) or (touts is not None and len(as_tuple(touts)) != len(floats)):
         raise Fallback("number of outputs changed under vmap")
     for o, c, ref in zip(primals, centers, floats):
@@ -202,10 +202,6 @@ def _forward(ctx: CheckContext, func, inputs: tuple, func_out: tuple, directions
         def zero_tangent(row, _all_u):
             return [t[k * n_inputs + row] for t in flat_t]
     return fd, ju, zero_tangent
-
-
-def _first_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
 def _vjp_of_vjp(ctx: CheckContext, outputs: tuple, inputs: tuple, directions, cotangents):

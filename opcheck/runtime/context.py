@@ -14,8 +14,8 @@ from typing import Callable
 
 # DEFAULT_JACOBIAN_BUDGET: Jacobian entries (sum over input/output pairs of numel_in * numel_out)
 # up to which fast_mode "auto" lets the full Jacobian decide a check that its entrywise projection
-# checks (opcheck.engine.auto; from 128 input and output elements on) do not pass, and beyond which the projections'
-# verdict stands. The engine owns the value (2**20), so that a generated
+# checks (opcheck.engine.auto; from 128 input and output elements on) do not pass, and beyond
+# which the projections' verdict stands. The engine owns the value (2**20), so that a generated
 # test and a direct opcheck.gradcheck(fast_mode="auto") call agree; the runtime re-exports it.
 # Measured with the batched engine on 1 CPU thread (2-core x86, torch 2.13): 2**20 entries cost
 # 38 ms (sin 32x32), 59 ms (softmax 32x32), 78 ms (cumsum 32x32) for gradcheck and 30-50 ms at
