@@ -35,30 +35,17 @@ def diff_input_indices(inputs: tuple) -> list[int]:
     return [i for i, a in enumerate(inputs) if requires_grad(a)]
 
 
-def real_dtype(dtype: torch.dtype) -> torch.dtype:
-    return {torch.complex128: torch.float64, torch.complex64: torch.float32,
-            torch.complex32: torch.float16}.get(dtype, dtype)
-
-
-_SPARSE_LAYOUTS = {torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc}
-
-
-def is_dense_strided(t: torch.Tensor) -> bool:
-    return t.layout == torch.strided
-
-
 def check_inputs(inputs: tuple) -> None:
-    """Validate gradcheck inputs the way torch does, with advice where torch has none."""
+    """Validate gradcheck inputs the way torch does, with advice where torch has none.
+
+    Of a sparse input torch looks at its values' strides, of an MKLDNN input at none.
+    """
+    from opcheck.engine.layouts import check_content_strides
+
     found = False
     for idx, inp in enumerate(inputs):
         if not requires_grad(inp):
             continue
-        if inp.layout in _SPARSE_LAYOUTS or inp.layout == torch._mkldnn:  # type: ignore[attr-defined]
-            raise NotImplementedError(
-                f"Input #{idx} has layout {inp.layout}: opcheck checks dense strided tensors only. "
-                "Convert it with .to_dense() inside the function under test, or use "
-                "torch.autograd.gradcheck(..., masked=...) for sparse semantics."
-            )
         if inp.dtype not in (torch.float64, torch.complex128):
             warnings.warn(
                 f"Input #{idx} requires gradient and is not a double precision floating point or complex. "
@@ -68,20 +55,23 @@ def check_inputs(inputs: tuple) -> None:
                 "consistency check against the float64 result instead.)",
                 stacklevel=4,
             )
-        if not all(st > 0 or sz <= 1 for st, sz in zip(inp.stride(), inp.size())):
+        content = check_content_strides(idx, inp)
+        found = True
+        if content is None:
+            continue
+        if not all(st > 0 or sz <= 1 for st, sz in zip(content.stride(), content.size())):
             raise RuntimeError(
                 f"The {idx}th input has a dimension with stride 0. gradcheck only supports inputs that "
                 "are non-overlapping to be able to compute the numerical gradients correctly. You should "
                 "call .contiguous on the input before passing it to gradcheck. (Perturbing one element of "
-                f"a tensor with strides {tuple(inp.stride())} moves every element that shares its memory.)"
+                f"a tensor with strides {tuple(content.stride())} moves every element that shares its memory.)"
             )
-        if has_internal_overlap(inp):
+        if has_internal_overlap(content):
             raise RuntimeError(
-                f"The {idx}th input has overlapping memory (shape {tuple(inp.shape)}, strides "
-                f"{tuple(inp.stride())}): perturbing one element would move others too. "
+                f"The {idx}th input has overlapping memory (shape {tuple(content.shape)}, strides "
+                f"{tuple(content.stride())}): perturbing one element would move others too. "
                 "Call .contiguous() on it before passing it to gradcheck."
             )
-        found = True
     if not found:
         raise ValueError(
             "gradcheck expects at least one input tensor to require gradient, "

@@ -14,6 +14,7 @@ from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator,
 from opcheck.engine.auto import auto_check, jacobian_sides
 from opcheck.engine.fused import Fallback, fused_check
 from opcheck.engine.fused_projected import projected_check
+from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.core import DEFAULT_JACOBIAN_BUDGET, CheckContext, fast_check, full_check
 from opcheck.engine.diagnostics import JacobianMismatch
 from opcheck.engine.errors import GradcheckError
@@ -212,7 +213,19 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
     func_out = func(*tupled_inputs)
     outputs = differentiable_outputs(func_out)
     check_outputs(outputs)
-    if isinstance(fast_mode, str):
+    # The Jacobian comparisons' function and inputs: sparse and MKLDNN inputs through dense
+    # stand-ins (layouts.py); the checks after them run on the call as given, as torch's do.
+    layouts = LayoutInputs(tupled_inputs, masked)
+    jac_func, jac_inputs, jac_out, jac_outputs = func, tupled_inputs, func_out, outputs
+    if layouts:
+        jac_func, jac_inputs = layouts.wrap(func), layouts.inputs
+        jac_out = jac_func(*jac_inputs)
+        jac_outputs = differentiable_outputs(jac_out)
+        ctx.layout_vector, ctx.layout_hint = layouts.random_vector, layouts.hint
+        ctx.projections_first = True  # the rebuilt layouts cannot be vmapped: loops throughout
+        for kind in ("forward", "vjp", "jvp_func", "jvp"):
+            setattr(ctx.evaluator, f"batch_{kind}", False)
+    if isinstance(fast_mode, str) and not layouts:
         for attempt in _fused_passes(ctx, tupled_inputs, func_out):
             try:
                 attempt(ctx, func, func_out, tupled_inputs, outputs, check_backward_ad=check_backward_ad,
@@ -227,15 +240,19 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
                 ctx.evaluator.stats.auto_paths.clear()
                 ctx.numerical_cache.clear()
                 func_out = func(*tupled_inputs)
-                outputs = differentiable_outputs(func_out)
+                outputs = jac_outputs = differentiable_outputs(func_out)
+                jac_out = func_out
                 if attempt is projected_check and e.loops:
                     # Without vmap support the full check would loop over every column and row:
                     # the step-by-step projections loop over a handful.
                     ctx.projections_first = True
                     break
     compare = auto_check if isinstance(fast_mode, str) else fast_check if fast_mode else full_check
-    _real_imag(ctx, compare, func, func_out, tupled_inputs, outputs, check_forward_ad=check_forward_ad,
-               check_backward_ad=check_backward_ad, check_undefined_grad=check_undefined_grad)
+    _real_imag(ctx, compare, jac_func, jac_out, jac_inputs, jac_outputs,
+               check_forward_ad=check_forward_ad and not layouts, check_backward_ad=check_backward_ad,
+               check_undefined_grad=check_undefined_grad)
+    if check_forward_ad and layouts:
+        layouts.refuse_forward_ad()
     if check_batched_forward_grad:
         aux_checks.test_batched_grad_forward_ad(ctx, func, tupled_inputs)
     if not check_backward_ad:

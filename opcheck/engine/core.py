@@ -8,7 +8,7 @@ what a failure says (diagnostics.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -50,6 +50,11 @@ class CheckContext:
     # fast_mode="auto", step by step: the projection checks first, also within the budget (the
     # function cannot be vmapped: their loops cost less than the full check's)
     projections_first: bool = False
+    # fast mode's random direction for an input whose layout torch draws differently (layouts.py):
+    # (tensor, generator, downcast_complex) -> a flat dense vector, or None to draw it as dense
+    layout_vector: Callable | None = None
+    # a hint for a mismatch of such an input: (tensor, JacobianMismatch) -> str or None
+    layout_hint: Callable | None = None
 
     def full_first(self, n: int, m: int) -> bool:
         """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
@@ -249,7 +254,7 @@ def _report(ctx, a, n, *, output_idx, input_idx, inputs, outputs, complex_indice
     if complex_indices and ((not is_forward_ad and output_idx in complex_indices)
                             or (is_forward_ad and input_idx in complex_indices)):
         part = "imaginary" if test_imag else "real"
-    return find_mismatch(
+    mismatch = find_mismatch(
         a, n, rtol=ctx.rtol, atol=ctx.atol if atol is None else atol,
         input_shape=tuple(inputs[diff[input_idx]].shape),
         output_shape=tuple(float_outputs[output_idx].shape) if output_idx < len(float_outputs) else (a.shape[1],),
@@ -258,6 +263,8 @@ def _report(ctx, a, n, *, output_idx, input_idx, inputs, outputs, complex_indice
         output_idx=output_idx, input_idx=input_idx,
         output_name=ctx.output_name(output_idx), input_name=ctx.input_name(input_idx), part=part,
     )
+    hint = ctx.layout_hint(inputs[diff[input_idx]], mismatch) if ctx.layout_hint is not None else None
+    return replace(mismatch, hints=mismatch.hints + (hint,)) if hint else mismatch
 
 
 def _raise_mismatch(ctx, mismatch: JacobianMismatch, first_line: str, extra: str = ""):
@@ -323,13 +330,18 @@ def _vec_from_tensor(x, generator, downcast_complex=False):
     return vec
 
 
-def make_vectors(inp_tensors, outputs, *, use_forward_ad):
+def make_vectors(inp_tensors, outputs, *, use_forward_ad, layout_vector=None):
     # A fresh default-seeded generator, as torch uses: same projections, same verdicts.
     g = torch.Generator()
+
+    def direction(inp):
+        vec = layout_vector(inp, g, True) if layout_vector is not None else None
+        return _vec_from_tensor(inp, g, True) if vec is None else vec
+
     all_u = []
     for inp in inp_tensors:
-        ur = _vec_from_tensor(inp, g, True)
-        all_u.append((ur, _vec_from_tensor(inp, g, True)) if inp.is_complex() else ur)
+        ur = direction(inp)
+        all_u.append((ur, direction(inp)) if inp.is_complex() else ur)
     all_v = None if use_forward_ad else [_vec_from_tensor(out, g) for out in outputs]
     return all_v, all_u
 
@@ -372,7 +384,8 @@ def fast_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forwar
     """v^T J u, numerical against analytical, for random u and v (torch's fast mode)."""
     inp_idx = diff_input_indices(inputs)
     inp_tensors = [inputs[i] for i in inp_idx]
-    all_v, all_u = make_vectors(inp_tensors, outputs, use_forward_ad=use_forward_ad)
+    all_v, all_u = make_vectors(inp_tensors, outputs, use_forward_ad=use_forward_ad,
+                                layout_vector=ctx.layout_vector)
     func_out_t = as_tuple(func_out)
 
     numerical = []

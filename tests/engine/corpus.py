@@ -92,6 +92,40 @@ def _complex(*shape, seed: int, requires_grad=True) -> torch.Tensor:
     )
 
 
+def _sparse(*shape, seed: int, layout=torch.sparse_coo, density=0.5, blocksize=None, dense_dim=0,
+            dtype=torch.float64, requires_grad=True) -> torch.Tensor:
+    """A sparse tensor of the layout whose specified values are random (about `density` of them)."""
+    g = _gen(seed)
+    values = torch.randn(shape, generator=g, dtype=dtype)
+    keep = torch.rand(shape[:len(shape) - dense_dim], generator=g) < density
+    dense = values * keep.reshape(keep.shape + (1,) * dense_dim)
+    if layout == torch.sparse_coo:
+        t = dense.to_sparse(len(shape) - dense_dim)
+    else:
+        t = dense.to_sparse(layout=layout, blocksize=blocksize, dense_dim=dense_dim or None)
+    return t.requires_grad_(requires_grad)
+
+
+def has_layout_input(case: Case) -> bool:
+    """Whether a case has a sparse or MKLDNN input (checked through dense stand-ins, in loops)."""
+    inputs = case.make_inputs()
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    return any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in inputs)
+
+
+def _uncoalesced_coo(seed: int) -> torch.Tensor:
+    values = torch.randn(5, generator=_gen(seed), dtype=torch.float64)
+    indices = torch.tensor([[0, 1, 0, 2, 1], [1, 2, 1, 0, 2]])  # (0, 1) and (1, 2) twice
+    return torch.sparse_coo_tensor(indices, values, (3, 3)).requires_grad_()
+
+
+def _mkldnn(*shape, seed: int) -> torch.Tensor:
+    return torch.randn(shape, generator=_gen(seed)).to_mkldnn().requires_grad_()
+
+
+_MKLDNN_TOLERANCES = dict(atol=4e-1, rtol=1e-2)
+
+
 # --------------------------------------------------------------------------
 # Correct custom autograd.Functions.
 # --------------------------------------------------------------------------
@@ -269,6 +303,63 @@ class DoubleWithSparseGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return (g * 2).to_sparse()
+
+
+class SparseScaleOneValueWrong(torch.autograd.Function):
+    """3x the values of a sparse COO input, densified; backward is wrong on one specified value."""
+
+    @staticmethod
+    def forward(ctx, s):
+        ctx.save_for_backward(s)
+        return s.to_dense() * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (s,) = ctx.saved_tensors
+        s = s.coalesce()
+        values = g[tuple(s.indices())] * 3
+        values[-1] = values[-1] * 1.5  # the last specified element's gradient is off
+        return torch.sparse_coo_tensor(s.indices(), values, s.shape)
+
+
+class SparseScaleDenseGrad(torch.autograd.Function):
+    """3x a sparse input, densified; backward returns a dense gradient (right at every position)."""
+
+    @staticmethod
+    def forward(ctx, s):
+        return s.to_dense() * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+class MkldnnDoubleWrongBackward(torch.autograd.Function):
+    """2x an MKLDNN input, densified; backward returns 3x."""
+
+    @staticmethod
+    def forward(ctx, m):
+        return m.to_dense() * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 3).to_mkldnn()
+
+
+def _sparse_matmul(s, w):
+    return s @ w
+
+
+def _hybrid_sum_sq(s):
+    return (s.to_dense(masked_grad=False) ** 2).sum(-1)
+
+
+def _dense_times_sparse(d, s):
+    return d * s.to_dense(masked_grad=False) + torch.sin(d)
+
+
+def _sparse_to_dense_sq(s):
+    return s.to_dense(masked_grad=False) ** 2
 
 
 class ComplexSquareCorrect(torch.autograd.Function):
@@ -754,6 +845,59 @@ CASES: tuple[Case, ...] = (
          flags=dict(check_batched_grad=False)),
     Case("sparse_output", lambda: (_randn(3, 3, seed=81),), lambda x: (x * 2).to_sparse(), "ValueError"),
     *([Case("mkldnn_output", lambda: (_randn(3, 3, seed=82),), lambda x: (x * 2).float().to_mkldnn(), "ValueError")]
+      if torch.backends.mkldnn.is_available() else []),
+    # Sparse and MKLDNN inputs: the Jacobian has a column per dense position; masked=False
+    # perturbs every position, masked=True only the specified ones (the others must get a zero
+    # gradient). torch's fast mode draws its directions on the specified values only.
+    Case("sparse_coo_to_dense", lambda: (_sparse(4, 5, seed=83),), lambda s: s.to_dense(masked_grad=False), True),
+    # to_dense()'s gradient is masked unless masked_grad=False
+    Case("sparse_coo_to_dense_default", lambda: (_sparse(4, 5, seed=83),), lambda s: s.to_dense(), False,
+         expected_fast=True),
+    # A gradient masked to the input's pattern is wrong at the unspecified positions that
+    # masked=False counts; fast mode only perturbs specified values and passes.
+    Case("sparse_coo_masked_grad_unmasked", lambda: (_sparse(4, 5, seed=84),),
+         lambda s: s.to_dense(masked_grad=True), False, expected_fast=True),
+    Case("sparse_coo_masked_grad_masked", lambda: (_sparse(4, 5, seed=84),),
+         lambda s: s.to_dense(masked_grad=True), True, flags=dict(masked=True)),
+    # and a dense gradient is wrong at the unspecified positions of masked=True
+    Case("sparse_coo_dense_grad_masked", lambda: (_sparse(4, 5, seed=85),),
+         lambda s: s.to_dense(masked_grad=False), False, flags=dict(masked=True), expected_fast=True),
+    Case("sparse_coo_hybrid", lambda: (_sparse(3, 4, 2, seed=86, dense_dim=1),), _hybrid_sum_sq, True),
+    Case("sparse_coo_uncoalesced", lambda: (_uncoalesced_coo(87),), _sparse_to_dense_sq, True),
+    Case("sparse_coo_complex", lambda: (_sparse(3, 4, seed=88, dtype=torch.complex128),), _sparse_to_dense_sq, True),
+    Case("sparse_csr_matmul", lambda: (_sparse(4, 5, seed=89, layout=torch.sparse_csr), _randn(5, 3, seed=90)),
+         _sparse_matmul, True),
+    Case("sparse_csc_to_dense", lambda: (_sparse(4, 5, seed=91, layout=torch.sparse_csc),), _sparse_to_dense_sq, True),
+    Case("sparse_bsr_to_dense", lambda: (_sparse(4, 6, seed=92, layout=torch.sparse_bsr, blocksize=(2, 3)),),
+         _sparse_to_dense_sq, True),
+    Case("sparse_bsc_to_dense_masked", lambda: (_sparse(4, 6, seed=93, layout=torch.sparse_bsc, blocksize=(2, 2)),),
+         lambda s: s.to_dense(masked_grad=True), True, flags=dict(masked=True)),
+    Case("sparse_csr_hybrid", lambda: (_sparse(4, 3, 2, seed=94, layout=torch.sparse_csr, dense_dim=1, density=1.0),),
+         _hybrid_sum_sq, True),
+    Case("sparse_and_dense_inputs", lambda: (_randn(3, 4, seed=95), _sparse(3, 4, seed=96)), _dense_times_sparse, True),
+    Case("sparse_one_value_wrong", lambda: (_sparse(4, 5, seed=97),), SparseScaleOneValueWrong.apply, False,
+         flags=dict(masked=True)),
+    Case("sparse_dense_grad_for_sparse_input", lambda: (_sparse(4, 5, seed=98),), SparseScaleDenseGrad.apply, True),
+    # forward AD: make_dual does not take a sparse tensor; torch names MKLDNN inputs
+    Case("sparse_forward_ad", lambda: (_sparse(3, 4, seed=99),), _sparse_to_dense_sq, "NotImplementedError",
+         flags=dict(check_forward_ad=True)),
+    # the batched-gradient check cannot vmap the gradient of a sparse input
+    Case("sparse_batched_grad", lambda: (_sparse(3, 4, seed=100),), _sparse_to_dense_sq, False,
+         flags=dict(check_batched_grad=True)),
+    # gradgradcheck: the first derivative of a sparse input is sparse, an output gradcheck refuses
+    Case("sparse_gradgradcheck", lambda: (_sparse(3, 4, seed=101),), _sparse_to_dense_sq, "ValueError",
+         checker="gradgradcheck"),
+    # MKLDNN tensors are float32: torch's own tests loosen the tolerances as below
+    *([Case("mkldnn_input", lambda: (_mkldnn(3, 4, seed=102),), lambda m: m.to_dense() * 2, True,
+            flags=_MKLDNN_TOLERANCES, warns=UserWarning),
+       Case("mkldnn_and_dense_inputs", lambda: (_mkldnn(3, 4, seed=103), _randn(3, 4, seed=104, dtype=torch.float32)),
+            lambda m, d: m.to_dense() * d, True, flags=_MKLDNN_TOLERANCES, warns=UserWarning),
+       # fast mode's projection passes at these tolerances; then the undefined-grad check's
+       # gi.eq(0) meets the MKLDNN gradient, which eq does not take
+       Case("mkldnn_wrong_backward", lambda: (_mkldnn(3, 4, seed=106),), MkldnnDoubleWrongBackward.apply, False,
+            flags=_MKLDNN_TOLERANCES, expected_fast="RuntimeError", warns=UserWarning),
+       Case("mkldnn_forward_ad", lambda: (_mkldnn(3, 4, seed=105),), lambda m: m.to_dense() * 2, "ValueError",
+            flags=dict(_MKLDNN_TOLERANCES, check_forward_ad=True), warns=UserWarning)]
       if torch.backends.mkldnn.is_available() else []),
     # ---------------- broken functions ----------------
     Case("missing_factor", lambda: (_randn(5, seed=40),), SinMissingFactor.apply, False),

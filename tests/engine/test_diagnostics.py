@@ -239,9 +239,12 @@ def test_input_validation_messages():
     expanded = torch.zeros(3, 1, dtype=torch.double).expand(3, 4).requires_grad_()
     with pytest.raises(RuntimeError, match="stride 0"):
         opcheck.gradcheck(torch.sin, (expanded,))
-    sparse = torch.eye(3, dtype=torch.double).to_sparse().requires_grad_()
-    with pytest.raises(NotImplementedError, match="dense strided"):
-        opcheck.gradcheck(lambda s: s.to_dense(), (sparse,))
+    # of a sparse input, its values' strides count
+    values = torch.ones(1, dtype=torch.double).expand(3)
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2]]), values, (3,)).requires_grad_()
+    for check in (opcheck.gradcheck, torch.autograd.gradcheck):
+        with pytest.raises(RuntimeError, match="The 0th input has a dimension with stride 0"):
+            check(lambda s: s.to_dense(), (sparse,))
 
 
 def test_backward_ignoring_grad_output_hint():

@@ -1,0 +1,302 @@
+"""Sparse (COO, CSR, CSC, BSR, BSC) and MKLDNN inputs, checked through dense stand-ins.
+
+torch.autograd.gradcheck 2.13 treats an input of such a layout as a tensor of its dense shape:
+the Jacobian has a column per dense position; the numerical columns come from perturbing the
+values of the input one specified element at a time (unspecified positions give zero columns),
+and the analytical ones from `to_dense()` of the gradient that backward returns at the input as
+given. With `masked=False` the numerical side first "densifies" the input (every position
+specified, the unspecified ones with value zero), so the gradient must be right at every
+position; with `masked=True` it must be right at the specified ones and zero elsewhere.
+
+Here each such input that requires grad is replaced by a dense strided stand-in of its shape, and
+the function by one that rebuilds the layout from the stand-in before calling it:
+
+- at the stand-in's own values (the analytical evaluations) it gets a copy of the input as given,
+  the same layout, indices and values;
+- perturbed (the numerical evaluations) it gets the layout rebuilt on the numerical pattern (the
+  input's, or the densified one), with values read from the stand-in: unspecified positions of
+  that pattern are not read, so their columns are zero, as in torch;
+- backward passes `to_dense()` of the gradient that reached the input on to the stand-in.
+
+So the Jacobian comparisons (every mode, and their diagnostics) run unchanged on dense tensors.
+What depends on the layout itself stays on the input as given: the zero-grad_output, undefined-grad
+and batched-gradient checks (aux_checks.py) run on the original call, as torch runs them, and
+fast mode draws its random directions as torch does for these layouts (on the specified values
+only). The rebuilt tensors cannot be vmapped, so these calls use the loop. Forward-mode AD is
+refused the way torch refuses it (make_dual cannot take a sparse tensor; MKLDNN is refused by name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from opcheck.engine._util import SPARSE_LAYOUTS, requires_grad
+
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+_ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
+MKLDNN = torch._mkldnn  # type: ignore[attr-defined]
+
+
+def is_layout_input(t) -> bool:
+    """A tensor that gradcheck checks through a dense stand-in (sparse or MKLDNN)."""
+    return isinstance(t, torch.Tensor) and (t.layout in SPARSE_LAYOUTS or t.layout == MKLDNN)
+
+
+def check_content_strides(idx: int, inp: torch.Tensor) -> torch.Tensor | None:
+    """What torch's stride-0 test looks at: the values of a sparse input, nothing of an MKLDNN one."""
+    if inp.layout == MKLDNN:
+        return None
+    if inp.layout == torch.sparse_coo:
+        return inp._values()
+    if inp.layout in _COMPRESSED:
+        return inp.values()
+    return inp
+
+
+# ------------------------------------------------------------------------------------ patterns
+def _coo_positions(x: torch.Tensor) -> torch.Tensor:
+    """Flat dense position of every element of x._values(), shaped like it."""
+    sparse_shape = x.shape[:x.sparse_dim()]
+    dense_numel = x._values()[0].numel() if x._nnz() else int(torch.Size(x.shape[x.sparse_dim():]).numel())
+    strides = torch.ones(len(sparse_shape), dtype=torch.long)
+    for i in range(len(sparse_shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * sparse_shape[i + 1]
+    sparse_flat = (x._indices().cpu() * strides.unsqueeze(1)).sum(0) if len(sparse_shape) else \
+        torch.zeros(x._nnz(), dtype=torch.long)
+    pos = sparse_flat.unsqueeze(1) * dense_numel + torch.arange(dense_numel).unsqueeze(0)
+    return pos.reshape(x._values().shape)
+
+
+def _compressed_indices(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.layout in _ROW_COMPRESSED:
+        return x.crow_indices(), x.col_indices()
+    return x.ccol_indices(), x.row_indices()
+
+
+def _compressed_positions(x: torch.Tensor) -> torch.Tensor:
+    """Flat dense position of every element of x.values(), shaped like it (no duplicates there)."""
+    compressed, plain = _compressed_indices(x)
+    n = x.values().numel()
+    label = torch.arange(1, n + 1, dtype=torch.float64).reshape(x.values().shape)
+    probe = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), label, x.shape, layout=x.layout)
+    flat = probe.to_dense().reshape(-1)
+    where = torch.nonzero(flat).squeeze(1)
+    pos = torch.empty(n, dtype=torch.long)
+    pos[flat[where].long() - 1] = where
+    return pos.reshape(x.values().shape)
+
+
+def _last_occurrences(pos: torch.Tensor) -> torch.Tensor:
+    """Mask of the values (first dim) that are the last to name their position (an uncoalesced COO
+    tensor may name one several times; torch's Jacobian keeps the last one's column)."""
+    first = pos.reshape(pos.shape[0], -1)[:, 0] if pos.numel() else pos.reshape(-1)
+    keep = torch.ones(first.numel(), dtype=torch.bool)
+    seen: set[int] = set()
+    for k in range(first.numel() - 1, -1, -1):
+        p = int(first[k])
+        if p in seen:
+            keep[k] = False
+        seen.add(p)
+    return keep
+
+
+@dataclass
+class _Pattern:
+    """A layout's index structure with a map from its values to dense positions."""
+
+    build: Callable[[torch.Tensor], torch.Tensor]  # values -> tensor of the layout
+    values: torch.Tensor  # the values at the input (for the uncoalesced form)
+    positions: torch.Tensor  # flat dense position of each values element
+    last: torch.Tensor | None = None  # uncoalesced COO: which values are read from the stand-in
+
+    def rebuild(self, dense: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+        flat = dense.reshape(-1)
+        pos = self.positions.to(dense.device)
+        if self.last is None:
+            return self.build(flat[pos])
+        values = self.values.clone()
+        last = self.last.to(dense.device)
+        values[last] += (flat - center.reshape(-1))[pos[last]]
+        return self.build(values)
+
+
+def _coo_pattern(x: torch.Tensor) -> _Pattern:
+    indices, values, size, coalesced = x._indices().detach(), x._values().detach(), x.shape, x.is_coalesced()
+
+    def build(v):
+        return torch.sparse_coo_tensor(indices, v, size, is_coalesced=coalesced)
+
+    pos = _coo_positions(x)
+    return _Pattern(build, values, pos, None if coalesced else _last_occurrences(pos))
+
+
+def _compressed_pattern(x: torch.Tensor) -> _Pattern:
+    compressed, plain = _compressed_indices(x)
+    size, layout = x.shape, x.layout
+
+    def build(v):
+        return torch.sparse_compressed_tensor(compressed, plain, v, size, layout=layout)
+
+    return _Pattern(build, x.values().detach(), _compressed_positions(x))
+
+
+def _full_coo(x: torch.Tensor) -> torch.Tensor:
+    """x's shape, sparse_dim and dense_dim, every sparse position specified (torch's densify)."""
+    ones = torch.ones(x.shape[:x.sparse_dim()], dtype=torch.int8, device=x.device)
+    indices = ones.nonzero().t().to(dtype=x._indices().dtype)
+    values = torch.ones((ones.numel(), *x.shape[x.sparse_dim():]), dtype=x.dtype, device=x.device)
+    return torch.sparse_coo_tensor(indices, values, x.shape)._coalesced_(True)
+
+
+def _numerical_pattern(x: torch.Tensor, masked: bool) -> _Pattern:
+    """The pattern torch perturbs: the input's own, or (masked=False) every position specified."""
+    if x.layout == torch.sparse_coo:
+        return _coo_pattern(x.detach() if masked else _full_coo(x))
+    if masked:
+        return _compressed_pattern(x.detach())
+    # torch densifies through COO, which cannot hold batch dimensions; the full pattern of a dense
+    # tensor is the same one, batched or not.
+    n_batch = x.crow_indices().dim() - 1 if x.layout in _ROW_COMPRESSED else x.ccol_indices().dim() - 1
+    blocksize = tuple(x.values().shape[n_batch + 1:n_batch + 3]) if x.layout in (torch.sparse_bsr, torch.sparse_bsc) \
+        else None
+    full = torch.ones(x.shape, dtype=x.dtype, device=x.device).to_sparse(
+        layout=x.layout, blocksize=blocksize, dense_dim=x.dense_dim())
+    return _compressed_pattern(full)
+
+
+# ------------------------------------------------------------------------------------ stand-ins
+class _StandIn:
+    """A dense strided tensor standing in for one sparse or MKLDNN input that requires grad."""
+
+    def __init__(self, index: int, original: torch.Tensor, masked: bool):
+        self.index = index
+        self.original = original
+        with torch.no_grad():
+            dense = original.detach().to_dense()
+        self.dense = dense.clone().requires_grad_(True)
+        self.center = dense.clone()
+        self.masked = masked
+        self.pattern = None if original.layout == MKLDNN else _numerical_pattern(original, masked)
+        self.specified = None  # per dense position (flat), whether the input as given specifies it
+        if self.pattern is not None:
+            own = _coo_positions(original.detach()) if original.layout == torch.sparse_coo else \
+                _compressed_positions(original.detach())
+            self.specified = torch.zeros(original.numel(), dtype=torch.bool)
+            self.specified[own.reshape(-1)] = True
+            self.specified = self.specified.tolist()
+
+    def at(self, dense: torch.Tensor) -> torch.Tensor:
+        """The layout tensor the function gets for the stand-in's current values."""
+        if _bitwise_equal(dense, self.center):
+            return self.original.detach().clone()
+        if self.pattern is None:
+            return dense.detach().to_mkldnn()
+        return self.pattern.rebuild(dense.detach(), self.center)
+
+    def random_vector(self, generator: torch.Generator, downcast_complex: bool) -> torch.Tensor:
+        """torch's fast-mode direction for this layout (random specified values, normalized), dense and flat."""
+        x = self.original
+        if self.pattern is None:
+            return None  # type: ignore[return-value] - MKLDNN: drawn like a dense tensor
+        values = x._values() if x.layout == torch.sparse_coo else x.values()
+        dtype = x.dtype
+        if downcast_complex:
+            dtype = {torch.complex128: torch.float64, torch.complex64: torch.float32}.get(dtype, dtype)
+        vals = torch.rand(values.numel(), generator=generator).to(dtype=dtype).view(values.shape)
+        vals /= vals.norm()
+        if x.layout == torch.sparse_coo:
+            vec = torch.sparse_coo_tensor(x._indices().cpu(), vals, x.size())
+        else:
+            compressed, plain = _compressed_indices(x)
+            vec = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), vals, x.size(), layout=x.layout)
+        return vec.to_dense().reshape(-1).to(x.device)
+
+
+def _flat(index: tuple[int, ...], shape) -> int:
+    flat = 0
+    for i, size in zip(index, shape):
+        flat = flat * size + i
+    return flat
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.detach().reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+class _FromDense(torch.autograd.Function):
+    """stand-in (dense) -> the layout tensor; backward: the gradient's to_dense()."""
+
+    @staticmethod
+    def forward(ctx, dense, stand_in):
+        ctx.set_materialize_grads(False)
+        return stand_in.at(dense)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is None:
+            return None, None
+        return (grad.to_dense() if grad.layout != torch.strided else grad), None
+
+
+class LayoutInputs:
+    """The stand-ins of one gradcheck call's sparse and MKLDNN inputs that require grad."""
+
+    def __init__(self, inputs: tuple, masked: bool):
+        self.stand_ins = {i: _StandIn(i, a, bool(masked)) for i, a in enumerate(inputs)
+                          if requires_grad(a) and is_layout_input(a)}
+        self.inputs = tuple(self.stand_ins[i].dense if i in self.stand_ins else a for i, a in enumerate(inputs))
+        self._by_id = {id(s.dense): s for s in self.stand_ins.values()}
+
+    def __bool__(self) -> bool:
+        return bool(self.stand_ins)
+
+    def wrap(self, func: Callable) -> Callable:
+        """func as a function of the stand-ins."""
+        stand_ins = self.stand_ins
+
+        def with_layouts(*args):
+            return func(*(_FromDense.apply(a, stand_ins[i]) if i in stand_ins else a for i, a in enumerate(args)))
+        return with_layouts
+
+    def random_vector(self, t: torch.Tensor, generator: torch.Generator, downcast_complex: bool):
+        """fast mode's direction for a stand-in (torch's, for its layout), or None for other tensors."""
+        s = self._by_id.get(id(t))
+        return None if s is None else s.random_vector(generator, downcast_complex)
+
+    def hint(self, t: torch.Tensor, mismatch) -> str | None:
+        """What a mismatch of a stand-in's entries says about the layout's semantics."""
+        s = self._by_id.get(id(t))
+        if s is None or s.specified is None or not mismatch.worst:
+            return None
+        where = [s.specified[_flat(e.input_index, t.shape)] for e in mismatch.worst]
+        layout = str(s.original.layout).replace("torch.", "")
+        if not any(where) and all(e.analytical == 0 for e in mismatch.worst) and not s.masked:
+            return (f"{mismatch.input_name} is a {layout} tensor checked with masked=False, where its unspecified "
+                    "positions count too; the entries above are all unspecified, and backward returns zero there "
+                    "(a gradient masked to the input's pattern). If those are the op's semantics, check it with "
+                    "masked=True.")
+        if not any(where) and s.masked:
+            return (f"{mismatch.input_name} is a {layout} tensor checked with masked=True: the entries above are "
+                    "at unspecified positions, where the numerical gradient is zero, but backward returns values "
+                    "there. If the op's gradient is meant to be dense, check it with masked=False.")
+        return (f"{mismatch.input_name} is a {layout} tensor; entries are indexed by dense position, "
+                f"{sum(where)} of the {len(where)} above are specified elements.")
+
+    def refuse_forward_ad(self) -> None:
+        """Raise what torch raises for these inputs in a forward-mode AD check."""
+        for s in self.stand_ins.values():
+            if s.original.layout == MKLDNN:
+                raise ValueError("MKLDNN inputs are not support for forward AD gradcheck.")
+            with fwAD.dual_level():  # torch's own refusal: make_dual does not take these layouts
+                fwAD.make_dual(s.original.detach(), torch.zeros_like(s.original))
+        raise NotImplementedError(
+            f"Forward-mode AD with {next(iter(self.stand_ins.values())).original.layout} inputs is not "
+            "supported by this check.")
