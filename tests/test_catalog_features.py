@@ -12,6 +12,7 @@ anchors/aliases are looked up in the YAML text itself.
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from pathlib import Path
 
@@ -20,7 +21,8 @@ import torch
 import yaml
 
 from opcheck.spec import load_specs
-from opcheck.spec.model import (MAKERS, DtypeArg, OpSpec, TensorArg, TensorListArg, TupleArg)
+from opcheck.spec.model import (COMPRESSED_LAYOUTS, GRADGRADCHECK, LAYOUTS, MAKERS, DtypeArg, GradcheckFlags, OpSpec,
+                                TensorArg, TensorListArg, TupleArg)
 from opcheck.spec.oppath import resolve_op
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,6 +160,21 @@ def test_layout_and_shape_variants_are_used(specs):
     assert users(specs, lambda s: any(len(t.shape) >= 3 for t in tensors(s))), "batched"
 
 
+def test_sparse_layouts_and_both_gradient_semantics_are_used(specs):
+    sparse = [t for s in specs for t in tensors(s) if t.is_sparse]
+    assert {t.layout for t in sparse} == set(LAYOUTS) - {"strided"}, "every sparse layout"
+    assert any(t.dense_dim for t in sparse), "a hybrid tensor (dense_dim)"
+    assert any(t.layout in COMPRESSED_LAYOUTS and t.geometry().batch_shape for t in sparse), "batched compressed"
+    assert any(t.blocksize for t in sparse) and any(t.nnz is not None for t in sparse), "blocksize, nnz"
+    assert any(t.density is not None for t in sparse) and any(t.values is not None for t in sparse), "density, values"
+    assert any(t.maker == "positive" for t in sparse), "maker: positive on a sparse tensor"
+    assert any(math.prod(t.shape) >= 64 * 64 for t in sparse), "a realistic size"
+    with_sparse = [s for s in specs if any(t.is_sparse for t in tensors(s))]
+    assert {s.gradcheck.masked for s in with_sparse} == {True, False}, "masked: true and false"
+    assert any(s.lowprec_dtypes for s in with_sparse), "a low-precision check of a sparse input"
+    assert any(GRADGRADCHECK in s.checks() for s in with_sparse), "a second derivative through a sparse input"
+
+
 def test_integer_and_bool_arguments_are_used(specs):
     assert users(specs, lambda s: any(t.dtype == "int64" for t in tensors(s)))
     assert users(specs, lambda s: any(t.dtype == "bool" for t in tensors(s)))
@@ -267,4 +284,6 @@ def test_model_fields_checked_here_still_exist():
     names = {f.name for f in fields(OpSpec)}
     assert {"gradcheck", "gradgradcheck", "tolerances", "skips", "expected_failures", "reference",
             "library_opcheck", "supports_forward_ad", "supports_gradgrad", "variant"} <= names
-    assert {f.name for f in fields(TensorArg)} >= {"maker", "avoid", "margin", "values", "noncontiguous"}
+    assert {f.name for f in fields(TensorArg)} >= {"maker", "avoid", "margin", "values", "noncontiguous", "layout",
+                                                   "density", "nnz", "blocksize", "dense_dim"}
+    assert "masked" in {f.name for f in fields(GradcheckFlags)}

@@ -29,14 +29,18 @@ def _randn_like(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return torch.randn(t.shape, generator=g, dtype=t.dtype, device="cpu").to(t.device)
 
 
-def _batched_mismatch(ctx, check, path, note, output_idx, input_idx, res, exp):
+def _batched_mismatch(ctx, check, path, note, output_idx, input_idx, res, exp, *, torch_output_idx=None):
+    """torch's first line ("For output i and input j:"), then where the vmapped result differs.
+
+    torch's forward-mode check names the output for both (`torch_output_idx`); the next line says which."""
     diff = (res - exp).abs()
     where = torch.nonzero(~torch.isclose(res, exp)).tolist()[:5]
+    named = output_idx if torch_output_idx is None else torch_output_idx
     ctx.fail(
-        f"While computing batched gradients: for output {output_idx} and input {input_idx}, the vmapped "
-        f"result differs from the one-at-a-time result (max abs difference "
-        f"{float(diff.max()) if diff.numel() else 0.0:.4g}; first differing [batch, *index] positions: "
-        f"{where}).\ncheck: {check} ({path})\n{note}",
+        f"For output {named} and input {input_idx if torch_output_idx is None else named}:\n"
+        f"check: {check} ({path}); for output {output_idx} and input {input_idx} the vmapped result differs "
+        f"from the one-at-a-time result (max abs difference {float(diff.max()) if diff.numel() else 0.0:.4g}; "
+        f"first differing [batch, *index] positions: {where})\n{note}",
         check=check, path=path,
     )
 
@@ -83,7 +87,7 @@ def test_batched_grad_forward_ad(ctx: CheckContext, func, inputs: tuple, expecte
         for out_idx, (res, exp) in enumerate(zip(result, expected)):
             if not torch.allclose(res, exp):
                 _batched_mismatch(ctx, "batched forward AD", path, FAILED_BATCHED_FWD_GRAD_NOTE, out_idx,
-                                  input_idx, res, exp)
+                                  input_idx, res, exp, torch_output_idx=out_idx)
     return True
 
 

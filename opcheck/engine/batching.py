@@ -33,6 +33,10 @@ gradients). Larger chunks mean fewer calls; beyond a few MiB, allocation costs m
 
 MIN_BATCH_COLUMNS = 8
 """Below this many columns the plain loop is cheaper than a vmapped call plus its probe."""
+PILOT_COLUMNS = 8
+"""The first batch of a batched kind has at most this many columns: it is timed against a plain
+call, and where batching costs more per column (an op whose batching rule loops inside, at tens
+of milliseconds a row) the loop takes over after this little, not after a whole large batch."""
 
 FUSE_MAX_COLUMNS = 128
 """Up to this many columns in all, every input's columns share one vmapped call: the call's
@@ -87,6 +91,10 @@ class _Disagreement(Exception):
     """The batched result differs from the loop's on the probe column."""
 
 
+class _SlowerThanLoop(Exception):
+    """The pilot batch cost more per column than the loop (already recorded): the loop takes over."""
+
+
 @dataclass
 class EvalStats:
     """What one check call evaluated, for benchmarks and tests."""
@@ -128,6 +136,7 @@ class Evaluator:
         # torch.func's, and which of them (or "loop") the latest jvp_columns call used.
         self.legacy_jvp_first = False
         self.jvp_kind_used: str | None = None
+        self.numerical_batched = False  # whether the latest numerical_columns call was vmapped
         self.stats = EvalStats()
         self._vjp_probed: list[torch.Tensor] = []  # outputs whose batched VJP already matched the plain one
 
@@ -145,6 +154,13 @@ class Evaluator:
         if self.adaptive and batched_per_column > plain_per_column:
             self._give_up(kind, f"slower than the loop ({batched_per_column * 1e6:.0f} us vs "
                                 f"{plain_per_column * 1e6:.0f} us per column)")
+            return False
+        return True
+
+    def _pilot_verdict(self, kind: str, batched_per_column: float, plain_per_column: float, more: bool) -> None:
+        """After the pilot batch: the loop takes over the rest of the columns when batching costs more."""
+        if not self._keep_if_cheaper(kind, batched_per_column, plain_per_column) and more:
+            raise _SlowerThanLoop(kind)
 
     def _timed(self, f: Callable, *args, **kwargs):
         """f's result and the seconds it took by this evaluator's clock."""
@@ -172,6 +188,8 @@ class Evaluator:
 
     def _give_up(self, kind: str, why: BaseException | str) -> None:
         setattr(self, f"batch_{kind}", False)
+        if isinstance(why, _SlowerThanLoop):
+            return  # recorded by _keep_if_cheaper
         text = why if isinstance(why, str) else f"{type(why).__name__}: {str(why).splitlines()[0] if str(why) else ''}"
         self.stats.fallbacks.append(f"{kind}: {text}")
 
@@ -186,19 +204,28 @@ class Evaluator:
         one vmapped call per chunk.
         """
         total = sum(inputs[idx].numel() for idx, _ in segments)
+        self.numerical_batched = False
         # Without a plain probe call (center_probe) one vmapped call beats the loop from about 5 columns.
         if self.batch_forward and total >= (5 if self.center_probe else MIN_BATCH_COLUMNS):
             try:
                 if total <= FUSE_MAX_COLUMNS:
-                    return self._numerical_batched(fn, inputs, segments, eps, ref_outputs)
-                result = []
-                for idx in dict.fromkeys(i for i, _ in segments):
-                    result += self._numerical_batched(fn, inputs, [sg for sg in segments if sg[0] == idx], eps,
-                                                      ref_outputs)
+                    result = self._numerical_batched(fn, inputs, segments, eps, ref_outputs)
+                else:
+                    result = []
+                    for idx in dict.fromkeys(i for i, _ in segments):
+                        result += self._numerical_batched(fn, inputs, [sg for sg in segments if sg[0] == idx],
+                                                          eps, ref_outputs)
+                self.numerical_batched = True
                 return result
             except Exception as e:  # anything: the loop decides what the user sees
                 self._give_up("forward", e)
         return [self._numerical_loop(fn, inputs, idx, eps, nbhd_check, p) for idx, p in segments]
+
+    def plain_column(self, fn, inputs, idx: int, k: int, eps: float, nbhd_check, p: complex = 1) -> list[torch.Tensor]:
+        """The central difference of every output along element k of input idx, by plain calls (torch's way)."""
+        data = inputs[idx].data
+        entry = data.view(-1)[k] if data.is_contiguous() else data[unravel(k, data.shape)]
+        return self._one_column(fn, inputs, entry, eps * p if p != 1 else eps, eps, nbhd_check, k, data.shape)
 
     def _numerical_loop(self, fn, inputs, idx, eps, nbhd_check, p):
         x = inputs[idx]
@@ -255,8 +282,8 @@ class Evaluator:
         chunk = self._chunk(total, 2 * (in_elems + out_elems), itemsize)
         results = [o.new_empty((total, o.numel()), dtype=torch.promote_types(o.dtype, torch.get_default_dtype())
                                if not (o.is_floating_point() or o.is_complex()) else o.dtype) for o in refs]
-        for start in range(0, total, chunk):
-            stop = min(total, start + chunk)
+        plain_per_column = None
+        for start, stop, growing in _chunks(total, chunk):
             b = stop - start
             probe = start == 0
             rows = 2 * b + (1 if probe else 0)
@@ -282,7 +309,8 @@ class Evaluator:
                     stacked[idx] = flats[idx].expand(rows, -1)
             args = [stacked[i].view(rows, *base[i].shape) for i in vidx]
             # The clock is read only for what is compared.
-            timed = self._timed if probe and not self.center_probe else _untimed
+            timed = self._timed if (probe and not self.center_probe) or (
+                growing and plain_per_column is not None) else _untimed
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 outs, t_batched = timed(self._vmap, single, *args)
@@ -301,7 +329,10 @@ class Evaluator:
             elif probe:
                 _, t_plain = self._timed(self._probe_forward, fn, inputs, segments, eps, [o[2 * b] for o in outs])
                 # A column is two rows (x - delta e_k and x + delta e_k); the probe evaluated one.
-                self._keep_if_cheaper("forward", t_batched / b, 2 * t_plain)
+                plain_per_column = 2 * t_plain
+                self._pilot_verdict("forward", t_batched / b, plain_per_column, stop < total)
+            elif growing and plain_per_column is not None:
+                self._pilot_verdict("forward", t_batched / b, plain_per_column, stop < total)
         return [[res[offsets[s]:offsets[s] + flats[idx].numel()] for res in results]
                 for s, (idx, _) in enumerate(segments)]
 
@@ -368,12 +399,12 @@ class Evaluator:
         itemsize = output.element_size()
         chunk = self._chunk(m, m + sum(t.numel() for t in diff_inputs), itemsize)
         out: list[torch.Tensor | None] = [None] * len(diff_inputs)
-        for start in range(0, m, chunk):
-            stop = min(m, start + chunk)
+        plain_per_column = None
+        for start, stop, growing in _chunks(m, chunk):
             b = stop - start
             g = _one_hot_rows(b, m, start, output)
             probe = start == 0 and not any(output is o for o in self._vjp_probed)
-            timed = self._timed if probe else _untimed
+            timed = self._timed if probe or (growing and plain_per_column is not None) else _untimed
             grads, t_batched = timed(self._vjp, output, diff_inputs, g.view(b, *output.shape), batched=True)
             for i, gr in enumerate(grads):
                 if gr is not None and tuple(gr.shape[1:]) != tuple(diff_inputs[i].shape):
@@ -389,12 +420,15 @@ class Evaluator:
                 # the batched one in any row shows (a one-hot probe sees one row only).
                 w = torch.rand(b, generator=torch.Generator().manual_seed(b), dtype=torch.float64).to(g.dtype)
                 ref, t_plain = self._timed(self._vjp, output, diff_inputs, (w @ g).view(output.shape))
-                self._keep_if_cheaper("vjp", t_batched / b, t_plain)
                 for gr, r in zip(grads, ref):
                     if (gr is None) != (r is None) or (r is not None and (
                             gr.dtype != r.dtype or not combination_close(w, gr, r, extra_atol=nondet_tol * b))):
                         raise _Disagreement("batched VJP differs from the plain VJP")
                 self._vjp_probed.append(output)
+                plain_per_column = t_plain
+                self._pilot_verdict("vjp", t_batched / b, t_plain, stop < m)
+            elif growing and plain_per_column is not None:
+                self._pilot_verdict("vjp", t_batched / b, plain_per_column, stop < m)
         return out
 
     # ---------------------------------------------------------- JVP columns
@@ -506,17 +540,17 @@ class Evaluator:
             return tuple(tg.reshape(-1) for tg in tangents)
 
         t_batched = 0.0
-        probe_row = None
         probe_direction = torch.rand(total, generator=torch.Generator().manual_seed(total),
                                      dtype=torch.float64).to(dtype=dtype, device=x0.device)
-        for start in range(0, total, chunk):
-            stop = min(total, start + chunk)
+        plain_per_column = None
+        kind = "jvp_func" if functorch else "jvp"
+        for start, stop, growing in _chunks(total, chunk):
             b = stop - start
             probe = start == 0
             t = _one_hot_rows(b + probe, total, start, x0, dtype=dtype)
             if probe:  # one extra row: a dense random direction over every input (see _probe_jvp)
                 t[b] = probe_direction
-            timed = self._timed if probe else _untimed
+            timed = self._timed if probe or (growing and plain_per_column is not None) else _untimed
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if functorch:
@@ -530,13 +564,14 @@ class Evaluator:
             for r, out in zip(res, results):
                 out[start:stop].copy_(r[:b].reshape(b, -1))
             if probe:
-                probe_row = [r[b] for r in res]
-                t_batched = seconds / (b + 1)
-        ref, t_plain = self._timed(self._probe_jvp, fn, inputs, idxs, check_dtype, probe_direction, offsets)
-        for got, want in zip(probe_row, ref):
-            if not _close(got, want):
-                raise _Disagreement("batched JVP differs from the plain JVP")
-        self._keep_if_cheaper("jvp_func" if functorch else "jvp", t_batched, t_plain)
+                ref, t_plain = self._timed(self._probe_jvp, fn, inputs, idxs, check_dtype, probe_direction, offsets)
+                for got, want in zip([r[b] for r in res], ref):
+                    if not _close(got, want):
+                        raise _Disagreement("batched JVP differs from the plain JVP")
+                plain_per_column = t_plain
+                self._pilot_verdict(kind, seconds / (b + 1), t_plain, stop < total)
+            elif growing and plain_per_column is not None:
+                self._pilot_verdict(kind, seconds / b, plain_per_column, stop < total)
         return [[out[off:off + n] for out in results] for off, n in zip(offsets, sizes)]
 
     def _probe_jvp(self, fn, inputs, idxs, check_dtype, direction, offsets):
@@ -576,6 +611,17 @@ def _stack_columns(columns: list[list[torch.Tensor]]) -> list[torch.Tensor]:
     if not columns:
         return []
     return [torch.stack(per_output) for per_output in zip(*columns)]
+
+
+def _chunks(total: int, chunk: int):
+    """(start, stop, growing) of the batches: beyond 8 * PILOT_COLUMNS columns a pilot of
+    PILOT_COLUMNS, then 8 times larger each (`growing`: to be timed, since a batching rule's cost
+    per column may grow with the batch) up to `chunk`, then `chunk` at a time."""
+    start, size = 0, min(chunk, PILOT_COLUMNS if total > 8 * PILOT_COLUMNS else total)
+    while start < total:
+        stop = min(total, start + size)
+        yield start, stop, start == 0 or size < chunk
+        start, size = stop, min(chunk, size * 8)
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, extra_atol: float = 0.0) -> bool:

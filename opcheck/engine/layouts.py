@@ -82,7 +82,8 @@ def _compressed_positions(x: torch.Tensor) -> torch.Tensor:
     compressed, plain = _compressed_indices(x)
     n = x.values().numel()
     label = torch.arange(1, n + 1, dtype=torch.float64).reshape(x.values().shape)
-    probe = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), label, x.shape, layout=x.layout)
+    probe = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), label, x.shape, layout=x.layout,
+                                            check_invariants=False)
     flat = probe.to_dense().reshape(-1)
     where = torch.nonzero(flat).squeeze(1)
     pos = torch.empty(n, dtype=torch.long)
@@ -128,7 +129,7 @@ def _coo_pattern(x: torch.Tensor) -> _Pattern:
     indices, values, size, coalesced = x._indices().detach(), x._values().detach(), x.shape, x.is_coalesced()
 
     def build(v):
-        return torch.sparse_coo_tensor(indices, v, size, is_coalesced=coalesced)
+        return torch.sparse_coo_tensor(indices, v, size, is_coalesced=coalesced, check_invariants=False)
 
     pos = _coo_positions(x)
     return _Pattern(build, values, pos, None if coalesced else _last_occurrences(pos))
@@ -139,7 +140,7 @@ def _compressed_pattern(x: torch.Tensor) -> _Pattern:
     size, layout = x.shape, x.layout
 
     def build(v):
-        return torch.sparse_compressed_tensor(compressed, plain, v, size, layout=layout)
+        return torch.sparse_compressed_tensor(compressed, plain, v, size, layout=layout, check_invariants=False)
 
     return _Pattern(build, x.values().detach(), _compressed_positions(x))
 
@@ -149,7 +150,7 @@ def _full_coo(x: torch.Tensor) -> torch.Tensor:
     ones = torch.ones(x.shape[:x.sparse_dim()], dtype=torch.int8, device=x.device)
     indices = ones.nonzero().t().to(dtype=x._indices().dtype)
     values = torch.ones((ones.numel(), *x.shape[x.sparse_dim():]), dtype=x.dtype, device=x.device)
-    return torch.sparse_coo_tensor(indices, values, x.shape)._coalesced_(True)
+    return torch.sparse_coo_tensor(indices, values, x.shape, check_invariants=False)._coalesced_(True)
 
 
 def _numerical_pattern(x: torch.Tensor, masked: bool) -> _Pattern:
@@ -209,10 +210,11 @@ class _StandIn:
         vals = torch.rand(values.numel(), generator=generator).to(dtype=dtype).view(values.shape)
         vals /= vals.norm()
         if x.layout == torch.sparse_coo:
-            vec = torch.sparse_coo_tensor(x._indices().cpu(), vals, x.size())
+            vec = torch.sparse_coo_tensor(x._indices().cpu(), vals, x.size(), check_invariants=False)
         else:
             compressed, plain = _compressed_indices(x)
-            vec = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), vals, x.size(), layout=x.layout)
+            vec = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), vals, x.size(), layout=x.layout,
+                                                  check_invariants=False)
         return vec.to_dense().reshape(-1).to(x.device)
 
 

@@ -1,7 +1,8 @@
 """run_check: one generated test = one (spec, check kind, device, dtype, sample).
 
 Check kinds and the engine call each makes (flags from the spec, tolerances from tolerances.py,
-fast_mode from policy.py: True, False, or "auto" with the run's jacobian_budget):
+fast_mode from policy.py: True, False, or "auto" with the run's jacobian_budget; every call gets
+`gradcheck.masked`, which only matters for sparse inputs):
 
 - gradcheck: gradcheck(check_backward_ad=True, check_forward_ad=False, check_batched_grad, ...)
 - forward_ad: gradcheck(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad)
@@ -37,8 +38,9 @@ from opcheck.runtime.report import Case, format_failure, write_heatmap
 from opcheck.runtime.samples import Call, build_calls, is_random, seed_for
 from opcheck.runtime.tolerances import Tolerances, resolve_tolerances
 from opcheck.spec.model import (CHECKS, FORWARD_AD, FORWARD_AD_UNSUPPORTED, FWGRAD_BWGRAD, GRADCHECK,
-                                GRADGRAD_UNSUPPORTED, GRADGRADCHECK, LIBRARY_OPCHECK, LOWPREC, OpSpec)
+                                GRADGRAD_UNSUPPORTED, GRADGRADCHECK, LIBRARY_OPCHECK, LOWPREC, OpSpec, Sample)
 from opcheck.spec.oppath import OpPathError, resolve_op
+from opcheck.spec.sparse import has_sparse
 
 MAX_REDRAWS = 3
 
@@ -79,12 +81,20 @@ def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) ->
     if reason:
         pytest.skip(reason)
     case = Case(spec, check, device, dtype, spec.sample(sample))
-    if check in (FORWARD_AD, FWGRAD_BWGRAD, FORWARD_AD_UNSUPPORTED, LOWPREC):
+    # A sparse input goes through the engine's loop, whose auto projections use forward AD too.
+    if check in (FORWARD_AD, FWGRAD_BWGRAD, FORWARD_AD_UNSUPPORTED, LOWPREC) or _has_sparse(case.sample):
         _load_forward_ad_decompositions()
-    RUNNERS[check](case, current_settings())
+    # torch warns once that sparse invariant checks are off unless a program opts in or out; a
+    # test opts in: a backward that builds an invalid sparse gradient then raises, never crashes.
+    with torch.sparse.check_sparse_tensor_invariants(enable=True):
+        RUNNERS[check](case, current_settings())
 
 
 _FORWARD_AD_READY = []
+
+
+def _has_sparse(sample: Sample) -> bool:
+    return any(has_sparse(arg) for arg in list(sample.args) + [value for _, value in sample.kwargs])
 
 
 def _load_forward_ad_decompositions() -> None:
@@ -151,7 +161,8 @@ def _entries(check: str, fn, inputs) -> int:
 def engine_call(case: Case, tol: Tolerances, policy: Policy):
     """The engine function for this check kind and the keyword arguments it gets."""
     f, g = case.spec.gradcheck, case.spec.gradgradcheck
-    common = dict(tol.engine_kwargs(), check_grad_dtypes=f.check_grad_dtypes, **policy.engine_kwargs())
+    common = dict(tol.engine_kwargs(), check_grad_dtypes=f.check_grad_dtypes, masked=f.masked,
+                  **policy.engine_kwargs())
     check = case.check
     if check == GRADCHECK:
         return engine.gradcheck_report, dict(
@@ -163,16 +174,37 @@ def engine_call(case: Case, tol: Tolerances, policy: Policy):
             check_batched_forward_grad=f.check_batched_forward_grad and check == FORWARD_AD,
             check_forward_ad=True, check_backward_ad=False)
     if check in (GRADGRADCHECK, GRADGRAD_UNSUPPORTED):
-        return engine.gradgradcheck_report, dict(
+        return _seeded(engine.gradgradcheck_report, case), dict(
             common, gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs,
             check_undefined_grad=f.check_undefined_grad,
             check_batched_grad=g.check_batched_grad and check == GRADGRADCHECK,
             check_fwd_over_rev=False, check_rev_over_rev=True)
     if check == FWGRAD_BWGRAD:
-        return engine.gradgradcheck_report, dict(
+        return _seeded(engine.gradgradcheck_report, case), dict(
             common, gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs, check_undefined_grad=False,
             check_batched_grad=False, check_fwd_over_rev=True, check_rev_over_rev=False)
     raise ValueError(f"{check} does not call the gradient engine")
+
+
+def _seeded(check_fn, case: Case):
+    """check_fn with the global generator seeded from the test's seed, and restored after.
+
+    gradgradcheck draws its random grad_outputs from the global generator, as torch's does, so
+    that a seeded caller checks the same function with either; a test's id reproduces them.
+    """
+    def run(*args, **kwargs):
+        if case.device == "cpu":
+            fork = torch.random.fork_rng(devices=[])
+        elif case.device.startswith("cuda"):
+            fork = torch.random.fork_rng(devices=[torch.cuda.current_device()])
+        else:
+            fork = torch.random.fork_rng(device_type=case.device.split(":")[0])
+        with fork:
+            torch.manual_seed(case.seed)
+            return check_fn(*args, **kwargs)
+
+    run.__name__ = check_fn.__name__
+    return run
 
 
 @dataclass

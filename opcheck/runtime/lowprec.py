@@ -10,6 +10,7 @@ the inputs'. Compared, each with the dtype's tolerances (tolerances.LOWPREC_TOLE
 - with `gradcheck.check_forward_ad`, the JVP of every output for one random tangent.
 
 Integer and bool outputs must be equal. On mps the reference runs on the CPU (no float64 there).
+A sparse input is upcast in its layout, with its pattern; sparse gradients are compared dense.
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ def _is_float(t) -> bool:
 
 
 def upcast(t: torch.Tensor, device: str) -> torch.Tensor:
-    """The float64/complex128 copy of t on `device`, same strides, same requires_grad."""
+    """The float64/complex128 copy of t on `device`, same strides (a sparse t: the same layout and
+    pattern), same requires_grad."""
     dtype = HIGH_PRECISION.get(t.dtype, t.dtype)
+    if t.layout != torch.strided:
+        return t.detach().to(device=device, dtype=dtype, copy=True).requires_grad_(t.requires_grad)
     out = torch.empty_strided(t.size(), t.stride(), dtype=dtype, device=device)
     with torch.no_grad():
         out.copy_(t.detach())
@@ -131,8 +135,8 @@ def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) ->
     """None when |low - ref| <= atol * max(1, max|ref|) + rtol * |ref| everywhere, else a report."""
     if tuple(low.shape) != tuple(ref.shape):
         return f"{what}: shape {tuple(low.shape)} at low precision, {tuple(ref.shape)} in the reference"
-    lo = low.detach().to("cpu")
-    rf = ref.detach().to("cpu")
+    lo = _dense(low.detach().to("cpu"))
+    rf = _dense(ref.detach().to("cpu"))
     if not (_is_float(lo) and _is_float(rf)):
         if torch.equal(lo, rf.to(lo.dtype)):
             return None
@@ -164,6 +168,11 @@ def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) ->
     ratio = diff / allowed.clamp_min(1e-300)
     lines.append(f"max |low - ref| / allowed: {float(torch.nan_to_num(ratio, nan=float('inf')).max()):.4g}")
     return "\n".join(lines)
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """Sparse outputs and gradients (of sparse inputs) are compared at every dense position."""
+    return t.to_dense() if t.layout != torch.strided else t
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -6,6 +6,7 @@ seeded with it draws every tensor of the sample in argument order (args, then kw
 made on the CPU, cast to the dtype and then moved, so a seed gives identical values on every
 device. `noncontiguous: true` tensors are every other element of a buffer twice as long in the
 last dim (the gaps hold NaN for floating dtypes, so a kernel that ignores strides shows up).
+A sparse `layout` draws its pattern right after its values, from the same generator (sparse.py).
 
 Arguments: TensorArg -> a tensor (dtype None: the test's dtype; requires_grad None: True for
 floating/complex); TensorListArg -> a list of tensors; TupleArg -> a tuple; DtypeArg -> a
@@ -22,6 +23,7 @@ import torch
 
 from opcheck.runtime.devices import torch_dtype
 from opcheck.runtime.makers import SampleError, draw_values
+from opcheck.runtime.sparse import describe_layout, sparsify
 from opcheck.spec.model import DtypeArg, OpSpec, Sample, TensorArg, TensorListArg, TupleArg
 from opcheck.spec.oppath import resolve_op
 
@@ -175,7 +177,9 @@ def build_tensor(arg: TensorArg, device: str, dtype: str, gen: torch.Generator) 
     requires_grad = differentiable if arg.requires_grad is None else arg.requires_grad
     if requires_grad and not differentiable:
         raise SampleError(f"requires_grad: true needs a floating-point or complex dtype, got {tdtype}")
-    if arg.noncontiguous and values.numel() > 1:
+    if arg.is_sparse:
+        t = sparsify(values, arg, gen).to(device)
+    elif arg.noncontiguous and values.numel() > 1:
         t = _noncontiguous(values).to(device)[..., ::2]
     else:
         t = values.to(device)
@@ -216,7 +220,9 @@ def describe_value(v, arg=None) -> str:
         notes = []
         if v.requires_grad:
             notes.append("requires_grad")
-        if not v.is_contiguous():
+        if v.layout != torch.strided:
+            notes.extend(describe_layout(v))
+        elif not v.is_contiguous():
             notes.append("noncontiguous")
         if isinstance(arg, TensorArg):
             if arg.maker:

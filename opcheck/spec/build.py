@@ -16,6 +16,7 @@ from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpS
 from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
 from opcheck.spec.problems import KeyPath, Problem, did_you_mean, format_path
 from opcheck.spec.samples import build_sample
+from opcheck.spec.sparse import has_sparse
 from opcheck.spec.validate import is_family
 from opcheck.spec.yamlload import MAX_NODES, Node, tagged_paths
 
@@ -168,6 +169,7 @@ def _build_op(ctx: Checker, m: Node, *, family: bool, source: str,
         **{key: _rules(ctx, fields.get(key), key, sample_names, label)
            for key in ("tolerances", "skips", "expected_failures")},
     )
+    _check_masked(ctx, fields.get("gradcheck"), parts["gradcheck"], samples)
     if ctx.count() != before or op is None or name is None or samples is None:
         return None, claim
     spec = OpSpec(name=name, op=op, source=source, sha256=sha256, samples=samples, variant=variant,
@@ -273,6 +275,20 @@ def _samples(ctx: Checker, m: Node) -> tuple[tuple[model.Sample, ...] | None, se
     if not ctx.clean(node) or None in built:
         return None, set(first)
     return tuple(built), set(first)
+
+
+def _check_masked(ctx: Checker, node: Node | None, flags: GradcheckFlags,
+                  samples: tuple[model.Sample, ...] | None) -> None:
+    """`masked: true` changes only how gradients of sparse inputs are compared: with no sparse
+    tensor in any sample it is a mistake. Generator and OpInfo samples may make sparse tensors
+    themselves, so a spec with one is not judged."""
+    if not flags.masked or samples is None or any(s.generator or s.opinfo for s in samples):
+        return
+    if any(has_sparse(arg) for s in samples for arg in list(s.args) + [value for _, value in s.kwargs]):
+        return
+    ctx.report(node.value["masked"], "has no effect: no sample has a sparse tensor (a `layout` such as "
+                                     "sparse_coo or sparse_csr); masked only changes how the gradients of sparse "
+                                     "inputs are compared", at_key=True)
 
 
 def _rules(ctx: Checker, node: Node | None, key: str, sample_names: set[str] | None,

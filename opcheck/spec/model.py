@@ -8,6 +8,7 @@ defaults. Nothing in this module imports torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -43,6 +44,17 @@ MAKERS = ("positive", "symmetric", "spd", "lower_triangular", "upper_triangular"
           "orthogonal")
 """Structured tensor makers; see opcheck.runtime.samples for what each produces."""
 
+STRIDED = "strided"
+COO = "sparse_coo"
+COMPRESSED_LAYOUTS = ("sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
+BLOCK_LAYOUTS = ("sparse_bsr", "sparse_bsc")
+LAYOUTS = (STRIDED, COO) + COMPRESSED_LAYOUTS
+"""Tensor layouts a spec may name: torch's names without the `torch.` prefix."""
+DEFAULT_DENSITY = 0.5
+SPARSE_MAKERS = (None, "positive")
+"""Makers whose values stay what they are on any subset of positions (the others structure a
+matrix, which dropping elements would break)."""
+
 
 @dataclass(frozen=True)
 class Location:
@@ -65,6 +77,9 @@ class TensorArg:
     Values are uniform in [low, high) (defaults -2, 2; for integer dtypes 0, 10) unless `values`
     gives them, or `maker` structures them; `avoid` keeps every value at least `margin` away
     from the listed points (kinks, poles).
+
+    A sparse `layout` keeps the values at some positions of its sparse grid (`density` of them,
+    or `nnz`) and leaves the rest unspecified; see SparseGeometry for the grid.
     """
 
     shape: tuple[int, ...]
@@ -77,6 +92,67 @@ class TensorArg:
     avoid: tuple[float, ...] = ()
     margin: float = 0.1
     values: tuple | None = None  # nested tuples of numbers, shape must match
+    layout: str = STRIDED  # one of LAYOUTS
+    density: float | None = None  # fraction of the sparse grid specified; DEFAULT_DENSITY if nnz is None
+    nnz: int | None = None  # specified elements (blocks for bsr/bsc), per batch for compressed layouts
+    blocksize: tuple[int, int] | None = None  # bsr/bsc only
+    dense_dim: int = 0  # trailing dense dims of a hybrid sparse tensor
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.layout != STRIDED
+
+    def geometry(self) -> SparseGeometry:
+        return SparseGeometry.of(self.shape, self.layout, self.blocksize, self.dense_dim)
+
+    def specified_count(self) -> int:
+        """How many grid cells each batch specifies when `values` do not say."""
+        if self.nnz is not None:
+            return self.nnz
+        cells = self.geometry().cells
+        if cells == 0:
+            return 0
+        density = self.density if self.density is not None else DEFAULT_DENSITY
+        return max(1, min(cells, math.floor(density * cells + 0.5)))
+
+
+@dataclass(frozen=True)
+class SparseGeometry:
+    """How a sparse layout splits a shape: batch dims, the sparse grid (in blocks), dense dims.
+
+    COO: every dim before the `dense_dim` trailing ones is sparse, and there are no batch dims.
+    Compressed (csr/csc/bsr/bsc): the two dims before the dense ones are sparse; any in front of
+    them are batch dims, each batch specifying the same number of cells. A cell is one element, or
+    one `blocksize` block for bsr/bsc.
+    """
+
+    batch_shape: tuple[int, ...]
+    sparse_shape: tuple[int, ...]  # in elements
+    dense_shape: tuple[int, ...]
+    block: tuple[int, ...]  # per sparse dim: 1, or the blocksize
+
+    @classmethod
+    def of(cls, shape: tuple[int, ...], layout: str, blocksize: tuple[int, int] | None,
+           dense_dim: int) -> SparseGeometry:
+        rank = len(shape)
+        n_sparse = rank - dense_dim if layout == COO else 2
+        start = rank - dense_dim - n_sparse
+        block = tuple(blocksize) if layout in BLOCK_LAYOUTS and blocksize else (1,) * n_sparse
+        return cls(tuple(shape[:start]), tuple(shape[start:rank - dense_dim]), tuple(shape[rank - dense_dim:]), block)
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """The sparse dims counted in cells (blocks for bsr/bsc)."""
+        return tuple(size // b for size, b in zip(self.sparse_shape, self.block))
+
+    @property
+    def cells(self) -> int:
+        """Cells of one batch's sparse grid: the most a batch can specify."""
+        return math.prod(self.grid_shape)
+
+    @property
+    def batches(self) -> int:
+        return math.prod(self.batch_shape)
 
 
 @dataclass(frozen=True)
@@ -136,6 +212,9 @@ class GradcheckFlags:
     check_batched_forward_grad: bool = False
     check_undefined_grad: bool = True
     check_grad_dtypes: bool = True
+    # torch's `masked`: if true, the gradients of unspecified elements of sparse inputs are ignored
+    # (the gradient must be right at specified elements and is compared with zero elsewhere).
+    masked: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from opcheck.spec import model
 from opcheck.spec.checker import Checker
 from opcheck.spec.model import Arg, DtypeArg, Sample, TensorArg, TensorListArg, TupleArg
 from opcheck.spec.problems import show
+from opcheck.spec.sparse import check_sparse
 from opcheck.spec.yamlload import Node
 
 _SQUARE_MAKERS = ("symmetric", "spd", "lower_triangular", "upper_triangular")
@@ -87,6 +88,8 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
     _check_range(ctx, f, dtype, low, high)
     _check_maker(ctx, f, shape, dtype)
     values = _check_values(ctx, f, shape, dtype)
+    check_sparse(ctx, f, shape, values if values is not None and _nested_shape(f["values"]) == shape else None)
+    blocksize = tuple(item.value for item in f["blocksize"].value) if "blocksize" in f else None
     return TensorArg(
         shape=shape,
         dtype=dtype,
@@ -98,6 +101,11 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
         avoid=avoid,
         margin=margin if margin is not None else 0.1,
         values=values,
+        layout=_text(f.get("layout")) or model.STRIDED,
+        density=ctx.finite(f.get("density")),
+        nnz=f["nnz"].value if "nnz" in f else None,
+        blocksize=blocksize,  # type: ignore[arg-type]  # the schema says: two items
+        dense_dim=f["dense_dim"].value if "dense_dim" in f else 0,
     )
 
 

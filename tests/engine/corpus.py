@@ -346,6 +346,25 @@ class MkldnnDoubleWrongBackward(torch.autograd.Function):
         return (g * 3).to_mkldnn()
 
 
+class MixedDtypeWrongBackward(torch.autograd.Function):
+    """x (float64) * y (float32); y's gradient is 1.5 times too large."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y.double()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y.double(), (g * x * 1.5).float()
+
+
+def _lstsq_gelsy(a, b):
+    # outputs: solution, residuals (empty), rank (int64), singular values (empty)
+    return torch.linalg.lstsq(a, b, driver="gelsy")
+
+
 def _sparse_matmul(s, w):
     return s @ w
 
@@ -899,7 +918,15 @@ CASES: tuple[Case, ...] = (
        Case("mkldnn_forward_ad", lambda: (_mkldnn(3, 4, seed=105),), lambda m: m.to_dense() * 2, "ValueError",
             flags=dict(_MKLDNN_TOLERANCES, check_forward_ad=True), warns=UserWarning)]
       if torch.backends.mkldnn.is_available() else []),
+    # Float output i is matched with column i of all outputs (here the int64 rank, one element,
+    # which broadcasts into the empty singular values' rows): torch passes, and so must opcheck.
+    Case("lstsq_int_rank_output", lambda: (_rand(2, 3, seed=107), _rand(2, 3, seed=108)), _lstsq_gelsy, True),
     # ---------------- broken functions ----------------
+    # Fast mode recomputes the failing block in slow mode for its message and compares it with
+    # torch.allclose, which refuses a float32 gradient against float64 numbers.
+    Case("mixed_dtype_wrong_backward", lambda: (_randn(4, seed=109), _randn(4, seed=110, dtype=torch.float32)),
+         MixedDtypeWrongBackward.apply, False, flags=dict(atol=1e-2), expected_fast="RuntimeError",
+         warns=UserWarning),
     Case("missing_factor", lambda: (_randn(5, seed=40),), SinMissingFactor.apply, False),
     Case("sign_flip_old_style", lambda: (_randn(5, seed=41),), CosSignFlipOldStyle.apply, False),
     # One wrong Jacobian entry in 1024x1024: slow mode compares every entry and fails;

@@ -333,3 +333,64 @@ def test_batching_clock_is_read_inside_and_restored_after():
         assert opcheck.gradcheck(torch.sin, (_x(8),))
     assert adaptive_clock() is outer
     assert clock.now == 8  # two decisions (forward, VJP), each two spans of two readings
+
+
+class _SpanList:
+    """A clock whose spans (two readings each) last the given seconds, in order, then 1 us."""
+
+    def __init__(self, *spans: float):
+        self.now, self.readings, self.spans = 0.0, 0, list(spans)
+
+    def __call__(self) -> float:
+        if self.readings % 2 == 1:
+            k = self.readings // 2
+            self.now += self.spans[k] if k < len(self.spans) else 1e-6
+        self.readings += 1
+        return self.now
+
+
+def test_a_pilot_batch_decides_before_a_large_batch_runs():
+    # 256 columns: a vmapped call of 8 columns (the pilot) that costs 200 us a column against a
+    # plain column's 20 us hands the rest to the loop; the other 248 never run batched.
+    x = _x(16, 16)
+    with batching_clock(_Spans(batched=1.6e-3, plain=1e-5)):
+        report = opcheck.gradcheck_report(torch.sin, (x,))
+    assert report.passed
+    assert report.stats.fallbacks[:2] == ["forward: slower than the loop (200 us vs 20 us per column)",
+                                          "vjp: slower than the loop (200 us vs 10 us per column)"]
+    assert report.stats.batched_calls == 1 and report.stats.batched_vjp_calls == 1
+    assert report.stats.calls == 1 + 2 * 256  # the probe, then every column in the loop
+
+
+def test_a_batch_that_grows_is_timed_until_it_is_full_size():
+    # The pilot's 8 columns cost 10 us each (cheaper than the plain 20 us), but the next batch, 8
+    # times larger, costs 1 ms a column: a batching rule whose cost grows with the batch. The loop
+    # takes over there, before the remaining columns run batched.
+    x = _x(16, 16)
+    with batching_clock(_SpanList(8e-5, 1e-5, 64e-3)):
+        report = opcheck.gradcheck_report(torch.sin, (x,))
+    assert report.passed
+    assert report.stats.fallbacks[0] == "forward: slower than the loop (1000 us vs 20 us per column)"
+    assert report.stats.batched_calls == 2
+
+
+def test_batched_central_differences_of_large_values_are_settled_by_plain_calls():
+    # prod of 15 values in [-9, 9) is near 1e8: a vmapped evaluation rounds it differently from a
+    # plain one by more than some entries' margin to the tolerance, which would change the verdict.
+    torch.manual_seed(0)
+    x = (torch.rand(3, 5, dtype=torch.float64) * 18 - 9).requires_grad_()
+    go = (torch.tensor(0.7, dtype=torch.float64),)
+
+    from torch.autograd.gradcheck import GradcheckError
+
+    def verdict(check):
+        try:
+            return check(torch.prod, (x,), go)
+        except GradcheckError:
+            return False
+
+    report = opcheck.gradgradcheck_report(torch.prod, (x,), go)
+    assert any(f.startswith("settled ") for f in report.stats.fallbacks), report.stats.fallbacks
+    with batching.vmap_batching(False):
+        unbatched = verdict(opcheck.gradgradcheck)
+    assert report.passed == unbatched == verdict(torch.autograd.gradgradcheck)

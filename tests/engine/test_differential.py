@@ -209,10 +209,23 @@ def test_harness_catches_a_lying_checker():
 LAYOUT_CASES = [c for c in CASES if c.id.startswith(("sparse_", "mkldnn_"))]
 
 
-@pytest.mark.parametrize("case, mode", _params(LAYOUT_CASES))
-def test_layout_cases_keep_torchs_first_line(case, mode):
-    """Sparse and MKLDNN inputs and outputs: the same first line (or exception) as torch's."""
+@pytest.mark.parametrize("case, mode", _params(CASES))
+def test_same_first_line_as_torch(case, mode):
+    """The first line of every failure (or the exception and its text) is torch's, so `match=`
+    patterns written against torch keep working."""
     assert run_case(OPCHECK, case, mode).detail == run_case(TORCH, case, mode).detail
+
+
+def test_gradgradcheck_draws_its_grad_outputs_as_torch_does():
+    # From the global generator, like torch: seeded the same way, both check the same function
+    # and leave the generator in the same state.
+    x = torch.rand(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5)).requires_grad_()
+    states = []
+    for check in (torch.autograd.gradgradcheck, opcheck.gradgradcheck):
+        torch.manual_seed(123)
+        assert check(torch.sin, (x,), gen_non_contig_grad_outputs=True)
+        states.append(torch.get_rng_state())
+    assert torch.equal(*states)
 
 
 def test_layout_cases_cover_every_layout():

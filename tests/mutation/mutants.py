@@ -552,3 +552,45 @@ class SinWrongTail(SinBatched):
         scale = torch.ones(x.shape, dtype=x.dtype, device=x.device)
         scale.view(-1)[-7:] = 1.1
         return grad * torch.cos(x) * scale
+
+
+# ------------------------------------------------------------------------ sparse @ dense: one specified value
+class SparseMm(torch.autograd.Function):
+    """sparse COO `a` @ dense `b`, with torch.sparse.mm's masked gradient: d a is specified where `a`
+    is, one value per specified element (a row of grad times a row of b), and d b = aᵀ grad."""
+
+    @staticmethod
+    def forward(a, b):
+        return torch.sparse.mm(a, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.set_materialize_grads(False)  # an undefined grad_output stays None, as for torch's own op
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is None:
+            return None, None
+        a, b = ctx.saved_tensors
+        return SparseMm.grad_a(a, b, grad), torch.sparse.mm(a.t(), grad)
+
+    @staticmethod
+    def grad_a(a, b, grad):
+        rows, cols = a._indices()
+        values = (grad[rows] * b[cols]).sum(-1)
+        return torch.sparse_coo_tensor(a._indices(), values, a.shape, is_coalesced=True)
+
+
+class SparseMmWrongValue(SparseMm):
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is None:
+            return None, None
+        a, b = ctx.saved_tensors
+        rows, cols = a._indices()
+        values = (grad[rows] * b[cols]).sum(-1)
+        # BUG: the kernel's loop over the specified elements stops one short (range(nnz - 1)):
+        # the last specified value of `a` gets no gradient.
+        values = torch.cat([values[:-1], torch.zeros_like(values[-1:])])
+        return torch.sparse_coo_tensor(a._indices(), values, a.shape, is_coalesced=True), torch.sparse.mm(a.t(), grad)

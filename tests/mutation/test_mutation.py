@@ -100,6 +100,12 @@ MUTANTS = {
                                    "auto: VJP against JVP projections (J·U from forward AD)",
                                    "differ between the VJP and the JVP beyond the rounding bound",
                                    "backward is wrong somewhere in this block"))}),
+    # A sparse input checked with masked semantics: the one wrong element is a specified one.
+    "mutant_sparse_one_wrong_value": Mutant("mutants:SparseMmWrongValue.apply", "twin_sparse_one_wrong_value", {
+        "gradcheck": Catch("VJP", ("Tensor[16, 16] float64 (requires_grad, sparse_coo, nnz=51)",
+                                   "4 of 16384 Jacobian entries", "analytical 0, numerical",
+                                   "all wrong entries belong to input element [",
+                                   "4 of the 4 above are specified elements"))}),
 }
 
 TWINS = {
@@ -119,6 +125,7 @@ TWINS = {
     "twin_inplace_backward": "mutants:SinVmappable.apply",
     "twin_undefined_grad_output": "mutants:SinCos.apply",
     "twin_wrong_tail_beyond_budget": "mutants:SinBatched.apply",
+    "twin_sparse_one_wrong_value": "mutants:SparseMm.apply",
 }
 
 # Bugs that a deliberately weaker configuration misses: each documents why a default exists.

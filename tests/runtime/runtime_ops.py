@@ -314,3 +314,33 @@ class _GeluF32WrongBackward(torch.autograd.Function):
 
 def gelu_f32_wrong_backward(x):
     return _GeluF32WrongBackward.apply(x)
+
+
+class _SparseMmWrongInFloat32(torch.autograd.Function):
+    """torch.mm(a, b) for a sparse `a`; its float32 gradient of `a` is 1% too large at the first
+    specified element (a masked gradient, like torch.sparse.mm's)."""
+
+    @staticmethod
+    def forward(a, b):
+        return torch.mm(a, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        # An undefined grad_output stays None: torch cannot compare a sparse zero gradient with 0.
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, g):
+        if g is None:
+            return None, None
+        a, b = ctx.saved_tensors
+        ga = (g @ b.mT).sparse_mask(a).coalesce()
+        values = ga._values().clone()
+        if values.dtype == torch.float32:
+            values[0] *= 1.01
+        return torch.sparse_coo_tensor(ga._indices(), values, ga.shape, is_coalesced=True), a.t() @ g
+
+
+def sparse_mm_wrong_in_float32(a, b):
+    return _SparseMmWrongInFloat32.apply(a, b)

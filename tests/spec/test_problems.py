@@ -166,7 +166,7 @@ ENTRY = "ops: [{op: torch.sin, samples: [{name: a, args: [{shape: [2]}]}]}]\n"
     ("{gradcheck: {bogus: 1}}", "op_specs/x.yaml:1:24: defaults.gradcheck.bogus: unknown key 'bogus' (expected "
                                 "one of: fast_mode, eps, atol, rtol, nondet_tol, check_batched_grad, "
                                 "check_forward_ad, check_batched_forward_grad, check_undefined_grad, "
-                                "check_grad_dtypes)"),
+                                "check_grad_dtypes, masked)"),
 ])
 def test_the_value_of_an_unknown_key_in_defaults_is_never_built(defaults, problem):
     # The schema never judged such a value (it stops at the key), so it can have any shape; the

@@ -65,14 +65,37 @@ def test_schema_choices_are_the_models():
     assert where["check"]["anyOf"][0]["enum"] == list(model.CHECKS)
     # Every tensor key the schema accepts is a TensorArg field.
     assert set(DEFS["tensor"]["properties"]) == set(model.TensorArg.__dataclass_fields__)
+    assert DEFS["tensor"]["properties"]["layout"]["enum"] == list(model.LAYOUTS)
+    # ... and every flag a GradcheckFlags / GradgradcheckFlags field, each with the model's default.
+    for name, cls in (("gradcheckFlags", model.GradcheckFlags), ("gradgradcheckFlags", model.GradgradcheckFlags)):
+        props = DEFS[name]["properties"]
+        assert set(props) == set(cls.__dataclass_fields__), name
+        defaults = {key: sub["default"] for key, sub in props.items() if "default" in sub}
+        assert defaults == {key: (True if value == "true" else False if value == "false" else value)
+                            for key, value in vars(cls()).items() if key in defaults}, name
+
+
+def test_sparse_tensor_keys_default_and_range_as_the_model_says():
+    tensor = DEFS["tensor"]["properties"]
+    arg = model.TensorArg(shape=(1,))
+    assert tensor["layout"]["default"] == arg.layout == model.STRIDED
+    assert tensor["dense_dim"]["default"] == arg.dense_dim == 0
+    assert (tensor["density"]["exclusiveMinimum"], tensor["density"]["maximum"]) == (0, 1)
+    assert tensor["blocksize"]["minItems"] == tensor["blocksize"]["maxItems"] == 2
+    assert tensor["dense_dim"]["maximum"] == model.MAX_TENSOR_RANK
+    assert tensor["nnz"]["maximum"] == model.MAX_TENSOR_ELEMENTS
+    assert str(model.DEFAULT_DENSITY) in tensor["density"]["description"]
 
 
 def test_format_reference_examples_load():
     blocks = re.findall(r"```yaml\n(.*?)```", FORMAT_MD.read_text(encoding="utf-8"), flags=re.S)
     specs = [block for block in blocks if "op:" in block]
-    assert len(specs) == 2
+    assert len(specs) == 3
     loaded = [load_spec_text(block, source="FORMAT.md") for block in specs]
-    assert [[s.name for s in specs] for specs in loaded] == [["softmax"], ["sin", "cos"]]
+    assert [[s.name for s in specs] for specs in loaded] == [["softmax"], ["to_dense"], ["sin", "cos"]]
+    sparse = loaded[1][0]
+    assert sparse.gradcheck.masked and {a.layout for s in sparse.samples for a in s.args} == {
+        "sparse_coo", "sparse_csc", "sparse_bsr"}
 
 
 def test_described_expectations_read_as_english():

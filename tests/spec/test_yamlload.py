@@ -253,7 +253,7 @@ def test_a_tagged_collection_is_reported_and_its_contents_still_judged():
         "s.yaml:3:11: samples[0]: missing required key 'name'",
         "s.yaml:4:13: gradcheck.bogus: unknown key 'bogus' (expected one of: fast_mode, eps, atol, rtol, "
         "nondet_tol, check_batched_grad, check_forward_ad, check_batched_forward_grad, check_undefined_grad, "
-        "check_grad_dtypes)",
+        "check_grad_dtypes, masked)",
     ]
     doc = load_yaml("v: !!set {a: null}\nw: !t [1]\n", "s.yaml")
     assert doc.tainted == set() and yamlload.tagged_paths(doc.root) == {("v",), ("w",)}

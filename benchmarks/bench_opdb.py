@@ -1,0 +1,326 @@
+#!/usr/bin/env python
+"""Every op of OpInfo's op_db through opcheck and torch.autograd, call for call, as JSON lines.
+
+For each op with autograd (every variant), each of float64 and complex128 that the op's
+backward supports on CPU, and each of its samples, the script makes the calls PyTorch's own
+gradient tests make (test_ops_gradients.py / test_ops_fwd_gradients.py, built like
+``TestGradients._check_helper``), in torch's slow mode (fast_mode=False) and fast mode
+(fast_mode=True):
+
+* ``grad``: gradcheck with the op's check_batched_grad and nondet tol, check_grad_dtypes;
+* ``fwd``: forward-AD gradcheck (check_backward_ad=False) with the op's check_batched_forward_grad;
+* ``gradgrad`` and ``gradgrad_noncontig``: gradgradcheck with the op's check_batched_gradgrad,
+  without and with non-contiguous grad_outputs;
+* ``fwgrad_bwgrad`` and ``fwgrad_bwgrad_noncontig``: gradgradcheck forward over reverse.
+
+Both tools run in one process, on separately built copies of the same sample, each call after
+``torch.manual_seed(0)`` (torch draws gradgradcheck's grad_outputs and its batched-grad probes
+from the global generator). Each call's verdict (True, "GradcheckError" or the exception's class
+name), the first line of its message and its time are written as one JSON line. A pair that
+disagrees (verdict or first line) is run through torch again: when torch disagrees with itself
+the pair is marked nondeterministic and counted apart.
+
+Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
+finished has a ``{"done": ...}`` line and is skipped when the same file is given again.
+``--no-batching`` runs opcheck with vmapped evaluation off (torch's loop), so two files compare
+call for call (``--compare A B``). ``--report FILE...`` prints the totals.
+
+    python benchmarks/bench_opdb.py --shard 0/2 --out opdb.jsonl &
+    python benchmarks/bench_opdb.py --shard 1/2 --out opdb.jsonl
+    python benchmarks/bench_opdb.py --report opdb.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import math
+import os
+import signal
+import sys
+import time
+import warnings
+from collections import defaultdict
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_opinfo import build_check, fresh_args, make_samples, op_key  # noqa: E402
+
+DTYPES = (torch.float64, torch.complex128)
+MODES = {"slow": False, "fast": True}
+
+
+def calls_for(op) -> list[tuple[str, str, dict]]:
+    """(call name, checker, kwargs without fast_mode) for the calls torch's tests make on this op."""
+    common = dict(check_grad_dtypes=True, nondet_tol=op.gradcheck_nondet_tol)
+    calls = []
+    if op.supports_autograd:
+        calls.append(("grad", "gradcheck", dict(
+            common, check_batched_grad=op.check_batched_grad, check_forward_ad=False, check_backward_ad=True,
+            check_undefined_grad=True, check_batched_forward_grad=False)))
+    if op.supports_forward_ad:
+        calls.append(("fwd", "gradcheck", dict(
+            common, check_batched_grad=False, check_forward_ad=True, check_backward_ad=False,
+            check_undefined_grad=True, check_batched_forward_grad=op.check_batched_forward_grad)))
+    for noncontig in (False, True):
+        suffix = "_noncontig" if noncontig else ""
+        if op.supports_gradgrad:
+            calls.append((f"gradgrad{suffix}", "gradgradcheck", dict(
+                common, gen_non_contig_grad_outputs=noncontig, check_batched_grad=op.check_batched_gradgrad)))
+        if op.supports_fwgrad_bwgrad:
+            calls.append((f"fwgrad_bwgrad{suffix}", "gradgradcheck", dict(
+                common, gen_non_contig_grad_outputs=noncontig, check_fwd_over_rev=True, check_rev_over_rev=False,
+                check_batched_grad=False, check_undefined_grad=False)))
+    return calls
+
+
+class CallTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    def expire(signum, frame):
+        raise CallTimeout(f"over {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def first_line(e: BaseException) -> str:
+    from torch.autograd.gradcheck import GradcheckError
+
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return text if isinstance(e, GradcheckError) else f"{type(e).__name__}: {text}"
+
+
+def run(checker, fn, args, kwargs, limit: float) -> dict:
+    from torch.autograd.gradcheck import GradcheckError
+
+    fresh = fresh_args(args)
+    gc.disable()  # a collection inside one tool's call would be charged to it (collected per group)
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    try:
+        with time_limit(limit), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = checker(fn, fresh, **kwargs)
+        verdict, line = (True, "") if r is True else (repr(r), "")
+    except CallTimeout as e:
+        verdict, line = "Timeout", str(e)
+    except GradcheckError as e:  # opcheck.GradcheckError subclasses torch's
+        verdict, line = "GradcheckError", first_line(e)
+    except Exception as e:  # noqa: BLE001 - any exception is a verdict here
+        verdict, line = type(e).__name__, first_line(e)
+    seconds = time.perf_counter() - t0
+    gc.enable()
+    return {"verdict": verdict, "first_line": line[:300], "seconds": round(seconds, 6)}
+
+
+def tools(no_batching: bool):
+    import opcheck
+    from opcheck.engine.batching import vmap_batching
+
+    def with_batching(f):
+        def call(*a, **k):
+            with vmap_batching(not no_batching):
+                return f(*a, **k)
+        return call
+
+    return ({"gradcheck": torch.autograd.gradcheck, "gradgradcheck": torch.autograd.gradgradcheck},
+            {"gradcheck": with_batching(opcheck.gradcheck), "gradgradcheck": with_batching(opcheck.gradgradcheck)})
+
+
+def groups(ops_filter):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    out = []
+    for op in op_db:
+        if not (op.supports_autograd or op.supports_forward_ad):
+            continue
+        key = op_key(op.name, op.variant_test_name)
+        if ops_filter and key not in ops_filter and op.name not in ops_filter:
+            continue
+        supported = op.supported_backward_dtypes("cpu")
+        for dtype in DTYPES:
+            if dtype in supported:
+                out.append((op, dtype))
+    return out
+
+
+def done_groups(path: str) -> set[str]:
+    done = set()
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by a killed run
+                    continue
+                if "done" in rec:
+                    done.add(rec["done"])
+    return done
+
+
+def run_groups(args) -> int:
+    torch.set_num_threads(1)
+    torch_tools, opcheck_tools = tools(args.no_batching)
+    todo = groups(set(args.ops) if args.ops else None)
+    gc.freeze()  # op_db's objects: later collections need not walk them
+    shard, nshards = (int(x) for x in args.shard.split("/"))
+    todo = [g for k, g in enumerate(todo) if k % nshards == shard]
+    done = done_groups(args.out)
+    with open(args.out, "a") as out:
+        for op, dtype in todo:
+            key = op_key(op.name, op.variant_test_name)
+            group = f"{key}|{str(dtype).replace('torch.', '')}"
+            if group in done:
+                continue
+            gc.collect()
+            try:
+                samples = {tool: make_samples(op, dtype, args.limit) for tool in ("torch", "opcheck")}
+            except Exception as e:  # noqa: BLE001 - an op_db entry that cannot make samples here
+                out.write(json.dumps({"group": group, "error": first_line(e)}) + "\n")
+                samples = None
+            if samples:
+                for k, (s_t, s_o) in enumerate(zip(samples["torch"], samples["opcheck"])):
+                    fn_t, args_t = build_check(op, s_t)
+                    fn_o, args_o = build_check(op, s_o)
+                    if not args_t:
+                        continue
+                    for name, checker, kwargs in calls_for(op):
+                        for mode, fast in MODES.items():
+                            kw = dict(kwargs, fast_mode=fast)
+                            t = run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
+                            o = run(opcheck_tools[checker], fn_o, args_o, kw, args.limit_seconds)
+                            rec = {"group": group, "op": key, "dtype": group.split("|")[1], "sample": k,
+                                   "call": name, "mode": mode, "torch": t, "opcheck": o}
+                            if (t["verdict"], t["first_line"]) != (o["verdict"], o["first_line"]):
+                                again = run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
+                                rec["nondeterministic"] = (again["verdict"], again["first_line"]) != (
+                                    t["verdict"], t["first_line"])
+                            out.write(json.dumps(rec) + "\n")
+                            out.flush()
+            out.write(json.dumps({"done": group}) + "\n")
+            out.flush()
+            if args.verbose:
+                print(group, flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------------------------ reports
+def load(paths) -> list[dict]:
+    recs: dict[tuple, dict] = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if "call" in rec:  # a group redone after an interrupted run: the last record wins
+                    recs[(rec["group"], rec["sample"], rec["call"], rec["mode"])] = rec
+    return list(recs.values())
+
+
+def report(paths, slow_factor: float) -> int:
+    recs = load(paths)
+    if not recs:
+        print("no records")
+        return 1
+    verdicts, lines, nondet, timeouts = [], [], [], []
+    time_t, time_o = defaultdict(float), defaultdict(float)
+    per_op_t, per_op_o = defaultdict(float), defaultdict(float)
+    worst_call = defaultdict(float)  # op -> max (opcheck - torch) seconds on one call
+    for r in recs:
+        t, o = r["torch"], r["opcheck"]
+        if "Timeout" in (t["verdict"], o["verdict"]):
+            timeouts.append(r)
+            continue
+        time_t[r["mode"]] += t["seconds"]
+        time_o[r["mode"]] += o["seconds"]
+        per_op_t[r["op"]] += t["seconds"]
+        per_op_o[r["op"]] += o["seconds"]
+        worst_call[r["op"]] = max(worst_call[r["op"]], o["seconds"] - t["seconds"])
+        if (t["verdict"], t["first_line"]) == (o["verdict"], o["first_line"]):
+            continue
+        if r.get("nondeterministic"):
+            nondet.append(r)
+        elif t["verdict"] != o["verdict"]:
+            verdicts.append(r)
+        else:
+            lines.append(r)
+    ops = {r["op"] for r in recs}
+    samples = {(r["group"], r["sample"]) for r in recs}
+    print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
+    for mode in MODES:
+        if time_t[mode]:
+            print(f"  {mode}: torch {time_t[mode]:.1f} s, opcheck {time_o[mode]:.1f} s "
+                  f"(torch / opcheck {time_t[mode] / max(time_o[mode], 1e-9):.2f}x)")
+    ratios = [per_op_t[k] / per_op_o[k] for k in per_op_t if per_op_o[k] > 0 and per_op_t[k] > 0]
+    if ratios:
+        print(f"  geomean per op torch / opcheck: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    print(f"verdict disagreements: {len(verdicts)}")
+    print(f"first-line disagreements: {len(lines)}")
+    print(f"nondeterministic (torch disagrees with itself), apart: {len(nondet)}")
+    print(f"timeouts, apart: {len(timeouts)}")
+    for title, rows in (("verdicts", verdicts), ("first lines", lines), ("nondeterministic", nondet),
+                        ("timeouts", timeouts)):
+        if rows:
+            print(f"\n-- {title}")
+            for r in rows[:200]:
+                print(f"{r['group']} sample {r['sample']} {r['call']} {r['mode']}:\n"
+                      f"    torch:   {r['torch']['verdict']} {r['torch']['first_line'][:160]}\n"
+                      f"    opcheck: {r['opcheck']['verdict']} {r['opcheck']['first_line'][:160]}")
+    slower = sorted(((per_op_o[k] / max(per_op_t[k], 1e-9), k) for k in per_op_o
+                     if per_op_o[k] > slow_factor * per_op_t[k] and worst_call[k] > 0.05), reverse=True)
+    if slower:
+        print(f"\n-- ops where opcheck takes more than {slow_factor:g}x torch's time (and > 50 ms more in one call)")
+        for x, k in slower[:40]:
+            print(f"  {k}: {per_op_o[k]:.2f} s vs {per_op_t[k]:.2f} s ({x:.1f}x)")
+    return 0 if not verdicts and not lines else 1
+
+
+def compare(a: str, b: str) -> int:
+    """Two runs of opcheck (e.g. with and without batching): the calls whose verdict differs."""
+    ra = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([a])}
+    rb = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([b])}
+    common = sorted(set(ra) & set(rb))
+    differ = [k for k in common if ra[k]["opcheck"]["verdict"] != rb[k]["opcheck"]["verdict"]]
+    print(f"{len(common)} calls in both runs; opcheck's verdict differs on {len(differ)}")
+    for k in differ[:200]:
+        print(f"  {k}: {ra[k]['opcheck']['verdict']} {ra[k]['opcheck']['first_line'][:100]!r} vs "
+              f"{rb[k]['opcheck']['verdict']} {rb[k]['opcheck']['first_line'][:100]!r}")
+    return 1 if differ else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="opdb.jsonl", help="JSON lines file to append to (resumes)")
+    p.add_argument("--shard", default="0/1", help="i/n: run every n-th (op, dtype) group from the i-th")
+    p.add_argument("--ops", nargs="*", help="only these OpInfo names (name or name:variant)")
+    p.add_argument("--limit", type=int, default=None, help="samples per (op, dtype) (default: all)")
+    p.add_argument("--limit-seconds", type=float, default=300.0, help="per call; slower calls are timeouts")
+    p.add_argument("--no-batching", action="store_true", help="opcheck without vmapped evaluation")
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--report", nargs="+", metavar="FILE", help="summarize these files instead of running")
+    p.add_argument("--slow-factor", type=float, default=2.0, help="report ops slower than this x torch")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare opcheck's verdicts of two runs")
+    args = p.parse_args(argv)
+    if args.report:
+        return report(args.report, args.slow_factor)
+    if args.compare:
+        return compare(*args.compare)
+    return run_groups(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
