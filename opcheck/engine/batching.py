@@ -195,13 +195,16 @@ class Evaluator:
 
     # ------------------------------------------------------- numerical columns
     def numerical_columns(self, fn: Callable, inputs: tuple, segments: list[tuple[int, complex]], eps: float,
-                          nbhd_check: Callable, ref_outputs: tuple) -> list[list[torch.Tensor]]:
+                          nbhd_check: Callable, ref_outputs: tuple,
+                          positions: dict[int, list[int]] | None = None) -> list[list[torch.Tensor]]:
         """Central differences of every output of fn with respect to each element of some inputs.
 
         `segments` lists (input index, perturbation direction): 1 for real inputs and for the real
         part of complex ones, 1j for the imaginary part. Returns, per segment, a list over all
         outputs of (numel_in, numel_out) tensors. Up to FUSE_MAX_COLUMNS columns, all segments share
-        one vmapped call per chunk.
+        one vmapped call per chunk. `positions`, per input index, limits the loop to those elements
+        (flat); the others' columns are zero (a sparse input's unspecified positions, which nothing
+        perturbs).
         """
         total = sum(inputs[idx].numel() for idx, _ in segments)
         self.numerical_batched = False
@@ -219,7 +222,8 @@ class Evaluator:
                 return result
             except Exception as e:  # anything: the loop decides what the user sees
                 self._give_up("forward", e)
-        return [self._numerical_loop(fn, inputs, idx, eps, nbhd_check, p) for idx, p in segments]
+        return [self._numerical_loop(fn, inputs, idx, eps, nbhd_check, p, (positions or {}).get(idx))
+                for idx, p in segments]
 
     def plain_column(self, fn, inputs, idx: int, k: int, eps: float, nbhd_check, p: complex = 1) -> list[torch.Tensor]:
         """The central difference of every output along element k of input idx, by plain calls (torch's way)."""
@@ -227,16 +231,27 @@ class Evaluator:
         entry = data.view(-1)[k] if data.is_contiguous() else data[unravel(k, data.shape)]
         return self._one_column(fn, inputs, entry, eps * p if p != 1 else eps, eps, nbhd_check, k, data.shape)
 
-    def _numerical_loop(self, fn, inputs, idx, eps, nbhd_check, p):
+    def _numerical_loop(self, fn, inputs, idx, eps, nbhd_check, p, positions=None):
         x = inputs[idx]
         data = x.data
         flat = data.view(-1) if data.is_contiguous() else None
+        ks = range(x.numel()) if positions is None else (list(positions) or [0])
         columns: list[list[torch.Tensor]] = []
-        for k in range(x.numel()):
+        for k in ks:
             entry = flat[k] if flat is not None else data[unravel(k, data.shape)]
             columns.append(self._one_column(fn, inputs, entry, eps * p if p != 1 else eps, eps, nbhd_check, k,
                                             data.shape))
-        return _stack_columns(columns)
+        stacked = _stack_columns(columns)
+        if positions is None:
+            return stacked
+        rows = torch.tensor(list(ks), dtype=torch.long)
+        full = []
+        for col in stacked:
+            out = col.new_zeros((x.numel(), *col.shape[1:]))
+            if positions:
+                out[rows.to(col.device)] = col
+            full.append(out)
+        return full
 
     def _one_column(self, fn, inputs, entry, v, eps, nbhd_check, k, shape):
         orig = entry.clone()
@@ -400,10 +415,12 @@ class Evaluator:
         chunk = self._chunk(m, m + sum(t.numel() for t in diff_inputs), itemsize)
         out: list[torch.Tensor | None] = [None] * len(diff_inputs)
         plain_per_column = None
-        for start, stop, growing in _chunks(m, chunk):
+        probed = any(output is o for o in self._vjp_probed)  # the reentrancy pass: judged already
+        schedule = ((s, min(m, s + chunk), False) for s in range(0, m, chunk)) if probed else _chunks(m, chunk)
+        for start, stop, growing in schedule:
             b = stop - start
             g = _one_hot_rows(b, m, start, output)
-            probe = start == 0 and not any(output is o for o in self._vjp_probed)
+            probe = start == 0 and not probed
             timed = self._timed if probe or (growing and plain_per_column is not None) else _untimed
             grads, t_batched = timed(self._vjp, output, diff_inputs, g.view(b, *output.shape), batched=True)
             for i, gr in enumerate(grads):

@@ -55,6 +55,9 @@ class CheckContext:
     layout_vector: Callable | None = None
     # a hint for a mismatch of such an input: (tensor, JacobianMismatch) -> str or None
     layout_hint: Callable | None = None
+    # the flat positions that the numerical Jacobian perturbs in such an input (tensor -> list or
+    # None for every position): the others' columns are zero
+    layout_positions: Callable | None = None
 
     def full_first(self, n: int, m: int) -> bool:
         """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
@@ -95,7 +98,12 @@ def numerical_jacobian(ctx: CheckContext, fn, inputs: tuple, outputs: tuple, *, 
     diff = diff_input_indices(inputs)
     segments = [(idx, p) for idx in diff if inputs[idx].numel()
                 for p in ((1, 1j) if inputs[idx].is_complex() else (1,))]
-    columns = ctx.evaluator.numerical_columns(fn, inputs, segments, ctx.eps, _nbhd_check(ctx.eps), outputs)
+    positions = None
+    if ctx.layout_positions is not None:
+        positions = {idx: ctx.layout_positions(inputs[idx]) for idx in diff}
+        positions = {idx: pos for idx, pos in positions.items() if pos is not None}
+    columns = ctx.evaluator.numerical_columns(fn, inputs, segments, ctx.eps, _nbhd_check(ctx.eps), outputs,
+                                              positions)
     per_segment = dict(zip(segments, columns))
     result = []
     for idx in diff:

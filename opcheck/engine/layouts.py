@@ -182,6 +182,8 @@ class _StandIn:
         self.center = dense.clone()
         self.masked = masked
         self.pattern = None if original.layout == MKLDNN else _numerical_pattern(original, masked)
+        self.numerical_positions = None if self.pattern is None else sorted(
+            set(self.pattern.positions.reshape(-1).tolist()))
         self.specified = None  # per dense position (flat), whether the input as given specifies it
         if self.pattern is not None:
             own = _coo_positions(original.detach()) if original.layout == torch.sparse_coo else \
@@ -272,6 +274,13 @@ class LayoutInputs:
         """fast mode's direction for a stand-in (torch's, for its layout), or None for other tensors."""
         s = self._by_id.get(id(t))
         return None if s is None else s.random_vector(generator, downcast_complex)
+
+    def numerical_positions(self, t: torch.Tensor) -> list[int] | None:
+        """The dense positions whose values the numerical Jacobian perturbs (None: all of them)."""
+        s = self._by_id.get(id(t))
+        if s is None or s.pattern is None:
+            return None
+        return s.numerical_positions
 
     def hint(self, t: torch.Tensor, mismatch) -> str | None:
         """What a mismatch of a stand-in's entries says about the layout's semantics."""

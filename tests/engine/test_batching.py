@@ -116,9 +116,11 @@ def test_full_mode_uses_a_few_batched_calls_not_two_per_element():
     x = _x(16, 16)
     report = opcheck.gradcheck_report(torch.tanh, (x,))
     assert report.passed
-    # torch's slow mode makes 2 * 256 forward calls and 2 * 256 backward calls here.
-    assert report.stats.calls < 10 and report.stats.batched_calls <= 2
-    assert report.stats.vjp_calls < 10 and report.stats.batched_vjp_calls <= 2
+    # torch's slow mode makes 2 * 256 forward calls and 2 * 256 backward calls here. Beyond 64
+    # columns the first batches are a pilot of 8 and one of 64 (see batching._chunks); the
+    # reentrancy pass repeats the rows in one batch.
+    assert report.stats.calls < 10 and report.stats.batched_calls <= 3
+    assert report.stats.vjp_calls < 10 and report.stats.batched_vjp_calls <= 4
 
 
 class _NoVmap(torch.autograd.Function):
