@@ -1,8 +1,9 @@
 """The checks beside the Jacobian comparison: batched gradients, zero and undefined grad_outputs.
 
 They follow torch.autograd.gradcheck 2.13 step by step (including its use of the legacy vmap, whose
-coverage differs from torch.func.vmap's), except that random tensors come from a private generator
-so the user's RNG state is left alone.
+coverage differs from torch.func.vmap's), except that their random probes come from a private
+generator, which leaves the user's RNG state alone (gradgradcheck's random grad_outputs, in api.py,
+come from the global one as torch's do: they choose the function that is checked).
 """
 
 from __future__ import annotations
