@@ -365,15 +365,25 @@ def test_a_pilot_batch_decides_before_a_large_batch_runs():
 
 
 def test_a_batch_that_grows_is_timed_until_it_is_full_size():
-    # The pilot's 8 columns cost 10 us each (cheaper than the plain 20 us), but the next batch, 8
-    # times larger, costs 1 ms a column: a batching rule whose cost grows with the batch. The loop
-    # takes over there, before the remaining columns run batched.
+    # The pilot's 8 columns cost 10 us each, half a plain column's 20 us, so the next batch is
+    # twice as large; it costs 4 ms a column (a batching rule whose cost grows with the batch), and
+    # the loop takes over there, before the remaining columns run batched.
     x = _x(16, 16)
     with batching_clock(_SpanList(8e-5, 1e-5, 64e-3)):
         report = opcheck.gradcheck_report(torch.sin, (x,))
     assert report.passed
-    assert report.stats.fallbacks[0] == "forward: slower than the loop (1000 us vs 20 us per column)"
+    assert report.stats.fallbacks[0] == "forward: slower than the loop (4000 us vs 20 us per column)"
     assert report.stats.batched_calls == 2
+
+
+def test_a_batch_grows_by_the_factor_it_undercuts_the_loop():
+    schedule = batching._Schedule(1000, 400)
+    sizes = []
+    for start, stop, timed in schedule:
+        sizes.append((stop - start, timed))
+        if timed:
+            schedule.measured(1e-6, 4e-6)  # a batched column costs a quarter of a plain one
+    assert sizes == [(8, True), (32, True), (128, True), (400, False), (400, False), (32, False)]
 
 
 def test_batched_central_differences_of_large_values_are_settled_by_plain_calls():
