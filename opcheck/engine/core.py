@@ -85,9 +85,14 @@ def _nbhd_check(eps):
     return check
 
 
+def _numerical_key(fn, inputs, outputs) -> tuple:
+    # The outputs count: blocks are matched with them by position (see below).
+    return (fn, tuple(id(a) for a in inputs), tuple(id(o) for o in outputs))
+
+
 def numerical_jacobian(ctx: CheckContext, fn, inputs: tuple, outputs: tuple, *, is_forward_ad: bool = False):
     """Per input requiring grad, a tuple of (numel_in, numel_out) blocks, one per float/complex output."""
-    key = (fn, tuple(id(a) for a in inputs))
+    key = _numerical_key(fn, inputs, outputs)
     cached = ctx.numerical_cache.get(key)
     if cached is not None:
         return cached
@@ -154,7 +159,7 @@ def settle_rows(ctx: CheckContext, fn, inputs: tuple, outputs: tuple, analytical
     entry, and batching would change the verdict. The rows of the block (input elements) with an
     entry that close to the tolerance are recomputed with plain calls, in every output's block.
     """
-    key = (fn, tuple(id(a) for a in inputs))
+    key = _numerical_key(fn, inputs, outputs)
     if not ctx.numerical_cache.get(("batched",) + key):
         return numerical
     float_outputs = [o for o in outputs if is_float_or_complex(o)]
@@ -558,7 +563,9 @@ def _localize_fast_failure(ctx, func, func_out, inputs, outputs, input_i, output
             f"{_fmt(a)}, numerical {_fmt(n)}, tolerance atol={atol:.4g} (atol scaled by the projections) + "
             f"rtol={ctx.rtol:g}; recomputed the full Jacobian block:\n")
     # As torch does, to say where: what fails there fails the call as it fails torch's.
-    num_all = numerical_jacobian(ctx, func, inputs, func_out, is_forward_ad=is_forward_ad)
+    # torch recomputes with the differentiable outputs only, though the fast check ran over every
+    # float output: past them its index raises (IndexError), and so does this one.
+    num_all = numerical_jacobian(ctx, func, inputs, outputs, is_forward_ad=is_forward_ad)
     numerical = num_all[input_i][output_j]
     if is_forward_ad:
         analytical = analytical_jvp_jacobian(ctx, func, inputs, func_out)[input_i][output_j]

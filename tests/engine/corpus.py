@@ -360,6 +360,10 @@ class MixedDtypeWrongBackward(torch.autograd.Function):
         return g * y.double(), (g * x * 1.5).float()
 
 
+def _constant_then_wrong_jvp(x):
+    return torch.zeros_like(x), ExpWrongJvp.apply(x)
+
+
 def _lstsq_gelsy(a, b):
     # outputs: solution, residuals (empty), rank (int64), singular values (empty)
     return torch.linalg.lstsq(a, b, driver="gelsy")
@@ -956,6 +960,11 @@ CASES: tuple[Case, ...] = (
         flags=dict(check_forward_ad=True),
     ),
     Case("wrong_jvp_backward_only", lambda: (_randn(4, seed=45),), ExpWrongJvp.apply, True),
+    # Fast mode's forward check runs over every float output, its slow recomputation over the
+    # differentiable ones only: the wrong tangent of output 1, behind an output that does not
+    # require grad, is looked up past their end (torch's IndexError, as native_layer_norm's in OpInfo).
+    Case("wrong_jvp_behind_a_constant_output", lambda: (_randn(4, seed=111),), _constant_then_wrong_jvp, False,
+         flags=dict(check_forward_ad=True, check_backward_ad=False), expected_fast="IndexError"),
     # And a wrong backward goes unnoticed when only forward AD is checked.
     Case(
         "wrong_backward_forward_ad_only",
