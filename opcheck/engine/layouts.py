@@ -188,9 +188,9 @@ class _StandIn:
         if self.pattern is not None:
             own = _coo_positions(original.detach()) if original.layout == torch.sparse_coo else \
                 _compressed_positions(original.detach())
-            self.specified = torch.zeros(original.numel(), dtype=torch.bool)
-            self.specified[own.reshape(-1)] = True
-            self.specified = self.specified.tolist()
+            mask = torch.zeros(original.numel(), dtype=torch.bool)
+            mask[own.reshape(-1)] = True
+            self.specified = mask.tolist()
 
     def at(self, dense: torch.Tensor) -> torch.Tensor:
         """The layout tensor the function gets for the stand-in's current values."""
@@ -200,11 +200,12 @@ class _StandIn:
             return dense.detach().to_mkldnn()
         return self.pattern.rebuild(dense.detach(), self.center)
 
-    def random_vector(self, generator: torch.Generator, downcast_complex: bool) -> torch.Tensor:
-        """torch's fast-mode direction for this layout (random specified values, normalized), dense and flat."""
+    def random_vector(self, generator: torch.Generator, downcast_complex: bool) -> torch.Tensor | None:
+        """torch's fast-mode direction for this layout (random specified values, normalized), dense
+        and flat; None for MKLDNN, which torch draws like a dense tensor."""
         x = self.original
         if self.pattern is None:
-            return None  # type: ignore[return-value] - MKLDNN: drawn like a dense tensor
+            return None
         values = x._values() if x.layout == torch.sparse_coo else x.values()
         dtype = x.dtype
         if downcast_complex:
