@@ -138,7 +138,9 @@ class Evaluator:
         self.jvp_kind_used: str | None = None
         self.numerical_batched = False  # whether the latest numerical_columns call was vmapped
         self.stats = EvalStats()
-        self._vjp_probed: list[torch.Tensor] = []  # outputs whose batched VJP already matched the plain one
+        # outputs whose batched VJP already matched the plain one, with the batches it used: the
+        # reentrancy pass repeats them (kernels for other batch sizes may round otherwise)
+        self._vjp_probed: list[tuple[torch.Tensor, list[tuple[int, int]]]] = []
 
     # ----------------------------------------------------------------- chunking
     def _chunk(self, n: int, per_column_elems: int, itemsize: int) -> int:
@@ -418,9 +420,12 @@ class Evaluator:
         chunk = self._chunk(m, m + sum(t.numel() for t in diff_inputs), itemsize)
         out: list[torch.Tensor | None] = [None] * len(diff_inputs)
         plain_per_column = None
-        probed = any(output is o for o in self._vjp_probed)  # the reentrancy pass: judged already
-        schedule = _Schedule(m, chunk, pilot=not probed)
-        for start, stop, growing in schedule:
+        earlier = [bounds for o, bounds in self._vjp_probed if o is output]  # the reentrancy pass
+        probed = bool(earlier)
+        schedule = _Schedule(m, chunk)
+        used: list[tuple[int, int]] = []
+        for start, stop, growing in ([(a, z, False) for a, z in earlier[0]] if probed else schedule):
+            used.append((start, stop))
             b = stop - start
             g = _one_hot_rows(b, m, start, output)
             probe = start == 0 and not probed
@@ -444,7 +449,7 @@ class Evaluator:
                     if (gr is None) != (r is None) or (r is not None and (
                             gr.dtype != r.dtype or not combination_close(w, gr, r, extra_atol=nondet_tol * b))):
                         raise _Disagreement("batched VJP differs from the plain VJP")
-                self._vjp_probed.append(output)
+                self._vjp_probed.append((output, used))
                 plain_per_column = t_plain
                 self._pilot_verdict("vjp", t_batched / b, t_plain, stop < m)
                 schedule.measured(t_batched / b, t_plain)
