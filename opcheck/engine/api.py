@@ -221,8 +221,7 @@ def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, 
         jac_func, jac_inputs = layouts.wrap(func), layouts.inputs
         jac_out = jac_func(*jac_inputs)
         jac_outputs = differentiable_outputs(jac_out)
-        ctx.layout_vector, ctx.layout_hint = layouts.random_vector, layouts.hint
-        ctx.layout_positions = layouts.numerical_positions
+        ctx.layouts = layouts
         ctx.projections_first = True  # the rebuilt layouts cannot be vmapped: loops throughout
         for kind in ("forward", "vjp", "jvp_func", "jvp"):
             setattr(ctx.evaluator, f"batch_{kind}", False)

@@ -159,10 +159,13 @@ class Evaluator:
             return False
         return True
 
-    def _pilot_verdict(self, kind: str, batched_per_column: float, plain_per_column: float, more: bool) -> None:
-        """After the pilot batch: the loop takes over the rest of the columns when batching costs more."""
+    def _judge_batch(self, kind: str, schedule: "_Schedule", batched_per_column: float, plain_per_column: float,
+                     more: bool) -> None:
+        """After a timed batch: the loop takes over the rest of the columns when batching costs more,
+        and otherwise the next batch grows by the factor this one undercut the loop."""
         if not self._keep_if_cheaper(kind, batched_per_column, plain_per_column) and more:
             raise _SlowerThanLoop(kind)
+        schedule.measured(batched_per_column, plain_per_column)
 
     def _timed(self, f: Callable, *args, **kwargs):
         """f's result and the seconds it took by this evaluator's clock."""
@@ -348,11 +351,9 @@ class Evaluator:
                 _, t_plain = self._timed(self._probe_forward, fn, inputs, segments, eps, [o[2 * b] for o in outs])
                 # A column is two rows (x - delta e_k and x + delta e_k); the probe evaluated one.
                 plain_per_column = 2 * t_plain
-                self._pilot_verdict("forward", t_batched / b, plain_per_column, stop < total)
-                schedule.measured(t_batched / b, plain_per_column)
+                self._judge_batch("forward", schedule, t_batched / b, plain_per_column, stop < total)
             elif growing and plain_per_column is not None:
-                self._pilot_verdict("forward", t_batched / b, plain_per_column, stop < total)
-                schedule.measured(t_batched / b, plain_per_column)
+                self._judge_batch("forward", schedule, t_batched / b, plain_per_column, stop < total)
         return [[res[offsets[s]:offsets[s] + flats[idx].numel()] for res in results]
                 for s, (idx, _) in enumerate(segments)]
 
@@ -451,11 +452,9 @@ class Evaluator:
                         raise _Disagreement("batched VJP differs from the plain VJP")
                 self._vjp_probed.append((output, used))
                 plain_per_column = t_plain
-                self._pilot_verdict("vjp", t_batched / b, t_plain, stop < m)
-                schedule.measured(t_batched / b, t_plain)
+                self._judge_batch("vjp", schedule, t_batched / b, t_plain, stop < m)
             elif growing and plain_per_column is not None:
-                self._pilot_verdict("vjp", t_batched / b, plain_per_column, stop < m)
-                schedule.measured(t_batched / b, plain_per_column)
+                self._judge_batch("vjp", schedule, t_batched / b, plain_per_column, stop < m)
         return out
 
     # ---------------------------------------------------------- JVP columns
@@ -597,11 +596,9 @@ class Evaluator:
                     if not _close(got, want):
                         raise _Disagreement("batched JVP differs from the plain JVP")
                 plain_per_column = t_plain
-                self._pilot_verdict(kind, seconds / (b + 1), t_plain, stop < total)
-                schedule.measured(seconds / (b + 1), t_plain)
+                self._judge_batch(kind, schedule, seconds / (b + 1), t_plain, stop < total)
             elif growing and plain_per_column is not None:
-                self._pilot_verdict(kind, seconds / b, plain_per_column, stop < total)
-                schedule.measured(seconds / b, plain_per_column)
+                self._judge_batch(kind, schedule, seconds / b, plain_per_column, stop < total)
         return [[out[off:off + n] for out in results] for off, n in zip(offsets, sizes)]
 
     def _probe_jvp(self, fn, inputs, idxs, check_dtype, direction, offsets):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -50,14 +50,10 @@ class CheckContext:
     # fast_mode="auto", step by step: the projection checks first, also within the budget (the
     # function cannot be vmapped: their loops cost less than the full check's)
     projections_first: bool = False
-    # fast mode's random direction for an input whose layout torch draws differently (layouts.py):
-    # (tensor, generator, downcast_complex) -> a flat dense vector, or None to draw it as dense
-    layout_vector: Callable | None = None
-    # a hint for a mismatch of such an input: (tensor, JacobianMismatch) -> str or None
-    layout_hint: Callable | None = None
-    # the flat positions that the numerical Jacobian perturbs in such an input (tensor -> list or
-    # None for every position): the others' columns are zero
-    layout_positions: Callable | None = None
+    # sparse and MKLDNN inputs' dense stand-ins (layouts.LayoutInputs), or None: torch's fast-mode
+    # directions for them (random_vector), the positions the numerical Jacobian perturbs
+    # (numerical_positions) and a hint for their mismatches (hint)
+    layouts: Any = None
 
     def full_first(self, n: int, m: int) -> bool:
         """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
@@ -104,8 +100,8 @@ def numerical_jacobian(ctx: CheckContext, fn, inputs: tuple, outputs: tuple, *, 
     segments = [(idx, p) for idx in diff if inputs[idx].numel()
                 for p in ((1, 1j) if inputs[idx].is_complex() else (1,))]
     positions = None
-    if ctx.layout_positions is not None:
-        positions = {idx: ctx.layout_positions(inputs[idx]) for idx in diff}
+    if ctx.layouts is not None:
+        positions = {idx: ctx.layouts.numerical_positions(inputs[idx]) for idx in diff}
         positions = {idx: pos for idx, pos in positions.items() if pos is not None}
     columns = ctx.evaluator.numerical_columns(fn, inputs, segments, ctx.eps, _nbhd_check(ctx.eps), outputs,
                                               positions)
@@ -333,7 +329,7 @@ def _report(ctx, a, n, *, output_idx, input_idx, inputs, outputs, complex_indice
         output_idx=output_idx, input_idx=input_idx,
         output_name=ctx.output_name(output_idx), input_name=ctx.input_name(input_idx), part=part,
     )
-    hint = ctx.layout_hint(inputs[diff[input_idx]], mismatch) if ctx.layout_hint is not None else None
+    hint = ctx.layouts.hint(inputs[diff[input_idx]], mismatch) if ctx.layouts is not None else None
     return replace(mismatch, hints=mismatch.hints + (hint,)) if hint else mismatch
 
 
@@ -457,7 +453,7 @@ def fast_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forwar
     inp_idx = diff_input_indices(inputs)
     inp_tensors = [inputs[i] for i in inp_idx]
     all_v, all_u = make_vectors(inp_tensors, outputs, use_forward_ad=use_forward_ad,
-                                layout_vector=ctx.layout_vector)
+                                layout_vector=ctx.layouts.random_vector if ctx.layouts is not None else None)
     func_out_t = as_tuple(func_out)
 
     numerical = []

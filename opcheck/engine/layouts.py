@@ -34,27 +34,15 @@ from typing import Callable
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import SPARSE_LAYOUTS, requires_grad
+from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, requires_grad
 
 _COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 _ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
-MKLDNN = torch._mkldnn  # type: ignore[attr-defined]
 
 
 def is_layout_input(t) -> bool:
     """A tensor that gradcheck checks through a dense stand-in (sparse or MKLDNN)."""
     return isinstance(t, torch.Tensor) and (t.layout in SPARSE_LAYOUTS or t.layout == MKLDNN)
-
-
-def check_content_strides(idx: int, inp: torch.Tensor) -> torch.Tensor | None:
-    """What torch's stride-0 test looks at: the values of a sparse input, nothing of an MKLDNN one."""
-    if inp.layout == MKLDNN:
-        return None
-    if inp.layout == torch.sparse_coo:
-        return inp._values()
-    if inp.layout in _COMPRESSED:
-        return inp.values()
-    return inp
 
 
 # ------------------------------------------------------------------------------------ patterns
