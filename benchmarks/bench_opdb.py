@@ -22,8 +22,9 @@ the pair is marked nondeterministic and counted apart.
 
 Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
 finished has a ``{"done": ...}`` line and is skipped when the same file is given again.
-``--no-batching`` runs opcheck with vmapped evaluation off (torch's loop), so two files compare
-call for call (``--compare A B``). ``--report FILE...`` prints the totals.
+``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
+``--compare A B`` lists the calls where two files' opcheck verdicts differ (batching on against
+off). ``--report FILE...`` prints the totals.
 
     python benchmarks/bench_opdb.py --shard 0/2 --out opdb.jsonl &
     python benchmarks/bench_opdb.py --shard 1/2 --out opdb.jsonl
@@ -199,11 +200,12 @@ def run_groups(args) -> int:
                     for name, checker, kwargs in calls_for(op):
                         for mode, fast in MODES.items():
                             kw = dict(kwargs, fast_mode=fast)
-                            t = run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
+                            t = (None if args.no_batching else
+                                 run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds))
                             o = run(opcheck_tools[checker], fn_o, args_o, kw, args.limit_seconds)
                             rec = {"group": group, "op": key, "dtype": group.split("|")[1], "sample": k,
                                    "call": name, "mode": mode, "torch": t, "opcheck": o}
-                            if (t["verdict"], t["first_line"]) != (o["verdict"], o["first_line"]):
+                            if t and (t["verdict"], t["first_line"]) != (o["verdict"], o["first_line"]):
                                 again = run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
                                 rec["nondeterministic"] = (again["verdict"], again["first_line"]) != (
                                     t["verdict"], t["first_line"])
@@ -217,7 +219,8 @@ def run_groups(args) -> int:
 
 
 # ------------------------------------------------------------------------------------ reports
-def load(paths) -> list[dict]:
+def load(paths, paired: bool = False) -> list[dict]:
+    """The files' call records; ``paired``: only those with torch's side (not --no-batching's)."""
     recs: dict[tuple, dict] = {}
     for path in paths:
         with open(path) as f:
@@ -226,15 +229,17 @@ def load(paths) -> list[dict]:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
+                if paired and rec.get("torch") is None:
+                    continue
                 if "call" in rec:  # a group redone after an interrupted run: the last record wins
                     recs[(rec["group"], rec["sample"], rec["call"], rec["mode"])] = rec
     return list(recs.values())
 
 
 def report(paths, slow_factor: float) -> int:
-    recs = load(paths)
+    recs = load(paths, paired=True)
     if not recs:
-        print("no records")
+        print("no paired records")
         return 1
     verdicts, lines, nondet, timeouts = [], [], [], []
     time_t, time_o = defaultdict(float), defaultdict(float)
@@ -295,11 +300,14 @@ def compare(a: str, b: str) -> int:
     rb = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([b])}
     common = sorted(set(ra) & set(rb))
     differ = [k for k in common if ra[k]["opcheck"]["verdict"] != rb[k]["opcheck"]["verdict"]]
-    print(f"{len(common)} calls in both runs; opcheck's verdict differs on {len(differ)}")
-    for k in differ[:200]:
+    lines = [k for k in common if k not in differ
+             and ra[k]["opcheck"]["first_line"] != rb[k]["opcheck"]["first_line"]]
+    print(f"{len(common)} calls in both runs; opcheck's verdict differs on {len(differ)}, "
+          f"its first line on {len(lines)} more")
+    for k in differ[:200] + lines[:200]:
         print(f"  {k}: {ra[k]['opcheck']['verdict']} {ra[k]['opcheck']['first_line'][:100]!r} vs "
               f"{rb[k]['opcheck']['verdict']} {rb[k]['opcheck']['first_line'][:100]!r}")
-    return 1 if differ else 0
+    return 1 if differ or lines or not common else 0
 
 
 def main(argv=None) -> int:
@@ -309,7 +317,8 @@ def main(argv=None) -> int:
     p.add_argument("--ops", nargs="*", help="only these OpInfo names (name or name:variant)")
     p.add_argument("--limit", type=int, default=None, help="samples per (op, dtype) (default: all)")
     p.add_argument("--limit-seconds", type=float, default=300.0, help="per call; slower calls are timeouts")
-    p.add_argument("--no-batching", action="store_true", help="opcheck without vmapped evaluation")
+    p.add_argument("--no-batching", action="store_true",
+                   help="opcheck alone, without vmapped evaluation (for --compare)")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--report", nargs="+", metavar="FILE", help="summarize these files instead of running")
     p.add_argument("--slow-factor", type=float, default=2.0, help="report ops slower than this x torch")
