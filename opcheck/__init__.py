@@ -7,6 +7,7 @@ pytest plugin start without importing torch.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -22,7 +23,7 @@ _ENGINE_NAMES = (
 __all__ = list(_ENGINE_NAMES)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _ENGINE_NAMES:
         value = getattr(importlib.import_module("opcheck.engine"), name)
         globals()[name] = value
@@ -30,5 +31,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'opcheck' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(list(globals()) + list(_ENGINE_NAMES))

@@ -10,22 +10,26 @@ from opcheck.engine.api import (
     gradgradcheck,
     gradgradcheck_report,
 )
-from opcheck.engine.auto import DEFAULT_JACOBIAN_BUDGET, ProjectionMismatch
 from opcheck.engine.batching import EvalStats, vmap_batching
 from opcheck.engine.diagnostics import EntryError, JacobianMismatch
 from opcheck.engine.errors import GradcheckError
+from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
+from opcheck.engine.projections import ProjectionMismatch
 
 __all__ = [
-    "DEFAULT_JACOBIAN_BUDGET",
-    "ProjectionMismatch",
+    # the checks (api)
+    "gradcheck",
+    "gradgradcheck",
+    "gradcheck_report",
+    "gradgradcheck_report",
+    "GradcheckReport",
+    # what a failure carries (errors, diagnostics, projections)
+    "GradcheckError",
+    "JacobianMismatch",
     "EntryError",
+    "ProjectionMismatch",
+    # how the checks run (batching, flags)
     "EvalStats",
     "vmap_batching",
-    "GradcheckError",
-    "GradcheckReport",
-    "JacobianMismatch",
-    "gradcheck",
-    "gradcheck_report",
-    "gradgradcheck",
-    "gradgradcheck_report",
+    "DEFAULT_JACOBIAN_BUDGET",
 ]

@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch.overrides import is_tensor_like
 
+Func = Callable[..., Any]
+"""A function under check: tensors (and other arguments) in, a tensor or a tuple of outputs out."""
+Inputs = tuple[Any, ...]
+"""A call's arguments: tensors, some requiring grad, and anything else the function takes."""
 
-def as_tuple(x: Any) -> tuple:
+Vmap = Callable[..., Callable[..., Any]]
+"""vmap(func) -> the batched func."""
+
+
+def _legacy(name: str) -> Vmap | None:
+    try:
+        internals = importlib.import_module("torch._vmap_internals")
+    except ImportError:  # pragma: no cover - depends on the torch release
+        return None
+    found: Vmap | None = getattr(internals, name, None)
+    return found
+
+
+# The legacy vmap is what torch's own gradcheck uses for its batched checks; `vmap` warns that it
+# is deprecated, `_vmap` does not.
+legacy_vmap = _legacy("_vmap")
+legacy_vmap_warning: Vmap = _legacy("vmap") or torch.func.vmap
+
+
+def as_tuple(x: Any) -> tuple[Any, ...]:
     if isinstance(x, tuple):
         return x
     if isinstance(x, list):
@@ -18,12 +43,16 @@ def as_tuple(x: Any) -> tuple:
     return (x,)
 
 
+def _is_tensor_like(obj: Any) -> bool:
+    return bool(is_tensor_like(obj))  # type: ignore[no-untyped-call]
+
+
 def is_float_or_complex(obj: Any) -> bool:
-    return is_tensor_like(obj) and (obj.is_floating_point() or obj.is_complex())
+    return _is_tensor_like(obj) and bool(obj.is_floating_point() or obj.is_complex())
 
 
 def requires_grad(obj: Any) -> bool:
-    return is_tensor_like(obj) and obj.requires_grad
+    return _is_tensor_like(obj) and bool(obj.requires_grad)
 
 
 def differentiable_outputs(x: Any) -> tuple[torch.Tensor, ...]:
@@ -31,8 +60,84 @@ def differentiable_outputs(x: Any) -> tuple[torch.Tensor, ...]:
     return tuple(o for o in as_tuple(x) if o.requires_grad)
 
 
-def diff_input_indices(inputs: tuple) -> list[int]:
+def float_outputs(outputs: Sequence[Any]) -> list[torch.Tensor]:
+    """The float and complex tensors among a call's outputs, in order."""
+    return [o for o in outputs if is_float_or_complex(o)]
+
+
+def diff_input_indices(inputs: Sequence[Any]) -> list[int]:
     return [i for i, a in enumerate(inputs) if requires_grad(a)]
+
+
+def detached(inputs: Sequence[Any]) -> list[Any]:
+    """The inputs with every tensor detached (the point a vmapped call is built around)."""
+    return [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]
+
+
+def zeros_like_shape(t: torch.Tensor) -> torch.Tensor:
+    """A zero of t's dtype and device expanded to t's shape: the tangent or gradient of an unused one."""
+    return torch.zeros([], dtype=t.dtype, device=t.device).expand(t.shape)
+
+
+def vmap_form(fn: Func) -> Func:
+    """The form of fn that composes with torch.func.vmap: gradgradcheck's first derivative carries one
+    (see second_order.py); any other function is its own."""
+    form: Func = getattr(fn, "vmap_form", fn)
+    return form
+
+
+def mapped(
+    fn: Func,
+    *,
+    args: Callable[[Sequence[Any]], Sequence[Any]] | None = None,
+    outputs: Callable[[Any], tuple[Any, ...]] | None = None,
+) -> Func:
+    """fn with its arguments mapped by `args` before the call and its outputs by `outputs` after,
+    and so its vmap form (when fn has one of its own)."""
+
+    def wrap(f: Func) -> Func:
+        def call(*xs: Any) -> Any:
+            out = f(*(args(xs) if args is not None else xs))
+            return outputs(out) if outputs is not None else out
+
+        return call
+
+    wrapped = wrap(fn)
+    if hasattr(fn, "vmap_form"):
+        wrapped.vmap_form = wrap(fn.vmap_form)  # type: ignore[attr-defined]
+    return wrapped
+
+
+def of_inputs(
+    fn: Func,
+    base: Sequence[Any],
+    indices: Sequence[int],
+    pick: Callable[[tuple[Any, ...]], tuple[Any, ...]] = tuple,
+) -> Callable[..., tuple[Any, ...]]:
+    """fn as a function of the arguments at `indices` alone, the others fixed at `base`; `pick`
+    chooses the outputs it returns (all of them by default)."""
+
+    def call(*xs: Any) -> tuple[Any, ...]:
+        args = list(base)
+        for i, x in zip(indices, xs):
+            args[i] = x
+        return pick(as_tuple(fn(*args)))
+
+    return call
+
+
+def floats(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """of_inputs' pick for the float and complex outputs."""
+    return tuple(float_outputs(outputs))
+
+
+def at_positions(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """of_inputs' pick for the outputs at these positions."""
+
+    def pick(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(outputs[p] for p in positions)
+
+    return pick
 
 
 SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
@@ -50,7 +155,7 @@ def _strided_content(inp: torch.Tensor) -> torch.Tensor | None:
     return inp
 
 
-def check_inputs(inputs: tuple) -> None:
+def check_inputs(inputs: Inputs) -> None:
     """Validate gradcheck inputs the way torch does, with advice where torch has none.
 
     Of a sparse input torch looks at its values' strides, of an MKLDNN input at none.
@@ -87,8 +192,7 @@ def check_inputs(inputs: tuple) -> None:
             )
     if not found:
         raise ValueError(
-            "gradcheck expects at least one input tensor to require gradient, "
-            "but none of them have requires_grad=True."
+            "gradcheck expects at least one input tensor to require gradient, but none of them have requires_grad=True."
         )
 
 
@@ -103,7 +207,7 @@ def exception_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def check_outputs(outputs: tuple) -> None:
+def check_outputs(outputs: tuple[Any, ...]) -> None:
     """torch's output check (sparse first, then MKLDNN, with its words); other layouts after it."""
     tensors = [t for t in outputs if isinstance(t, torch.Tensor)]
     advice = "Please call to_dense(masked_grad=...) on the output of fn for gradcheck."
@@ -116,7 +220,7 @@ def check_outputs(outputs: tuple) -> None:
             raise ValueError(f"Output with layout {t.layout} is not supported at gradcheck yet. {advice}")
 
 
-def unravel(k: int, shape) -> tuple[int, ...]:
+def unravel(k: int, shape: Sequence[int]) -> tuple[int, ...]:
     """Multi-index of flat (row-major) position k in a tensor of this shape."""
     out = []
     for size in reversed(tuple(shape)):
@@ -125,7 +229,7 @@ def unravel(k: int, shape) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def make_duals(inputs) -> tuple[list, dict[int, torch.Tensor]]:
+def make_duals(inputs: Sequence[Any]) -> tuple[list[Any], dict[int, torch.Tensor]]:
     """Dual copies of the inputs that require grad, with zero tangents to write into.
 
     Call inside fwAD.dual_level(). Returns the argument list and {input index: tangent}.
@@ -133,8 +237,23 @@ def make_duals(inputs) -> tuple[list, dict[int, torch.Tensor]]:
     duals, tangents = [], {}
     for i, a in enumerate(inputs):
         if requires_grad(a):
-            a = fwAD.make_dual(a.detach(), torch.zeros_like(a))
+            a = make_dual(a.detach(), torch.zeros_like(a))
             # A differentiable view may not keep the tangent object given to make_dual: read it back.
-            tangents[i] = fwAD.unpack_dual(a)[1]
+            tangent = unpack_dual(a)[1]
+            if tangent is not None:
+                tangents[i] = tangent
         duals.append(a)
     return duals, tangents
+
+
+# torch.autograd.forward_ad has no annotations: these are its two calls, typed.
+def make_dual(primal: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
+    """fwAD.make_dual: a dual tensor of this primal and tangent (inside fwAD.dual_level())."""
+    dual: torch.Tensor = fwAD.make_dual(primal, tangent)  # type: ignore[no-untyped-call]
+    return dual
+
+
+def unpack_dual(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fwAD.unpack_dual: (primal, tangent) of a dual tensor; the tangent is None where it has none."""
+    primal, tangent = fwAD.unpack_dual(t)  # type: ignore[no-untyped-call]
+    return primal, tangent

@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable, Literal, Union
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any
 
-import torch
+from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
 from opcheck.engine import aux_checks
-from opcheck.engine._util import as_tuple, check_inputs, check_outputs, differentiable_outputs, requires_grad
-from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, EvalStats, Evaluator, adaptive_clock, batching_enabled
+from opcheck.engine._util import Func, Inputs, as_tuple, check_inputs, check_outputs
 from opcheck.engine.auto import auto_check, jacobian_sides
-from opcheck.engine.fused import Fallback, fused_check
+from opcheck.engine.batching import (
+    DEFAULT_MEMORY_BUDGET,
+    EvalStats,
+    Evaluator,
+    adaptive_clock,
+    batching_enabled,
+)
+from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.core import full_check
+from opcheck.engine.diagnostics import BlockMismatch
+from opcheck.engine.errors import GradcheckError
+from opcheck.engine.fast import fast_check
+from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL, CheckFlags, FastMode
+from opcheck.engine.fused import fused_check
 from opcheck.engine.fused_projected import projected_check
 from opcheck.engine.layouts import LayoutInputs
-from opcheck.engine.core import DEFAULT_JACOBIAN_BUDGET, CheckContext, fast_check, full_check
-from opcheck.engine.diagnostics import JacobianMismatch
-from opcheck.engine.errors import GradcheckError
+from opcheck.engine.parts import Comparison, compare_parts
+from opcheck.engine.passes import Fallback
+from opcheck.engine.second_order import first_derivative
 
-
-FastMode = Union[bool, Literal["auto"]]
+__all__ = ["FastMode", "GradcheckReport", "gradcheck", "gradcheck_report", "gradgradcheck", "gradgradcheck_report"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +44,7 @@ class GradcheckReport:
     error: GradcheckError | None
     check: str | None  # which check failed
     path: str | None  # derivative path of the failed check
-    mismatch: JacobianMismatch | None
+    mismatch: BlockMismatch | None
     stats: EvalStats
     seconds: float
 
@@ -41,24 +54,17 @@ class GradcheckReport:
 
 
 def gradcheck(
-    func: Callable,
-    inputs,
+    func: Callable[..., Any],
+    inputs: Any,
     *,
-    eps: float = 1e-6,
-    atol: float = 1e-5,
-    rtol: float = 1e-3,
+    eps: float = DEFAULT_EPS, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
     raise_exception: bool = True,
     nondet_tol: float = 0.0,
-    check_undefined_grad: bool = True,
-    check_grad_dtypes: bool = False,
-    check_batched_grad: bool = False,
-    check_batched_forward_grad: bool = False,
-    check_forward_ad: bool = False,
-    check_backward_ad: bool = True,
-    fast_mode: FastMode = False,
-    masked: bool | None = None,
-    jacobian_budget: int | None = None,
-) -> bool:
+    check_undefined_grad: bool = True, check_grad_dtypes: bool = False,
+    check_batched_grad: bool = False, check_batched_forward_grad: bool = False,
+    check_forward_ad: bool = False, check_backward_ad: bool = True,
+    fast_mode: FastMode = False, masked: bool | None = None, jacobian_budget: int | None = None,
+) -> bool:  # fmt: skip
     """Check analytical gradients of `func` at `inputs` against finite differences.
 
     Same arguments, defaults and verdicts as torch.autograd.gradcheck. With fast_mode=False the
@@ -71,35 +77,23 @@ def gradcheck(
     pass is decided by the full check. See opcheck.engine.auto for what they guarantee.
     `jacobian_budget` is ignored unless fast_mode="auto".
     """
-    flags = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
-                 check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
-                 check_batched_forward_grad=check_batched_forward_grad, check_forward_ad=check_forward_ad,
-                 check_backward_ad=check_backward_ad, fast_mode=fast_mode, masked=masked)
-    _validate_gradcheck_flags(flags)
-    budget = _validate_auto(fast_mode, jacobian_budget)
-    return _run(lambda ctx: _gradcheck(ctx, func, inputs, **flags), flags, raise_exception, budget)
+    flags = CheckFlags.from_arguments(locals())
+    return _run(lambda ctx: _gradcheck(ctx, func, as_tuple(inputs)), flags, raise_exception)
 
 
 def gradgradcheck(
-    func: Callable,
-    inputs,
-    grad_outputs=None,
+    func: Callable[..., Any],
+    inputs: Any,
+    grad_outputs: Any = None,
     *,
-    eps: float = 1e-6,
-    atol: float = 1e-5,
-    rtol: float = 1e-3,
+    eps: float = DEFAULT_EPS, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
     gen_non_contig_grad_outputs: bool = False,
     raise_exception: bool = True,
     nondet_tol: float = 0.0,
-    check_undefined_grad: bool = True,
-    check_grad_dtypes: bool = False,
-    check_batched_grad: bool = False,
-    check_fwd_over_rev: bool = False,
-    check_rev_over_rev: bool = True,
-    fast_mode: FastMode = False,
-    masked: bool = False,
-    jacobian_budget: int | None = None,
-) -> bool:
+    check_undefined_grad: bool = True, check_grad_dtypes: bool = False, check_batched_grad: bool = False,
+    check_fwd_over_rev: bool = False, check_rev_over_rev: bool = True,
+    fast_mode: FastMode = False, masked: bool = False, jacobian_budget: int | None = None,
+) -> bool:  # fmt: skip
     """Check second derivatives: gradcheck of the VJP of `func` w.r.t. inputs and grad_outputs.
 
     Same arguments, defaults and verdicts as torch.autograd.gradgradcheck. Failures name the path:
@@ -113,40 +107,46 @@ def gradgradcheck(
         raise AssertionError("Setting check_undefined_grad=True requires check_rev_over_rev to be True")
     if check_batched_grad and not check_rev_over_rev:
         raise AssertionError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
-    flags = dict(eps=eps, atol=atol, rtol=rtol, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
-                 check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
-                 check_batched_forward_grad=False, check_forward_ad=check_fwd_over_rev,
-                 check_backward_ad=check_rev_over_rev, fast_mode=fast_mode, masked=masked)
+    flags = CheckFlags.from_arguments(
+        dict(locals(), check_forward_ad=check_fwd_over_rev, check_backward_ad=check_rev_over_rev)
+    )
 
-    def body(ctx):
-        new_func, all_inputs, names = _second_order(func, inputs, grad_outputs, gen_non_contig_grad_outputs)
-        ctx.backward_path, ctx.forward_path = "VJP of VJP", "JVP of VJP"
-        ctx.output_name, ctx.input_name = names
-        return _gradcheck(ctx, new_func, all_inputs, **flags)
+    def body(ctx: CheckContext) -> bool:
+        first = first_derivative(func, inputs, grad_outputs, gen_non_contig_grad_outputs)
+        ctx = replace(
+            ctx,
+            backward_path="VJP of VJP",
+            forward_path="JVP of VJP",
+            output_name=first.output_name,
+            input_name=first.input_name,
+        )
+        return _gradcheck(ctx, first.func, first.inputs)
 
-    budget = _validate_auto(fast_mode, jacobian_budget)
-    return _run(body, flags, raise_exception, budget)
+    return _run(body, flags, raise_exception)
 
 
-def gradcheck_report(func: Callable, inputs, **kwargs) -> GradcheckReport:
+def gradcheck_report(func: Callable[..., Any], inputs: Any, **kwargs: Any) -> GradcheckReport:
     """Run gradcheck and return what happened as a GradcheckReport (never raises GradcheckError)."""
     return _report(gradcheck, func, inputs, kwargs)
 
 
-def gradgradcheck_report(func: Callable, inputs, grad_outputs=None, **kwargs) -> GradcheckReport:
+def gradgradcheck_report(
+    func: Callable[..., Any], inputs: Any, grad_outputs: Any = None, **kwargs: Any
+) -> GradcheckReport:
     """Run gradgradcheck and return what happened as a GradcheckReport."""
     return _report(gradgradcheck, func, inputs, dict(kwargs, grad_outputs=grad_outputs))
 
 
 # ------------------------------------------------------------------------------------ internals
-_STATS_SINK: list[EvalStats] = []
+_STATS_SINK: ContextVar[list[EvalStats] | None] = ContextVar("opcheck_stats_sink", default=None)
+"""Where the checks started in this context put their EvalStats: the innermost report's list, if any."""
 
 
-def _report(check, func, inputs, kwargs) -> GradcheckReport:
+def _report(check: Callable[..., bool], func: Func, inputs: Any, kwargs: dict[str, Any]) -> GradcheckReport:
     kwargs = dict(kwargs)
     kwargs.pop("raise_exception", None)
     sink: list[EvalStats] = []
-    _STATS_SINK.append(sink)  # type: ignore[arg-type]
+    token = _STATS_SINK.set(sink)
     start = time.perf_counter()
     try:
         check(func, inputs, raise_exception=True, **kwargs)
@@ -154,33 +154,26 @@ def _report(check, func, inputs, kwargs) -> GradcheckReport:
     except GradcheckError as e:
         error = e
     finally:
-        _STATS_SINK.pop()
+        _STATS_SINK.reset(token)
     seconds = time.perf_counter() - start
-    stats = sink[0] if sink else EvalStats()
-    return GradcheckReport(passed=error is None, error=error, check=getattr(error, "check", None),
-                           path=getattr(error, "path", None), mismatch=getattr(error, "mismatch", None),
-                           stats=stats, seconds=seconds)
+    return GradcheckReport(
+        passed=error is None,
+        error=error,
+        check=getattr(error, "check", None),
+        path=getattr(error, "path", None),
+        mismatch=getattr(error, "mismatch", None),
+        stats=sink[0] if sink else EvalStats(),
+        seconds=seconds,
+    )
 
 
-def _validate_auto(fast_mode, jacobian_budget) -> int:
-    if isinstance(fast_mode, str) and fast_mode != "auto":
-        raise ValueError(f"fast_mode must be True, False or 'auto', got {fast_mode!r}")
-    if jacobian_budget is None:
-        return DEFAULT_JACOBIAN_BUDGET
-    if isinstance(jacobian_budget, bool) or not isinstance(jacobian_budget, int) or jacobian_budget < 0:
-        raise ValueError(f"jacobian_budget must be a non-negative int (Jacobian entries), got {jacobian_budget!r}")
-    return jacobian_budget
-
-
-def _run(body, flags, raise_exception, jacobian_budget=DEFAULT_JACOBIAN_BUDGET):
+def _run(body: Callable[[CheckContext], bool], flags: CheckFlags, raise_exception: bool) -> bool:
     # Fast mode evaluates two points per input; the evaluator there only serves to localize failures.
-    evaluator = Evaluator(batch=batching_enabled(), memory_budget=DEFAULT_MEMORY_BUDGET,
-                          clock=adaptive_clock())
-    ctx = CheckContext(eps=flags["eps"], atol=flags["atol"], rtol=flags["rtol"], nondet_tol=flags["nondet_tol"],
-                       check_grad_dtypes=flags["check_grad_dtypes"], evaluator=evaluator,
-                       jacobian_budget=jacobian_budget)
-    if _STATS_SINK:
-        _STATS_SINK[-1].append(evaluator.stats)  # type: ignore[arg-type]
+    evaluator = Evaluator(batch=batching_enabled(), memory_budget=DEFAULT_MEMORY_BUDGET, clock=adaptive_clock())
+    ctx = CheckContext(flags, evaluator)
+    sink = _STATS_SINK.get()
+    if sink is not None:
+        sink.append(evaluator.stats)
     try:
         return body(ctx)
     except _TorchGradcheckError as e:
@@ -193,204 +186,87 @@ def _run(body, flags, raise_exception, jacobian_budget=DEFAULT_JACOBIAN_BUDGET):
         ctx.numerical_cache.clear()
 
 
-from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError  # noqa: E402
-
-
-def _validate_gradcheck_flags(flags):
-    if not (flags["check_forward_ad"] or flags["check_backward_ad"]):
-        raise AssertionError("Expected at least one of check_forward_ad or check_backward_ad to be True")
-    if flags["check_batched_grad"] and not flags["check_backward_ad"]:
-        raise AssertionError("Setting check_batched_grad=True requires check_backward_ad to be True")
-    if flags["check_batched_forward_grad"] and not flags["check_forward_ad"]:
-        raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
-
-
-def _gradcheck(ctx: CheckContext, func, inputs, *, eps, atol, rtol, nondet_tol, check_undefined_grad,
-               check_grad_dtypes, check_batched_grad, check_batched_forward_grad, check_forward_ad,
-               check_backward_ad, fast_mode, masked) -> bool:
-    tupled_inputs = as_tuple(inputs)
-    check_inputs(tupled_inputs)
-    func_out = func(*tupled_inputs)
-    outputs = differentiable_outputs(func_out)
-    check_outputs(outputs)
-    # The Jacobian comparisons' function and inputs: sparse and MKLDNN inputs through dense
-    # stand-ins (layouts.py); the checks after them run on the call as given, as torch's do.
-    layouts = LayoutInputs(tupled_inputs, masked)
-    jac_func, jac_inputs, jac_out, jac_outputs = func, tupled_inputs, func_out, outputs
+def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
+    """One gradcheck call: the Jacobian comparisons (fused where fast_mode="auto" allows), then the
+    checks beside them, in torch's order."""
+    flags = ctx.flags
+    check_inputs(inputs)
+    call = Call.of(func, inputs)
+    check_outputs(call.outputs)
+    # The Jacobian comparisons' call: sparse and MKLDNN inputs through dense stand-ins
+    # (layouts.py); the checks after them run on the call as given, as torch's do.
+    layouts = LayoutInputs(inputs, bool(flags.masked))
     if layouts:
-        jac_func, jac_inputs = layouts.wrap(func), layouts.inputs
-        jac_out = jac_func(*jac_inputs)
-        jac_outputs = differentiable_outputs(jac_out)
-        ctx.layouts = layouts
-        ctx.projections_first = True  # the rebuilt layouts cannot be vmapped: loops throughout
-        for kind in ("forward", "vjp", "jvp_func", "jvp"):
-            setattr(ctx.evaluator, f"batch_{kind}", False)
-    if isinstance(fast_mode, str) and not layouts:
-        for attempt in _fused_passes(ctx, tupled_inputs, func_out):
-            try:
-                attempt(ctx, func, func_out, tupled_inputs, outputs, check_backward_ad=check_backward_ad,
-                        check_forward_ad=check_forward_ad, check_undefined_grad=check_undefined_grad,
-                        check_batched_grad=check_batched_grad, check_batched_forward_grad=check_batched_forward_grad,
-                        masked=masked)
+        ctx = replace(ctx, layouts=layouts, projections_first=True)  # the rebuilt layouts cannot be vmapped
+        ctx.evaluator.stop("forward", "vjp", "jvp_func", "jvp")  # loops throughout
+        jacobian_call = Call.of(layouts.wrap(func), layouts.inputs)
+    else:
+        if flags.auto:
+            passed, ctx, call = _fused_passes(ctx, call)
+            if passed:
                 return True
-            except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
-                ctx.evaluator.stats.fallbacks.append(f"{'fused' if attempt is fused_check else 'projected'}: {e}")
-                for kind in e.distrust:
-                    setattr(ctx.evaluator, f"batch_{kind}", False)
-                ctx.evaluator.stats.auto_paths.clear()
-                ctx.numerical_cache.clear()
-                func_out = func(*tupled_inputs)
-                outputs = jac_outputs = differentiable_outputs(func_out)
-                jac_out = func_out
-                if attempt is projected_check and e.loops:
-                    # Without vmap support the full check would loop over every column and row:
-                    # the step-by-step projections loop over a handful.
-                    ctx.projections_first = True
-                    break
-    compare = auto_check if isinstance(fast_mode, str) else fast_check if fast_mode else full_check
-    _real_imag(ctx, compare, jac_func, jac_out, jac_inputs, jac_outputs,
-               check_forward_ad=check_forward_ad and not layouts, check_backward_ad=check_backward_ad,
-               check_undefined_grad=check_undefined_grad)
-    if check_forward_ad and layouts:
+        jacobian_call = call
+    compare: Comparison = auto_check if flags.auto else fast_check if flags.fast_mode else full_check
+    compare_parts(ctx, compare, jacobian_call, forward_ad=flags.check_forward_ad and not layouts)
+    if flags.check_forward_ad and layouts:
         layouts.refuse_forward_ad()
-    if check_batched_forward_grad:
-        aux_checks.test_batched_grad_forward_ad(ctx, func, tupled_inputs)
-    if not check_backward_ad:
-        return True
-    for i, o in enumerate(outputs):
-        if check_batched_grad:
-            aux_checks.test_batched_grad(ctx, tupled_inputs, o, i)
-    aux_checks.test_backward_mul_by_grad_output(ctx, outputs, tupled_inputs, masked)
-    if check_undefined_grad and check_backward_ad:
-        aux_checks.test_undefined_backward_mode(ctx, func, outputs, tupled_inputs)
+    _side_checks(ctx, call)
     return True
 
 
-def _fused_passes(ctx: CheckContext, inputs: tuple, func_out) -> list[Callable]:
+def _side_checks(ctx: CheckContext, call: Call) -> None:
+    """The checks after the Jacobian comparisons: batched gradients, zero and undefined grad_outputs."""
+    flags, func, inputs, outputs = ctx.flags, call.func, call.inputs, call.outputs
+    if flags.check_batched_forward_grad:
+        aux_checks.check_batched_grad_forward_ad(ctx, func, inputs)
+    if not flags.check_backward_ad:
+        return
+    for i, o in enumerate(outputs):
+        if flags.check_batched_grad:
+            aux_checks.check_batched_grad(ctx, inputs, o, i)
+    aux_checks.check_backward_mul_by_grad_output(ctx, outputs, inputs, flags.masked)
+    if flags.check_undefined_grad:
+        aux_checks.check_undefined_backward_mode(ctx, func, outputs, inputs)
+
+
+def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Call]:
+    """fast_mode="auto"'s fused passes, tried in order: (whether one passed the call, the context and
+    the call for the step-by-step check after them).
+
+    A pass that does not pass the call leaves the next pass, or the step-by-step check, a fresh
+    start: the function called again, the batching it distrusts off.
+    """
+    for attempt in _fused_order(ctx, call):
+        try:
+            attempt(ctx, call)
+            return True, ctx, call
+        except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
+            stats = ctx.evaluator.stats
+            stats.fallbacks.append(f"{'fused' if attempt is fused_check else 'projected'}: {e}")
+            ctx.evaluator.stop(*e.distrust)
+            stats.auto_paths.clear()
+            ctx.numerical_cache.clear()
+            call = Call.of(call.func, call.inputs)
+            if attempt is projected_check and e.loops:
+                # Without vmap support the full check would loop over every column and row:
+                # the step-by-step projections loop over a handful.
+                return False, replace(ctx, projections_first=True), call
+    return False, ctx, call
+
+
+def _fused_order(ctx: CheckContext, call: Call) -> Iterator[Callable[[CheckContext, Call], None]]:
     """fast_mode="auto"'s fused passes, in the order they are tried.
 
-    Up to core.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused
+    Up to context.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused
     pass. Beyond, the projections' fused pass; within the Jacobian budget a call it does not pass
     goes on to the full check, so there its failures are the full check's. A function the
     projections' pass cannot vmap goes to the step-by-step projections (ctx.projections_first), and
     within the budget a failure there to the full check too.
     """
-    n, m = jacobian_sides(inputs, as_tuple(func_out))
+    n, m = jacobian_sides(call.inputs, call.func_out)
     if ctx.full_first(n, m):
-        return [fused_check]
-    return [projected_check, fused_check] if n * m <= ctx.jacobian_budget else [projected_check]
-
-
-def _apply_to_complex_outputs(fn, part):
-    def wrapped(*inputs):
-        return tuple(part(o) if o.is_complex() else o for o in as_tuple(fn(*inputs)))
-    return wrapped
-
-
-def _apply_to_complex_inputs(fn, complex_indices, tupled_inputs, make):
-    def wrapped(*inputs):
-        new = list(inputs)
-        for i in complex_indices:
-            new[i] = make(new[i], tupled_inputs[i])
-        return as_tuple(fn(*new))
-    return wrapped
-
-
-def _real_imag(ctx, compare, func, func_out, tupled_inputs, outputs, *, check_forward_ad, check_backward_ad,
-               check_undefined_grad):
-    """Complex outputs are checked as real and imaginary parts (backward), complex inputs likewise (forward)."""
-    complex_out = [i for i, o in enumerate(outputs) if o.is_complex()]
-    if check_backward_ad:
-        if any(o.is_complex() for o in as_tuple(func_out)):
-            for part, test_imag in ((torch.imag, True), (torch.real, False)):
-                fn = _apply_to_complex_outputs(func, part)
-                out = fn(*tupled_inputs)
-                compare(ctx, fn, out, tupled_inputs, differentiable_outputs(out), complex_indices=complex_out,
-                        test_imag=test_imag)
-        else:
-            compare(ctx, func, func_out, tupled_inputs, outputs)
-    if check_forward_ad:
-        complex_inp = [i for i, a in enumerate(tupled_inputs) if isinstance(a, torch.Tensor) and a.is_complex()]
-        if complex_inp:
-            parts = (
-                (lambda inp, orig: orig.real + inp * 1j, lambda a: a.imag, True),
-                (lambda inp, orig: inp + orig.imag * 1j, lambda a: a.real, False),
-            )
-            checked = []
-            for make, take, test_imag in parts:
-                fn = _apply_to_complex_inputs(func, complex_inp, tupled_inputs, make)
-                part_inputs = [take(a) if isinstance(a, torch.Tensor) and a.is_complex() else a for a in tupled_inputs]
-                out = fn(*part_inputs)
-                compare(ctx, fn, out, part_inputs, differentiable_outputs(out), use_forward_ad=True,
-                        complex_indices=complex_inp, test_imag=test_imag)
-                checked.append((fn, out, part_inputs))
-            if check_undefined_grad:
-                for fn, out, part_inputs in checked:
-                    aux_checks.test_undefined_forward_mode(ctx, fn, out, part_inputs)
-        else:
-            compare(ctx, func, func_out, tupled_inputs, outputs, use_forward_ad=True)
-            if check_undefined_grad:
-                aux_checks.test_undefined_forward_mode(ctx, func, outputs, tupled_inputs)
-
-
-# ---------------------------------------------------------------------------- second order
-def _random_grad_outputs(outputs, noncontiguous: bool):
-    """gradgradcheck's grad_outputs, drawn as torch draws them (from the global generator, uniform in
-    [-1, 1)): a seeded caller checks the same function with either tool, so verdicts agree."""
-    return tuple(
-        torch.testing.make_tensor(x.shape, dtype=x.dtype if (x.is_floating_point() or x.is_complex()) else torch.double,
-                                  device=x.device, low=-1, high=1, requires_grad=True, noncontiguous=noncontiguous)
-        for x in outputs)
-
-
-def _second_order(func, inputs, grad_outputs, gen_non_contig_grad_outputs):
-    """The function gradgradcheck checks: inputs + grad_outputs -> grads of inputs (graph kept)."""
-    tupled_inputs = as_tuple(inputs)
-    if grad_outputs is None:
-        outs = differentiable_outputs(func(*tupled_inputs))
-        tupled_grad_outputs = _random_grad_outputs(outs, gen_non_contig_grad_outputs)
-    else:
-        tupled_grad_outputs = as_tuple(grad_outputs)
-    num_outputs = len(tupled_grad_outputs)
-    diff_input_indices = {i for i, x in enumerate(tupled_inputs) if requires_grad(x)}
-    diff_go_indices = {i for i, x in enumerate(tupled_grad_outputs) if x.requires_grad}
-
-    def new_func(*args):
-        input_args = tuple(x.requires_grad_() if i in diff_input_indices else x
-                           for i, x in enumerate(args[:-num_outputs]))
-        outputs = differentiable_outputs(func(*input_args))
-        gos = tuple(x.requires_grad_() if i in diff_go_indices else x for i, x in enumerate(args[-num_outputs:]))
-        diff_args = tuple(x for i, x in enumerate(input_args) if i in diff_input_indices)
-        grads = torch.autograd.grad(outputs, diff_args, gos, create_graph=True, allow_unused=True)
-        return tuple(g for g in grads if g is not None)
-
-    def vmap_form(*args):
-        # The same function through torch.func, which (unlike autograd.grad) composes with vmap.
-        input_args = list(args[:-num_outputs])
-        gos = tuple(args[-num_outputs:])
-        order = sorted(diff_input_indices)
-
-        def f(*diff):
-            full = list(input_args)
-            for i, d in zip(order, diff):
-                full[i] = d
-            return differentiable_outputs(func(*full))
-
-        _, pullback = torch.func.vjp(f, *[input_args[i] for i in order])
-        return tuple(pullback(gos))
-
-    new_func.vmap_form = vmap_form  # type: ignore[attr-defined]
-
-    n_in = len(diff_input_indices)
-    sorted_diff = sorted(diff_input_indices)
-    sorted_go = sorted(diff_go_indices)
-
-    def input_name(j: int) -> str:
-        if j < n_in:
-            return f"input {sorted_diff[j]}"
-        return f"grad_output {sorted_go[j - n_in]}"
-
-    def output_name(i: int) -> str:
-        return f"grad of input {sorted_diff[i]}" if i < n_in else f"output {i}"
-
-    return new_func, tupled_inputs + tupled_grad_outputs, (output_name, input_name)
+        yield fused_check
+        return
+    yield projected_check
+    if n * m <= ctx.flags.jacobian_budget:
+        yield fused_check

@@ -4,7 +4,7 @@ What it does
 ------------
 Let the Jacobian's size be the sum over (differentiable input j, float output i) of
 numel_in_j * numel_out_i = n·m, n the differentiable input elements and m the float output
-elements. While n + m <= core.FULL_CHECK_ELEMENTS (128, so n·m <= 4096) `auto` runs the full check
+elements. While n + m <= context.FULL_CHECK_ELEMENTS (128, so n·m <= 4096) `auto` runs the full check
 (core.full_check, fused into few calls by fused.py), so its verdicts there are the full mode's.
 Beyond it runs the projection check below, which never holds an n×m block; its checks cost a
 handful of calls whatever the size (fused_projected.py), where the full check's cost grows with
@@ -79,7 +79,7 @@ Complex inputs and outputs
 --------------------------
 The full check compares backward's grad of a complex input x = a + ib with ds/da + i ds/db (the
 Jacobian with respect to the pair (a, b)); complex outputs reach it already split into real and
-imaginary parts (api._real_imag), and the forward check splits complex inputs likewise. Beyond the
+imaginary parts (parts.py), and the forward check splits complex inputs likewise. Beyond the
 budget the stages run on the function seen through torch.view_as_real: every complex
 differentiable input becomes a real (..., 2) leaf (view_as_complex'd before the call, so the
 user's function and its backward see the complex tensor) and every complex output a real
@@ -91,272 +91,158 @@ are compared part by part, where the full check compares complex entries by modu
 
 from __future__ import annotations
 
-import math
-import warnings
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import (as_tuple, diff_input_indices, differentiable_outputs, exception_line,
-                                  is_float_or_complex, make_duals, unravel)
-from opcheck.engine.batching import _close, _Disagreement, _one_hot_rows
-from opcheck.engine.core import (
-    DEFAULT_JACOBIAN_BUDGET,
-    CheckContext,
-    _first_line,
-    _nbhd_check,
-    _report,
-    allclose_promoted,
-    analytical_jvp_jacobian,
-    analytical_vjp_jacobian,
-    full_check,
-    numerical_jacobian,
+from opcheck.engine._util import (
+    Inputs,
+    as_tuple,
+    diff_input_indices,
+    exception_line,
+    float_outputs,
+    is_float_or_complex,
+    unravel,
 )
-from opcheck.engine.errors import FAILED_NONDET_NOTE, FAST_FAIL_SLOW_OK_NOTE
+from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, fail_reentrancy
+from opcheck.engine.auto_sources import (
+    PerInputOutput,
+    Projection,
+    Unavailable,
+    double_backward,
+    jvp_all,
+    jvp_along,
+    numerical_along,
+    rows_along,
+)
+from opcheck.engine.batching import vjp_batch
+from opcheck.engine.compare import BACKWARD, Part, allclose_promoted, block_mismatch
+from opcheck.engine.complex_views import RealViews, real_views
+from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.core import full_check
+from opcheck.engine.errors import FAST_FAIL_SLOW_OK_NOTE
+from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
+from opcheck.engine.numerical import numerical_jacobian
+from opcheck.engine.projections import (
+    COTANGENTS,
+    DIRECTIONS,
+    JVP_STAGE,
+    VJP_STAGE,
+    ProjectionEntry,
+    ProjectionMismatch,
+    vjp_jvp_pairs,
+    worst_positions,
+)
 
-__all__ = ["DEFAULT_JACOBIAN_BUDGET", "DIRECTIONS", "COTANGENTS", "ProjectionMismatch", "auto_check",
-           "jacobian_sides"]
-
-DIRECTIONS = 8
-"""k: random input directions per input (J·U has m*k entries per block)."""
-COTANGENTS = 8
-"""k': random output cotangents per output for the VJP stage."""
-_SEED = 0x5EED_A070
-WORST = 5
-
-JVP_STAGE = "J·U projections against finite differences"
-VJP_STAGE = "VJP against JVP projections"
-
-
-@dataclass(frozen=True)
-class ProjectionEntry:
-    """One projection entry out of tolerance.
-
-    In the JVP stage: (J u_direction)[output_index]; in the VJP stage: v_cotangentᵀ J u_direction.
-    """
-
-    output_index: tuple[int, ...] | None
-    cotangent: int | None
-    direction: int
-    analytical: float
-    numerical: float  # the reference: finite differences (JVP stage) or vᵀ(Ju) (VJP stage)
-    abs_error: float
-    allowed: float
-
-
-@dataclass(frozen=True, eq=False)
-class ProjectionMismatch:
-    """A failed projection comparison of a block too large to recompute in full.
-
-    `analytical` / `numerical` are (k, m) for the JVP stage (a row per direction, a column per
-    output element) and (k', k) for the VJP stage ((JᵀV)ᵀU against Vᵀ(JU)).
-    """
-
-    check: str
-    path: str
-    comparison: str  # JVP_STAGE or VJP_STAGE
-    source: str  # where J·U came from
-    output_idx: int
-    input_idx: int
-    output_name: str
-    input_name: str
-    part: str | None
-    input_shape: tuple[int, ...]
-    output_shape: tuple[int, ...]
-    atol: float
-    rtol: float
-    mismatched: int
-    total: int
-    worst: tuple[ProjectionEntry, ...]
-    hints: tuple[str, ...]
-    analytical: torch.Tensor = field(repr=False)
-    numerical: torch.Tensor = field(repr=False)
-
-    def describe(self) -> str:
-        entries = self.input_shape and math.prod(self.input_shape) * math.prod(self.output_shape)
-        lines = [f"check: {self.check} ({self.path}), auto: {self.comparison} (J·U from {self.source}); "
-                 f"d {self.output_name} / d {self.input_name}"]
-        if self.comparison == JVP_STAGE:
-            lines.append(f"{self.mismatched} of {self.total} projection entries (J u_l)[out] differ beyond "
-                         f"atol={self.atol:g} + rtol={self.rtol:g} * |numerical| (input shape "
-                         f"{tuple(self.input_shape)}, output shape {tuple(self.output_shape)})")
-        else:
-            lines.append(f"{self.mismatched} of {self.total} pairs v_iᵀ J u_l differ between the VJP and the "
-                         "JVP beyond the rounding bound (input shape "
-                         f"{tuple(self.input_shape)}, output shape {tuple(self.output_shape)})")
-        lines.append(f"the block has {entries} Jacobian entries, beyond the budget: not recomputed in full; "
-                     "these are projection entries, not Jacobian entries")
-        if self.worst:
-            lines.append("worst entries:")
-            for e in self.worst:
-                where = (f"(J u_{e.direction})[{', '.join(map(str, e.output_index))}]" if e.output_index is not None
-                         else f"v_{e.cotangent}ᵀ J u_{e.direction}")
-                ref = "numerical" if e.output_index is not None else "vᵀ(Ju) from JVP"
-                got = "analytical" if e.output_index is not None else "(Jᵀv)ᵀu from VJP"
-                lines.append(f"  {where}: {got} {e.analytical:.6g}, {ref} {e.numerical:.6g}, "
-                             f"abs err {e.abs_error:.4g}, allowed {e.allowed:.4g}")
-        lines += [f"hint: {h}" for h in self.hints]
-        return "\n".join(lines)
+__all__ = [
+    "COTANGENTS",
+    "DEFAULT_JACOBIAN_BUDGET",
+    "DIRECTIONS",
+    "JVP_STAGE",
+    "VJP_STAGE",
+    "ProjectionMismatch",
+    "auto_check",
+    "jacobian_sides",
+]
 
 
-def jacobian_sides(inputs: tuple, outputs: tuple) -> tuple[int, int]:
+def jacobian_sides(inputs: Inputs, outputs: tuple[Any, ...]) -> tuple[int, int]:
     """(n, m): the elements of the differentiable inputs and of the float/complex outputs."""
     n = sum(inputs[j].numel() for j in diff_input_indices(inputs))
-    return n, sum(o.numel() for o in as_tuple(outputs) if is_float_or_complex(o))
-
-
-
-class _Unavailable(Exception):
-    """This source of J·U does not work for the function."""
-
-
-class _Problem(Exception):
-    """A source of J·U disagrees with finite differences."""
-
-    def __init__(self, failure):
-        super().__init__("J·U disagrees with finite differences")
-        self.failure = failure
+    return n, sum(o.numel() for o in float_outputs(as_tuple(outputs)))
 
 
 # ------------------------------------------------------------------------------- entry point
-def auto_check(ctx: CheckContext, func, func_out, inputs, outputs, *, use_forward_ad=False,
-               complex_indices=None, test_imag=False):
+def auto_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
     """Step by step, once the fused passes have not passed the call: the full check within
-    ctx.jacobian_budget, the projection check beyond (see the module doc)."""
-    func_out_t = as_tuple(func_out)
-    inputs = tuple(inputs)
-    diff = diff_input_indices(inputs)
-    n, m = jacobian_sides(inputs, func_out_t)
-    size = n * m
-    has_complex = any(inputs[j].is_complex() for j in diff) or any(
-        o.is_complex() for o in func_out_t if is_float_or_complex(o))
-    stats = ctx.evaluator.stats
-    if size <= ctx.jacobian_budget and not (ctx.projections_first and not ctx.full_first(n, m)):
+    the Jacobian budget, the projection check beyond (see the module doc)."""
+    n, m = jacobian_sides(call.inputs, call.func_out)
+    budget, stats = ctx.flags.jacobian_budget, ctx.evaluator.stats
+
+    def full() -> bool:
         stats.auto_paths.append("full")
-        return full_check(ctx, func, func_out, inputs, outputs, use_forward_ad=use_forward_ad,
-                          complex_indices=complex_indices, test_imag=test_imag)
-    if size <= ctx.jacobian_budget:  # projections first; the full check decides what they do not pass
+        return full_check(ctx, call, part)
+
+    if n * m <= budget and not (ctx.projections_first and not ctx.full_first(n, m)):
+        return full()
+    if n * m <= budget:  # projections first; the full check decides what they do not pass
         mark = len(stats.auto_paths)
         try:
-            return _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag,
-                              has_complex, diff, full_decides=True)
+            return _projected(ctx, call, part, full_decides=True)
         except Exception as e:  # a GradcheckError, or what the full check will raise in its own words
             del stats.auto_paths[mark:]
             stats.fallbacks.append(f"auto projections: {exception_line(e)}; the full check decides")
-            stats.auto_paths.append("full")
-            return full_check(ctx, func, func_out, inputs, outputs, use_forward_ad=use_forward_ad,
-                              complex_indices=complex_indices, test_imag=test_imag)
-    return _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag,
-                      has_complex, diff)
+            return full()
+    return _projected(ctx, call, part)
 
 
-def _projected(ctx, func, func_out_t, inputs, outputs, use_forward_ad, complex_indices, test_imag, has_complex,
-               diff, full_decides=False):
+def _projected(ctx: CheckContext, call: Call, part: Part, full_decides: bool = False) -> bool:
+    inputs, func_out = call.inputs, call.func_out
+    diff = diff_input_indices(inputs)
     views = None
-    if has_complex:
-        func, inputs, views = _real_views(func, func_out_t, inputs, diff)
-        func_out_t = as_tuple(func(*inputs))
-        outputs = differentiable_outputs(func_out_t)
-    return _Projected(ctx, func, func_out_t, inputs, tuple(outputs), use_forward_ad, complex_indices,
-                      test_imag, views, full_decides).run()
+    if any(inputs[j].is_complex() for j in diff) or any(o.is_complex() for o in float_outputs(func_out)):
+        func, real_inputs, views = real_views(call.func, func_out, inputs, diff)
+        call = Call.of(func, real_inputs)
+    return _ProjectionCheck(Projection.of(ctx, call), part, views, full_decides).run()
 
 
 @dataclass(frozen=True)
-class _RealViews:
-    """Which complex tensors the projection check sees as torch.view_as_real (shape (..., 2))."""
+class _Found:
+    """A projection comparison of block (output i, input diff[jj]) out of tolerance, and what it says."""
 
-    inputs: tuple[int, ...]  # positions in the inputs
-    outputs: tuple[int, ...]  # positions in func's outputs
-
-    def hints(self, input_pos: int, output_pos: int) -> list[str]:
-        said = [f"input {input_pos}"] if input_pos in self.inputs else []
-        said += [f"output {output_pos}"] if output_pos in self.outputs else []
-        if not said:
-            return []
-        return [f"complex {' and '.join(said)} checked as torch.view_as_real (shape (..., 2)): the last index "
-                "is 0 for the real part, 1 for the imaginary part"]
-
-
-def _real_views(func, func_out, inputs, diff):
-    """func on real tensors: complex differentiable inputs and complex outputs as view_as_real.
-
-    The full check compares backward's grad of a complex input x = a + ib with ds/da + i ds/db,
-    i.e. the Jacobian with respect to the pair (a, b), and the forward check splits complex
-    outputs the same way; on the real view both are ordinary real Jacobians, so the projection
-    stages apply unchanged and memory stays O((n + m) k).
-    """
-    cin = tuple(j for j in diff if inputs[j].is_complex())
-
-    def complex_args(args):
-        new = list(args)
-        for j in cin:
-            new[j] = torch.view_as_complex(new[j])
-        return new
-
-    def real_outs(outs):
-        return tuple(torch.view_as_real(o.resolve_conj()) if isinstance(o, torch.Tensor) and o.is_complex()
-                     else o for o in as_tuple(outs))
-
-    def on_real(*args):
-        return real_outs(func(*complex_args(args)))
-
-    if hasattr(func, "vmap_form"):
-        on_real.vmap_form = lambda *args: real_outs(func.vmap_form(*complex_args(args)))  # type: ignore[attr-defined]
-    real_inputs = tuple(torch.view_as_real(a.detach().resolve_conj()).clone().requires_grad_() if j in cin else a
-                        for j, a in enumerate(inputs))
-    cout = tuple(p for p, o in enumerate(func_out) if isinstance(o, torch.Tensor) and o.is_complex())
-    return on_real, real_inputs, _RealViews(cin, cout)
+    i: int
+    jj: int
+    comparison: str  # JVP_STAGE or VJP_STAGE
+    source: str  # where J·U came from
+    analytical: torch.Tensor
+    numerical: torch.Tensor
+    bad: torch.Tensor
+    worst: tuple[ProjectionEntry, ...]
+    hints: tuple[str, ...]
 
 
-class _Projected:
-    """One projection check: the state its stages share."""
+_Sources = tuple[tuple[str, Callable[[Projection], PerInputOutput]], ...]
+_BACKWARD_SOURCES: _Sources = (
+    ("forward AD", jvp_all),
+    ("the VJP of the VJP", double_backward),
+    ("VJP rows", rows_along),
+)
+"""The sources of J·U for the backward check, in the order they are tried."""
 
-    def __init__(self, ctx, func, func_out, inputs, outputs, forward, complex_indices, test_imag, views=None,
-                 full_decides=False):
-        self.views = views
+
+class _ProjectionCheck:
+    """One projection check: its stages in order, and its report."""
+
+    def __init__(self, p: Projection, what: Part, views: RealViews | None, full_decides: bool):
+        self.p, self.ctx, self.what, self.views = p, p.ctx, what, views
         self.full_decides = full_decides  # the caller runs the full check on a failure: no block recomputed
-        self.ctx, self.ev, self.func, self.func_out, self.inputs = ctx, ctx.evaluator, func, func_out, inputs
-        self.outputs, self.forward = outputs, forward
-        self.complex_indices, self.test_imag = complex_indices, test_imag
-        self.diff = diff_input_indices(inputs)
-        # Positions in func_out of the outputs checked, in the full check's numbering.
-        self.positions = [p for p, o in enumerate(func_out) if isinstance(o, torch.Tensor) and o.requires_grad]
-        if not outputs:  # then every float output's finite differences must be zero
-            self.positions = [p for p, o in enumerate(func_out) if is_float_or_complex(o)]
-        g = torch.Generator().manual_seed(_SEED)
-        self.U = [_rademacher((DIRECTIONS, *inputs[j].shape), inputs[j], g) for j in self.diff]
-        self.V = [_rademacher((COTANGENTS, *o.shape), o, g) for o in outputs]
 
-    # ------------------------------------------------------------------ driver
     def run(self) -> bool:
-        stats = self.ev.stats
-        numerical = [self._numerical(jj) for jj in range(len(self.diff))]  # [input][output] (k, m)
-        if not self.outputs:
+        p, stats = self.p, self.p.ev.stats
+        numerical = [numerical_along(p, jj) for jj in range(len(p.diff))]  # [input][output] (k, m)
+        if not p.call.outputs:
             return self._no_differentiable_outputs(numerical)
-        if self.forward:
+        if self.what.forward:
             stats.auto_paths.append(f"projected (J·U from forward AD{self._path_note})")
-            analytical = [self._jvp(jj, strict=True) for jj in range(len(self.diff))]
-            failure = self._compare_jvp(analytical, numerical, "forward AD")
-            if failure:
-                self._fail_jvp_stage(*failure)
+            analytical = [jvp_along(p, jj, strict=True) for jj in range(len(p.diff))]
+            self._jvp_stage(analytical, numerical, "forward AD")
             return True
-        sources = (("forward AD", self._jvp_all), ("the VJP of the VJP", self._double_backward),
-                   ("VJP rows", self._rows))
-        for name, make in sources:
+        for name, make in _BACKWARD_SOURCES:
             try:
-                analytical = make()
-            except _Unavailable as e:
+                analytical = make(p)
+            except Unavailable as e:
                 stats.fallbacks.append(f"auto J·U from {name}: {e}")
                 continue
-            failure = self._compare_jvp(analytical, numerical, name)
-            if failure is None:
-                break
-            if name == "VJP rows":  # built from backward itself: the backward is wrong
+            if name == "VJP rows":  # built from backward itself: a disagreement is backward's
                 stats.auto_paths.append(f"projected (J·U from {name}{self._path_note})")
-                self._fail_jvp_stage(*failure)
+                self._jvp_stage(analytical, numerical, name)
+                break
+            if self._first_mismatch(analytical, numerical, name) is None:
+                stats.auto_paths.append(f"projected (J·U from {name}{self._path_note})")
+                break
             stats.fallbacks.append(f"auto J·U from {name}: disagrees with finite differences")
-        stats.auto_paths.append(f"projected (J·U from {name}{self._path_note})")
         self._vjp_stage(analytical, name)
         return True
 
@@ -364,400 +250,180 @@ class _Projected:
     def _path_note(self) -> str:
         return "; complex as view_as_real" if self.views else ""
 
-    # ------------------------------------------------------------- numerical J·U
-    def _numerical(self, jj):
-        """Per checked output, (k, m) central differences along each direction of input diff[jj]."""
-        j = self.diff[jj]
-        if self.ev.batch_forward:
-            try:
-                return self._numerical_batched(j, self.U[jj])
-            except Exception as e:  # the loop decides what the user sees
-                self.ev._give_up("forward", e)
-        return self._numerical_loop(j, self.U[jj])
-
-    def _numerical_loop(self, j, U):
-        eps, entry = self.ctx.eps, self.inputs[j].data
-        nbhd = _nbhd_check(eps)
-        orig = entry.clone()
-        rows = []
-        try:
-            for u in U:
-                entry.copy_(orig - eps * u)
-                a = self.ev._call_cloned(self.func, self.inputs)
-                entry.copy_(orig + eps * u)
-                b = self.ev._call_cloned(self.func, self.inputs)
-                entry.copy_(orig)
-                per = []
-                for p in self.positions:
-                    nbhd(a[p], b[p])
-                    per.append(((b[p] - a[p]) / (2 * eps)).detach().reshape(-1))
-                rows.append(per)
-        finally:
-            entry.copy_(orig)
-        return [torch.stack(col) for col in zip(*rows)] if rows else []
-
-    def _numerical_batched(self, j, U):
-        eps, k = self.ctx.eps, U.shape[0]
-        base = [a.detach() if isinstance(a, torch.Tensor) else a for a in self.inputs]
-        fn = getattr(self.func, "vmap_form", self.func)
-
-        def single(xj):
-            args = list(base)
-            args[j] = xj
-            return tuple(as_tuple(fn(*args))[p] for p in self.positions)
-
-        points = torch.cat([base[j] - eps * U, base[j] + eps * U])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            outs = self.ev._vmap(single, points)
-        self.ev.stats.batched_calls += 1
-        refs = [self.func_out[p] for p in self.positions]
-        for o, r in zip(outs, refs):
-            if o.shape[1:] != r.shape or o.dtype != r.dtype:
-                raise _Disagreement("output shape or dtype changed under perturbation")
-        entry = self.inputs[j].data
-        orig = entry.clone()
-        try:  # probe: one plain call at x + eps u_0 must match the batched row
-            entry.copy_(orig + eps * U[0])
-            plain = self.ev._call_cloned(self.func, self.inputs)
-        finally:
-            entry.copy_(orig)
-        for o, p in zip(outs, self.positions):
-            if not _close(o[k], plain[p]):
-                raise _Disagreement("vmapped evaluation differs from the plain call")
-        return [torch.sub(o[k:], o[:k]).div_(2 * eps).reshape(k, -1) for o in outs]
-
-    # ------------------------------------------------------ analytical J·U: JVP
-    def _jvp_all(self):
-        return [self._jvp(jj, strict=False) for jj in range(len(self.diff))]
-
-    def _jvp(self, jj, *, strict):
-        """Per checked output, (k, m) forward-mode J·U for input diff[jj].
-
-        strict: forward AD is what is checked, so the loop's exceptions reach the user; otherwise
-        any failure makes this source unavailable.
-        """
-        j, U = self.diff[jj], self.U[jj]
-        if self.ev.batch_jvp_func:
-            try:
-                return self._jvp_batched(j, U)
-            except Exception as e:
-                self.ev._give_up("jvp_func", e)
-        if strict:
-            return self._jvp_loop(j, U)
-        try:
-            return self._jvp_loop(j, U)
-        except Exception as e:
-            raise _Unavailable(exception_line(e)) from e
-
-    def _jvp_loop(self, j, U):
-        rows = []
-        with fwAD.dual_level():
-            duals, tangents = make_duals(self.inputs)
-            t = tangents[j]
-            for u in U:
-                t.copy_(u)
-                self.ev.stats.jvp_calls += 1
-                outs = as_tuple(self.func(*duals))
-                per = []
-                for p in self.positions:
-                    primal, tangent = fwAD.unpack_dual(outs[p])
-                    if (self.ctx.check_grad_dtypes and tangent is not None
-                            and primal.is_complex() != tangent.is_complex()):
-                        self.ctx.fail("Forward AD gradient has dtype mismatch.", check="forward AD dtype",
-                                      path=self.ctx.forward_path)
-                    per.append(torch.zeros(primal.numel(), dtype=primal.dtype, device=primal.device)
-                               if tangent is None else tangent.detach().reshape(-1).clone())
-                rows.append(per)
-                t.zero_()
-        return [torch.stack(col) for col in zip(*rows)]
-
-    def _jvp_batched(self, j, U):
-        base = [a.detach() if isinstance(a, torch.Tensor) else a for a in self.inputs]
-        fn = getattr(self.func, "vmap_form", self.func)
-
-        def of_x(xj):
-            args = list(base)
-            args[j] = xj
-            return tuple(as_tuple(fn(*args))[p] for p in self.positions)
-
-        def column(u):
-            return torch.func.jvp(of_x, (base[j],), (u,))[1]
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = self.ev._vmap(column, U)
-        self.ev.stats.batched_jvp_calls += 1
-        res = [r.reshape(U.shape[0], -1) for r in as_tuple(res)]
-        plain = self._jvp_loop(j, U[:1])  # probe
-        for r, p in zip(res, plain):
-            if not _close(r[:1], p):
-                raise _Disagreement("batched JVP differs from the plain JVP")
-        return res
-
-    # -------------------------------------------- analytical J·U: VJP of the VJP
-    def _double_backward(self):
-        diff_inputs = [self.inputs[j] for j in self.diff]
-        vs = [v[0].clone().requires_grad_() for v in self.V]  # any value: g(v) = Jᵀv is linear in v
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                grads = torch.autograd.grad(self.outputs, diff_inputs, vs, create_graph=True, allow_unused=True)
-        except Exception as e:
-            raise _Unavailable(f"{type(e).__name__}: {e}") from e
-        self.ev.stats.vjp_calls += 1
-        result = []
-        for jj, g in enumerate(grads):
-            k = self.U[jj].shape[0]
-            if g is None:
-                result.append([o.new_zeros((k, o.numel())) for o in self.outputs])
-                continue
-            if not g.requires_grad:
-                raise _Unavailable("backward is not differentiable (its result does not require grad)")
-            try:
-                ju = _vjp_batch(self.ev, [g], vs, [self.U[jj]])
-            except Exception as e:
-                raise _Unavailable(exception_line(e)) from e
-            result.append([(t.reshape(k, -1) if t is not None else o.new_zeros((k, o.numel())))
-                           for t, o in zip(ju, self.outputs)])
-        return result
-
-    # ----------------------------------------------- analytical J·U: VJP rows
-    def _rows(self):
-        """(J U)[r] = (eᵣᵀ J) U, a chunk of rows at a time: never more than a chunk of J."""
-        diff_inputs = [self.inputs[j] for j in self.diff]
-        n_total = sum(t.numel() for t in diff_inputs)
-        result = [[None] * len(self.outputs) for _ in self.diff]
-        for i, o in enumerate(self.outputs):
-            m = o.numel()
-            chunk = self.ev._chunk(m, m + n_total, o.element_size())
-            acc = [o.new_zeros((u.shape[0], m)) for u in self.U]
-            for start in range(0, m, chunk):
-                b = min(chunk, m - start)
-                e = _one_hot_rows(b, m, start, o).view(b, *o.shape)
-                grads = _vjp_batch(self.ev, [o], diff_inputs, [e], probe=start == 0)
-                for jj, g in enumerate(grads):
-                    if g is not None:
-                        acc[jj][:, start:start + b] = (g.reshape(b, -1) @ self.U[jj].reshape(
-                            self.U[jj].shape[0], -1).t().to(g.dtype)).t()
-            for jj in range(len(self.diff)):
-                result[jj][i] = acc[jj]
-        return result
-
     # -------------------------------------------------------------- JVP stage
-    def _compare_jvp(self, analytical, numerical, source):
-        """The first block whose J·U differs entrywise from finite differences, or None."""
-        atol, rtol = self.ctx.atol, self.ctx.rtol
-        for i in range(len(self.outputs)):
-            for jj in range(len(self.diff)):
+    def _first_mismatch(
+        self, analytical: PerInputOutput, numerical: PerInputOutput, source: str
+    ) -> tuple[int, int, torch.Tensor, torch.Tensor] | None:
+        """The first block whose J·U differs entrywise from finite differences: (i, jj, a, n), or None."""
+        flags = self.ctx.flags
+        for i in range(len(self.p.call.outputs)):
+            for jj in range(len(self.p.diff)):
                 a, n = analytical[jj][i], numerical[jj][i].to(analytical[jj][i].device)
                 if a.shape != n.shape:
                     raise AssertionError(f"J·U from {source} has shape {tuple(a.shape)}, expected {tuple(n.shape)}")
-                if not allclose_promoted(a, n, rtol, atol):
-                    return (i, jj, a, n, source)
+                if not allclose_promoted(a, n, flags.rtol, flags.atol):
+                    return i, jj, a, n
         return None
 
-    def _fail_jvp_stage(self, i, jj, a, n, source):
-        ctx = self.ctx
-        allowed = ctx.atol + ctx.rtol * n.abs()
+    def _jvp_stage(self, analytical: PerInputOutput, numerical: PerInputOutput, source: str) -> None:
+        """Every J·U entry against its finite difference; raises at the first block out of tolerance."""
+        found = self._first_mismatch(analytical, numerical, source)
+        if found is None:
+            return
+        i, jj, a, n = found
+        allowed = self.ctx.flags.atol + self.ctx.flags.rtol * n.abs()
         err = (a - n).abs()
         bad = ~(err <= allowed)
-        excess = torch.where(bad, torch.nan_to_num(err - allowed, nan=math.inf), torch.full_like(err, -math.inf))
-        worst = []
-        shape = tuple(self.outputs[i].shape)
-        for flat in torch.argsort(excess.reshape(-1), descending=True)[:min(WORST, int(bad.sum()))].tolist():
-            l, col = divmod(flat, a.shape[1])
-            worst.append(ProjectionEntry(unravel(col, shape), None, l, a[l, col].item(), n[l, col].item(),
-                                         err[l, col].item(), allowed[l, col].item()))
+        shape = tuple(self.p.call.outputs[i].shape)
+        worst = tuple(
+            ProjectionEntry(
+                unravel(col, shape),
+                None,
+                r,
+                a[r, col].item(),
+                n[r, col].item(),
+                err[r, col].item(),
+                allowed[r, col].item(),
+            )
+            for r, col in worst_positions(err, allowed, bad)
+        )
         bad_out = bad.any(dim=0).nonzero().reshape(-1).tolist()
-        hints = [f"{len(bad_out)} output element(s) have a wrong J·U; the first: "
-                 + ", ".join(str(list(unravel(c, shape))) for c in bad_out[:8])]
+        hints = [
+            f"{len(bad_out)} output element(s) have a wrong J·U; the first: "
+            + ", ".join(str(list(unravel(c, shape))) for c in bad_out[:8])
+        ]
         if int(bad.all(dim=0).sum()) == len(bad_out):
             hints.append("each of them is wrong in every direction: the error sits in those output rows of J")
-        self._fail(i, jj, JVP_STAGE, source, a, n, bad, worst, hints)
+        self._fail(_Found(i, jj, JVP_STAGE, source, a, n, bad, worst, tuple(hints)))
 
     # -------------------------------------------------------------- VJP stage
-    def _vjp_stage(self, analytical, source):
-        ctx = self.ctx
-        diff_inputs = [self.inputs[j] for j in self.diff]
-        for i, (o, V) in enumerate(zip(self.outputs, self.V)):
-            first = _vjp_batch(self.ev, [o], diff_inputs, [V])
+    def _vjp_stage(self, analytical: PerInputOutput, source: str) -> None:
+        """(Jᵀv)·u against vᵀ(Ju) for every pair, per block; the VJP computed twice (reentrancy)."""
+        p, ev = self.p, self.p.ev
+        diff_inputs = [p.call.inputs[j] for j in p.diff]
+        for i, (o, V) in enumerate(zip(p.call.outputs, p.V)):
+            first = vjp_batch(ev, [o], diff_inputs, [V])
             # A second pass on the same path: batched and looped VJPs may differ in the last bit.
-            second = _vjp_batch(self.ev, [o], diff_inputs, [V], batched=self.ev.batch_vjp)
+            second = vjp_batch(ev, [o], diff_inputs, [V], batched=ev.batch_vjp)
             self._check_vjp_values(first, second, diff_inputs)
             kv = V.shape[0]
             v = V.reshape(kv, -1)
             for jj, g in enumerate(first):
-                x, U = diff_inputs[jj], self.U[jj].reshape(self.U[jj].shape[0], -1)
-                ju = analytical[jj][i]
+                x, U = diff_inputs[jj], p.U[jj].reshape(p.U[jj].shape[0], -1)
                 g = x.new_zeros((kv, x.numel())) if g is None else g.reshape(kv, -1)
-                lhs, rhs, err, allowed, bad = vjp_jvp_pairs(v, ju, g, U, ctx.nondet_tol)
+                lhs, rhs, err, allowed, bad = vjp_jvp_pairs(v, analytical[jj][i], g, U, self.ctx.flags.nondet_tol)
                 if bad.any():
-                    worst = []
-                    excess = torch.where(bad, torch.nan_to_num(err - allowed, nan=math.inf),
-                                         torch.full_like(err, -math.inf))
-                    for flat in torch.argsort(excess.reshape(-1), descending=True)[:min(WORST, int(bad.sum()))].tolist():
-                        c, l = divmod(flat, lhs.shape[1])
-                        worst.append(ProjectionEntry(None, c, l, rhs[c, l].item(), lhs[c, l].item(),
-                                                     err[c, l].item(), allowed[c, l].item()))
-                    hints = [f"J·U from {source} matches finite differences entrywise, and backward's JᵀV "
-                             "disagrees with it beyond rounding: backward is wrong somewhere in this block "
-                             "(or the JVP is, by less than atol + rtol * |numerical|)"]
-                    self._fail(i, jj, VJP_STAGE, source, rhs, lhs, bad, worst, hints)
+                    worst = tuple(
+                        ProjectionEntry(
+                            None, c, r, rhs[c, r].item(), lhs[c, r].item(), err[c, r].item(), allowed[c, r].item()
+                        )
+                        for c, r in worst_positions(err, allowed, bad)
+                    )
+                    hint = (
+                        f"J·U from {source} matches finite differences entrywise, and backward's JᵀV "
+                        "disagrees with it beyond rounding: backward is wrong somewhere in this block "
+                        "(or the JVP is, by less than atol + rtol * |numerical|)"
+                    )
+                    self._fail(_Found(i, jj, VJP_STAGE, source, rhs, lhs, bad, worst, (hint,)))
 
-    def _check_vjp_values(self, first, second, diff_inputs):
+    def _check_vjp_values(
+        self, first: list[torch.Tensor | None], second: list[torch.Tensor | None], diff_inputs: list[torch.Tensor]
+    ) -> None:
         ctx = self.ctx
         for g, x in zip(first, diff_inputs):
             if g is not None and g.dtype != x.dtype:
-                ctx.fail("Gradient has dtype mismatch: backward returned a gradient whose dtype differs from "
-                         "its input's", check="gradient dtype", path=ctx.backward_path)
+                ctx.fail_gradient_dtype()
+        nondet_tol = ctx.flags.nondet_tol
         for a, b in zip(first, second):
-            if a is not None and b is not None and a.numel() and not torch.equal(a, b) \
-                    and (a - b).abs().max() > ctx.nondet_tol:
-                ctx.fail(
-                    "Backward is not reentrant, i.e., running backward with same input and grad_output "
-                    "multiple times gives different values, although analytical gradient matches numerical "
-                    f"gradient.The tolerance for nondeterminism was {ctx.nondet_tol}.\n"
-                    f"check: reentrancy ({ctx.backward_path}); two identical backward passes differ by up to "
-                    f"{float((a - b).abs().max()):.4g}.\n{FAILED_NONDET_NOTE}",
-                    check="reentrancy", path=ctx.backward_path)
+            if a is not None and b is not None and a.numel() and not torch.equal(a, b):
+                if (a - b).abs().max() > nondet_tol:
+                    fail_reentrancy(ctx, nondet_tol, float((a - b).abs().max()))
 
     # ------------------------------------------------------------- reporting
-    def _fail(self, i, jj, comparison, source, a, n, bad, worst, hints):
+    def _fail(self, found: _Found) -> NoReturn:
         """Raise: the block in full when it fits the budget, else the projection entries."""
-        ctx = self.ctx
-        j = self.diff[jj]
-        first = _first_line(i, jj, self.complex_indices, self.test_imag, self.forward)
-        check = "forward AD" if self.forward else "backward"
-        path = ctx.forward_path if self.forward else ctx.backward_path
-        head = f"auto: {comparison} (J·U from {source}) found a mismatch"
-        x, o = self.inputs[j], self.outputs[i]
-        n_float_out = sum(t.numel() for t in self.func_out if is_float_or_complex(t))
-        if not self.full_decides and x.numel() * max(n_float_out, o.numel()) <= ctx.jacobian_budget:
-            block = self._full_block(i, jj)
-            if block is not None:
-                fa, fn_ = block
-                mismatch = _report(ctx, fa, fn_, output_idx=i, input_idx=jj, inputs=self.inputs,
-                                   outputs=self.func_out if self.forward else self.outputs,
-                                   complex_indices=self.complex_indices, test_imag=self.test_imag,
-                                   is_forward_ad=self.forward)
-                extra = ""
-                if allclose_promoted(fa, fn_.to(fa.device), ctx.rtol, ctx.atol):
-                    extra = ("\n" + FAST_FAIL_SLOW_OK_NOTE.replace("Fast gradcheck", "auto gradcheck")
-                             + (" The VJP disagrees with the JVP beyond rounding: one of them is slightly off."
-                                if comparison == VJP_STAGE else ""))
-                views = "".join(f"\nhint: {h}" for h in self.views.hints(j, self.positions[i])) if self.views else ""
-                ctx.fail(f"{first}\n{head}; the block fits the budget, recomputed in full:\n"
-                         f"{mismatch.describe()}{views}{extra}", check=check, path=path, mismatch=mismatch)
-        if self.views:
-            hints = [*hints, *self.views.hints(j, self.positions[i])]
-        part = None
-        if self.complex_indices and i in self.complex_indices:
-            part = "imaginary" if self.test_imag else "real"
+        p, ctx = self.p, self.ctx
+        x, o = p.call.inputs[p.diff[found.jj]], p.call.outputs[found.i]
+        n_float_out = sum(t.numel() for t in float_outputs(p.call.func_out))
+        if not self.full_decides and x.numel() * max(n_float_out, o.numel()) <= ctx.flags.jacobian_budget:
+            self._fail_in_full(found)
+        block = self.what.block(found.i, found.jj)
+        label = block.label(ctx, self._part(found.i))
         mismatch = ProjectionMismatch(
-            check=check, path=path, comparison=comparison, source=source, output_idx=i, input_idx=jj,
-            output_name=ctx.output_name(i), input_name=ctx.input_name(jj), part=part,
-            input_shape=tuple(x.shape), output_shape=tuple(o.shape), atol=ctx.atol, rtol=ctx.rtol,
-            mismatched=int(bad.sum()), total=bad.numel(), worst=tuple(worst), hints=tuple(hints),
-            analytical=a, numerical=n)
-        ctx.fail(f"{first}\n{mismatch.describe()}", check=check, path=path, mismatch=mismatch)
+            **label.label_fields(),
+            input_shape=tuple(x.shape),
+            output_shape=tuple(o.shape),
+            atol=ctx.flags.atol,
+            rtol=ctx.flags.rtol,
+            mismatched=int(found.bad.sum()),
+            total=found.bad.numel(),
+            hints=found.hints + tuple(self._view_hints(found)),
+            analytical=found.analytical,
+            numerical=found.numerical,
+            comparison=found.comparison,
+            source=found.source,
+            worst=found.worst,
+        )
+        ctx.fail(f"{block.first_line()}\n{mismatch.describe()}", check=label.check, path=label.path, mismatch=mismatch)
 
-    def _full_block(self, i, jj):
+    def _part(self, i: int) -> str | None:
+        # The output's index decides, in the forward check too (where it names an input's part).
+        if self.what.complex_indices and i in self.what.complex_indices:
+            return "imaginary" if self.what.test_imag else "real"
+        return None
+
+    def _view_hints(self, found: _Found) -> list[str]:
+        return self.views.hints(self.p.diff[found.jj], self.p.positions[found.i]) if self.views else []
+
+    def _fail_in_full(self, found: _Found) -> None:
+        """Raise the full check's report of the block, when it can be computed (else return)."""
+        block = self._full_block(found.i, found.jj)
+        if block is None:
+            return
+        p, ctx, flags = self.p, self.ctx, self.ctx.flags
+        fa, fn_ = block
+        mismatch = block_mismatch(ctx, self.what.block(found.i, found.jj), fa, fn_, p.call)
+        extra = ""
+        if allclose_promoted(fa, fn_.to(fa.device), flags.rtol, flags.atol):
+            extra = "\n" + FAST_FAIL_SLOW_OK_NOTE.replace("Fast gradcheck", "auto gradcheck")
+            if found.comparison == VJP_STAGE:
+                extra += " The VJP disagrees with the JVP beyond rounding: one of them is slightly off."
+        views = "".join(f"\nhint: {h}" for h in self._view_hints(found))
+        head = f"auto: {found.comparison} (J·U from {found.source}) found a mismatch"
+        ctx.fail(
+            f"{self.what.block(found.i, found.jj).first_line()}\n{head}; the block fits the budget, recomputed in "
+            f"full:\n{mismatch.describe()}{views}{extra}",
+            check=mismatch.check,
+            path=mismatch.path,
+            mismatch=mismatch,
+        )
+
+    def _full_block(self, i: int, jj: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(analytical, numerical) of one block, by the full check's code; None if that fails."""
-        j = self.diff[jj]
-        only = tuple(a if k == j else (a.detach() if isinstance(a, torch.Tensor) else a)
-                     for k, a in enumerate(self.inputs))
-        float_pos = [p for p, t in enumerate(self.func_out) if is_float_or_complex(t)]
-        fi = float_pos.index(self.positions[i])
+        ctx, call, j, forward = self.ctx, self.p.call, self.p.diff[jj], self.what.forward
+        only = self.p.only(j)
+        fi = [q for q, t in enumerate(call.func_out) if is_float_or_complex(t)].index(self.p.positions[i])
         try:
-            numerical = numerical_jacobian(self.ctx, self.func, only, self.func_out,
-                                           is_forward_ad=self.forward)[0][fi]
-            if self.forward:
-                analytical = analytical_jvp_jacobian(self.ctx, self.func, only, self.func_out)[0][fi]
+            numerical = numerical_jacobian(ctx, call.func, only, call.func_out, is_forward_ad=forward)[0][fi]
+            if forward:
+                analytical = analytical_jvp_jacobian(ctx, call.func, only, call.func_out)[0][fi]
             else:
-                analytical = analytical_vjp_jacobian(self.ctx, (self.inputs[j],), self.outputs[i],
-                                                     nondet_tol=float("inf"))[0]
+                analytical = analytical_vjp_jacobian(ctx, (call.inputs[j],), call.outputs[i], nondet_tol=float("inf"))[
+                    0
+                ]
         except Exception:  # the projection report below still stands
             return None
         return analytical, numerical
 
-    def _no_differentiable_outputs(self, numerical):
+    def _no_differentiable_outputs(self, numerical: PerInputOutput) -> bool:
         for per_input in numerical:
             for t in per_input:
                 if t.numel() and bool(torch.ne(t, 0).any()):
-                    self.ctx.fail("Numerical gradient for function expected to be zero\ncheck: no differentiable "
-                                  "outputs; the outputs do not require grad, yet they change along random "
-                                  "input directions", check="no differentiable outputs",
-                                  path=self.ctx.backward_path)
+                    self.ctx.fail(
+                        "Numerical gradient for function expected to be zero\ncheck: no differentiable "
+                        "outputs; the outputs do not require grad, yet they change along random "
+                        "input directions",
+                        check="no differentiable outputs",
+                        path=self.ctx.backward_path,
+                    )
         return True
-
-
-# ----------------------------------------------------------------------------------- helpers
-def vjp_jvp_pairs(v: torch.Tensor, ju: torch.Tensor, g: torch.Tensor, u: torch.Tensor, nondet_tol: float):
-    """The VJP stage's comparison of one block: (Jᵀv)·u against vᵀ(Ju) for every pair.
-
-    v: (k', m) cotangents, ju: (k, m) J·U, g: (k', n) JᵀV, u: (k, n) directions. Returns
-    (lhs = vᵀ(Ju), rhs = (Jᵀv)ᵀu, |lhs - rhs|, allowed, bad), each (k', k), at the rounding bound
-    of the module doc.
-    """
-    lhs = v @ ju.t()
-    rhs = g @ u.t()
-    eps = torch.finfo(lhs.dtype).eps
-    rho = 1024 * eps * math.sqrt(g.shape[1] + v.shape[1])
-    allowed = rho * (v.abs() @ ju.abs().t() + g.abs() @ u.abs().t()) + nondet_tol * g.shape[1] + 1e-300
-    err = (lhs - rhs).abs()
-    return lhs, rhs, err, allowed, ~(err <= allowed)
-
-
-def _rademacher(shape, like: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    signs = torch.randint(0, 2, shape, generator=g, device="cpu").mul_(2).sub_(1)
-    return signs.to(dtype=like.dtype, device=like.device)
-
-
-def _vjp_batch(ev, outputs, wrt, cotangents, *, probe=True, batched=None):
-    """Per tensor in wrt, the (b, *shape) VJPs for b stacked cotangents (None where unused).
-
-    Batched through is_grads_batched when the evaluator allows (probed against a plain VJP), else
-    one VJP per cotangent. `batched` forces the path.
-    """
-    b = cotangents[0].shape[0]
-
-    def plain(r):
-        ev.stats.vjp_calls += 1
-        return torch.autograd.grad(outputs, wrt, [c[r] for c in cotangents], retain_graph=True, allow_unused=True)
-
-    use_batch = ev.batch_vjp if batched is None else batched
-    if use_batch and b >= 2:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                grads = torch.autograd.grad(outputs, wrt, cotangents, retain_graph=True, allow_unused=True,
-                                            is_grads_batched=True)
-            ev.stats.batched_vjp_calls += 1
-            for gr, w in zip(grads, wrt):
-                if gr is not None and tuple(gr.shape[1:]) != tuple(w.shape):
-                    raise _Disagreement("batched gradient has an unexpected shape")
-            if probe:
-                for gr, r in zip(grads, plain(0)):
-                    if (gr is None) != (r is None) or (r is not None and (gr.dtype != r.dtype or not _close(gr[0], r))):
-                        raise _Disagreement("batched VJP differs from the plain VJP")
-            return list(grads)
-        except Exception as e:
-            if batched:
-                raise
-            ev._give_up("vjp", e)
-    rows = [plain(r) for r in range(b)]
-    result = []
-    for k in range(len(wrt)):
-        col = [row[k] for row in rows]
-        if all(c is None for c in col):
-            result.append(None)
-            continue
-        for c in col:
-            if c is not None and c.shape != wrt[k].shape:
-                raise AssertionError(
-                    f"Expected out_jacobian column to have {wrt[k].numel()} elements, but got {c.numel()} "
-                    f"(backward returned a gradient of shape {tuple(c.shape)} for an input of shape "
-                    f"{tuple(wrt[k].shape)})")
-        result.append(torch.stack([c if c is not None else torch.zeros_like(wrt[k]) for c in col]))
-    return result

@@ -9,72 +9,125 @@ come from the global one as torch's do: they choose the function that is checked
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import (SPARSE_LAYOUTS, as_tuple, differentiable_outputs, exception_line, is_float_or_complex,
-                                  make_duals, requires_grad)
-from opcheck.engine.core import CheckContext, make_vectors
-from opcheck.engine.errors import FAILED_BATCHED_FWD_GRAD_NOTE, FAILED_BATCHED_GRAD_NOTE
+from opcheck.engine._util import (
+    SPARSE_LAYOUTS,
+    Func,
+    Inputs,
+    as_tuple,
+    detached,
+    differentiable_outputs,
+    exception_line,
+    is_float_or_complex,
+    legacy_vmap,
+    legacy_vmap_warning,
+    make_dual,
+    make_duals,
+    requires_grad,
+    unpack_dual,
+    zeros_like_shape,
+)
+from opcheck.engine.context import CheckContext
+from opcheck.engine.errors import FAILED_BATCHED_FWD_GRAD_NOTE, FAILED_BATCHED_GRAD_NOTE, GradcheckError
+from opcheck.engine.fast import make_vectors, real_direction
 
-try:
-    from torch._vmap_internals import _vmap as _legacy_vmap, vmap as _legacy_vmap_warn
-except ImportError:  # pragma: no cover - depends on the torch release
-    _legacy_vmap = _legacy_vmap_warn = torch.func.vmap
+SEED = 20240527
+"""Seeds the random tangents and grad_outputs of the batched checks (output i's: SEED + i)."""
 
-_SEED = 20240527
+ExpectedJvps = Callable[[int, list[torch.Tensor]], list[torch.Tensor]]
+"""expected(input_idx, tangents): per output, the (len(tangents), *shape) one-at-a-time JVPs."""
+ZeroTangentJvps = Callable[[int, list[Any]], list[Any]]
+"""jvps(k, all_u): per float output, its flat tangent for the directions all_u with the k-th
+differentiable input's zeroed."""
 
 
-def _randn_like(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+def randn_like(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """Standard normal values of t's shape, dtype and device, drawn on the CPU from g."""
     return torch.randn(t.shape, generator=g, dtype=t.dtype, device="cpu").to(t.device)
 
 
-def _batched_mismatch(ctx, check, path, note, output_idx, input_idx, res, exp, *, torch_output_idx=None):
-    """torch's first line ("For output i and input j:"), then where the vmapped result differs.
+@dataclass(frozen=True)
+class _BatchedCheck:
+    """One of the two batched-gradient checks, as its failures name it."""
 
-    torch's forward-mode check names the output for both (`torch_output_idx`); the next line says which."""
-    diff = (res - exp).abs()
-    where = torch.nonzero(~torch.isclose(res, exp)).tolist()[:5]
-    named = output_idx if torch_output_idx is None else torch_output_idx
-    ctx.fail(
-        f"For output {named} and input {input_idx if torch_output_idx is None else named}:\n"
-        f"check: {check} ({path}); for output {output_idx} and input {input_idx} the vmapped result differs "
-        f"from the one-at-a-time result (max abs difference {float(diff.max()) if diff.numel() else 0.0:.4g}; "
-        f"first differing [batch, *index] positions: {where})\n{note}",
-        check=check, path=path,
-    )
+    check: str  # "batched forward AD" or "batched backward"
+    path: str
+    note: str
+
+    def fail_to_batch(self, ex: RuntimeError) -> NoReturn:
+        raise GradcheckError(
+            f"While computing batched gradients, got: {ex}\n\ncheck: {self.check} ({self.path})\n{self.note}",
+            check=self.check,
+            path=self.path,
+        ) from ex
+
+    def mismatch(
+        self,
+        ctx: CheckContext,
+        output_idx: int,
+        input_idx: int,
+        res: torch.Tensor,
+        exp: torch.Tensor,
+        torch_output_idx: int | None = None,
+    ) -> NoReturn:
+        """torch's first line ("For output i and input j:"), then where the vmapped result differs.
+
+        torch's forward-mode check names the output for both (`torch_output_idx`); the next line says which."""
+        diff = (res - exp).abs()
+        where = torch.nonzero(~torch.isclose(res, exp)).tolist()[:5]
+        named = output_idx if torch_output_idx is None else torch_output_idx
+        ctx.fail(
+            f"For output {named} and input {input_idx if torch_output_idx is None else named}:\n"
+            f"check: {self.check} ({self.path}); for output {output_idx} and input {input_idx} the vmapped "
+            f"result differs from the one-at-a-time result (max abs difference "
+            f"{float(diff.max()) if diff.numel() else 0.0:.4g}; first differing [batch, *index] positions: "
+            f"{where})\n{self.note}",
+            check=self.check,
+            path=self.path,
+        )
 
 
-def test_batched_grad_forward_ad(ctx: CheckContext, func, inputs: tuple, expected_jvps=None) -> bool:
+def _jvp_of_input(func: Func, inputs: Inputs, input_idx: int) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """The tangents of func's outputs for a tangent of input input_idx alone (torch's batched forward-AD check)."""
+    current = inputs[input_idx]
+
+    def jvp(tangent: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with fwAD.dual_level():
+            dual = make_dual(current.detach(), tangent)
+            args = tuple(dual if i == input_idx else a for i, a in enumerate(detached(inputs)))
+            ret = []
+            for out in as_tuple(func(*args)):
+                if out is None:
+                    continue
+                primal, tangent_out = unpack_dual(out)
+                ret.append(tangent_out if tangent_out is not None else zeros_like_shape(primal))
+            return tuple(ret)
+
+    return jvp
+
+
+def check_batched_grad_forward_ad(
+    ctx: CheckContext, func: Func, inputs: Inputs, expected_jvps: ExpectedJvps | None = None
+) -> bool:
     """vmap (legacy) over forward AD against one JVP at a time, input by input.
 
     `expected_jvps(input_idx, tangents)`, when given, supplies the one-at-a-time JVPs (per output, a
     (len(tangents), *shape) tensor) instead of computing them with one call per tangent.
     """
-    g = torch.Generator().manual_seed(_SEED)
-    path = f"batched {ctx.forward_path}"
+    g = torch.Generator().manual_seed(SEED)
+    batched = _BatchedCheck("batched forward AD", f"batched {ctx.forward_path}", FAILED_BATCHED_FWD_GRAD_NOTE)
+    vmap = legacy_vmap if legacy_vmap is not None else torch.func.vmap
     for input_idx, current in enumerate(inputs):
-        if not requires_grad(current):
+        if not requires_grad(current) or not is_float_or_complex(current):
             continue
-
-        def jvp(tangent, input_idx=input_idx, current=current):
-            with fwAD.dual_level():
-                dual = fwAD.make_dual(current.detach(), tangent)
-                args = tuple(dual if i == input_idx else (a.detach() if isinstance(a, torch.Tensor) else a)
-                             for i, a in enumerate(inputs))
-                ret = []
-                for out in as_tuple(func(*args)):
-                    if out is None:
-                        continue
-                    primal, tangent_out = fwAD.unpack_dual(out)
-                    ret.append(tangent_out if tangent_out is not None else
-                               torch.zeros([], dtype=primal.dtype, device=primal.device).expand(primal.shape))
-                return tuple(ret)
-
-        if not is_float_or_complex(current):
-            continue
-        tangents = [_randn_like(current, g) for _ in range(2)]
+        jvp = _jvp_of_input(func, inputs, input_idx)
+        tangents = [randn_like(current, g) for _ in range(2)]
         if expected_jvps is not None:
             expected = expected_jvps(input_idx, tangents)
         else:
@@ -82,55 +135,50 @@ def test_batched_grad_forward_ad(ctx: CheckContext, func, inputs: tuple, expecte
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                result = _legacy_vmap(jvp)(torch.stack(tangents))
+                result = vmap(jvp)(torch.stack(tangents))
         except RuntimeError as ex:
-            raise_batched_error(ctx, ex, "batched forward AD", path, FAILED_BATCHED_FWD_GRAD_NOTE)
+            batched.fail_to_batch(ex)
         for out_idx, (res, exp) in enumerate(zip(result, expected)):
             if not torch.allclose(res, exp):
-                _batched_mismatch(ctx, "batched forward AD", path, FAILED_BATCHED_FWD_GRAD_NOTE, out_idx,
-                                  input_idx, res, exp, torch_output_idx=out_idx)
+                batched.mismatch(ctx, out_idx, input_idx, res, exp, torch_output_idx=out_idx)
     return True
 
 
-def raise_batched_error(ctx, ex, check, path, note):
-    from opcheck.engine.errors import GradcheckError
-
-    raise GradcheckError(f"While computing batched gradients, got: {ex}\n\ncheck: {check} ({path})\n{note}",
-                         check=check, path=path) from ex
-
-
-def test_batched_grad(ctx: CheckContext, inputs: tuple, output: torch.Tensor, output_idx: int) -> bool:
-    g = torch.Generator().manual_seed(_SEED + output_idx)
+def check_batched_grad(ctx: CheckContext, inputs: Inputs, output: torch.Tensor, output_idx: int) -> bool:
+    """vmap (legacy) over backward against one VJP at a time, for two random grad_outputs."""
+    g = torch.Generator().manual_seed(SEED + output_idx)
     diff_inputs = [a for a in inputs if requires_grad(a)]
-    path = f"batched {ctx.backward_path}"
+    batched = _BatchedCheck("batched backward", f"batched {ctx.backward_path}", FAILED_BATCHED_GRAD_NOTE)
 
-    def vjp(v):
+    def vjp(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         grads = torch.autograd.grad(output, diff_inputs, v, retain_graph=True, allow_unused=True)
-        return tuple(gr if gr is not None else torch.zeros([], dtype=inp.dtype, device=inp.device).expand(inp.shape)
-                     for gr, inp in zip(grads, diff_inputs))
+        return tuple(gr if gr is not None else zeros_like_shape(inp) for gr, inp in zip(grads, diff_inputs))
 
-    grad_outputs = [_randn_like(output, g) for _ in range(2)]
+    grad_outputs = [randn_like(output, g) for _ in range(2)]
     expected = [torch.stack(shards) for shards in zip(*[vjp(go) for go in grad_outputs])]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="There is a performance drop")
         warnings.filterwarnings("ignore", message="Please use `torch.vmap`")
         try:
-            result = _legacy_vmap_warn(vjp)(torch.stack(grad_outputs))
+            result = legacy_vmap_warning(vjp)(torch.stack(grad_outputs))
         except RuntimeError as ex:
-            raise_batched_error(ctx, ex, "batched backward", path, FAILED_BATCHED_GRAD_NOTE)
+            batched.fail_to_batch(ex)
     for input_idx, (res, exp) in enumerate(zip(result, expected)):
         if not torch.allclose(res, exp):
-            _batched_mismatch(ctx, "batched backward", path, FAILED_BATCHED_GRAD_NOTE, output_idx, input_idx,
-                              res, exp)
+            batched.mismatch(ctx, output_idx, input_idx, res, exp)
     return True
 
 
-def test_backward_mul_by_grad_output(ctx: CheckContext, outputs: tuple, inputs: tuple, masked) -> bool:
+def check_backward_mul_by_grad_output(
+    ctx: CheckContext, outputs: Sequence[torch.Tensor], inputs: Inputs, masked: bool | None
+) -> bool:
+    """With every grad_output zero, backward must return zeros of its inputs' layout, dtype, device and size."""
     diff_inputs = [a for a in inputs if requires_grad(a)]
     if not diff_inputs:
         ctx.fail("no Tensors requiring grad found in input", check="zero grad_output")
     grads = torch.autograd.grad(
-        outputs, diff_inputs,
+        outputs,
+        diff_inputs,
         [torch.zeros_like(o, memory_format=torch.legacy_contiguous_format) for o in outputs],
         allow_unused=True,
     )
@@ -143,11 +191,15 @@ def test_backward_mul_by_grad_output(ctx: CheckContext, outputs: tuple, inputs: 
                 ctx.fail(f"grad is incorrect layout ({gi.layout} is not {di.layout}){where}", check="zero grad_output")
             if gi.layout in SPARSE_LAYOUTS:
                 kind = str(gi.layout).replace("torch.", "").replace("_coo", "")
-                for what, got, want in (("sparse_dim", gi.sparse_dim(), di.sparse_dim()),
-                                        ("dense_dim", gi.dense_dim(), di.dense_dim())):
+                for what, got, want in (
+                    ("sparse_dim", gi.sparse_dim(), di.sparse_dim()),
+                    ("dense_dim", gi.dense_dim(), di.dense_dim()),
+                ):
                     if got != want:
-                        ctx.fail(f"grad is {kind} tensor, but has incorrect {what} {got}, expected {want}{where}",
-                                 check="zero grad_output")
+                        ctx.fail(
+                            f"grad is {kind} tensor, but has incorrect {what} {got}, expected {want}{where}",
+                            check="zero grad_output",
+                        )
             gi, di = gi.to_dense(), di.to_dense()
         if masked:
             if not torch.allclose(gi, torch.zeros_like(gi)):
@@ -159,18 +211,28 @@ def test_backward_mul_by_grad_output(ctx: CheckContext, outputs: tuple, inputs: 
         if gi.device != di.device:
             ctx.fail(f"grad is incorrect device{where}: {gi.device}, expected {di.device}", check="zero grad_output")
         if gi.size() != di.size():
-            ctx.fail(f"grad is incorrect size{where}: {tuple(gi.shape)}, expected {tuple(di.shape)}",
-                     check="zero grad_output")
+            ctx.fail(
+                f"grad is incorrect size{where}: {tuple(gi.shape)}, expected {tuple(di.shape)}",
+                check="zero grad_output",
+            )
     return True
 
 
 def _nonzero(gi: torch.Tensor) -> str:
     nz = int((gi != 0).sum())
-    return (f": with every grad_output zero, backward returned {nz} nonzero entries (max |.| "
-            f"{float(gi.abs().max()):.4g}); the gradient must be linear in grad_output")
+    return (
+        f": with every grad_output zero, backward returned {nz} nonzero entries (max |.| "
+        f"{float(gi.abs().max()):.4g}); the gradient must be linear in grad_output"
+    )
 
 
-def test_undefined_forward_mode(ctx: CheckContext, func, outputs, inputs, zero_tangent_jvps=None) -> bool:
+def check_undefined_forward_mode(
+    ctx: CheckContext,
+    func: Func,
+    outputs: Sequence[torch.Tensor],
+    inputs: Inputs,
+    zero_tangent_jvps: ZeroTangentJvps | None = None,
+) -> bool:
     """A zero tangent and an undefined one must give the same output tangents, input by input.
 
     `zero_tangent_jvps(k, all_u)`, when given, supplies the tangents of the float outputs (flat)
@@ -181,19 +243,19 @@ def test_undefined_forward_mode(ctx: CheckContext, func, outputs, inputs, zero_t
     with fwAD.dual_level():
         dual_inputs, tangents = make_duals(inputs)
         for fw_grad, u in zip(tangents.values(), all_u):
-            fw_grad.copy_(u.view_as(fw_grad))
+            fw_grad.copy_(real_direction(u).view_as(fw_grad))
         for k, (idx, inp) in enumerate(diff):
             saved = dual_inputs[idx]
             if zero_tangent_jvps is None:
-                dual_inputs[idx] = fwAD.make_dual(inp.detach(), torch.zeros_like(inp))
-                res1s = [fwAD.unpack_dual(o)[1] for o in as_tuple(func(*dual_inputs)) if is_float_or_complex(o)]
+                dual_inputs[idx] = make_dual(inp.detach(), torch.zeros_like(inp))
+                res1s = [unpack_dual(o)[1] for o in as_tuple(func(*dual_inputs)) if is_float_or_complex(o)]
             else:
                 res1s = zero_tangent_jvps(k, all_u)
             dual_inputs[idx] = inp.detach()
             outs2 = [o for o in as_tuple(func(*dual_inputs)) if is_float_or_complex(o)]
             dual_inputs[idx] = saved
             for index_o, (res1, o2) in enumerate(zip(res1s, outs2)):
-                res2 = fwAD.unpack_dual(o2)[1]
+                res2 = unpack_dual(o2)[1]
                 if res1 is not None and res2 is not None:
                     res1 = res1.reshape(res2.shape)
                 if res1 is not None and res2 is not None and not torch.allclose(res1, res2):
@@ -202,52 +264,70 @@ def test_undefined_forward_mode(ctx: CheckContext, func, outputs, inputs, zero_t
                         f"{ctx.input_name(k)} has an undefined tangent value.\ncheck: undefined tangent "
                         f"({ctx.forward_path}); a zero tangent gives max |tangent| "
                         f"{float((res1 - res2).abs().max()):.4g} away from an undefined one",
-                        check="undefined tangent", path=ctx.forward_path)
+                        check="undefined tangent",
+                        path=ctx.forward_path,
+                    )
     return True
 
 
-def test_undefined_backward_mode(ctx: CheckContext, func, outputs, inputs) -> bool:
+def check_undefined_backward_mode(
+    ctx: CheckContext, func: Func, outputs: Sequence[torch.Tensor], inputs: Inputs
+) -> bool:
+    """With every grad_output undefined (and each one alone), backward must return undefined or zero grads."""
     diff_inputs = [a for a in inputs if requires_grad(a)]
     if not diff_inputs:
         ctx.fail("no Tensors requiring grad found in input", check="undefined grad_output")
-    note = ('Please look at "Notes about undefined output gradients" in "tools/autograd/derivatives.yaml"')
+    note = 'Please look at "Notes about undefined output gradients" in "tools/autograd/derivatives.yaml"'
 
-    def check(to_check, which):
+    def check(to_check: list[torch.Tensor], which: str) -> bool:
         grads_output = [torch.zeros_like(o, memory_format=torch.legacy_contiguous_format) for o in to_check]
         try:
             grads = torch.autograd.grad(to_check, diff_inputs, grads_output, allow_unused=True)
         except RuntimeError as e:
             _warn_bc()
-            from opcheck.engine.errors import GradcheckError
-
             raise GradcheckError(
-                "Expected backward function to handle undefined output grads. " + note +
-                f"\ncheck: undefined grad_output ({ctx.backward_path}); with {which} undefined, backward "
+                "Expected backward function to handle undefined output grads. "
+                + note
+                + f"\ncheck: undefined grad_output ({ctx.backward_path}); with {which} undefined, backward "
                 f"raised {exception_line(e)}\nA custom backward "
                 "receives None for an undefined grad_output unless ctx.set_materialize_grads(True) (the "
                 "default) applies: handle None, or keep materialization on.",
-                check="undefined grad_output", path=ctx.backward_path) from e
+                check="undefined grad_output",
+                path=ctx.backward_path,
+            ) from e
         for gi in grads:
             if gi is not None and not gi.eq(0).all():
                 _warn_bc()
-                ctx.fail("Expected all input grads to be undefined or zero when all output grads are "
-                         "undefined or zero. " + note + f"\ncheck: undefined grad_output "
-                         f"({ctx.backward_path}); with {which} undefined, backward returned nonzero values",
-                         check="undefined grad_output", path=ctx.backward_path)
+                ctx.fail(
+                    "Expected all input grads to be undefined or zero when all output grads are "
+                    "undefined or zero. " + note + f"\ncheck: undefined grad_output "
+                    f"({ctx.backward_path}); with {which} undefined, backward returned nonzero values",
+                    check="undefined grad_output",
+                    path=ctx.backward_path,
+                )
         return True
 
-    all_undef = [torch._C._functions.UndefinedGrad()(o) for o in differentiable_outputs(func(*inputs))
-                 if isinstance(o, torch.Tensor)]
-    to_check = [(all_undef, "every grad_output")]
+    all_undef = [_undefined(o) for o in differentiable_outputs(func(*inputs)) if isinstance(o, torch.Tensor)]
+    to_check: list[tuple[list[torch.Tensor], str]] = [(all_undef, "every grad_output")]
     if len(all_undef) > 1:
         for k in range(len(outputs)):
             outs = differentiable_outputs(func(*inputs))
-            to_check.append(([torch._C._functions.UndefinedGrad()(o) if i == k else o for i, o in enumerate(outs)],
-                             f"grad_output {k}"))
+            to_check.append(
+                (
+                    [_undefined(o) if i == k else o for i, o in enumerate(outs)],
+                    f"grad_output {k}",
+                )
+            )
     return all(check(outs, which) for outs, which in to_check)
 
 
-def _warn_bc():
+def _undefined(o: torch.Tensor) -> torch.Tensor:
+    """o with an undefined gradient: backward receives None (or zeros, materialized) for it."""
+    undefined: torch.Tensor = torch._C._functions.UndefinedGrad()(o)  # type: ignore[assignment]
+    return undefined
+
+
+def _warn_bc() -> None:
     warnings.warn(
         "Backwards compatibility: New undefined gradient support checking feature is enabled by default, "
         "but it may break existing callers of this function. If this is true for you, you can call this "

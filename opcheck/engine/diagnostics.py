@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
+from torch import Tensor
 
 from opcheck.engine._util import unravel
 
 WORST_ENTRIES = 5
+"""Jacobian entries a report lists, the worst first."""
+
+Shape = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -25,12 +31,8 @@ class EntryError:
 
 
 @dataclass(frozen=True, eq=False)
-class JacobianMismatch:
-    """A failed comparison of one (output, input) Jacobian block.
-
-    `analytical` and `numerical` are laid out as torch's gradcheck lays them out: one row per input
-    element, one column per output element.
-    """
+class BlockLabel:
+    """Which (output, input) block a report is about, as it names it."""
 
     check: str  # "backward", "forward AD"
     path: str  # "VJP", "JVP", "VJP of VJP", "JVP of VJP"
@@ -39,16 +41,39 @@ class JacobianMismatch:
     output_name: str
     input_name: str
     part: str | None  # "real" or "imaginary" when complex outputs/inputs are checked part by part
+
+    def label_fields(self) -> dict[str, Any]:
+        """The label's fields by name, to build a report of this block."""
+        return {f.name: getattr(self, f.name) for f in fields(BlockLabel)}
+
+
+@dataclass(frozen=True, eq=False)
+class BlockMismatch(BlockLabel):
+    """A failed comparison of one (output, input) block: what the Jacobian mismatches have in common."""
+
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
     atol: float
     rtol: float
     mismatched: int
     total: int
-    worst: tuple[EntryError, ...]
     hints: tuple[str, ...]
     analytical: torch.Tensor = field(repr=False)
     numerical: torch.Tensor = field(repr=False)
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class JacobianMismatch(BlockMismatch):
+    """A failed comparison of one (output, input) Jacobian block.
+
+    `analytical` and `numerical` are laid out as torch's gradcheck lays them out: one row per input
+    element, one column per output element.
+    """
+
+    worst: tuple[EntryError, ...]
 
     def describe(self) -> str:
         lines = [
@@ -70,10 +95,14 @@ class JacobianMismatch:
         return "\n".join(lines)
 
 
-def find_mismatch(analytical: torch.Tensor, numerical: torch.Tensor, *, rtol: float, atol: float,
-                  input_shape, output_shape, check: str, path: str, output_idx: int, input_idx: int,
-                  output_name: str, input_name: str, part: str | None) -> JacobianMismatch:
-    """Build the report for a block that failed allclose(analytical, numerical, rtol, atol)."""
+def find_mismatch(
+    analytical: Tensor, numerical: Tensor, *, rtol: float, atol: float, label: BlockLabel, shapes: tuple[Shape, Shape]
+) -> JacobianMismatch:
+    """Build the report for a block that failed allclose(analytical, numerical, rtol, atol).
+
+    shapes: the block's (input shape, output shape).
+    """
+    input_shape, output_shape = shapes
     dtype = torch.promote_types(analytical.dtype, numerical.dtype)
     a = analytical.detach().to(device="cpu", dtype=dtype)
     n = numerical.detach().to(device="cpu", dtype=dtype)
@@ -86,17 +115,29 @@ def find_mismatch(analytical: torch.Tensor, numerical: torch.Tensor, *, rtol: fl
         row, col = divmod(flat, a.shape[1])
         av, nv = a[row, col].item(), n[row, col].item()
         d = diff[row, col].item()
-        worst.append(EntryError(
-            output_index=unravel(col, output_shape), input_index=unravel(row, input_shape),
-            analytical=av, numerical=nv, abs_error=d, rel_error=d / abs(nv) if nv != 0 else math.inf,
-        ))
+        worst.append(
+            EntryError(
+                output_index=unravel(col, output_shape),
+                input_index=unravel(row, input_shape),
+                analytical=av,
+                numerical=nv,
+                abs_error=d,
+                rel_error=d / abs(nv) if nv != 0 else math.inf,
+            )
+        )
+    hints = hints_for(a, n, bad, rtol=rtol, atol=atol, input_shape=input_shape, output_shape=output_shape)
     return JacobianMismatch(
-        check=check, path=path, output_idx=output_idx, input_idx=input_idx, output_name=output_name,
-        input_name=input_name, part=part, input_shape=tuple(input_shape), output_shape=tuple(output_shape),
-        atol=atol, rtol=rtol, mismatched=int(bad.sum()), total=bad.numel(), worst=tuple(worst),
-        hints=tuple(hints_for(a, n, bad, rtol=rtol, atol=atol, input_shape=tuple(input_shape),
-                              output_shape=tuple(output_shape))),
-        analytical=analytical, numerical=numerical,
+        **label.label_fields(),
+        input_shape=input_shape,
+        output_shape=output_shape,
+        atol=atol,
+        rtol=rtol,
+        mismatched=int(bad.sum()),
+        total=bad.numel(),
+        worst=tuple(worst),
+        hints=tuple(hints),
+        analytical=analytical,
+        numerical=numerical,
     )
 
 
@@ -111,65 +152,107 @@ def _largest(x: torch.Tensor, k: int) -> list[int]:
     return candidates[order[:k]].tolist()
 
 
-def hints_for(a: torch.Tensor, n: torch.Tensor, bad: torch.Tensor, *, rtol: float, atol: float,
-              input_shape: tuple, output_shape: tuple) -> list[str]:
-    """Recognize the common shapes of a wrong gradient."""
-    hints: list[str] = []
-    if not bool(torch.isfinite(a).all()):
-        hints.append("the analytical Jacobian has NaN or inf entries: backward divides by zero or "
-                     "evaluates a function outside its domain at this sample")
-        return hints
-    if not bool(torch.isfinite(n).all()):
-        hints.append("the numerical Jacobian has NaN or inf entries: the sample sits at or next to a "
-                     "point where the op is undefined; move the sample away from it")
-        return hints
+def hints_for(
+    a: Tensor, n: Tensor, bad: Tensor, *, rtol: float, atol: float, input_shape: Shape, output_shape: Shape
+) -> list[str]:
+    """Recognize the common shapes of a wrong gradient: one that explains the whole block, else
+    what the wrong entries have in common."""
+    nonfinite = _nonfinite_hint(a, n)
+    if nonfinite:
+        return [nonfinite]
 
-    def close(x, y):
+    def close(x: Tensor, y: Tensor) -> bool:
         return bool(torch.allclose(x, y, rtol=rtol, atol=atol))
 
-    a_norm, n_norm = float(a.abs().max()), float(n.abs().max())
-    if a_norm <= atol and n_norm > atol:
-        hints.append("the analytical gradient is all zero while the numerical one is not: the output is "
-                     "detached from this input (.detach(), .data, no_grad, a non-differentiable op), or "
-                     "backward returns zeros/None for it")
-        return hints
-    if a.shape[1] > 1 and close(a, a[:, :1].expand_as(a)) and not close(n, n[:, :1].expand_as(n)):
-        hints.append("every output element gets the same analytical gradient: backward ignores grad_output "
-                     "(it must return grad_output-weighted derivatives, e.g. grad * f'(x), not f'(x))")
-        return hints
-    if n_norm <= atol and a_norm > atol:
-        hints.append("the numerical gradient is zero (the output does not depend on this input), yet "
-                     "backward returns a nonzero gradient for it")
-        return hints
-    if a.is_complex() and (close(a.conj(), n) or close(-a.conj(), n)):
-        # For the imaginary part of a complex output, a missing conj shows up with a sign flip too.
-        hints.append("analytical ≈ ±conj(numerical): a .conj() is missing in backward (PyTorch's "
-                     "convention is grad_input = grad_output * conj(df/dz))")
-        return hints
+    whole = _whole_block_hint(a, n, close, atol)
+    if whole:
+        return [whole]
+    hints = []
     if a.is_complex():
         real_ok, imag_ok = close(a.real, n.real), close(a.imag, n.imag)
         if real_ok != imag_ok:
-            hints.append(f"only the {'imaginary' if real_ok else 'real'} parts disagree: look for a missing "
-                         "conj() or a dropped or sign-flipped imaginary term")
+            hints.append(
+                f"only the {'imaginary' if real_ok else 'real'} parts disagree: look for a missing "
+                "conj() or a dropped or sign-flipped imaginary term"
+            )
+    related = _related_hint(a, n, close)
+    if related:
+        return [*hints, related]
+    return hints + _entry_hints(bad, input_shape, output_shape)
+
+
+def _nonfinite_hint(a: Tensor, n: Tensor) -> str | None:
+    if not bool(torch.isfinite(a).all()):
+        return (
+            "the analytical Jacobian has NaN or inf entries: backward divides by zero or "
+            "evaluates a function outside its domain at this sample"
+        )
+    if not bool(torch.isfinite(n).all()):
+        return (
+            "the numerical Jacobian has NaN or inf entries: the sample sits at or next to a "
+            "point where the op is undefined; move the sample away from it"
+        )
+    return None
+
+
+def _whole_block_hint(a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool], atol: float) -> str | None:
+    """A cause that explains every entry: a detached output, an ignored grad_output, a missing conj."""
+    a_norm, n_norm = float(a.abs().max()), float(n.abs().max())
+    if a_norm <= atol and n_norm > atol:
+        return (
+            "the analytical gradient is all zero while the numerical one is not: the output is "
+            "detached from this input (.detach(), .data, no_grad, a non-differentiable op), or "
+            "backward returns zeros/None for it"
+        )
+    if a.shape[1] > 1 and close(a, a[:, :1].expand_as(a)) and not close(n, n[:, :1].expand_as(n)):
+        return (
+            "every output element gets the same analytical gradient: backward ignores grad_output "
+            "(it must return grad_output-weighted derivatives, e.g. grad * f'(x), not f'(x))"
+        )
+    if n_norm <= atol and a_norm > atol:
+        return (
+            "the numerical gradient is zero (the output does not depend on this input), yet "
+            "backward returns a nonzero gradient for it"
+        )
+    if a.is_complex() and (close(a.conj(), n) or close(-a.conj(), n)):
+        # For the imaginary part of a complex output, a missing conj shows up with a sign flip too.
+        return (
+            "analytical ≈ ±conj(numerical): a .conj() is missing in backward (PyTorch's "
+            "convention is grad_input = grad_output * conj(df/dz))"
+        )
+    return None
+
+
+def _related_hint(a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool]) -> str | None:
+    """The analytical block as a simple function of the numerical one: a multiple, or its transpose."""
     scale = _scale(a, n)
     if scale is not None and close(a, scale * n):
         c = complex(scale) if isinstance(scale, complex) else float(scale)
         if isinstance(c, float) and abs(c + 1) < 1e-3:
-            hints.append("analytical ≈ -1 × numerical everywhere: the gradient's sign is flipped")
-        else:
-            hints.append(f"analytical ≈ {_num(c)} × numerical everywhere: a constant factor is missing or "
-                         "extra (a forgotten 2, 1/n or scale)")
-        return hints
+            return "analytical ≈ -1 × numerical everywhere: the gradient's sign is flipped"
+        return (
+            f"analytical ≈ {_num(c)} × numerical everywhere: a constant factor is missing or "
+            "extra (a forgotten 2, 1/n or scale)"
+        )
     if a.shape[0] == a.shape[1] and a.shape[0] > 1 and close(a, n.t()):
-        hints.append("the analytical Jacobian is the transpose of the numerical one: backward multiplies "
-                     "by a matrix where it should use its transpose (e.g. grad @ W instead of grad @ W.T)")
-        return hints
+        return (
+            "the analytical Jacobian is the transpose of the numerical one: backward multiplies "
+            "by a matrix where it should use its transpose (e.g. grad @ W instead of grad @ W.T)"
+        )
+    return None
+
+
+def _entry_hints(bad: Tensor, input_shape: Shape, output_shape: Shape) -> list[str]:
+    """What the wrong entries have in common: a broadcast input's dims, one entry, one input element."""
+    hints = []
     dims = _broadcast_dims(input_shape, output_shape)
     if dims:
-        hints.append(f"this input (shape {_shape(input_shape)}) is broadcast along output dim(s) "
-                     f"{', '.join(map(str, dims))} of shape {_shape(output_shape)}: its gradient must be "
-                     "summed over exactly those dims; a mismatch here often means it was reduced over the "
-                     "wrong one")
+        hints.append(
+            f"this input (shape {_shape(input_shape)}) is broadcast along output dim(s) "
+            f"{', '.join(map(str, dims))} of shape {_shape(output_shape)}: its gradient must be "
+            "summed over exactly those dims; a mismatch here often means it was reduced over the "
+            "wrong one"
+        )
     if int(bad.sum()) == 1:
         hints.append("only one entry differs: look for a special case or an off-by-one index in backward")
     elif bad.any():
@@ -180,7 +263,7 @@ def hints_for(a: torch.Tensor, n: torch.Tensor, bad: torch.Tensor, *, rtol: floa
     return hints
 
 
-def _scale(a: torch.Tensor, n: torch.Tensor):
+def _scale(a: torch.Tensor, n: torch.Tensor) -> float | complex | None:
     denom = torch.vdot(n.reshape(-1), n.reshape(-1)) if n.is_complex() else (n * n).sum()
     if float(denom.abs()) == 0.0:
         return None
@@ -196,7 +279,7 @@ def _scale(a: torch.Tensor, n: torch.Tensor):
     return c
 
 
-def _broadcast_dims(input_shape: tuple, output_shape: tuple) -> list[int]:
+def _broadcast_dims(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> list[int]:
     if not input_shape or len(input_shape) > len(output_shape) or input_shape == output_shape:
         return []
     padded = (1,) * (len(output_shape) - len(input_shape)) + tuple(input_shape)
@@ -209,11 +292,11 @@ def _index(idx: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, idx)) + "]"
 
 
-def _shape(shape: tuple) -> str:
+def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _num(v) -> str:
+def _num(v: complex | float) -> str:
     if isinstance(v, complex):
         return f"{v.real:.6g}{v.imag:+.6g}j"
     return f"{v:.6g}"

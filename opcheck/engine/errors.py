@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
+
+if TYPE_CHECKING:
+    from opcheck.engine.diagnostics import BlockMismatch
 
 
 class GradcheckError(_TorchGradcheckError):
@@ -17,7 +22,7 @@ class GradcheckError(_TorchGradcheckError):
       the full analytical and numerical blocks as tensors), else None
     """
 
-    def __init__(self, message: str, *, check: str = "", path: str = "", mismatch=None):
+    def __init__(self, message: str, *, check: str = "", path: str = "", mismatch: BlockMismatch | None = None):
         super().__init__(message)
         self.check = check
         self.path = path

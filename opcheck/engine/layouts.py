@@ -28,19 +28,20 @@ refused the way torch refuses it (make_dual cannot take a sparse tensor; MKLDNN 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, requires_grad
+from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, make_dual, requires_grad
+from opcheck.engine.diagnostics import JacobianMismatch
 
-_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 _ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
 
 
-def is_layout_input(t) -> bool:
+def is_layout_input(t: Any) -> bool:
     """A tensor that gradcheck checks through a dense stand-in (sparse or MKLDNN)."""
     return isinstance(t, torch.Tensor) and (t.layout in SPARSE_LAYOUTS or t.layout == MKLDNN)
 
@@ -48,13 +49,16 @@ def is_layout_input(t) -> bool:
 # ------------------------------------------------------------------------------------ patterns
 def _coo_positions(x: torch.Tensor) -> torch.Tensor:
     """Flat dense position of every element of x._values(), shaped like it."""
-    sparse_shape = x.shape[:x.sparse_dim()]
-    dense_numel = x._values()[0].numel() if x._nnz() else int(torch.Size(x.shape[x.sparse_dim():]).numel())
+    sparse_shape = x.shape[: x.sparse_dim()]
+    dense_numel = x._values()[0].numel() if x._nnz() else int(torch.Size(x.shape[x.sparse_dim() :]).numel())
     strides = torch.ones(len(sparse_shape), dtype=torch.long)
     for i in range(len(sparse_shape) - 2, -1, -1):
         strides[i] = strides[i + 1] * sparse_shape[i + 1]
-    sparse_flat = (x._indices().cpu() * strides.unsqueeze(1)).sum(0) if len(sparse_shape) else \
-        torch.zeros(x._nnz(), dtype=torch.long)
+    sparse_flat = (
+        (x._indices().cpu() * strides.unsqueeze(1)).sum(0)
+        if len(sparse_shape)
+        else torch.zeros(x._nnz(), dtype=torch.long)
+    )
     pos = sparse_flat.unsqueeze(1) * dense_numel + torch.arange(dense_numel).unsqueeze(0)
     return pos.reshape(x._values().shape)
 
@@ -70,8 +74,9 @@ def _compressed_positions(x: torch.Tensor) -> torch.Tensor:
     compressed, plain = _compressed_indices(x)
     n = x.values().numel()
     label = torch.arange(1, n + 1, dtype=torch.float64).reshape(x.values().shape)
-    probe = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), label, x.shape, layout=x.layout,
-                                            check_invariants=False)
+    probe = torch.sparse_compressed_tensor(
+        compressed.cpu(), plain.cpu(), label, x.shape, layout=x.layout, check_invariants=False
+    )
     flat = probe.to_dense().reshape(-1)
     where = torch.nonzero(flat).squeeze(1)
     pos = torch.empty(n, dtype=torch.long)
@@ -116,7 +121,7 @@ class _Pattern:
 def _coo_pattern(x: torch.Tensor) -> _Pattern:
     indices, values, size, coalesced = x._indices().detach(), x._values().detach(), x.shape, x.is_coalesced()
 
-    def build(v):
+    def build(v: torch.Tensor) -> torch.Tensor:
         return torch.sparse_coo_tensor(indices, v, size, is_coalesced=coalesced, check_invariants=False)
 
     pos = _coo_positions(x)
@@ -127,7 +132,7 @@ def _compressed_pattern(x: torch.Tensor) -> _Pattern:
     compressed, plain = _compressed_indices(x)
     size, layout = x.shape, x.layout
 
-    def build(v):
+    def build(v: torch.Tensor) -> torch.Tensor:
         return torch.sparse_compressed_tensor(compressed, plain, v, size, layout=layout, check_invariants=False)
 
     return _Pattern(build, x.values().detach(), _compressed_positions(x))
@@ -135,9 +140,9 @@ def _compressed_pattern(x: torch.Tensor) -> _Pattern:
 
 def _full_coo(x: torch.Tensor) -> torch.Tensor:
     """x's shape, sparse_dim and dense_dim, every sparse position specified (torch's densify)."""
-    ones = torch.ones(x.shape[:x.sparse_dim()], dtype=torch.int8, device=x.device)
+    ones = torch.ones(x.shape[: x.sparse_dim()], dtype=torch.int8, device=x.device)
     indices = ones.nonzero().t().to(dtype=x._indices().dtype)
-    values = torch.ones((ones.numel(), *x.shape[x.sparse_dim():]), dtype=x.dtype, device=x.device)
+    values = torch.ones((ones.numel(), *x.shape[x.sparse_dim() :]), dtype=x.dtype, device=x.device)
     return torch.sparse_coo_tensor(indices, values, x.shape, check_invariants=False)._coalesced_(True)
 
 
@@ -150,10 +155,12 @@ def _numerical_pattern(x: torch.Tensor, masked: bool) -> _Pattern:
     # torch densifies through COO, which cannot hold batch dimensions; the full pattern of a dense
     # tensor is the same one, batched or not.
     n_batch = x.crow_indices().dim() - 1 if x.layout in _ROW_COMPRESSED else x.ccol_indices().dim() - 1
-    blocksize = tuple(x.values().shape[n_batch + 1:n_batch + 3]) if x.layout in (torch.sparse_bsr, torch.sparse_bsc) \
-        else None
+    blocksize = (
+        tuple(x.values().shape[n_batch + 1 : n_batch + 3]) if x.layout in (torch.sparse_bsr, torch.sparse_bsc) else None
+    )
     full = torch.ones(x.shape, dtype=x.dtype, device=x.device).to_sparse(
-        layout=x.layout, blocksize=blocksize, dense_dim=x.dense_dim())
+        layout=x.layout, blocksize=blocksize, dense_dim=x.dense_dim()
+    )
     return _compressed_pattern(full)
 
 
@@ -170,12 +177,16 @@ class _StandIn:
         self.center = dense.clone()
         self.masked = masked
         self.pattern = None if original.layout == MKLDNN else _numerical_pattern(original, masked)
-        self.numerical_positions = None if self.pattern is None else sorted(
-            set(self.pattern.positions.reshape(-1).tolist()))
+        self.numerical_positions = (
+            None if self.pattern is None else sorted(set(self.pattern.positions.reshape(-1).tolist()))
+        )
         self.specified = None  # per dense position (flat), whether the input as given specifies it
         if self.pattern is not None:
-            own = _coo_positions(original.detach()) if original.layout == torch.sparse_coo else \
-                _compressed_positions(original.detach())
+            own = (
+                _coo_positions(original.detach())
+                if original.layout == torch.sparse_coo
+                else _compressed_positions(original.detach())
+            )
             mask = torch.zeros(original.numel(), dtype=torch.bool)
             mask[own.reshape(-1)] = True
             self.specified = mask.tolist()
@@ -204,12 +215,13 @@ class _StandIn:
             vec = torch.sparse_coo_tensor(x._indices().cpu(), vals, x.size(), check_invariants=False)
         else:
             compressed, plain = _compressed_indices(x)
-            vec = torch.sparse_compressed_tensor(compressed.cpu(), plain.cpu(), vals, x.size(), layout=x.layout,
-                                                  check_invariants=False)
+            vec = torch.sparse_compressed_tensor(
+                compressed.cpu(), plain.cpu(), vals, x.size(), layout=x.layout, check_invariants=False
+            )
         return vec.to_dense().reshape(-1).to(x.device)
 
 
-def _flat(index: tuple[int, ...], shape) -> int:
+def _flat(index: tuple[int, ...], shape: Sequence[int]) -> int:
     flat = 0
     for i, size in zip(index, shape):
         flat = flat * size + i
@@ -228,38 +240,45 @@ class _FromDense(torch.autograd.Function):
     """stand-in (dense) -> the layout tensor; backward: the gradient's to_dense()."""
 
     @staticmethod
-    def forward(ctx, dense, stand_in):
+    def forward(ctx: Any, dense: torch.Tensor, stand_in: _StandIn) -> torch.Tensor:
         ctx.set_materialize_grads(False)
         return stand_in.at(dense)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor | None) -> tuple[torch.Tensor | None, None]:
         if grad is None:
             return None, None
         return (grad.to_dense() if grad.layout != torch.strided else grad), None
 
 
+def _from_dense(dense: torch.Tensor, stand_in: _StandIn) -> torch.Tensor:
+    out: torch.Tensor = _FromDense.apply(dense, stand_in)  # type: ignore[no-untyped-call]
+    return out
+
+
 class LayoutInputs:
     """The stand-ins of one gradcheck call's sparse and MKLDNN inputs that require grad."""
 
-    def __init__(self, inputs: tuple, masked: bool):
-        self.stand_ins = {i: _StandIn(i, a, bool(masked)) for i, a in enumerate(inputs)
-                          if requires_grad(a) and is_layout_input(a)}
+    def __init__(self, inputs: tuple[Any, ...], masked: bool):
+        self.stand_ins = {
+            i: _StandIn(i, a, bool(masked)) for i, a in enumerate(inputs) if requires_grad(a) and is_layout_input(a)
+        }
         self.inputs = tuple(self.stand_ins[i].dense if i in self.stand_ins else a for i, a in enumerate(inputs))
         self._by_id = {id(s.dense): s for s in self.stand_ins.values()}
 
     def __bool__(self) -> bool:
         return bool(self.stand_ins)
 
-    def wrap(self, func: Callable) -> Callable:
+    def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
         """func as a function of the stand-ins."""
         stand_ins = self.stand_ins
 
-        def with_layouts(*args):
-            return func(*(_FromDense.apply(a, stand_ins[i]) if i in stand_ins else a for i, a in enumerate(args)))
+        def with_layouts(*args: Any) -> Any:
+            return func(*(_from_dense(a, stand_ins[i]) if i in stand_ins else a for i, a in enumerate(args)))
+
         return with_layouts
 
-    def random_vector(self, t: torch.Tensor, generator: torch.Generator, downcast_complex: bool):
+    def random_vector(self, t: torch.Tensor, generator: torch.Generator, downcast_complex: bool) -> torch.Tensor | None:
         """fast mode's direction for a stand-in (torch's, for its layout), or None for other tensors."""
         s = self._by_id.get(id(t))
         return None if s is None else s.random_vector(generator, downcast_complex)
@@ -271,7 +290,7 @@ class LayoutInputs:
             return None
         return s.numerical_positions
 
-    def hint(self, t: torch.Tensor, mismatch) -> str | None:
+    def hint(self, t: torch.Tensor, mismatch: JacobianMismatch) -> str | None:
         """What a mismatch of a stand-in's entries says about the layout's semantics."""
         s = self._by_id.get(id(t))
         if s is None or s.specified is None or not mismatch.worst:
@@ -279,16 +298,22 @@ class LayoutInputs:
         where = [s.specified[_flat(e.input_index, t.shape)] for e in mismatch.worst]
         layout = str(s.original.layout).replace("torch.", "")
         if not any(where) and all(e.analytical == 0 for e in mismatch.worst) and not s.masked:
-            return (f"{mismatch.input_name} is a {layout} tensor checked with masked=False, where its unspecified "
-                    "positions count too; the entries above are all unspecified, and backward returns zero there "
-                    "(a gradient masked to the input's pattern). If those are the op's semantics, check it with "
-                    "masked=True.")
+            return (
+                f"{mismatch.input_name} is a {layout} tensor checked with masked=False, where its unspecified "
+                "positions count too; the entries above are all unspecified, and backward returns zero there "
+                "(a gradient masked to the input's pattern). If those are the op's semantics, check it with "
+                "masked=True."
+            )
         if not any(where) and s.masked:
-            return (f"{mismatch.input_name} is a {layout} tensor checked with masked=True: the entries above are "
-                    "at unspecified positions, where the numerical gradient is zero, but backward returns values "
-                    "there. If the op's gradient is meant to be dense, check it with masked=False.")
-        return (f"{mismatch.input_name} is a {layout} tensor; entries are indexed by dense position, "
-                f"{sum(where)} of the {len(where)} above are specified elements.")
+            return (
+                f"{mismatch.input_name} is a {layout} tensor checked with masked=True: the entries above are "
+                "at unspecified positions, where the numerical gradient is zero, but backward returns values "
+                "there. If the op's gradient is meant to be dense, check it with masked=False."
+            )
+        return (
+            f"{mismatch.input_name} is a {layout} tensor; entries are indexed by dense position, "
+            f"{sum(where)} of the {len(where)} above are specified elements."
+        )
 
     def refuse_forward_ad(self) -> None:
         """Raise what torch raises for these inputs in a forward-mode AD check."""
@@ -296,7 +321,8 @@ class LayoutInputs:
             if s.original.layout == MKLDNN:
                 raise ValueError("MKLDNN inputs are not support for forward AD gradcheck.")
             with fwAD.dual_level():  # torch's own refusal: make_dual does not take these layouts
-                fwAD.make_dual(s.original.detach(), torch.zeros_like(s.original))
+                make_dual(s.original.detach(), torch.zeros_like(s.original))
         raise NotImplementedError(
             f"Forward-mode AD with {next(iter(self.stand_ins.values())).original.layout} inputs is not "
-            "supported by this check.")
+            "supported by this check."
+        )

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
+import corpus
 import pytest
+import scale_mutants
+import test_differential
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -15,12 +18,11 @@ from opcheck.engine.auto import ProjectionMismatch
 from opcheck.engine.batching import vmap_batching
 from opcheck.engine.diagnostics import JacobianMismatch
 
-import corpus
-import scale_mutants
-import test_differential
-
 MUTANTS = {m.id: m for m in scale_mutants.MUTANTS}
-FIRST_LINE = r"^(While considering .* only, )?Jacobian (computed with forward mode )?mismatch for output \d+ with respect to input \d+,"
+FIRST_LINE = (
+    r"^(While considering .* only, )?Jacobian (computed with forward mode )?mismatch for output \d+ with respect to "
+    r"input \d+,"
+)
 
 
 def _report(m, fn, **kw):
@@ -86,8 +88,9 @@ def test_complex_beyond_budget_is_projected_on_real_views(m):
     assert isinstance(wrong.mismatch, ProjectionMismatch), wrong.message
     assert "checked as torch.view_as_real" in wrong.message
     for r in (wrong, right):
-        assert r.stats.auto_paths and all(p.startswith("projected") and p.endswith("; complex as view_as_real)")
-                                          for p in r.stats.auto_paths), r.stats.auto_paths
+        assert r.stats.auto_paths and all(
+            p.startswith("projected") and p.endswith("; complex as view_as_real)") for p in r.stats.auto_paths
+        ), r.stats.auto_paths
     # the wrong elements are the last 7 of the last row, whichever part shows them
     entries = [e.output_index for e in wrong.mismatch.worst if e.output_index is not None]
     assert all(e[:2] in {(63, c) for c in range(57, 64)} for e in entries), entries
@@ -112,6 +115,7 @@ def test_no_full_jacobian_beyond_budget(monkeypatch, mid):
         def f(*a, **k):
             calls.append(name)
             raise AssertionError(f"{name} called beyond the budget")
+
         return f
 
     for name in ("numerical_jacobian", "analytical_vjp_jacobian", "analytical_jvp_jacobian", "full_check"):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import corpus
 import pytest
 import torch
 
-import corpus
 import opcheck
-from opcheck.engine import api
 import opcheck.engine.batching as batching
+from opcheck.engine import api
 from opcheck.engine._util import as_tuple
+from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
 from opcheck.engine.batching import Evaluator, adaptive_clock, batching_clock
-from opcheck.engine.core import CheckContext, analytical_jvp_jacobian, analytical_vjp_jacobian, numerical_jacobian
+from opcheck.engine.context import CheckContext
+from opcheck.engine.flags import CheckFlags
+from opcheck.engine.numerical import numerical_jacobian
 
 
 class _Ticks:
@@ -63,21 +66,25 @@ def _x(*shape, seed=0, dtype=torch.float64):
 
 def _flattened(fn):
     """fn with nested tuple outputs (torch.max with dim) flattened into one tuple of tensors."""
+
     def wrapped(*args):
         out = as_tuple(fn(*args))
         return tuple(t for o in out for t in (o if isinstance(o, tuple) else (o,)))
+
     return wrapped
 
 
 def _ctx(batch: bool, budget: int = batching.DEFAULT_MEMORY_BUDGET) -> CheckContext:
-    return CheckContext(eps=1e-6, atol=1e-5, rtol=1e-3, nondet_tol=0.0, check_grad_dtypes=False,
-                        evaluator=Evaluator(batch=batch, memory_budget=budget, adaptive=False))
+    return CheckContext(CheckFlags(), Evaluator(batch=batch, memory_budget=budget, adaptive=False))
 
 
 FUNCS = {
     "matmul_sin": (lambda a, b: (a @ b).sin(), lambda: (_x(3, 4, seed=1), _x(4, 2, seed=2))),
     "softmax_noncontig": (lambda a: torch.softmax(a, 0), lambda: (_x(5, 3, seed=3).detach().t().requires_grad_(),)),
-    "complex_in": (lambda z: (z * z.conj()).real * z.abs(), lambda: (_x(8, seed=4).to(torch.complex128).detach().requires_grad_(),)),
+    "complex_in": (
+        lambda z: (z * z.conj()).real * z.abs(),
+        lambda: (_x(8, seed=4).to(torch.complex128).detach().requires_grad_(),),
+    ),
     "multi_out": (lambda a: (a.exp(), a.max(dim=0)), lambda: (_x(3, 3, seed=5),)),
 }
 
@@ -117,7 +124,7 @@ def test_full_mode_uses_a_few_batched_calls_not_two_per_element():
     report = opcheck.gradcheck_report(torch.tanh, (x,))
     assert report.passed
     # torch's slow mode makes 2 * 256 forward calls and 2 * 256 backward calls here. Beyond 64
-    # columns the first batches are a pilot of 8 and larger ones (batching._Schedule); the
+    # columns the first batches are a pilot of 8 and larger ones (batching.Schedule); the
     # reentrancy pass repeats the first pass's batches.
     assert report.stats.calls < 10 and report.stats.batched_calls <= 3
     assert report.stats.vjp_calls < 10 and report.stats.batched_vjp_calls <= 6
@@ -169,10 +176,13 @@ def test_data_dependent_function_falls_back():
     assert report.passed and report.stats.fallbacks
 
 
-@pytest.mark.parametrize("clock", [pytest.param(_Ticks, id="kept"),
-                                   pytest.param(lambda: _Spans(batched=1.0, plain=1e-6), id="judged_slower")])
-@pytest.mark.parametrize("case", [c for c in corpus.CASES if c.checker == "gradcheck" and c.expected in (True, False)],
-                         ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "clock",
+    [pytest.param(_Ticks, id="kept"), pytest.param(lambda: _Spans(batched=1.0, plain=1e-6), id="judged_slower")],
+)
+@pytest.mark.parametrize(
+    "case", [c for c in corpus.CASES if c.checker == "gradcheck" and c.expected in (True, False)], ids=lambda c: c.id
+)
 def test_batching_never_changes_a_verdict(case, clock):
     # Under the second clock batching looks slower than the loop, so it is dropped midway and the
     # verdict comes from batched and looped parts mixed.
@@ -224,10 +234,11 @@ def test_all_inputs_share_one_vmapped_call():
 
 @pytest.mark.parametrize("fuse_max", [batching.FUSE_MAX_COLUMNS, 1])  # 1: one call per input
 def test_fused_inputs_of_different_sizes_and_dtypes_equal_the_loop(fuse_max, monkeypatch):
-    monkeypatch.setattr(batching, "FUSE_MAX_COLUMNS", fuse_max)
+    monkeypatch.setattr(batching.settings, "FUSE_MAX_COLUMNS", fuse_max)
 
     def fn(x, n, y, z):
         return (x.sum() * y.double() + n, z.expand(3, 2) * y.double())
+
     inputs = (_x(5, seed=1), 7, _x(3, 2, seed=2, dtype=torch.float32), _x(2, seed=3))
     outputs = fn(*inputs)
     batched, loop = _ctx(True, 256), _ctx(False)  # 256 bytes: several chunks, cutting through inputs
@@ -358,8 +369,10 @@ def test_a_pilot_batch_decides_before_a_large_batch_runs():
     with batching_clock(_Spans(batched=1.6e-3, plain=1e-5)):
         report = opcheck.gradcheck_report(torch.sin, (x,))
     assert report.passed
-    assert report.stats.fallbacks[:2] == ["forward: slower than the loop (200 us vs 20 us per column)",
-                                          "vjp: slower than the loop (200 us vs 10 us per column)"]
+    assert report.stats.fallbacks[:2] == [
+        "forward: slower than the loop (200 us vs 20 us per column)",
+        "vjp: slower than the loop (200 us vs 10 us per column)",
+    ]
     assert report.stats.batched_calls == 1 and report.stats.batched_vjp_calls == 1
     assert report.stats.calls == 1 + 2 * 256  # the probe, then every column in the loop
 
@@ -377,7 +390,7 @@ def test_a_batch_that_grows_is_timed_until_it_is_full_size():
 
 
 def test_a_batch_grows_by_the_factor_it_undercuts_the_loop():
-    schedule = batching._Schedule(1000, 400)
+    schedule = batching.Schedule(1000, 400)
     sizes = []
     for start, stop, timed in schedule:
         sizes.append((stop - start, timed))
@@ -412,14 +425,14 @@ def test_the_reentrancy_pass_repeats_the_first_passs_batches(monkeypatch):
     # Kernels for other batch sizes may round otherwise (baddbmm's complex backward in OpInfo):
     # the second pass must use the first one's batches, the pilot's included.
     sizes = []
-    vjp = Evaluator._vjp
+    vjp = Evaluator.vjp
 
     def recording(self, output, diff_inputs, grad_output, batched=False):
         if batched:
             sizes.append(grad_output.shape[0])
         return vjp(self, output, diff_inputs, grad_output, batched)
 
-    monkeypatch.setattr(Evaluator, "_vjp", recording)
+    monkeypatch.setattr(Evaluator, "vjp", recording)
     assert opcheck.gradcheck(torch.sin, (_x(16, 16),))
     half = len(sizes) // 2
     assert len(sizes) == 2 * half and sizes[:half] == sizes[half:] and sizes[0] == batching.PILOT_COLUMNS

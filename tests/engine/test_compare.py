@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from opcheck.engine import core
+from opcheck.engine import compare
 
 
 def _blocks(kind: str):
@@ -37,10 +37,11 @@ def _blocks(kind: str):
     return a, n
 
 
-@pytest.mark.parametrize("kind", ["equal", "within", "one entry", "inf in expected", "inf both", "nan",
-                                  "transposed view", "complex"])
+@pytest.mark.parametrize(
+    "kind", ["equal", "within", "one entry", "inf in expected", "inf both", "nan", "transposed view", "complex"]
+)
 @pytest.mark.parametrize("chunk", [1 << 16, 64])
 def test_banded_comparison_agrees_with_allclose(kind, chunk, monkeypatch):
-    monkeypatch.setattr(core, "_COMPARE_CHUNK", chunk)
+    monkeypatch.setattr(compare, "_COMPARE_CHUNK", chunk)
     a, n = _blocks(kind)
-    assert core.allclose_promoted(a, n, 1e-3, 1e-5) == bool(torch.allclose(a, n, 1e-3, 1e-5))
+    assert compare.allclose_promoted(a, n, 1e-3, 1e-5) == bool(torch.allclose(a, n, 1e-3, 1e-5))

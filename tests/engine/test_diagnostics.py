@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import re
 
+import corpus
 import pytest
 import torch
 from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
-import corpus
 import opcheck
 from opcheck import GradcheckError
-
 
 
 def _x(*shape, seed=0, dtype=torch.float64):
@@ -151,8 +150,14 @@ def test_fwd_over_rev_path_is_named():
 
     x = _x(3)
     assert opcheck.gradcheck(WrongSecondJvp.apply, (x,))
-    err = _fail(opcheck.gradgradcheck, WrongSecondJvp.apply, (x,), check_fwd_over_rev=True, check_rev_over_rev=False,
-                check_undefined_grad=False)
+    err = _fail(
+        opcheck.gradgradcheck,
+        WrongSecondJvp.apply,
+        (x,),
+        check_fwd_over_rev=True,
+        check_rev_over_rev=False,
+        check_undefined_grad=False,
+    )
     assert err.path == "JVP of VJP" and err.check == "forward AD"
 
 

@@ -22,14 +22,12 @@ import re
 import warnings
 from types import SimpleNamespace
 
+import corpus
 import pytest
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-
-import corpus
-
 
 CASES = corpus.CASES
 
@@ -106,9 +104,8 @@ def test_same_verdict_as_torch(case, mode):
     reference = run_case(TORCH, case, mode)
     candidate = run_case(OPCHECK, case, mode)
 
-    assert reference.verdict == expected, (
-        f"corpus expectation for {case.id} [{mode}] is {expected!r} but "
-        + _describe(TORCH, reference)
+    assert reference.verdict == expected, f"corpus expectation for {case.id} [{mode}] is {expected!r} but " + _describe(
+        TORCH, reference
     )
     assert candidate.verdict == reference.verdict, (
         f"{case.id} [{mode}]: " + _describe(OPCHECK, candidate) + " vs " + _describe(TORCH, reference)
@@ -121,9 +118,7 @@ def test_same_verdict_as_torch(case, mode):
             )
 
 
-@pytest.mark.parametrize(
-    "case, mode", _params(CASES, lambda case, mode: case.expected_for(mode) is not True)
-)
+@pytest.mark.parametrize("case, mode", _params(CASES, lambda case, mode: case.expected_for(mode) is not True))
 def test_raise_exception_false(case, mode):
     """With raise_exception=False a GradcheckError failure becomes a False return,
     while any other exception still propagates unchanged."""
@@ -131,9 +126,7 @@ def test_raise_exception_false(case, mode):
     reference = run_case(TORCH, case, mode, raise_exception=False)
     candidate = run_case(OPCHECK, case, mode, raise_exception=False)
     assert reference.verdict == expected, _describe(TORCH, reference)
-    assert candidate.verdict == expected, (
-        _describe(OPCHECK, candidate) + " vs " + _describe(TORCH, reference)
-    )
+    assert candidate.verdict == expected, _describe(OPCHECK, candidate) + " vs " + _describe(TORCH, reference)
 
 
 # ---------------------------------------------------------------------------

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import corpus
 import pytest
+import test_differential
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-from opcheck.engine import api, fused
-
-import corpus
-import test_differential
+from opcheck.engine import api, fused, fused_backward
 
 AUTO = SimpleNamespace(
     name="opcheck auto",
@@ -73,8 +72,9 @@ def test_one_batched_backward_and_no_plain_forward_probe():
 
 
 def test_forward_ad_columns_and_finite_differences_share_one_call():
-    r = opcheck.gradcheck_report(torch.sin, (_x(4, 3),), fast_mode="auto", check_forward_ad=True,
-                                 check_backward_ad=False)
+    r = opcheck.gradcheck_report(
+        torch.sin, (_x(4, 3),), fast_mode="auto", check_forward_ad=True, check_backward_ad=False
+    )
     assert r.passed and r.stats.fused
     assert r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1 and r.stats.batched_calls == 0
 
@@ -85,9 +85,15 @@ def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch)
     def not_needed(*args, **kwargs):
         raise AssertionError("the legacy-vmap columns already compared vmapped and one-at-a-time JVPs")
 
-    monkeypatch.setattr(aux_checks, "test_batched_grad_forward_ad", not_needed)
-    r = opcheck.gradcheck_report(torch.sin, (_x(4, 3),), fast_mode="auto", check_forward_ad=True,
-                                 check_backward_ad=False, check_batched_forward_grad=True)
+    monkeypatch.setattr(aux_checks, "check_batched_grad_forward_ad", not_needed)
+    r = opcheck.gradcheck_report(
+        torch.sin,
+        (_x(4, 3),),
+        fast_mode="auto",
+        check_forward_ad=True,
+        check_backward_ad=False,
+        check_batched_forward_grad=True,
+    )
     assert r.passed and r.stats.fused, r.stats.fallbacks
     assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1
 
@@ -124,15 +130,19 @@ def _sin_wrong_tail(name: str, *, backward_wrong=lambda g: False, jvp_wrong=lamb
         return _one_percent_off_at_the_tail(t * ctx.x.cos(), jvp_wrong(t))
 
     methods = dict(forward=forward, setup_context=setup_context, backward=backward, jvp=jvp)
-    return type(name, (torch.autograd.Function,), {"generate_vmap_rule": vmappable,
-                                                   **{k: staticmethod(f) for k, f in methods.items()}})
+    return type(
+        name,
+        (torch.autograd.Function,),
+        {"generate_vmap_rule": vmappable, **{k: staticmethod(f) for k, f in methods.items()}},
+    )
 
 
 SinPlainBackwardWrongTail = _sin_wrong_tail("SinPlainBackwardWrongTail", backward_wrong=lambda g: not _is_batched(g))
 SinBatchedBackwardWrongTail = _sin_wrong_tail("SinBatchedBackwardWrongTail", backward_wrong=_is_batched)
 # Right one tangent at a time and under torch.func.vmap; wrong under the legacy vmap.
-SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail("SinJvpWrongTailUnderLegacyVmap",
-                                                 jvp_wrong=torch._C._functorch.is_legacy_batchedtensor)
+SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail(
+    "SinJvpWrongTailUnderLegacyVmap", jvp_wrong=torch._C._functorch.is_legacy_batchedtensor
+)
 
 
 def test_a_jvp_wrong_under_the_legacy_vmap_fails_the_batched_forward_check():
@@ -147,8 +157,9 @@ def test_a_jvp_wrong_under_the_legacy_vmap_fails_the_batched_forward_check():
 
 
 def test_both_modes_in_one_call_share_the_finite_differences():
-    r = opcheck.gradcheck_report(torch.mul, (_x(3, 4), _x(3, 4, seed=1)), fast_mode="auto",
-                                 check_forward_ad=True, check_batched_grad=True)
+    r = opcheck.gradcheck_report(
+        torch.mul, (_x(3, 4), _x(3, 4, seed=1)), fast_mode="auto", check_forward_ad=True, check_batched_grad=True
+    )
     assert r.passed and r.stats.fused and r.stats.auto_paths == ["full", "full"]
     assert r.stats.batched_calls == 0 and r.stats.batched_jvp_calls == 1
 
@@ -176,10 +187,13 @@ def test_a_batched_only_backward_bug_fails_the_batched_gradient_check_only():
     assert not r.passed and r.check == "batched backward", r.message
 
 
-@pytest.mark.parametrize("make", [
-    lambda: (torch.complex(_x(3), _x(3, seed=1)),),  # complex input
-    lambda: (_x(0, 3),),  # empty
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (torch.complex(_x(3), _x(3, seed=1)),),  # complex input
+        lambda: (_x(0, 3),),  # empty
+    ],
+)
 def test_what_the_fused_pass_does_not_take_runs_step_by_step(make):
     f = (lambda z: (z * z).real) if make()[0].is_complex() else torch.sin
     r = opcheck.gradcheck_report(f, make(), fast_mode="auto", check_forward_ad=True)
@@ -252,10 +266,12 @@ class AddWrongWithUndefinedTangent(torch.autograd.Function):
 
 def test_undefined_tangent_check_uses_the_fused_columns_and_still_fails():
     args = (_x(3, 2), _x(3, 2, seed=1))
-    r = opcheck.gradcheck_report(AddWrongWithUndefinedTangent.apply, args, fast_mode="auto",
-                                 check_forward_ad=True, check_backward_ad=False)
-    assert not r.passed and r.message.startswith("Mismatch in tangent values for output with index: 0 when input: "
-                                                 "input 1 has an undefined tangent value."), r.message
+    r = opcheck.gradcheck_report(
+        AddWrongWithUndefinedTangent.apply, args, fast_mode="auto", check_forward_ad=True, check_backward_ad=False
+    )
+    assert not r.passed and r.message.startswith(
+        "Mismatch in tangent values for output with index: 0 when input: input 1 has an undefined tangent value."
+    ), r.message
     assert any(f.startswith("fused: undefined tangent") for f in r.stats.fallbacks), r.stats.fallbacks
     right = opcheck.gradcheck_report(torch.add, args, fast_mode="auto", check_forward_ad=True, check_backward_ad=False)
     assert right.passed and right.stats.fused
@@ -263,21 +279,21 @@ def test_undefined_tangent_check_uses_the_fused_columns_and_still_fails():
 
 def test_many_rows_come_from_torch_func_and_a_wrong_batching_rule_is_not_trusted(monkeypatch):
     legacy_calls = []
-    real_legacy, real_functorch = fused._legacy_rows, fused._functorch_rows
-    monkeypatch.setattr(fused, "_legacy_rows", lambda *a: legacy_calls.append(1) or real_legacy(*a))
+    real_legacy, real_functorch = fused_backward.legacy_rows, fused_backward.functorch_rows
+    monkeypatch.setattr(fused_backward, "legacy_rows", lambda *a: legacy_calls.append(1) or real_legacy(*a))
     x = _x(8, 8)  # 64 rows >= FUNCTORCH_ROWS, 4096 entries: the full check
     r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto")
     assert r.passed and r.stats.fused and not legacy_calls
 
     # A batching rule that is off (torch.func's vmap over cdist's backward is, where rows differ):
     # the plain gradient disagrees with its row, and the legacy rows decide.
-    monkeypatch.setattr(fused, "_functorch_rows", lambda *a: tuple(g + 1e-3 for g in real_functorch(*a)))
+    monkeypatch.setattr(fused_backward, "functorch_rows", lambda *a: tuple(g + 1e-3 for g in real_functorch(*a)))
     r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto")
     assert r.passed and r.stats.fused and legacy_calls
     assert "fused: torch.func's batched backward differs from the plain one" in r.stats.fallbacks
 
     # With the batched-gradient check on, the legacy vmap is still what that check tests.
     legacy_calls.clear()
-    monkeypatch.setattr(fused, "_functorch_rows", real_functorch)
+    monkeypatch.setattr(fused_backward, "functorch_rows", real_functorch)
     r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", check_batched_grad=True)
     assert r.passed and r.stats.fused and len(legacy_calls) == 1

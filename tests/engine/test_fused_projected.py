@@ -7,30 +7,30 @@ verdict and first line; each bug that only one of its comparisons sees must stil
 
 from __future__ import annotations
 
+import corpus
 import pytest
+import test_differential
 import torch
+from test_fused import AUTO, AddWrongWithUndefinedTangent, _is_batched, _sin_wrong_tail, _x, passing_corpus_reports
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-from opcheck.engine import api, aux_checks, core, fused
-
-import corpus
-import test_differential
-from test_fused import AUTO, AddWrongWithUndefinedTangent, _is_batched, _sin_wrong_tail, _x, passing_corpus_reports
-
+from opcheck.engine import api, aux_checks, context, fused
 
 # The batching mutants of test_fused, with torch.func.vmap support (the pass's vmapped calls need it).
-SinPlainBackwardWrongTail = _sin_wrong_tail("SinPlainBackwardWrongTail", backward_wrong=lambda g: not _is_batched(g),
-                                            vmappable=True)
+SinPlainBackwardWrongTail = _sin_wrong_tail(
+    "SinPlainBackwardWrongTail", backward_wrong=lambda g: not _is_batched(g), vmappable=True
+)
 SinBatchedBackwardWrongTail = _sin_wrong_tail("SinBatchedBackwardWrongTail", backward_wrong=_is_batched, vmappable=True)
-SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail("SinJvpWrongTailUnderLegacyVmap", vmappable=True,
-                                                 jvp_wrong=torch._C._functorch.is_legacy_batchedtensor)
+SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail(
+    "SinJvpWrongTailUnderLegacyVmap", vmappable=True, jvp_wrong=torch._C._functorch.is_legacy_batchedtensor
+)
 
 
 @pytest.fixture
 def projections_everywhere(monkeypatch):
     """Every auto call within the budget takes the projections' pass first."""
-    monkeypatch.setattr(core, "FULL_CHECK_ELEMENTS", 0)
+    monkeypatch.setattr(context, "FULL_CHECK_ELEMENTS", 0)
 
 
 def _without_fused_passes(monkeypatch):
@@ -61,8 +61,9 @@ def test_a_torch_fast_mode_sized_handful_of_calls():
     # batched backward; the random cotangent twice in a plain one. No plain forward call.
     assert (r.stats.batched_jvp_calls, r.stats.batched_vjp_calls, r.stats.vjp_calls) == (1, 1, 2)
     assert r.stats.calls == r.stats.batched_calls == r.stats.jvp_calls == 0
-    r = opcheck.gradcheck_report(torch.sin, (_x(32, 32),), fast_mode="auto", check_forward_ad=True,
-                                 check_backward_ad=False)
+    r = opcheck.gradcheck_report(
+        torch.sin, (_x(32, 32),), fast_mode="auto", check_forward_ad=True, check_backward_ad=False
+    )
     assert r.passed and r.stats.fused  # forward AD checked: one plain JVP ties the batched rows
     assert (r.stats.batched_jvp_calls, r.stats.jvp_calls, r.stats.vjp_calls) == (1, 1, 0)
 
@@ -71,7 +72,7 @@ def test_the_batched_forward_check_is_the_legacy_rows_probed_densely(monkeypatch
     def not_needed(*args, **kwargs):
         raise AssertionError("the legacy-vmap rows already compared vmapped and one-at-a-time JVPs")
 
-    monkeypatch.setattr(aux_checks, "test_batched_grad_forward_ad", not_needed)
+    monkeypatch.setattr(aux_checks, "check_batched_grad_forward_ad", not_needed)
     flags = dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)
     r = opcheck.gradcheck_report(torch.sin, (_x(32, 32),), fast_mode="auto", **flags)
     assert r.passed and r.stats.fused, r.stats.fallbacks
@@ -83,17 +84,25 @@ SinBackwardWrongTail = _sin_wrong_tail("SinBackwardWrongTail", backward_wrong=la
 SinJvpWrongTail = _sin_wrong_tail("SinJvpWrongTail", jvp_wrong=lambda t: True, vmappable=True)
 
 
-@pytest.mark.parametrize("mutant, flags, check, fallback", [
-    # backward wrong, jvp right: the VJP stage; within the budget the full check then names the entry
-    (SinBackwardWrongTail, {}, "backward", "VJP stage"),
-    # jvp wrong: the JVP stage, entrywise against finite differences
-    (SinJvpWrongTail, dict(check_forward_ad=True, check_backward_ad=False), "forward AD", "J·U"),
-    # a plain backward that batching hides: its random row disagrees with the plain backward
-    (SinPlainBackwardWrongTail, {}, "backward", "batched and plain gradients differ"),
-    (SinBatchedBackwardWrongTail, dict(check_batched_grad=True), "batched backward", "batched and plain"),
-    (SinJvpWrongTailUnderLegacyVmap, dict(check_forward_ad=True, check_backward_ad=False,
-                                          check_batched_forward_grad=True), "batched forward AD", "batched JVP"),
-], ids=["vjp", "jvp", "plain-backward", "batched-backward", "legacy-vmap-jvp"])
+@pytest.mark.parametrize(
+    "mutant, flags, check, fallback",
+    [
+        # backward wrong, jvp right: the VJP stage; within the budget the full check then names the entry
+        (SinBackwardWrongTail, {}, "backward", "VJP stage"),
+        # jvp wrong: the JVP stage, entrywise against finite differences
+        (SinJvpWrongTail, dict(check_forward_ad=True, check_backward_ad=False), "forward AD", "J·U"),
+        # a plain backward that batching hides: its random row disagrees with the plain backward
+        (SinPlainBackwardWrongTail, {}, "backward", "batched and plain gradients differ"),
+        (SinBatchedBackwardWrongTail, dict(check_batched_grad=True), "batched backward", "batched and plain"),
+        (
+            SinJvpWrongTailUnderLegacyVmap,
+            dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True),
+            "batched forward AD",
+            "batched JVP",
+        ),
+    ],
+    ids=["vjp", "jvp", "plain-backward", "batched-backward", "legacy-vmap-jvp"],
+)
 def test_each_comparison_catches_its_bug_and_the_full_check_reports_it(mutant, flags, check, fallback):
     x = _x(16, 16)  # 65536 entries: the projections' pass first, the full check within the budget
     r = opcheck.gradcheck_report(mutant.apply, (x,), fast_mode="auto", **flags)
@@ -107,8 +116,12 @@ def test_each_comparison_catches_its_bug_and_the_full_check_reports_it(mutant, f
         torch.autograd.gradcheck(mutant.apply, (x,), fast_mode=False, **flags)
 
 
-FLAG_SETS = [{}, dict(check_batched_grad=True), dict(check_forward_ad=True, check_batched_forward_grad=True),
-             dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)]
+FLAG_SETS = [
+    {},
+    dict(check_batched_grad=True),
+    dict(check_forward_ad=True, check_batched_forward_grad=True),
+    dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True),
+]
 
 
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: ",".join(f) or "default")
@@ -120,8 +133,9 @@ def test_the_twin_passes_on_the_pass(flags):
 def test_a_batching_bug_fails_only_the_check_that_asks_for_batching():
     x = _x(16, 16)
     assert opcheck.gradcheck_report(SinBatchedBackwardWrongTail.apply, (x,), fast_mode="auto").passed
-    assert opcheck.gradcheck_report(SinJvpWrongTailUnderLegacyVmap.apply, (x,), fast_mode="auto",
-                                    check_forward_ad=True).passed
+    assert opcheck.gradcheck_report(
+        SinJvpWrongTailUnderLegacyVmap.apply, (x,), fast_mode="auto", check_forward_ad=True
+    ).passed
 
 
 def test_beyond_the_budget_the_step_by_step_projections_decide():
@@ -136,8 +150,9 @@ def test_undefined_tangent_rows_ride_in_the_vmapped_call():
     args = (_x(16, 16), _x(16, 16, seed=1))
     flags = dict(check_forward_ad=True, check_backward_ad=False)
     r = opcheck.gradcheck_report(AddWrongWithUndefinedTangent.apply, args, fast_mode="auto", **flags)
-    assert not r.passed and r.message.startswith("Mismatch in tangent values for output with index: 0 when input: "
-                                                 "input 1 has an undefined tangent value."), r.message
+    assert not r.passed and r.message.startswith(
+        "Mismatch in tangent values for output with index: 0 when input: input 1 has an undefined tangent value."
+    ), r.message
     assert any(f.startswith("projected: undefined tangent") for f in r.stats.fallbacks), r.stats.fallbacks
     right = opcheck.gradcheck_report(torch.add, args, fast_mode="auto", **flags)
     assert right.passed and right.stats.fused and right.stats.jvp_calls == 1  # the tie; no undefined-tangent call

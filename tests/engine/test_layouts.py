@@ -3,13 +3,12 @@ test_differential.py against torch): the hints, the positions perturbed, the sec
 
 from __future__ import annotations
 
+import corpus
 import pytest
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-
-import corpus
 
 
 def _coo(seed=0, shape=(6, 5), density=0.3):
@@ -45,8 +44,13 @@ def test_only_the_numerical_pattern_is_perturbed(masked):
     # stand-in's other positions have zero columns and cost no call.
     x = _coo(seed=4, shape=(8, 8), density=0.2)
     nnz = x.detach().coalesce()._nnz()
-    report = opcheck.gradcheck_report(lambda s: s.to_dense(masked_grad=masked), (x,), masked=masked,
-                                      check_batched_grad=False, check_undefined_grad=False)
+    report = opcheck.gradcheck_report(
+        lambda s: s.to_dense(masked_grad=masked),
+        (x,),
+        masked=masked,
+        check_batched_grad=False,
+        check_undefined_grad=False,
+    )
     assert report.passed, report.message
     perturbed = nnz if masked else x.numel()
     assert 2 * perturbed <= report.stats.calls <= 2 * perturbed + 4

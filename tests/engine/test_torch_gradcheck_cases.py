@@ -40,10 +40,10 @@ TestAutogradForwardMode.test_metadata_check_checks_ignores_size_zero.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import product
-from typing import Callable
 
 import pytest
 import torch
@@ -52,7 +52,6 @@ from torch.autograd import Function
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-
 
 _IMPLS = {
     "torch": (torch.autograd.gradcheck, torch.autograd.gradgradcheck),
@@ -169,26 +168,42 @@ def test_gradcheck_nondeterministic(impl):
         with pytest.raises(RuntimeError, match="Backward is not reentrant"):
             impl.gradcheck(lambda x: NonDetFunc.apply(x, 1e-6), inp, check_batched_grad=False, fast_mode=fast_mode)
         with pytest.raises(RuntimeError, match="Backward is not reentrant"):
-            impl.gradgradcheck(lambda x: NonDetFunc.apply(x, 1e-12), inp, check_batched_grad=False,
-                               fast_mode=fast_mode)
-        impl.gradcheck(lambda x: NonDetFunc.apply(x, 0.0), inp, nondet_tol=1e-5, check_batched_grad=False,
-                       fast_mode=fast_mode)
-        impl.gradcheck(lambda x: NonDetFunc.apply(x, 1e-6), inp, nondet_tol=1e-5, check_batched_grad=False,
-                       fast_mode=fast_mode)
-        impl.gradgradcheck(lambda x: NonDetFunc.apply(x, 1e-12), inp, nondet_tol=1e-5, check_batched_grad=False,
-                           fast_mode=fast_mode)
+            impl.gradgradcheck(lambda x: NonDetFunc.apply(x, 1e-12), inp, check_batched_grad=False, fast_mode=fast_mode)
+        impl.gradcheck(
+            lambda x: NonDetFunc.apply(x, 0.0), inp, nondet_tol=1e-5, check_batched_grad=False, fast_mode=fast_mode
+        )
+        impl.gradcheck(
+            lambda x: NonDetFunc.apply(x, 1e-6), inp, nondet_tol=1e-5, check_batched_grad=False, fast_mode=fast_mode
+        )
+        impl.gradgradcheck(
+            lambda x: NonDetFunc.apply(x, 1e-12), inp, nondet_tol=1e-5, check_batched_grad=False, fast_mode=fast_mode
+        )
 
 
 # test_gradcheck_validates_inputs
 def test_gradcheck_validates_inputs(impl):
     for fast_mode in (True, False):
         x = torch.rand(10, requires_grad=True).to_sparse()
-        assert impl.gradcheck(lambda x: x.to_dense(), (x,), check_batched_grad=False, atol=1e-1,
-                              fast_mode=fast_mode, masked=True)
-        assert not impl.gradcheck(lambda x: x.to_dense(), (x,), masked=False, check_batched_grad=False,
-                                  raise_exception=False, fast_mode=fast_mode)
-        assert impl.gradcheck(lambda x: x.to_dense(masked_grad=False), (x,), masked=False, atol=1e-1,
-                              check_batched_grad=False, raise_exception=False, fast_mode=fast_mode)
+        assert impl.gradcheck(
+            lambda x: x.to_dense(), (x,), check_batched_grad=False, atol=1e-1, fast_mode=fast_mode, masked=True
+        )
+        assert not impl.gradcheck(
+            lambda x: x.to_dense(),
+            (x,),
+            masked=False,
+            check_batched_grad=False,
+            raise_exception=False,
+            fast_mode=fast_mode,
+        )
+        assert impl.gradcheck(
+            lambda x: x.to_dense(masked_grad=False),
+            (x,),
+            masked=False,
+            atol=1e-1,
+            check_batched_grad=False,
+            raise_exception=False,
+            fast_mode=fast_mode,
+        )
 
         # when none of the inputs require grad (always raises even if raise_exception=False)
         x = torch.rand(10, requires_grad=False)
@@ -217,8 +232,15 @@ def test_gradcheck_validates_input_mkldnn(impl):
     for fast_mode in (False, True):
         with pytest.warns(UserWarning, match=_NOT_DOUBLE):
             with pytest.raises(ValueError, match="MKLDNN inputs are not support for forward AD gradcheck."):
-                impl.gradcheck(lambda x: x.to_dense(), (x,), raise_exception=False, fast_mode=fast_mode,
-                               check_forward_ad=True, atol=1e-1, rtol=1e-1)
+                impl.gradcheck(
+                    lambda x: x.to_dense(),
+                    (x,),
+                    raise_exception=False,
+                    fast_mode=fast_mode,
+                    check_forward_ad=True,
+                    atol=1e-1,
+                    rtol=1e-1,
+                )
 
 
 # test_gradcheck_test_outputs (upstream skips it without MKL-DNN)
@@ -228,14 +250,16 @@ def test_gradcheck_test_outputs(impl):
         # sparse outputs (always raise even if raise_exception=False)
         x = torch.rand(10, requires_grad=True).to_sparse()
         with pytest.raises(ValueError, match="Sparse output is not supported at gradcheck yet"):
-            impl.gradcheck(lambda x: x, (x,), masked=True, check_batched_grad=False, raise_exception=False,
-                           fast_mode=fast_mode)
+            impl.gradcheck(
+                lambda x: x, (x,), masked=True, check_batched_grad=False, raise_exception=False, fast_mode=fast_mode
+            )
 
         # mkldnn outputs (always raise even if raise_exception=False)
         root = torch.randn(4, 5, dtype=torch.float32, requires_grad=True)
         with pytest.raises(ValueError, match="MKLDNN output is not supported at gradcheck yet"):
-            impl.gradcheck(lambda x: x.to_mkldnn(), (root,), check_batched_grad=False, raise_exception=False,
-                           fast_mode=fast_mode)
+            impl.gradcheck(
+                lambda x: x.to_mkldnn(), (root,), check_batched_grad=False, raise_exception=False, fast_mode=fast_mode
+            )
 
 
 # test_gradcheck_check_no_differentiable_outputs
@@ -258,8 +282,14 @@ def test_gradcheck_check_batched_grad(impl):
         # runtime error while computing the batched grad (prints a big error)
         with pytest.raises(RuntimeError, match="gradcheck or gradgradcheck failed while testing batched gradient"):
             impl.gradcheck(lambda x: x.to_dense(), (x,), masked=True, check_batched_grad=True, fast_mode=fast_mode)
-        assert not impl.gradcheck(lambda x: x.to_dense(), (x,), masked=True, check_batched_grad=True,
-                                  raise_exception=False, fast_mode=fast_mode)
+        assert not impl.gradcheck(
+            lambda x: x.to_dense(),
+            (x,),
+            masked=True,
+            check_batched_grad=True,
+            raise_exception=False,
+            fast_mode=fast_mode,
+        )
 
 
 # test_gradcheck_backward_mul_by_grad_output
@@ -279,8 +309,9 @@ def test_gradcheck_backward_mul_by_grad_output(impl):
         x = torch.ones((2, 2), dtype=torch.double, requires_grad=True).to_sparse()
         with pytest.raises(RuntimeError, match="grad is sparse tensor, but has incorrect sparse_dim"):
             impl.gradcheck(fn, (x,), atol=1e-1, masked=True, check_batched_grad=False, fast_mode=fast_mode)
-        assert not impl.gradcheck(fn, (x,), atol=1e-1, masked=True, check_batched_grad=False,
-                                  raise_exception=False, fast_mode=fast_mode)
+        assert not impl.gradcheck(
+            fn, (x,), atol=1e-1, masked=True, check_batched_grad=False, raise_exception=False, fast_mode=fast_mode
+        )
 
         # backward not multiplied by grad_output (non-sparse case)
         def fn2(x):
@@ -302,8 +333,9 @@ def test_gradcheck_backward_mul_by_grad_output(impl):
         x = torch.ones(1, dtype=torch.double, requires_grad=True).to_sparse()
         with pytest.raises(RuntimeError, match="backward not multiplied by grad_output"):
             impl.gradcheck(fn3, (x,), atol=1e-1, masked=True, check_batched_grad=False, fast_mode=fast_mode)
-        assert not impl.gradcheck(fn3, (x,), atol=1e-1, masked=True, check_batched_grad=False,
-                                  raise_exception=False, fast_mode=fast_mode)
+        assert not impl.gradcheck(
+            fn3, (x,), atol=1e-1, masked=True, check_batched_grad=False, raise_exception=False, fast_mode=fast_mode
+        )
 
         # the layout of grad_input is not the same as the input's
         class Test(Function):
@@ -318,8 +350,9 @@ def test_gradcheck_backward_mul_by_grad_output(impl):
         x = torch.ones(1, dtype=torch.double, requires_grad=True)
         with pytest.raises(RuntimeError, match="grad is incorrect layout"):
             impl.gradcheck(Test.apply, (x,), check_batched_grad=False, fast_mode=fast_mode)
-        assert not impl.gradcheck(Test.apply, (x,), check_batched_grad=False, raise_exception=False,
-                                  fast_mode=fast_mode)
+        assert not impl.gradcheck(
+            Test.apply, (x,), check_batched_grad=False, raise_exception=False, fast_mode=fast_mode
+        )
 
 
 # test_gradcheck_undefined_grad
@@ -346,6 +379,7 @@ def test_gradcheck_undefined_grad(impl):
 # test_gradcheck_jacobian_mismatch
 def test_gradcheck_jacobian_mismatch(impl):
     for fast_mode in (True, False):
+
         def fn(x):  # R -> R, C -> C
             y = x.clone()
             y.register_hook(lambda x: x + 1e-2)
@@ -684,10 +718,16 @@ def test_gradcheck_check_forward_or_backward_only(impl):
         bwd_should_fail = bwd_bad and check_backward_ad
         x = torch.rand(2, dtype=torch.double, requires_grad=True)
 
-        def run():
-            impl.gradcheck(UserFn.apply, (x, fwd_bad, bwd_bad), check_forward_ad=check_forward_ad,
-                           check_backward_ad=check_backward_ad, check_undefined_grad=check_backward_ad,
-                           check_batched_grad=check_backward_ad, fast_mode=fast_mode)
+        run = partial(
+            impl.gradcheck,
+            UserFn.apply,
+            (x, fwd_bad, bwd_bad),
+            check_forward_ad=check_forward_ad,
+            check_backward_ad=check_backward_ad,
+            check_undefined_grad=check_backward_ad,
+            check_batched_grad=check_backward_ad,
+            fast_mode=fast_mode,
+        )
 
         if not check_forward_ad and not check_backward_ad:
             with pytest.raises(AssertionError, match="Expected at least one of"):
@@ -706,8 +746,13 @@ def test_gradcheck_check_forward_or_backward_only(impl):
 # test_gradcheck_forward_ad_batched_grad
 def test_gradcheck_forward_ad_batched_grad(impl):
     x = torch.rand(2, dtype=torch.double, requires_grad=True)
-    common = dict(check_forward_ad=True, check_backward_ad=False, check_batched_grad=False,
-                  check_undefined_grad=False, check_batched_forward_grad=True)
+    common = dict(
+        check_forward_ad=True,
+        check_backward_ad=False,
+        check_batched_grad=False,
+        check_undefined_grad=False,
+        check_batched_forward_grad=True,
+    )
 
     # multiple inputs and outputs, with non-tensor inputs
     def fn1(a: torch.Tensor, b: int):
@@ -787,7 +832,8 @@ def test_custom_function_forward_mode_view_checks(impl):
 
     inp = torch.rand(4, 4, dtype=torch.double, requires_grad=True)
     for flag, msg in flag_to_error.items():
-        def test_fn(inp):
+
+        def test_fn(inp, flag=flag):
             if flag == "not_a_view_of_inp_base":
                 inp = inp.view_as(inp)
             return ViewFn.apply(inp, flag)
@@ -827,8 +873,9 @@ def test_custom_function_forward_mode_inplace_checks(impl):
         return InplaceFn.apply(inp, flag)
 
     impl.gradcheck(test_fn, (inp, False), check_forward_ad=True)
-    with pytest.raises(RuntimeError,
-                       match="inplace custom Function is not modifying the forward mode gradients inplace"):
+    with pytest.raises(
+        RuntimeError, match="inplace custom Function is not modifying the forward mode gradients inplace"
+    ):
         impl.gradcheck(test_fn, (inp, True), check_forward_ad=True)
 
 
@@ -870,8 +917,13 @@ def test_custom_function_forward_mode_non_tensor_before_tensor_args(impl):
 
     x = torch.tensor(1.0, dtype=torch.double)
     y = torch.tensor(1.0, dtype=torch.double)
-    impl.gradcheck(MyFn.apply, (1, x.requires_grad_(True), 1, y.requires_grad_(True)), check_forward_ad=True,
-                   check_backward_ad=False, check_batched_grad=False)
+    impl.gradcheck(
+        MyFn.apply,
+        (1, x.requires_grad_(True), 1, y.requires_grad_(True)),
+        check_forward_ad=True,
+        check_backward_ad=False,
+        check_batched_grad=False,
+    )
 
 
 # test_custom_function_forward_mode_forward_is_no_op (its gradcheck part)
@@ -886,6 +938,7 @@ def test_custom_function_forward_mode_forward_is_no_op(impl):
         "mul_by_2": lambda x: x * 2,
     }
     for k, fn in return_lambdas.items():
+
         class MyFn(Function):
             @staticmethod
             def forward(ctx, x, y):
@@ -897,7 +950,7 @@ def test_custom_function_forward_mode_forward_is_no_op(impl):
 
             @staticmethod
             def jvp(ctx, x_t, y_t):
-                return x_t + y_t, fn(x_t)
+                return x_t + y_t, fn(x_t)  # noqa: B023 (the class is used in this iteration only)
 
         a = torch.tensor(1.0, dtype=torch.double, requires_grad=True)
         c = torch.tensor(1.0, dtype=torch.double)

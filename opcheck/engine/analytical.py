@@ -1,0 +1,101 @@
+"""The analytical Jacobians: from backward (VJP rows, checked for reentrancy) and from forward-mode AD."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import torch
+
+from opcheck.engine._util import Inputs, diff_input_indices, float_outputs, requires_grad
+from opcheck.engine.batching import BatchedRows, ForwardCalls, LoopRows, jvp_columns, vjp_rows
+from opcheck.engine.context import Blocks, CheckContext
+from opcheck.engine.errors import FAILED_NONDET_NOTE
+
+
+def analytical_vjp_jacobian(
+    ctx: CheckContext, inputs: Inputs, output: torch.Tensor, *, nondet_tol: float
+) -> list[torch.Tensor]:
+    """Per input requiring grad, its (numel_in, numel_out) block from VJPs, checked for reentrancy."""
+    diff_inputs = [a for a in inputs if requires_grad(a)]
+    m = output.numel()
+    rows1 = vjp_rows(ctx.evaluator, output, diff_inputs, nondet_tol)
+    # The second pass repeats the first one's path even if batching was dropped meanwhile:
+    # batched and looped rows may differ in the last bit, which is not nondeterminism.
+    first_batched = any(isinstance(r, torch.Tensor) for r in rows1)
+    rows2 = vjp_rows(ctx.evaluator, output, diff_inputs, nondet_tol, batched=first_batched)
+    jac1, types_ok = stack_rows(rows1, diff_inputs, m)
+    jac2, _ = stack_rows(rows2, diff_inputs, m)
+    if not types_ok:
+        ctx.fail_gradient_dtype()
+    for a, b in zip(jac1, jac2):
+        if a.numel() != 0 and not torch.equal(a, b) and (a - b).abs().max() > nondet_tol:
+            fail_reentrancy(ctx, nondet_tol, float((a - b).abs().max()))
+    return jac1
+
+
+def fail_reentrancy(ctx: CheckContext, nondet_tol: float, worst: float) -> NoReturn:
+    """Two identical backward passes differ by more than nondet_tol (by up to `worst`)."""
+    ctx.fail(
+        "Backward is not reentrant, i.e., running backward with same input and grad_output "
+        "multiple times gives different values, although analytical gradient matches numerical "
+        f"gradient.The tolerance for nondeterminism was {nondet_tol}.\n"
+        f"check: reentrancy ({ctx.backward_path}); two identical backward passes differ by up to "
+        f"{worst:.4g}.\n{FAILED_NONDET_NOTE}",
+        check="reentrancy",
+        path=ctx.backward_path,
+    )
+
+
+def stack_rows(
+    rows_per_input: BatchedRows | LoopRows, diff_inputs: Sequence[torch.Tensor], m: int
+) -> tuple[list[torch.Tensor], bool]:
+    """Per input, its (numel_in, m) block from the rows, and whether every row had its input's dtype."""
+    jacobians = []
+    types_ok = True
+    for inp, rows in zip(diff_inputs, rows_per_input):
+        if isinstance(rows, torch.Tensor):  # batched: (m, *inp.shape); a transposed view, no copy
+            if rows.dtype != inp.dtype:
+                types_ok = False
+            jacobians.append(rows.reshape(m, -1).t())
+            continue
+        jac = inp.new_zeros((inp.numel(), m), layout=torch.strided)
+        for j, g in enumerate(rows or []):
+            if g is None:
+                continue
+            if g.size() != inp.size():
+                raise AssertionError(
+                    f"Expected out_jacobian column to have {inp.numel()} elements, but got {g.numel()}"
+                    f" (backward returned a gradient of shape {tuple(g.shape)} for an input of shape "
+                    f"{tuple(inp.shape)})"
+                )
+            if g.dtype != inp.dtype:
+                types_ok = False
+            jac[:, j] = g.to_dense().reshape(-1) if g.layout != torch.strided else g.reshape(-1)
+        jacobians.append(jac)
+    return jacobians, types_ok
+
+
+def analytical_jvp_jacobian(
+    ctx: CheckContext, fn: Callable[..., Any], inputs: Inputs, outputs: tuple[Any, ...]
+) -> Blocks:
+    """[input][output] blocks (numel_in, numel_out) from forward-mode AD, column by column."""
+    diff = diff_input_indices(inputs)
+    if any(inputs[i].is_complex() for i in diff):
+        raise ValueError("Expected inputs to be non-complex for _get_analytical_jacobian_forward_ad.")
+    floats = float_outputs(outputs)
+    nonempty = [idx for idx in diff if inputs[idx].numel()]
+    calls = ForwardCalls(ctx.evaluator, fn, inputs, ctx.check_forward_dtype)
+    columns = dict(zip(nonempty, jvp_columns(calls, nonempty, outputs) if nonempty else []))
+    result = []
+    for idx in diff:
+        x = inputs[idx]
+        cols = columns.get(idx)
+        if cols and all(c.shape == (x.numel(), o.numel()) and c.dtype == o.dtype for c, o in zip(cols, floats)):
+            result.append(tuple(cols[: len(floats)]))
+            continue
+        blocks = [o.new_zeros((x.numel(), o.numel()), layout=torch.strided) for o in floats]
+        for block, c in zip(blocks, cols or []):
+            block.copy_(c)
+        result.append(tuple(blocks))
+    return result

@@ -1,0 +1,71 @@
+"""Evaluate many perturbations, VJPs and JVPs at once, with the one-at-a-time loop as the fallback.
+
+Every strategy here has two implementations that must agree: a batched one (one vmapped call
+per chunk of columns) and the loop torch.autograd.gradcheck uses. The batched one is tried first;
+it is abandoned for the rest of the call the first time it raises or a probe (one plain call at a
+point the batch also evaluated) disagrees with it, so the loop's result and its exceptions are what
+the caller sees whenever batching is in doubt.
+
+Its rooms, imported one way (each only from those above it):
+
+- settings: the context's switches (vmap_batching, batching_clock) and sizes;
+- schedule: chunk sizes and the growing schedule of batches;
+- agreement: when a batched result may stand for the plain one;
+- evaluator: the per-call policy (which kinds still batch, the adaptive rule) and counters;
+- finite_differences: central differences by plain calls, the loop every check uses;
+- fd_columns: the numerical Jacobian's columns, vmapped;
+- vjp_rows: the analytical Jacobian's rows from backward, batched;
+- jvp_columns: its columns from forward-mode AD, vmapped.
+"""
+
+from opcheck.engine.batching.agreement import Disagreement, close, combination_close
+from opcheck.engine.batching.evaluator import EvalStats, Evaluator, Kind
+from opcheck.engine.batching.fd_columns import Segment, numerical_columns
+from opcheck.engine.batching.finite_differences import Differences, difference_quotient, neighbourhood_check
+from opcheck.engine.batching.jvp_columns import DtypeCheck, ForwardCalls, jvp_columns, legacy_tangents
+from opcheck.engine.batching.schedule import Schedule, one_hot_rows
+from opcheck.engine.batching.settings import (
+    DEFAULT_MEMORY_BUDGET,
+    FUSE_MAX_COLUMNS,
+    MIN_BATCH_COLUMNS,
+    PILOT_COLUMNS,
+    Clock,
+    adaptive_clock,
+    batching_clock,
+    batching_enabled,
+    vmap_batching,
+)
+from opcheck.engine.batching.vjp_rows import BatchedRows, LoopRows, vjp_batch, vjp_rows
+
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "FUSE_MAX_COLUMNS",
+    "MIN_BATCH_COLUMNS",
+    "PILOT_COLUMNS",
+    "BatchedRows",
+    "Clock",
+    "Differences",
+    "Disagreement",
+    "DtypeCheck",
+    "EvalStats",
+    "Evaluator",
+    "ForwardCalls",
+    "Kind",
+    "LoopRows",
+    "Schedule",
+    "Segment",
+    "adaptive_clock",
+    "batching_clock",
+    "batching_enabled",
+    "close",
+    "combination_close",
+    "difference_quotient",
+    "jvp_columns",
+    "legacy_tangents",
+    "neighbourhood_check",
+    "numerical_columns",
+    "one_hot_rows",
+    "vjp_batch",
+    "vjp_rows",
+    "vmap_batching",
+]

@@ -1,0 +1,209 @@
+"""The per-call evaluator: which kinds of batching are still on, the adaptive rule, and the counters.
+
+Every strategy (finite_differences, fd_columns, vjp_rows, jvp_columns) evaluates through one
+Evaluator: plain calls are counted and cloned here, vmapped ones go through its `vmap`, and a kind
+of batching that raises, disagrees with its probe or costs more than the loop is turned off here
+for the rest of the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import torch
+
+from opcheck.engine._util import Func, as_tuple, legacy_vmap
+from opcheck.engine.batching.schedule import Schedule, chunk_columns
+from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock
+
+Kind = Literal["forward", "vjp", "jvp_func", "jvp"]
+"""A kind of batching: forward evaluation (finite differences), VJP rows (is_grads_batched), JVP
+columns through torch.func.jvp under torch.func.vmap ("jvp_func") or make_dual under the legacy
+vmap ("jvp")."""
+
+T = TypeVar("T")
+
+
+class SlowerThanLoop(Exception):
+    """The pilot batch cost more per column than the loop (already recorded): the loop takes over."""
+
+
+@dataclass
+class EvalStats:
+    """What one check call evaluated, for benchmarks and tests."""
+
+    calls: int = 0  # function evaluations, a batched call counting once
+    batched_calls: int = 0
+    vjp_calls: int = 0
+    batched_vjp_calls: int = 0
+    jvp_calls: int = 0
+    batched_jvp_calls: int = 0
+    fallbacks: list[str] = field(default_factory=list)
+    auto_paths: list[str] = field(default_factory=list)  # fast_mode="auto": "full" or "projected (...)" per comparison
+    fused: bool = False  # fast_mode="auto": the fused pass (fused.py) passed every check of the call
+
+
+class Evaluator:
+    """Per-call batching policy and counters.
+
+    `batch=False` forces the loop everywhere. Once a kind of batching (forward evaluation, VJP,
+    JVP) fails, or costs more per column than the loop as timed by `clock`, it stays off for the
+    rest of the call.
+    """
+
+    def __init__(
+        self,
+        batch: bool = True,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        adaptive: bool = True,
+        clock: Clock = time.perf_counter,
+    ):
+        self.batch_forward = batch
+        self.batch_vjp = batch
+        self.batch_jvp_func = batch  # torch.func.jvp under torch.func.vmap (wider batching rules)
+        self.batch_jvp = batch and legacy_vmap is not None  # make_dual under the legacy vmap
+        self.memory_budget = memory_budget
+        self.adaptive = adaptive  # drop a kind of batching that turns out slower than the loop
+        self.clock = clock
+        self.randomness = "error"  # torch.func.vmap's randomness mode; see vmap
+        # The finite differences' probe: a perturbed row checked by a plain call (and timed for the
+        # adaptive rule), or, when True, the unperturbed row checked against the outputs the caller
+        # already has (no call; see fused.py).
+        self.center_probe = False
+        # JVP columns: the legacy vmap (torch's batched forward-AD check's own machinery) before
+        # torch.func's, and which of them (or "loop") the latest jvp_columns call used.
+        self.legacy_jvp_first = False
+        self.jvp_kind_used: Kind | Literal["loop"] | None = None
+        self.numerical_batched = False  # whether the latest numerical_columns call was vmapped
+        self.stats = EvalStats()
+        # Outputs whose batched VJP already matched the plain one, with the batches it used: the
+        # reentrancy pass repeats them (kernels for other batch sizes may round otherwise).
+        self.vjp_batches: list[tuple[torch.Tensor, list[tuple[int, int]]]] = []
+
+    # ------------------------------------------------------------------ policy
+    def batches(self, kind: Kind) -> bool:
+        """Whether this kind of batching is still on."""
+        return {
+            "forward": self.batch_forward,
+            "vjp": self.batch_vjp,
+            "jvp_func": self.batch_jvp_func,
+            "jvp": self.batch_jvp,
+        }[kind]
+
+    def stop(self, *kinds: Kind) -> None:
+        """Turn these kinds of batching off for the rest of the call."""
+        for kind in kinds:
+            if kind == "forward":
+                self.batch_forward = False
+            elif kind == "vjp":
+                self.batch_vjp = False
+            elif kind == "jvp_func":
+                self.batch_jvp_func = False
+            else:
+                self.batch_jvp = False
+
+    def give_up(self, kind: Kind, why: BaseException | str) -> None:
+        """Turn a kind of batching off, recording why (the loop decides from now on)."""
+        self.stop(kind)
+        if isinstance(why, SlowerThanLoop):
+            return  # recorded by keep_if_cheaper
+        text = why if isinstance(why, str) else f"{type(why).__name__}: {str(why).splitlines()[0] if str(why) else ''}"
+        self.stats.fallbacks.append(f"{kind}: {text}")
+
+    @contextlib.contextmanager
+    def fused_pass(self, legacy_jvp_first: bool = False) -> Iterator[None]:
+        """Inside a fused pass (fused.py): the finite differences' probe is the unperturbed row, and
+        JVP columns may come from the legacy vmap first."""
+        self.center_probe, self.legacy_jvp_first = True, legacy_jvp_first
+        try:
+            yield
+        finally:
+            self.center_probe = self.legacy_jvp_first = False
+
+    def chunk(self, n: int, per_column_elems: int, itemsize: int) -> int:
+        """How many of n columns one call may take within the memory budget."""
+        return chunk_columns(n, per_column_elems, itemsize, self.memory_budget)
+
+    # ---------------------------------------------------------- adaptive rule
+    def keep_if_cheaper(self, kind: Kind, batched_per_column: float, plain_per_column: float) -> bool:
+        """Stop batching this kind for the rest of the call when it costs more than the loop.
+
+        Some ops have no batching rule and run under vmap's slow per-example fallback; the probe
+        just timed one plain column, so the comparison is free.
+        """
+        if self.adaptive and batched_per_column > plain_per_column:
+            self.give_up(
+                kind,
+                f"slower than the loop ({batched_per_column * 1e6:.0f} us vs "
+                f"{plain_per_column * 1e6:.0f} us per column)",
+            )
+            return False
+        return True
+
+    def judge_batch(
+        self, kind: Kind, schedule: Schedule, batched_per_column: float, plain_per_column: float, more: bool
+    ) -> None:
+        """After a timed batch: the loop takes over the rest of the columns when batching costs more,
+        and otherwise the next batch grows by the factor this one undercut the loop."""
+        if not self.keep_if_cheaper(kind, batched_per_column, plain_per_column) and more:
+            raise SlowerThanLoop(kind)
+        schedule.measured(batched_per_column, plain_per_column)
+
+    def timed(self, f: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
+        """f's result and the seconds it took by this evaluator's clock."""
+        start = self.clock()
+        try:
+            result = f(*args, **kwargs)
+        finally:  # read even when f raises: the clock sees its readings in pairs (see batching_clock)
+            stop = self.clock()
+        return result, stop - start
+
+    # ------------------------------------------------------------ evaluations
+    def vmap(self, f: Func, *args: Any) -> Any:
+        """torch.func.vmap(f)(*args); a random op inside is retried with one draw for the whole batch.
+
+        That draw is what a plain call gets when the function seeds its generator (as OpInfo's
+        dropout samples do); when it is not, the probe sees the plain call differ and the loop takes
+        over.
+        """
+        try:
+            return torch.func.vmap(f, randomness=self.randomness)(*args)
+        except RuntimeError as e:
+            if self.randomness != "error" or "random operation" not in str(e):
+                raise
+        self.randomness = "same"
+        return torch.func.vmap(f, randomness="same")(*args)
+
+    def call_cloned(self, fn: Func, inputs: Sequence[Any]) -> tuple[torch.Tensor, ...]:
+        """One plain call of fn, counted, its outputs cloned (the inputs are perturbed in place next)."""
+        self.stats.calls += 1
+        return tuple(a.clone() for a in as_tuple(fn(*inputs)))
+
+    def vjp(
+        self,
+        output: torch.Tensor,
+        diff_inputs: Sequence[torch.Tensor],
+        grad_output: torch.Tensor,
+        batched: bool = False,
+    ) -> tuple[torch.Tensor | None, ...]:
+        """One backward pass, counted: grad_output's leading dimension is the batch when `batched`."""
+        if batched:
+            self.stats.batched_vjp_calls += 1
+        else:
+            self.stats.vjp_calls += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grads = torch.autograd.grad(
+                output, diff_inputs, grad_output, retain_graph=True, allow_unused=True, is_grads_batched=batched
+            )
+        return tuple(grads)
+
+
+def untimed(f: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
+    """f's result and no time: Evaluator.timed's stand-in where nothing is compared."""
+    return f(*args, **kwargs), 0.0

@@ -1,0 +1,123 @@
+"""Central differences by plain calls: the one routine every check's loop uses, and its columns.
+
+(f(x + δ) - f(x - δ)) / 2eps, with x moved in place as torch.autograd.gradcheck moves it: an
+element (a column of the Jacobian), or a whole input along a direction (fast mode, and the
+projections of fast_mode="auto"). The vmapped form of the same differences is fd_columns.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from opcheck.engine._util import Func, unravel
+from opcheck.engine.batching.evaluator import Evaluator
+
+NeighbourhoodCheck = Callable[..., None]
+"""check(output1, output2, idx=None): raises when the outputs at x - δ and x + δ differ in shape or dtype."""
+
+
+def neighbourhood_check(eps: float) -> NeighbourhoodCheck:
+    """torch's check that perturbing an input by eps changes neither the outputs' shapes nor dtypes."""
+
+    def check(output1: torch.Tensor, output2: torch.Tensor, idx: tuple[int, ...] | None = None) -> None:
+        on_index = f"on index {idx} " if idx is not None else ""
+        if output1.shape != output2.shape:
+            raise AssertionError(
+                f"Expected `func` to return outputs with the same shape when inputs are perturbed "
+                f"{on_index}by {eps}, but got: shapes {output1.shape} and {output2.shape}."
+            )
+        if output1.dtype != output2.dtype:
+            raise AssertionError(
+                f"Expected `func` to return outputs with the same dtype when inputs are perturbed "
+                f"{on_index}by {eps}, but got: dtypes {output1.dtype} and {output2.dtype}."
+            )
+
+    return check
+
+
+def difference_quotient(minus: torch.Tensor, plus: torch.Tensor, eps: float) -> torch.Tensor:
+    """(plus - minus) / 2eps: a float or complex one in place, any other (an int output) promoted."""
+    if minus.is_floating_point() or minus.is_complex():
+        return torch.sub(plus, minus).div_(2 * eps)
+    return (plus - minus) / (2 * eps)
+
+
+@dataclass(frozen=True)
+class Differences:
+    """Central differences of fn at inputs with step eps, by plain calls through ev."""
+
+    ev: Evaluator
+    fn: Func
+    inputs: Sequence[Any]
+    eps: float
+
+    def along(
+        self,
+        entry: torch.Tensor,
+        delta: torch.Tensor | complex,
+        *,
+        idx: tuple[int, ...] | None = None,
+        positions: Sequence[int] | None = None,
+    ) -> list[torch.Tensor]:
+        """The central difference of fn's outputs (those at `positions`, else all), each flat.
+
+        `entry` is the part of an input that moves (an element, or a whole input's data), by -δ
+        and +δ in turn, one plain call each; it is restored even when fn raises. `idx` is the
+        element's index in the neighbourhood check's error.
+        """
+        check = neighbourhood_check(self.eps)
+        orig = entry.clone()
+        try:
+            entry.copy_(orig - delta)
+            before = self.ev.call_cloned(self.fn, self.inputs)
+            entry.copy_(orig + delta)
+            after = self.ev.call_cloned(self.fn, self.inputs)
+        finally:
+            entry.copy_(orig)
+        pairs = zip(before, after) if positions is None else ((before[p], after[p]) for p in positions)
+        columns = []
+        for a, b in pairs:
+            check(a, b, idx=idx)
+            columns.append(difference_quotient(a.detach(), b.detach(), self.eps).reshape(-1))
+        return columns
+
+    def column(self, idx: int, k: int, p: complex = 1) -> list[torch.Tensor]:
+        """Every output's central difference along element k of input idx (torch's way).
+
+        p is the direction: 1 for a real input and the real part of a complex one, 1j for its
+        imaginary part.
+        """
+        data = self.inputs[idx].data
+        entry = data.view(-1)[k] if data.is_contiguous() else data[unravel(k, data.shape)]
+        delta = self.eps * p if p != 1 else self.eps
+        return self.along(entry, delta, idx=unravel(k, data.shape) if data.dim() else ())
+
+    def columns(self, idx: int, p: complex, positions: list[int] | None = None) -> list[torch.Tensor]:
+        """Per output, the (numel_in, numel_out) central differences along every element of input idx.
+
+        `positions` limits the loop to those (flat) elements; the other columns are zero.
+        """
+        x = self.inputs[idx]
+        ks = range(x.numel()) if positions is None else (list(positions) or [0])
+        stacked = stack_columns([self.column(idx, k, p) for k in ks])
+        if positions is None:
+            return stacked
+        rows = torch.tensor(list(ks), dtype=torch.long)
+        full = []
+        for col in stacked:
+            out = col.new_zeros((x.numel(), *col.shape[1:]))
+            if positions:
+                out[rows.to(col.device)] = col
+            full.append(out)
+        return full
+
+
+def stack_columns(columns: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    """Per output, its columns stacked into (columns, numel_out)."""
+    if not columns:
+        return []
+    return [torch.stack(per_output) for per_output in zip(*columns)]

@@ -1,0 +1,122 @@
+"""Comparing a Jacobian block, and saying so when it fails: torch's verdict and first line, then where.
+
+The verdict is torch.allclose's (after type promotion); the first line is torch's own wording; the
+lines after it come from diagnostics.find_mismatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import NoReturn
+
+import torch
+
+from opcheck.engine._util import diff_input_indices, float_outputs
+from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.diagnostics import BlockLabel, JacobianMismatch, find_mismatch
+
+_COMPARE_CHUNK = 1 << 16
+"""Elements compared per step on the fast path: small enough for the temporaries to stay in cache."""
+
+
+def allclose_promoted(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
+    """torch.allclose after type promotion, with one reduction per band of rows on the way to a pass."""
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    a, b = a.to(dtype=dtype), b.to(dtype=dtype)
+    if a.shape == b.shape and a.numel() and a.dim() <= 2:
+        # isclose's own formula, |a - b| <= atol + rtol * |b|, as max(|a - b| - allowance) <= 0: for
+        # finite values the rounded difference has the exact difference's sign, so a band passes
+        # here exactly when torch.allclose passes it. NaN and inf (in a or in b) never pass here;
+        # torch.allclose decides those and every mismatch. Bands keep the temporaries in cache.
+        a2 = a.detach().reshape(a.shape[0] if a.dim() == 2 else 1, -1)
+        b2 = b.detach().reshape(b.shape[0] if b.dim() == 2 else 1, -1)
+        step = max(1, _COMPARE_CHUNK // max(1, a2.shape[1]))
+        for r in range(0, a2.shape[0], step):
+            ac, bc = a2[r : r + step], b2[r : r + step]
+            excess = torch.sub(ac, bc).abs().sub_(bc.abs().mul_(rtol).add_(atol)).max()
+            if not float(excess) <= 0:
+                return bool(torch.allclose(a, b, rtol, atol))
+        return True
+    return bool(torch.allclose(a, b, rtol, atol))
+
+
+@dataclass(frozen=True)
+class Part:
+    """Which Jacobian a comparison is of: forward-mode AD's (`forward`) or backward's; and, where
+    complex outputs (backward) or inputs (forward) are checked part by part, which they are
+    (complex_indices) and whether this is the imaginary part (test_imag) or the real one."""
+
+    forward: bool = False
+    complex_indices: Sequence[int] | None = None
+    test_imag: bool = False
+
+    def block(self, output_idx: int, input_idx: int) -> Block:
+        return Block(output_idx, input_idx, self.forward, self.complex_indices, self.test_imag)
+
+
+BACKWARD = Part()
+FORWARD = Part(forward=True)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Which Jacobian block a comparison is about, as torch's messages name it (see Part)."""
+
+    output_idx: int
+    input_idx: int
+    is_forward_ad: bool
+    complex_indices: Sequence[int] | None = None
+    test_imag: bool = False
+
+    @property
+    def part(self) -> str | None:
+        """ "real" or "imaginary" where the block's output (backward) or input (forward) is complex."""
+        if not self.complex_indices:
+            return None
+        idx = self.input_idx if self.is_forward_ad else self.output_idx
+        return ("imaginary" if self.test_imag else "real") if idx in self.complex_indices else None
+
+    def first_line(self) -> str:
+        """torch's first line for this block's mismatch."""
+        element = "inputs" if self.is_forward_ad else "outputs"
+        part = self.part
+        prefix = f"While considering the {part} part of complex {element} only, " if part else ""
+        mode = "computed with forward mode " if self.is_forward_ad else ""
+        return (
+            f"{prefix}Jacobian {mode}mismatch for output {self.output_idx:d} with respect to input {self.input_idx:d},"
+        )
+
+    def label(self, ctx: CheckContext, part: str | None) -> BlockLabel:
+        """The block as a report names it (`part`: usually self.part)."""
+        forward = self.is_forward_ad
+        return BlockLabel(
+            check="forward AD" if forward else "backward",
+            path=ctx.forward_path if forward else ctx.backward_path,
+            output_idx=self.output_idx,
+            input_idx=self.input_idx,
+            output_name=ctx.output_name(self.output_idx),
+            input_name=ctx.input_name(self.input_idx),
+            part=part,
+        )
+
+
+def block_mismatch(ctx: CheckContext, block: Block, a: torch.Tensor, n: torch.Tensor, call: Call) -> JacobianMismatch:
+    """The report of a block whose analytical a and numerical n disagree.
+
+    Its output is numbered among the call's float outputs for forward AD, among the outputs that
+    require grad for backward, as torch numbers them.
+    """
+    inputs, outputs = call.inputs, call.func_out if block.is_forward_ad else call.outputs
+    x = inputs[diff_input_indices(inputs)[block.input_idx]]
+    floats = float_outputs(outputs)
+    output_shape = tuple(floats[block.output_idx].shape) if block.output_idx < len(floats) else (a.shape[1],)
+    flags = ctx.flags
+    shapes = (tuple(x.shape), output_shape)
+    mismatch = find_mismatch(a, n, rtol=flags.rtol, atol=flags.atol, label=block.label(ctx, block.part), shapes=shapes)
+    hint = ctx.layouts.hint(x, mismatch) if ctx.layouts is not None else None
+    return replace(mismatch, hints=mismatch.hints + (hint,)) if hint else mismatch
+
+
+def raise_mismatch(ctx: CheckContext, mismatch: JacobianMismatch, first_line: str, extra: str = "") -> NoReturn:
+    ctx.fail(f"{first_line}\n{mismatch.describe()}{extra}", check=mismatch.check, path=mismatch.path, mismatch=mismatch)

@@ -1,0 +1,144 @@
+"""What every comparison of one gradcheck call shares: its flags, names, evaluator and caches.
+
+CheckContext is frozen: a stage that needs it otherwise (gradgradcheck's derivative names, sparse
+inputs' stand-ins, auto's step-by-step order) passes on a copy with those fields replaced. The
+mutable state of a call is in two objects with one job each: its Evaluator (the batching policy
+and the counters) and its NumericalCache (the numerical Jacobians already computed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import torch
+
+from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs
+from opcheck.engine.batching import Evaluator
+from opcheck.engine.diagnostics import BlockMismatch
+from opcheck.engine.errors import GradcheckError
+from opcheck.engine.flags import CheckFlags
+from opcheck.engine.layouts import LayoutInputs
+
+FULL_CHECK_ELEMENTS = 128
+"""fast_mode="auto" runs the full check first while the differentiable input elements n and the
+float output elements m number at most this many together (so n·m <= 4096). Its cost grows with
+(n + m)²: 2n + 1 evaluations and m backward rows, each of n + m elements. The projections' grows
+with n + m only, and below this size the two cost about the same (fused.py, fused_projected.py)."""
+
+Blocks = list[tuple[torch.Tensor, ...]]
+"""A numerical Jacobian: per input requiring grad, one (numel_in, numel_out) block per float output."""
+CacheKey = tuple[Any, tuple[int, ...], tuple[int, ...]]
+
+
+class NumericalCache:
+    """The numerical Jacobians one call has computed, by function, inputs and outputs.
+
+    The outputs are part of the key: blocks are matched with them by position. The functions are
+    kept alive while their blocks are cached, so that the ids in the keys stay theirs.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[CacheKey, Blocks] = {}
+        self._batched: dict[CacheKey, bool] = {}
+        self._settled: dict[CacheKey, dict[int, set[int]]] = {}
+        self._keep: list[Callable[..., Any]] = []
+
+    @staticmethod
+    def key(fn: Callable[..., Any], inputs: Sequence[Any], outputs: Sequence[Any]) -> CacheKey:
+        return (fn, tuple(id(a) for a in inputs), tuple(id(o) for o in outputs))
+
+    def get(self, key: CacheKey) -> Blocks | None:
+        return self._blocks.get(key)
+
+    def put(self, key: CacheKey, blocks: Blocks, *, batched: bool) -> None:
+        self._blocks[key] = blocks
+        self._batched[key] = batched
+        self._keep.append(key[0])
+
+    def batched(self, key: CacheKey) -> bool:
+        """Whether vmapped calls computed these blocks (settle_rows then redoes some rows by plain calls)."""
+        return self._batched.get(key, False)
+
+    def settled(self, key: CacheKey, input_idx: int) -> set[int]:
+        """The rows of input input_idx's blocks already recomputed by plain calls (filled by the caller)."""
+        return self._settled.setdefault(key, {}).setdefault(input_idx, set())
+
+    def clear(self) -> None:
+        self._blocks.clear()
+        self._batched.clear()
+        self._settled.clear()
+        self._keep.clear()
+
+
+@dataclass(frozen=True)
+class Call:
+    """A function at a point, as a check sees it: func(*inputs) gave func_out, and `outputs` are
+    those of its outputs that require grad."""
+
+    func: Func
+    inputs: Inputs
+    func_out: tuple[Any, ...]
+    outputs: tuple[torch.Tensor, ...]
+
+    @classmethod
+    def at(cls, func: Func, inputs: Inputs, func_out: Any) -> Call:
+        """The call that gave func_out (torch's filter: a non-tensor output raises AttributeError)."""
+        return cls(func, tuple(inputs), as_tuple(func_out), differentiable_outputs(func_out))
+
+    @classmethod
+    def of(cls, func: Func, inputs: Inputs) -> Call:
+        """func called at inputs."""
+        return cls.at(func, inputs, func(*inputs))
+
+
+def _output_name(i: int) -> str:
+    return f"output {i}"
+
+
+def _input_name(j: int) -> str:
+    return f"input {j}"
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Settings and state shared by every comparison of one gradcheck call."""
+
+    flags: CheckFlags
+    evaluator: Evaluator
+    # What a failure calls the derivative checked, and its outputs and inputs (gradgradcheck's
+    # first derivative names them otherwise: "VJP of VJP", "grad of input 0", "grad_output 0").
+    backward_path: str = "VJP"
+    forward_path: str = "JVP"
+    output_name: Callable[[int], str] = _output_name
+    input_name: Callable[[int], str] = _input_name
+    numerical_cache: NumericalCache = field(default_factory=NumericalCache)
+    # fast_mode="auto", step by step: the projection checks first, also within the budget (the
+    # function cannot be vmapped: their loops cost less than the full check's)
+    projections_first: bool = False
+    # sparse and MKLDNN inputs' dense stand-ins: torch's fast-mode directions for them, the
+    # positions the numerical Jacobian perturbs, and a hint for their mismatches
+    layouts: LayoutInputs | None = None
+
+    def full_first(self, n: int, m: int) -> bool:
+        """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
+        (see FULL_CHECK_ELEMENTS; never beyond the budget)."""
+        return n + m <= FULL_CHECK_ELEMENTS and n * m <= self.flags.jacobian_budget
+
+    def fail(self, message: str, *, check: str, path: str = "", mismatch: BlockMismatch | None = None) -> NoReturn:
+        """Raise the call's GradcheckError: torch's first line, then what opcheck found."""
+        raise GradcheckError(message, check=check, path=path, mismatch=mismatch)
+
+    def fail_gradient_dtype(self) -> NoReturn:
+        # torch reports this as "Analytical gradient has incorrect size", whatever check_grad_dtypes is.
+        self.fail(
+            "Gradient has dtype mismatch: backward returned a gradient whose dtype differs from its input's",
+            check="gradient dtype",
+            path=self.backward_path,
+        )
+
+    def check_forward_dtype(self, primal: torch.Tensor, tangent: torch.Tensor) -> None:
+        """With check_grad_dtypes, a real primal must have a real tangent and a complex one a complex tangent."""
+        if self.flags.check_grad_dtypes and primal.is_complex() != tangent.is_complex():
+            self.fail("Forward AD gradient has dtype mismatch.", check="forward AD dtype", path=self.forward_path)

@@ -1,0 +1,220 @@
+"""The fused passes' backward: every row they need, and the backward's side checks, in one batched call.
+
+Its cotangents are the pass's leading rows (the Jacobian's one-hot rows, or the projections'
+cotangents), then, per output, the step-by-step batched-gradient check's first random cotangent,
+then an all-zero row. From FUNCTORCH_ROWS rows on they go through torch.func's vmapped pullback,
+else (or where its rows disagree with a plain backward) through the legacy batched backward.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from opcheck.engine import aux_checks
+from opcheck.engine._util import (
+    Func,
+    Inputs,
+    at_positions,
+    detached,
+    diff_input_indices,
+    of_inputs,
+    requires_grad,
+    vmap_form,
+)
+from opcheck.engine.batching import Evaluator, close
+from opcheck.engine.compare import allclose_promoted
+from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.passes import Fallback
+
+FUNCTORCH_ROWS = 64
+"""From this many Jacobian rows the fused backward takes them from torch.func (a vmapped pullback),
+whose batching rules cover backward kernels that the legacy vmap runs one row at a time (conv's:
+15x faster at 128 rows); below, the legacy batched backward's lower overhead wins."""
+
+ALLCLOSE_RTOL, ALLCLOSE_ATOL = 1e-5, 1e-8
+"""torch.allclose's defaults: how torch's batched-gradient check compares batched with plain."""
+
+
+def batched_backward(ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+    """One batched backward for `leading` cotangents, with the side checks of the backward riding along.
+
+    `leading` holds per output its (r_i, *shape) cotangents, or None for its one-hot rows (the
+    Jacobian's). Appended to them: per output, the step-by-step batched-gradient check's first
+    random cotangent (tied to two plain backward passes: reentrancy and batched against plain),
+    and one all-zero row (the zero-grad_output check). Returns per differentiable input its
+    (Σ r_i, numel) gradients along the leading rows, output by output; raises Fallback when a
+    side check does not pass.
+    """
+    return _Backward(ctx, call, leading).rows()
+
+
+class _Backward:
+    """The cotangents of one fused backward, and the plain gradients its random rows are tied to."""
+
+    def __init__(self, ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None]):
+        self.ctx, self.call, self.outputs = ctx, call, call.outputs
+        inputs, outputs = call.inputs, call.outputs
+        self.diff_inputs = [a for a in inputs if requires_grad(a)]
+        sizes = [o.numel() if lead is None else lead.shape[0] for o, lead in zip(outputs, leading)]
+        self.m = m = sum(sizes)
+        self.count = rows = m + len(outputs) + 1  # the leading rows, one random cotangent per output, one zero row
+        randoms = []  # per output, the first random cotangent of the step-by-step batched-gradient check
+        self.cotangents = []
+        offset = 0
+        for i, (o, lead) in enumerate(zip(outputs, leading)):
+            randoms.append(aux_checks.randn_like(o, torch.Generator().manual_seed(aux_checks.SEED + i)))
+            c = o.new_zeros((rows, o.numel()))
+            if lead is None:
+                c[offset : offset + sizes[i]].fill_diagonal_(1)
+            else:
+                c[offset : offset + sizes[i]] = lead.reshape(sizes[i], -1)
+            c[m + i] = randoms[i].reshape(-1)
+            self.cotangents.append(c.view(rows, *o.shape))
+            offset += sizes[i]
+        self.plain = [_plain_gradients(ctx, o, i, self.diff_inputs, randoms[i]) for i, o in enumerate(outputs)]
+
+    def rows(self) -> list[torch.Tensor]:
+        ev, flags = self.ctx.evaluator, self.ctx.flags
+        flat = None
+        legacy_checked = False
+        if self.m >= FUNCTORCH_ROWS:
+            rows = functorch_rows(self.call.func, self.call.func_out, self.call.inputs, self.cotangents)
+            flat = _flat_rows(rows, self.diff_inputs, self.count)
+            if flat is not None and not self._tied(flat, flags.check_batched_grad):
+                # torch.func's batching rule disagrees: try the legacy one
+                ev.stats.fallbacks.append("fused: torch.func's batched backward differs from the plain one")
+                flat = None
+        if flat is None:
+            flat = self._legacy(ev)
+            legacy_checked = True
+        else:
+            ev.stats.batched_vjp_calls += 1
+        if flags.check_batched_grad and not legacy_checked:
+            self._check_legacy(ev)
+        for j, f in enumerate(flat):
+            zero = f[self.count - 1]
+            if bool(zero.any()) and not (flags.masked and torch.allclose(zero, torch.zeros_like(zero))):
+                raise Fallback(f"gradient of input {j} is nonzero for a zero grad_output")
+        return [f[: self.m] for f in flat]
+
+    def _tied(self, flat: list[torch.Tensor], check_batched_grad: bool) -> bool:
+        """Each random cotangent's batched row against the plain gradient: torch.allclose's defaults,
+        as the batched-gradient check compares; with that check off, agreement up to reassociation."""
+        m, nondet_tol = self.m, self.ctx.flags.nondet_tol
+        for i in range(len(self.outputs)):
+            for j, p in enumerate(self.plain[i]):
+                row = flat[j][m + i]
+                same = (
+                    allclose_promoted(row, p, ALLCLOSE_RTOL, ALLCLOSE_ATOL)
+                    if check_batched_grad
+                    else close(row, p, extra_atol=nondet_tol)
+                )
+                if not same:
+                    return False
+        return True
+
+    def _legacy(self, ev: Evaluator) -> list[torch.Tensor]:
+        """Every row from the legacy batched backward, tied to the plain gradients."""
+        ev.stats.batched_vjp_calls += 1
+        flat = _flat_rows(legacy_rows(self.outputs, self.diff_inputs, self.cotangents), self.diff_inputs, self.count)
+        if flat is None:
+            raise Fallback("the batched gradient has an unexpected shape, dtype or layout")
+        if not self._tied(flat, self.ctx.flags.check_batched_grad):
+            raise Fallback("batched and plain gradients differ", ("vjp",))
+        return flat
+
+    def _check_legacy(self, ev: Evaluator) -> None:
+        """The batched-gradient check is about the legacy vmap (is_grads_batched): its row of each
+        random cotangent against the plain gradient."""
+        ev.stats.batched_vjp_calls += 1
+        n_out = len(self.outputs)
+        randoms = [c[self.m : self.m + n_out] for c in self.cotangents]
+        legacy = _flat_rows(legacy_rows(self.outputs, self.diff_inputs, randoms), self.diff_inputs, n_out)
+        if legacy is None or not all(
+            allclose_promoted(legacy[j][i], p, ALLCLOSE_RTOL, ALLCLOSE_ATOL)
+            for i in range(n_out)
+            for j, p in enumerate(self.plain[i])
+        ):
+            raise Fallback("the legacy batched gradient differs from the plain one")
+
+
+def _plain_gradients(
+    ctx: CheckContext, output: torch.Tensor, i: int, diff_inputs: list[torch.Tensor], v: torch.Tensor
+) -> list[torch.Tensor]:
+    """The plain backward along v, run twice (reentrancy): per input, its flat gradient."""
+    first = _plain_vjp(ctx.evaluator, output, diff_inputs, v)
+    again = _plain_vjp(ctx.evaluator, output, diff_inputs, v)
+    result = []
+    for j, x in enumerate(diff_inputs):
+        if (first[j] is None) != (again[j] is None):
+            raise Fallback(f"output {i}: two plain backward passes disagree on whether input {j} is used")
+        f, g = first[j], again[j]
+        a = f.detach() if f is not None else torch.zeros_like(x)
+        b = g.detach() if g is not None else a
+        if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
+            raise Fallback(f"output {i}: the plain gradient of input {j} has an unexpected dtype or shape")
+        if not torch.equal(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.flags.nondet_tol):
+            raise Fallback(f"two plain backward passes of output {i} differ (reentrancy)")
+        result.append(a.reshape(-1))
+    return result
+
+
+def _flat_rows(
+    batched: Sequence[torch.Tensor | None] | None, diff_inputs: list[torch.Tensor], rows: int
+) -> list[torch.Tensor] | None:
+    """Per input, its (rows, numel) batched gradients (zeros where undefined); None if any is malformed."""
+    if batched is None:
+        return None
+    flat = []
+    for gr, x in zip(batched, diff_inputs):
+        if gr is None:
+            gr = x.new_zeros((rows, *x.shape))
+        elif tuple(gr.shape) != (rows, *x.shape) or gr.dtype != x.dtype or gr.layout != torch.strided:
+            return None
+        flat.append(gr.detach().reshape(rows, x.numel()))
+    return flat
+
+
+def legacy_rows(
+    outputs: Sequence[torch.Tensor], diff_inputs: Sequence[torch.Tensor], cotangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor | None, ...]:
+    """The rows from the legacy batched backward (is_grads_batched)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.autograd.grad(
+            outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
+        )
+
+
+def functorch_rows(
+    func: Func, func_out: tuple[Any, ...], inputs: Inputs, cotangents: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...] | None:
+    """The rows from torch.func.vjp's pullback under torch.func.vmap, or None where it does not work.
+
+    Its forward pass is torch.func's own; the plain backward of the user's graph is tied to these
+    rows by the caller (its random cotangent's row).
+    """
+    diff = diff_input_indices(inputs)
+    positions = [p for p, o in enumerate(func_out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    base = detached(inputs)
+    of_x = of_inputs(vmap_form(func), base, diff, at_positions(positions))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pullback = torch.func.vjp(of_x, *[base[j] for j in diff])[1]
+            return tuple(torch.func.vmap(pullback)(tuple(cotangents)))
+    except Exception:  # no torch.func support (an old-style Function, .item(), ...): the legacy rows
+        return None
+
+
+def _plain_vjp(
+    ev: Evaluator, output: torch.Tensor, diff_inputs: list[torch.Tensor], v: torch.Tensor
+) -> tuple[torch.Tensor | None, ...]:
+    ev.stats.vjp_calls += 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.autograd.grad(output, diff_inputs, v, retain_graph=True, allow_unused=True)

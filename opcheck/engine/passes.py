@@ -1,0 +1,155 @@
+"""What fast_mode="auto"'s two fused passes (fused.py, fused_projected.py) have in common.
+
+A pass only decides a pass: what it cannot vouch for raises Fallback, and the step-by-step check
+(or the next pass) decides what the user sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from opcheck.engine._util import (
+    Func,
+    Inputs,
+    as_tuple,
+    diff_input_indices,
+    exception_line,
+    float_outputs,
+    floats,
+    make_dual,
+    of_inputs,
+    unpack_dual,
+)
+from opcheck.engine.batching import Evaluator, Kind
+from opcheck.engine.complex_views import as_real, real_outputs
+from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.errors import GradcheckError
+from opcheck.engine.projections import COTANGENTS, DIRECTIONS
+
+
+class Fallback(Exception):
+    """The fused pass cannot vouch for this call: the step-by-step check decides.
+
+    `distrust` names the kind of batching (an Evaluator kind: "vjp", "forward", "jvp_func") whose
+    batched result disagreed with a plain call: the step-by-step check then runs without it.
+    `loops`: the function cannot be evaluated in batches as the pass needs (no vmap support, or
+    batching is off), so a check of its every column and row would run them one call at a time.
+    """
+
+    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False):
+        super().__init__(message)
+        self.distrust = distrust
+        self.loops = loops
+
+
+@contextlib.contextmanager
+def only_a_pass() -> Iterator[None]:
+    """A fused pass vouches only for a call it passes: whatever else happens inside is a Fallback,
+    and the step-by-step check (or the next pass) decides what the user sees."""
+    try:
+        yield
+    except GradcheckError as e:
+        raise Fallback(f"{getattr(e, 'check', None) or 'check'} failed") from e
+    except Fallback:
+        raise
+    except Exception as e:
+        raise Fallback(exception_line(e)) from e
+
+
+def real_call(call: Call) -> tuple[Call, bool]:
+    """The call with its complex outputs seen through torch.view_as_real, and whether it had any."""
+    if not any(isinstance(o, torch.Tensor) and o.is_complex() for o in call.func_out):
+        return call, False
+    real_out = as_real(call.func_out)
+    return Call(real_outputs(call.func), call.inputs, real_out, tuple(o for o in real_out if o.requires_grad)), True
+
+
+def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
+    """Raise Fallback unless a fused pass covers the call: real strided inputs and outputs, batching
+    on, within the memory budget (and, for the full check's pass, within the Jacobian budget)."""
+    ev, inputs, outputs = ctx.evaluator, call.inputs, call.outputs
+    check_backward_ad = ctx.flags.check_backward_ad
+    if not (ev.batch_forward and ev.batch_vjp):
+        raise Fallback("batching is off", loops=True)
+    diff = diff_input_indices(inputs)
+    for j in diff:
+        x = inputs[j]
+        if x.layout != torch.strided or not x.is_floating_point():
+            raise Fallback(f"input {j} is not a real strided tensor")
+    _real_strided_outputs(call.func_out)
+    if not outputs:
+        raise Fallback("no differentiable outputs")
+    n = sum(inputs[j].numel() for j in diff)
+    m = sum(o.numel() for o in outputs)
+    if not projected and n * m > ctx.flags.jacobian_budget:
+        raise Fallback("beyond the Jacobian budget")
+    itemsize = max(inputs[j].element_size() for j in diff)
+    if projected:  # see fused_projected: its forward and backward rows
+        rows = (COTANGENTS + 1) * len(outputs) + 1 if check_backward_ad else 0
+        forward = (3 * DIRECTIONS + 1) * len(diff)
+    else:
+        rows = m + len(outputs) + 1 if check_backward_ad else 0
+        forward = 2 * n + 1
+    if max(rows * (m + n), forward * (n + m)) * itemsize > ev.memory_budget:
+        raise Fallback("more rows than fit the memory budget")
+
+
+def _real_strided_outputs(outs: tuple[Any, ...]) -> None:
+    """Every output a tensor; the float ones real, strided and requiring grad, before any other."""
+    seen_other = False
+    for p, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            raise Fallback(f"output {p} is not a tensor")
+        if not o.is_floating_point():
+            if o.is_complex():
+                raise Fallback(f"output {p} is complex")
+            seen_other = True
+            continue
+        if seen_other or o.layout != torch.strided or not o.requires_grad:
+            raise Fallback(f"output {p} is not a real strided output that requires grad")
+
+
+def outputs_once(func: Func, func_out: Any) -> Func:
+    """func, except that its first call returns the outputs already computed (graph and all)."""
+    pending = [func_out]
+
+    def call(*args: Any) -> Any:
+        return pending.pop() if pending else func(*args)
+
+    return call
+
+
+def plain_jvp(
+    ev: Evaluator, func: Func, inputs: Inputs, diff: Sequence[int], sizes: Sequence[int], u: torch.Tensor
+) -> list[torch.Tensor]:
+    """Tangents of func's float outputs (flattened) for the input direction u, with dual tensors."""
+    ev.stats.jvp_calls += 1
+    with fwAD.dual_level():
+        args = list(inputs)
+        offset = 0
+        for j, size in zip(diff, sizes):
+            x = inputs[j]
+            args[j] = make_dual(x.detach(), u[offset : offset + size].reshape(x.shape).to(x.dtype))
+            offset += size
+        result = []
+        for o in float_outputs(as_tuple(func(*args))):
+            primal, tangent = unpack_dual(o)
+            result.append(tangent.reshape(-1).clone() if tangent is not None else primal.new_zeros(primal.numel()))
+        return result
+
+
+def jvp_at_points(fn: Func, base: Sequence[Any], diff: Sequence[int]) -> Callable[..., Any]:
+    """One row of a vmapped torch.func.jvp over arguments (*δ, *t), a δ and a t per input in diff:
+    fn's float outputs at base + δ, and their tangents along t."""
+    of_x = of_inputs(fn, base, diff, floats)
+    k = len(diff)
+
+    def one_row(*dt: torch.Tensor) -> Any:
+        return torch.func.jvp(of_x, tuple(base[j] + d for j, d in zip(diff, dt[:k])), dt[k:])
+
+    return one_row

@@ -1,0 +1,192 @@
+"""The engine's plumbing: frozen flags and context, context-scoped switches, one central difference."""
+
+from __future__ import annotations
+
+import ast
+import contextvars
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import opcheck
+from opcheck.engine import aux_checks
+from opcheck.engine.batching import (
+    Differences,
+    EvalStats,
+    Evaluator,
+    adaptive_clock,
+    batching_clock,
+    batching_enabled,
+    vmap_batching,
+)
+from opcheck.engine.context import CheckContext
+from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_JACOBIAN_BUDGET, DEFAULT_RTOL, CheckFlags
+
+BATCHING = Path(opcheck.__file__).parent / "engine" / "batching"
+
+
+def _x(n: int) -> torch.Tensor:
+    return torch.linspace(0.1, 1.0, n, dtype=torch.float64).requires_grad_()
+
+
+# ------------------------------------------------------------------------------------ flags
+def test_flags_are_built_from_the_arguments_by_name():
+    flags = CheckFlags.from_arguments(
+        {"func": torch.sin, "inputs": (), "raise_exception": False, "atol": 0.5, "jacobian_budget": None}
+    )
+    assert (flags.eps, flags.atol, flags.rtol) == (DEFAULT_EPS, 0.5, DEFAULT_RTOL)
+    assert flags.jacobian_budget == DEFAULT_JACOBIAN_BUDGET
+    assert CheckFlags.from_arguments({"jacobian_budget": 7}).jacobian_budget == 7
+
+
+def test_the_defaults_are_torchs():
+    import inspect
+
+    for ours, theirs in (
+        (opcheck.gradcheck, torch.autograd.gradcheck),
+        (opcheck.gradgradcheck, torch.autograd.gradgradcheck),
+    ):
+        mine, torchs = inspect.signature(ours).parameters, inspect.signature(theirs).parameters
+        for name in ("eps", "atol", "rtol", "nondet_tol"):
+            assert mine[name].default == torchs[name].default
+    assert (DEFAULT_EPS, DEFAULT_ATOL, DEFAULT_RTOL) == (1e-6, 1e-5, 1e-3)
+
+
+def test_flags_and_context_are_frozen():
+    flags = CheckFlags()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        flags.atol = 1.0  # type: ignore[misc]
+    ctx = CheckContext(flags, Evaluator())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.backward_path = "VJP of VJP"  # type: ignore[misc]
+    assert dataclasses.replace(ctx, backward_path="VJP of VJP").numerical_cache is ctx.numerical_cache
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (dict(check_forward_ad=False, check_backward_ad=False), "at least one of check_forward_ad"),
+        (dict(check_batched_grad=True, check_backward_ad=False, check_forward_ad=True), "check_batched_grad=True"),
+        (dict(check_batched_forward_grad=True), "check_batched_forward_grad=True"),
+        (dict(fast_mode="slow"), "fast_mode must be"),
+        (dict(jacobian_budget=-1), "jacobian_budget must be"),
+        (dict(jacobian_budget=True), "jacobian_budget must be"),
+    ],
+)
+def test_flags_are_validated_once_with_torchs_words(flags, error):
+    with pytest.raises((AssertionError, ValueError), match=error):
+        CheckFlags(**flags)
+    with pytest.raises((AssertionError, ValueError), match=error):
+        opcheck.gradcheck(torch.sin, (_x(3),), **flags)
+
+
+# ---------------------------------------------------------------------------- context variables
+def _in_a_thread(f):
+    box = []
+    t = threading.Thread(target=lambda: box.append(f()))
+    t.start()
+    t.join()
+    return box[0]
+
+
+def test_vmap_batching_is_scoped_to_the_context():
+    assert batching_enabled()
+    with vmap_batching(False):
+        assert not batching_enabled()
+        assert contextvars.copy_context().run(batching_enabled) is False  # a copy of this context
+        assert _in_a_thread(batching_enabled) is True  # another thread starts from the default
+        with vmap_batching(True):
+            assert batching_enabled()
+        assert not batching_enabled()
+    assert batching_enabled()
+
+
+def test_batching_clock_is_scoped_to_the_context():
+    def clock():
+        return 0.0
+
+    outer = adaptive_clock()
+    with batching_clock(clock):
+        assert adaptive_clock() is clock
+        assert _in_a_thread(adaptive_clock) is outer
+    assert adaptive_clock() is outer
+
+
+def test_nested_reports_each_collect_their_own_stats():
+    inner = []
+
+    def reports_inside(x):
+        if not inner:
+            inner.append(opcheck.gradcheck_report(torch.cos, (_x(40),)))
+        return x.sin()
+
+    with vmap_batching(False):
+        outer = opcheck.gradcheck_report(reports_inside, (_x(3),))
+    assert outer.passed and inner[0].passed
+    # The loop's two calls per column: 3 columns here, 40 in the report made inside.
+    assert (outer.stats.calls, inner[0].stats.calls) == (6, 80)
+
+
+# ----------------------------------------------------------------------- central differences
+def test_one_central_difference_serves_columns_and_directions():
+    x = _x(4)
+    inputs = (x,)
+    diffs = Differences(Evaluator(), lambda a: (a.exp(),), inputs, 1e-6)
+    column = diffs.column(0, 2)[0]
+    along = diffs.along(x.data[2], 1e-6)[0]  # the same element, as an entry moved by eps
+    torch.testing.assert_close(column, along, rtol=0, atol=0)
+    direction = torch.zeros(4, dtype=torch.float64)
+    direction[2] = 1e-6
+    torch.testing.assert_close(diffs.along(x.data, direction)[0], column, rtol=0, atol=0)
+    torch.testing.assert_close(column, torch.eye(4, dtype=torch.float64)[2] * x.detach().exp(), rtol=1e-8, atol=1e-8)
+
+
+def test_a_central_difference_restores_the_input_when_the_function_raises():
+    x = _x(4)
+    before = x.detach().clone()
+    calls = []
+
+    def fails_at_the_second_point(a):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("no")
+        return (a * 2,)
+
+    diffs = Differences(Evaluator(), fails_at_the_second_point, (x,), 1e-3)
+    with pytest.raises(RuntimeError, match="no"):
+        diffs.column(0, 1)
+    assert torch.equal(x.detach(), before)
+
+
+def test_the_stats_of_a_differences_count_plain_calls():
+    ev = Evaluator()
+    Differences(ev, lambda a: (a.sin(),), (_x(3),), 1e-6).columns(0, 1)
+    assert ev.stats == EvalStats(calls=6)
+
+
+# ------------------------------------------------------------------------------------ layout
+def test_no_library_function_is_collected_as_a_test():
+    assert not [name for name in vars(aux_checks) if name.startswith("test")]
+
+
+def test_the_batching_package_imports_one_way():
+    # Each room imports only the rooms above it in the package's list (its docstring's order).
+    order = "settings schedule agreement evaluator finite_differences fd_columns vjp_rows jvp_columns".split()
+    for k, name in enumerate(order):
+        tree = ast.parse((BATCHING / f"{name}.py").read_text())
+        imported = {
+            node.module.rsplit(".", 1)[-1]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("opcheck.engine.batching.")
+        }
+        imported |= {
+            a.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "opcheck.engine.batching"
+            for a in node.names
+        }
+        assert imported <= set(order[:k]), (name, imported - set(order[:k]))
+    assert sorted(p.stem for p in BATCHING.glob("*.py")) == sorted(["__init__", *order])
