@@ -44,9 +44,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "engine"))  # scale_mutants lives with the engine tests
+sys.path.insert(0, str(ROOT))  # and builds its ops from tests.broken_ops
 
 TOOLS = ("auto", "torch fast", "torch slow")
-DEFAULT_SLOW_MAX = 2 ** 24
+DEFAULT_SLOW_MAX = 2**24
 
 
 def _corpus():
@@ -93,7 +94,7 @@ def _where(mismatch) -> str | None:
         hint = mismatch.hints[0] if mismatch.hints else ""
         return f"{head}, {comparison}: {mismatch.mismatched} of {mismatch.total} projection entries; {hint}"
     worst = mismatch.worst[0] if mismatch.worst else None
-    at = (f"; worst entry d out{list(worst.output_index)} / d in{list(worst.input_index)}" if worst else "")
+    at = f"; worst entry d out{list(worst.output_index)} / d in{list(worst.input_index)}" if worst else ""
     return f"{head}, full block: {mismatch.mismatched} of {mismatch.total} Jacobian entries{at}"
 
 
@@ -147,10 +148,16 @@ def worker(tool: str, case: str, repeat: int, threads: int) -> dict:
         times.append(secs)
         result = result or (verdict, msg, r)
     verdict, msg, r = result
-    out = {"tool": tool, "case": case, "seconds": min(times), "times": times, "verdict": verdict,
-           "message": _first_lines(msg, 4) if msg else "",
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "rss_before_check_mb": rss_before / 1024}
+    out = {
+        "tool": tool,
+        "case": case,
+        "seconds": min(times),
+        "times": times,
+        "verdict": verdict,
+        "message": _first_lines(msg, 4) if msg else "",
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_check_mb": rss_before / 1024,
+    }
     if tool == "auto" and r is not None:
         out["auto_paths"] = list(r.stats.auto_paths)
         found = re.search(r"\(J·U from ([^)]+)\) found a mismatch|J·U from ([^)]+)\)", msg) if msg else None
@@ -173,28 +180,50 @@ def outcome(kind: str, verdict) -> str:
 
 
 def run_worker(tool, case, args) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", tool, case, "--repeat", str(args.repeat),
-           "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        tool,
+        case,
+        "--repeat",
+        str(args.repeat),
+        "--threads",
+        str(args.threads),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    return {"tool": tool, "case": case, "seconds": None, "verdict": f"worker failed (exit {proc.returncode})",
-            "message": _first_lines(proc.stderr[-2000:], 8), "peak_rss_mb": None}
+            return json.loads(line[len("RESULT ") :])
+    return {
+        "tool": tool,
+        "case": case,
+        "seconds": None,
+        "verdict": f"worker failed (exit {proc.returncode})",
+        "message": _first_lines(proc.stderr[-2000:], 8),
+        "peak_rss_mb": None,
+    }
 
 
 def _short(s: str, n: int) -> str:
-    return s if len(s) <= n else s[:n - 3] + "..."
+    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", default=None, help="comma-separated cases (ID = the mutant, ID:twin = its twin; "
-                                                 "default: all)")
-    p.add_argument("--repeat", type=int, default=1, metavar="N", help="timed calls per tool and case, best kept "
-                                                                       "(default 1)")
-    p.add_argument("--slow-max-entries", type=int, default=DEFAULT_SLOW_MAX, metavar="N",
-                   help=f"run torch's slow mode only where n*m <= N (default 2**24 = {DEFAULT_SLOW_MAX})")
+    p.add_argument(
+        "--cases", default=None, help="comma-separated cases (ID = the mutant, ID:twin = its twin; default: all)"
+    )
+    p.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="timed calls per tool and case, best kept (default 1)"
+    )
+    p.add_argument(
+        "--slow-max-entries",
+        type=int,
+        default=DEFAULT_SLOW_MAX,
+        metavar="N",
+        help=f"run torch's slow mode only where n*m <= N (default 2**24 = {DEFAULT_SLOW_MAX})",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each worker (default 1)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the results to PATH")
     p.add_argument("--list-cases", action="store_true", help="print the case names and exit")
@@ -222,9 +251,11 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     cmd = shlex.join(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
     print(f"command: {cmd}")
-    print(f"torch {torch.__version__} | opcheck {getattr(opcheck, '__version__', '?')} | python "
-          f"{platform.python_version()} | {platform.machine()}, {os.cpu_count()} CPUs, torch threads {args.threads} | "
-          f"best of {args.repeat} | torch slow where n*m <= {args.slow_max_entries} | one subprocess per tool x case")
+    print(
+        f"torch {torch.__version__} | opcheck {getattr(opcheck, '__version__', '?')} | python "
+        f"{platform.python_version()} | {platform.machine()}, {os.cpu_count()} CPUs, torch threads {args.threads} | "
+        f"best of {args.repeat} | torch slow where n*m <= {args.slow_max_entries} | one subprocess per tool x case"
+    )
 
     results = []
     for case in cases:
@@ -233,8 +264,12 @@ def main(argv=None) -> int:
         rec = {"case": case, "id": m.id, "kind": kind, "checker": m.checker, "entries": entries, "tools": {}}
         for tool in TOOLS:
             if tool == "torch slow" and entries > args.slow_max_entries:
-                rec["tools"][tool] = {"verdict": None, "seconds": None, "peak_rss_mb": None,
-                                      "not_run": f"n*m = {entries} > --slow-max-entries {args.slow_max_entries}"}
+                rec["tools"][tool] = {
+                    "verdict": None,
+                    "seconds": None,
+                    "peak_rss_mb": None,
+                    "not_run": f"n*m = {entries} > --slow-max-entries {args.slow_max_entries}",
+                }
                 continue
             r = run_worker(tool, case, args)
             r["outcome"] = outcome(kind, r["verdict"])
@@ -243,8 +278,10 @@ def main(argv=None) -> int:
 
     # ---- detection table
     w = max(len(c) for c in cases) + 1
-    hdr = (f"{'case':{w}s} {'checker':13s} {'n*m':>10s} | {'auto':>8s} {'s':>7s} {'MB':>5s} | "
-           f"{'torch fast':>10s} {'s':>7s} {'MB':>5s} | {'torch slow':>10s} {'s':>7s} {'MB':>5s} | auto path")
+    hdr = (
+        f"{'case':{w}s} {'checker':13s} {'n*m':>10s} | {'auto':>8s} {'s':>7s} {'MB':>5s} | "
+        f"{'torch fast':>10s} {'s':>7s} {'MB':>5s} | {'torch slow':>10s} {'s':>7s} {'MB':>5s} | auto path"
+    )
     print("\n" + hdr)
     print("-" * len(hdr))
 
@@ -258,10 +295,11 @@ def main(argv=None) -> int:
     for rec in results:
         t = rec["tools"]
         paths = sorted(set(t["auto"].get("auto_paths") or [])) or ["-"]
-        print(f"{rec['case']:{w}s} {rec['checker']:13s} {rec['entries']:10d} | {cell(t['auto'], 8)} | "
-              f"{cell(t['torch fast'], 10)} | {cell(t['torch slow'], 10)} | {', '.join(paths)}")
-    fails = [(rec, tool) for rec in results for tool in TOOLS
-             if rec["tools"][tool].get("verdict") not in (None, True)]
+        print(
+            f"{rec['case']:{w}s} {rec['checker']:13s} {rec['entries']:10d} | {cell(t['auto'], 8)} | "
+            f"{cell(t['torch fast'], 10)} | {cell(t['torch slow'], 10)} | {', '.join(paths)}"
+        )
+    fails = [(rec, tool) for rec in results for tool in TOOLS if rec["tools"][tool].get("verdict") not in (None, True)]
     if fails:
         print("\nfailures (first lines; auto: where it localized the error):")
         for rec, tool in fails:
@@ -282,40 +320,68 @@ def main(argv=None) -> int:
         passed = [r["case"] for r in twin if r["tools"][tool]["outcome"] == "passed"]
         alarms = [r["case"] for r in twin if r["tools"][tool]["outcome"] != "passed"]
         not_run = sum(1 for r in results if r["tools"][tool].get("not_run"))
-        print(f"[{tool}] mutants caught {len(caught)}/{len(mut)}, twins passed {len(passed)}/{len(twin)}"
-              + (f", not run on {not_run} case(s)" if not_run else "")
-              + (f" | missed: {', '.join(missed)}" if missed else "")
-              + (f" | false alarms / errors: {', '.join(alarms)}" if alarms else ""))
-        summary["detection"][tool] = {"mutants": len(mut), "caught": caught, "missed": missed, "twins": len(twin),
-                                      "passed": passed, "false_alarms": alarms, "not_run": not_run}
+        print(
+            f"[{tool}] mutants caught {len(caught)}/{len(mut)}, twins passed {len(passed)}/{len(twin)}"
+            + (f", not run on {not_run} case(s)" if not_run else "")
+            + (f" | missed: {', '.join(missed)}" if missed else "")
+            + (f" | false alarms / errors: {', '.join(alarms)}" if alarms else "")
+        )
+        summary["detection"][tool] = {
+            "mutants": len(mut),
+            "caught": caught,
+            "missed": missed,
+            "twins": len(twin),
+            "passed": passed,
+            "false_alarms": alarms,
+            "not_run": not_run,
+        }
 
     def total(tool, recs):
         return sum(r["tools"][tool]["seconds"] or 0.0 for r in recs)
 
-    ran = [r for r in results if r["tools"]["auto"].get("seconds") is not None
-           and r["tools"]["torch fast"].get("seconds") is not None]
+    ran = [
+        r
+        for r in results
+        if r["tools"]["auto"].get("seconds") is not None and r["tools"]["torch fast"].get("seconds") is not None
+    ]
     ta, tf = total("auto", ran), total("torch fast", ran)
     rt = ta / tf if tf > 0 else float("nan")
     print(f"[time] opcheck auto {ta:.3f}s / torch fast {tf:.3f}s = {rt:.2f}x over {len(ran)} cases (target <= 10x)")
     slow = [r for r in results if r["tools"]["torch slow"].get("seconds") is not None]
     if slow:
         ts, tas = total("torch slow", slow), total("auto", slow)
-        print(f"[time] where torch slow ran ({len(slow)} cases): torch slow {ts:.3f}s, opcheck auto {tas:.3f}s "
-              f"= {tas / ts if ts > 0 else float('nan'):.3f}x of it")
+        print(
+            f"[time] where torch slow ran ({len(slow)} cases): torch slow {ts:.3f}s, opcheck auto {tas:.3f}s "
+            f"= {tas / ts if ts > 0 else float('nan'):.3f}x of it"
+        )
         summary.update(torch_slow_s=ts, auto_s_where_slow_ran=tas)
     peaks = {tool: max((r["tools"][tool].get("peak_rss_mb") or 0.0 for r in results), default=0.0) for tool in TOOLS}
     base = min((r["tools"]["auto"].get("rss_before_check_mb") or 0.0 for r in results), default=0.0)
-    print("[memory] max peak RSS per process: " + ", ".join(f"{t} {v:.0f} MB" for t, v in peaks.items())
-          + f" (target <= 2048 MB; a process holds about {base:.0f} MB before its first check)")
+    print(
+        "[memory] max peak RSS per process: "
+        + ", ".join(f"{t} {v:.0f} MB" for t, v in peaks.items())
+        + f" (target <= 2048 MB; a process holds about {base:.0f} MB before its first check)"
+    )
     wall = time.perf_counter() - t_start
     print(f"wall time {wall:.1f}s")
     summary.update(auto_s=ta, torch_fast_s=tf, auto_over_torch_fast=rt, peak_rss_mb=peaks, wall_s=wall)
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": cmd, "torch": torch.__version__, "threads": args.threads, "repeat": args.repeat,
-                       "slow_max_entries": args.slow_max_entries, "cases": results, "summary": summary},
-                      f, indent=1, default=str)
+            json.dump(
+                {
+                    "command": cmd,
+                    "torch": torch.__version__,
+                    "threads": args.threads,
+                    "repeat": args.repeat,
+                    "slow_max_entries": args.slow_max_entries,
+                    "cases": results,
+                    "summary": summary,
+                },
+                f,
+                indent=1,
+                default=str,
+            )
         print(f"results written to {args.json}")
     return 0
 

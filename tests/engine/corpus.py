@@ -27,12 +27,35 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Union
+from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
-Verdict = Union[bool, str]
+from tests.broken_ops import (
+    COS,
+    EXP,
+    SIN,
+    Elementwise,
+    assumes_grad_sin_when_grad_cos_is_undefined,
+    broadcast_mul,
+    conj_missing,
+    function,
+    ignores_grad_output,
+    noisy_derivative,
+    plus_noise,
+    rescaled,
+    returned_as,
+    save_inputs,
+    scaled,
+    sin_cos,
+    stacks_defined_terms,
+    summed_over_dim0,
+    summed_over_dim0_transposed,
+    with_backward_function,
+    written_into_zeros,
+)
+
+Verdict = bool | str
 MODES = ("slow", "fast")
 
 
@@ -73,6 +96,7 @@ class Case:
 # Input helpers: every call makes new tensors from a private, seeded generator.
 # --------------------------------------------------------------------------
 
+
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -87,17 +111,23 @@ def _rand(*shape, seed: int, low=0.0, high=1.0, dtype=torch.float64, requires_gr
 
 
 def _complex(*shape, seed: int, requires_grad=True) -> torch.Tensor:
-    return torch.randn(shape, generator=_gen(seed), dtype=torch.complex128).requires_grad_(
-        requires_grad
-    )
+    return torch.randn(shape, generator=_gen(seed), dtype=torch.complex128).requires_grad_(requires_grad)
 
 
-def _sparse(*shape, seed: int, layout=torch.sparse_coo, density=0.5, blocksize=None, dense_dim=0,
-            dtype=torch.float64, requires_grad=True) -> torch.Tensor:
+def _sparse(
+    *shape,
+    seed: int,
+    layout=torch.sparse_coo,
+    density=0.5,
+    blocksize=None,
+    dense_dim=0,
+    dtype=torch.float64,
+    requires_grad=True,
+) -> torch.Tensor:
     """A sparse tensor of the layout whose specified values are random (about `density` of them)."""
     g = _gen(seed)
     values = torch.randn(shape, generator=g, dtype=dtype)
-    keep = torch.rand(shape[:len(shape) - dense_dim], generator=g) < density
+    keep = torch.rand(shape[: len(shape) - dense_dim], generator=g) < density
     dense = values * keep.reshape(keep.shape + (1,) * dense_dim)
     if layout == torch.sparse_coo:
         t = dense.to_sparse(len(shape) - dense_dim)
@@ -127,237 +157,155 @@ _MKLDNN_TOLERANCES = dict(atol=4e-1, rtol=1e-2)
 
 
 # --------------------------------------------------------------------------
-# Correct custom autograd.Functions.
+# Correct custom autograd.Functions (built from the parts in tests/broken_ops.py).
 # --------------------------------------------------------------------------
 
-class CubeWithJvpAndVmap(torch.autograd.Function):
-    """Correct modern-style Function with backward, jvp and an auto vmap rule."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return x**3
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return 3 * x * x * grad
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        (x,) = ctx.saved_tensors
-        return 3 * x * x * tangent
+# Correct modern-style Function with backward, jvp and an auto vmap rule.
+CubeWithJvpAndVmap = Elementwise(lambda x: x**3, lambda x: 3 * x * x).function(
+    "CubeWithJvpAndVmap", jvp=True, vmap=True
+)
 
 
-class ScaleByThreeItemLoop(torch.autograd.Function):
-    """Correct, but the backward walks the gradient with a Python loop and .item().
-
-    Fine for ordinary autograd; vmap (check_batched_grad) cannot batch aten::item.
-    """
-
-    @staticmethod
-    def forward(x):
-        return x * 3
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, grad):
-        flat = grad.reshape(-1)
-        out = torch.empty_like(flat)
-        for i in range(flat.numel()):
-            out[i] = flat[i].item() * 3
-        return out.view_as(grad)
+def _three_times_by_items(ctx, grad):
+    flat = grad.reshape(-1)
+    out = torch.empty_like(flat)
+    for i in range(flat.numel()):
+        out[i] = flat[i].item() * 3
+    return out.view_as(grad)
 
 
-class ScaleByThreeInplaceIntoFresh(torch.autograd.Function):
-    """Correct, but backward writes the gradient in place into a fresh plain tensor.
+# Correct, but the backward walks the gradient with a Python loop and .item(). Fine for ordinary
+# autograd; vmap (check_batched_grad) cannot batch aten::item.
+ScaleByThreeItemLoop = function("ScaleByThreeItemLoop", lambda x: x * 3, _three_times_by_items)
 
-    Under vmap the gradient is batched while the destination is not, which the
-    legacy vmap used by check_batched_grad rejects.
-    """
+TIMES_THREE = Elementwise(lambda x: x * 3, lambda x: torch.full_like(x, 3.0))
 
-    @staticmethod
-    def forward(x):
-        return x * 3
+# Correct, but backward writes the gradient in place into a fresh plain tensor. Under vmap the
+# gradient is batched while the destination is not, which the legacy vmap used by check_batched_grad
+# rejects.
+ScaleByThreeInplaceIntoFresh = TIMES_THREE.function("ScaleByThreeInplaceIntoFresh", bug=written_into_zeros("add_"))
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
+# z -> z*z. PyTorch's convention needs grad * conj(2z).
+COMPLEX_SQUARE = Elementwise(lambda z: z * z, lambda z: (2 * z).conj())
 
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        out = torch.zeros_like(x)
-        out.add_(grad * 3)
-        return out
+# The fixed version of ComplexSquareMissingConj (control case).
+ComplexSquareCorrect = COMPLEX_SQUARE.function("ComplexSquareCorrect")
 
 
 # --------------------------------------------------------------------------
 # Deliberately broken custom autograd.Functions.
 # --------------------------------------------------------------------------
 
-class SinMissingFactor(torch.autograd.Function):
-    """Modern style; backward forgets a factor (returns half the derivative)."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * torch.cos(x) * 0.5
-
-
-class CosSignFlipOldStyle(torch.autograd.Function):
-    """Old style (forward(ctx, x)); d/dx cos x = -sin x but backward returns +sin x."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.cos(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * torch.sin(x)
+# Modern style; backward forgets a factor (returns half the derivative).
+SinMissingFactor = SIN.function("SinMissingFactor", bug=scaled(0.5))
+# Old style (forward(ctx, x)); d/dx cos x = -sin x but backward returns +sin x.
+CosSignFlipOldStyle = COS.function("CosSignFlipOldStyle", old_style=True, bug=scaled(-1))
+# Backward is right except one input-gradient entry ([0, 3], flat index 3) is doubled.
+SinOneWrongEntry = SIN.function("SinOneWrongEntry", bug=scaled(2.0, at=(0, 3)))
+# Like SinOneWrongEntry but the entry is only 1% off: slow mode sees it, fast mode may not.
+SinOneSlightlyWrongEntry = SIN.function("SinOneSlightlyWrongEntry", bug=scaled(1.01, at=(0, 3)))
+# z -> z*z whose backward returns grad * 2z.
+ComplexSquareMissingConj = COMPLEX_SQUARE.function("ComplexSquareMissingConj", bug=conj_missing())
+# 2x, right values, but backward returns a sparse gradient for a dense input.
+DoubleWithSparseGrad = Elementwise(lambda x: x * 2, 2).function(
+    "DoubleWithSparseGrad", old_style=True, bug=returned_as(torch.Tensor.to_sparse)
+)
 
 
-class SinOneWrongEntry(torch.autograd.Function):
-    """Backward is right except one input-gradient entry (flat index 3) is doubled."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        grad_in = grad * torch.cos(x)
-        grad_in.view(-1)[3] *= 2.0
-        return grad_in
+def _three_times_one_value_wrong(ctx, g):
+    (s,) = ctx.saved_tensors
+    s = s.coalesce()
+    values = rescaled(g[tuple(s.indices())] * 3, 1.5, at=-1)  # the last specified element's gradient is off
+    return torch.sparse_coo_tensor(s.indices(), values, s.shape)
 
 
-class SinOneSlightlyWrongEntry(torch.autograd.Function):
-    """Like SinOneWrongEntry but the entry is only 1% off: slow mode sees it, fast mode may not."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        grad_in = grad * torch.cos(x)
-        grad_in.view(-1)[3] *= 1.01
-        return grad_in
+# 3x the values of a sparse COO input, densified; backward is wrong on one specified value.
+SparseScaleOneValueWrong = function(
+    "SparseScaleOneValueWrong",
+    lambda s: s.to_dense() * 3,
+    _three_times_one_value_wrong,
+    setup=save_inputs,
+    old_style=True,
+)
+# 3x a sparse input, densified; backward returns a dense gradient (right at every position).
+SparseScaleDenseGrad = Elementwise(lambda s: s.to_dense() * 3, 3).function("SparseScaleDenseGrad", old_style=True)
+# 2x an MKLDNN input, densified; backward returns 3x.
+MkldnnDoubleWrongBackward = Elementwise(lambda m: m.to_dense() * 2, 3).function(
+    "MkldnnDoubleWrongBackward", old_style=True, bug=returned_as(torch.Tensor.to_mkldnn)
+)
 
 
-class ComplexSquareMissingConj(torch.autograd.Function):
-    """z -> z*z. PyTorch's convention needs grad * conj(2z); this returns grad * 2z."""
-
-    @staticmethod
-    def forward(z):
-        return z * z
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (z,) = ctx.saved_tensors
-        return grad * 2 * z  # should be grad * (2 * z).conj()
+def _mixed_dtype_wrong_backward(ctx, g):
+    x, y = ctx.saved_tensors
+    return g * y.double(), (g * x * 1.5).float()
 
 
-class DoubleWithSparseGrad(torch.autograd.Function):
-    """2x, right values, but backward returns a sparse gradient for a dense input."""
+# x (float64) * y (float32); y's gradient is 1.5 times too large.
+MixedDtypeWrongBackward = function(
+    "MixedDtypeWrongBackward",
+    lambda x, y: x * y.double(),
+    _mixed_dtype_wrong_backward,
+    setup=save_inputs,
+    old_style=True,
+)
+# Backward is correct; the forward-mode jvp is off by a factor of 2.
+ExpWrongJvp = EXP.function("ExpWrongJvp", jvp=True, jvp_bug=scaled(2))
+# Mirror image of ExpWrongJvp: jvp right, backward off by a factor of 2.
+ExpWrongBackwardRightJvp = EXP.function("ExpWrongBackwardRightJvp", jvp=True, bug=scaled(2))
+# Real function whose jvp returns a complex tangent (a dtype bug).
+ExpComplexJvp = EXP.function("ExpComplexJvp", jvp=True, jvp_bug=returned_as(lambda t: t.to(torch.complex128)))
+# Its backward computes grad * cos(x) (right) but differentiates it wrongly (sign of -sin lost).
+SinWrongDoubleBackward = with_backward_function(SIN, "SinWrongDoubleBackward", input_bug=scaled(-1))
+# Old style with @once_differentiable: the backward itself is not differentiable.
+SinOnceDifferentiable = SIN.function("SinOnceDifferentiable", old_style=True, once_differentiable=True)
+# Two outputs, grads not materialized. Copes with one None grad, but when both are None it
+# stacks an empty list -> RuntimeError inside backward.
+SinCosStackCrashesOnAllUndefined = sin_cos("SinCosStackCrashesOnAllUndefined", stacks_defined_terms)
+# Same idea, but the all-undefined path does None * Tensor -> TypeError, which is not a
+# RuntimeError, so torch does not convert it to GradcheckError.
+SinCosNoneArithmeticOnAllUndefined = sin_cos(
+    "SinCosNoneArithmeticOnAllUndefined", assumes_grad_sin_when_grad_cos_is_undefined
+)
 
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, g):
-        return (g * 2).to_sparse()
-
-
-class SparseScaleOneValueWrong(torch.autograd.Function):
-    """3x the values of a sparse COO input, densified; backward is wrong on one specified value."""
-
-    @staticmethod
-    def forward(ctx, s):
-        ctx.save_for_backward(s)
-        return s.to_dense() * 3
-
-    @staticmethod
-    def backward(ctx, g):
-        (s,) = ctx.saved_tensors
-        s = s.coalesce()
-        values = g[tuple(s.indices())] * 3
-        values[-1] = values[-1] * 1.5  # the last specified element's gradient is off
-        return torch.sparse_coo_tensor(s.indices(), values, s.shape)
-
-
-class SparseScaleDenseGrad(torch.autograd.Function):
-    """3x a sparse input, densified; backward returns a dense gradient (right at every position)."""
-
-    @staticmethod
-    def forward(ctx, s):
-        return s.to_dense() * 3
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 3
+_NOISE_GENERATOR = torch.Generator().manual_seed(1234)
 
 
-class MkldnnDoubleWrongBackward(torch.autograd.Function):
-    """2x an MKLDNN input, densified; backward returns 3x."""
-
-    @staticmethod
-    def forward(ctx, m):
-        return m.to_dense() * 2
-
-    @staticmethod
-    def backward(ctx, g):
-        return (g * 3).to_mkldnn()
+def _noise_like(x):
+    return torch.rand(x.shape, generator=_NOISE_GENERATOR, dtype=x.dtype) * 1e-8
 
 
-class MixedDtypeWrongBackward(torch.autograd.Function):
-    """x (float64) * y (float32); y's gradient is 1.5 times too large."""
+# Old style; the derivative carries ~1e-8 of fresh noise on every backward call (nondeterminism),
+# still scaled by grad_output so a zero grad gives a zero grad.
+SinNoisyBackwardOldStyle = SIN.function("SinNoisyBackwardOldStyle", old_style=True, bug=noisy_derivative(_noise_like))
+# Like SinNoisyBackwardOldStyle but the noise is added *after* scaling by grad_output, so a zero
+# grad_output yields a (tiny) non-zero input grad.
+SinAdditiveNoiseBackwardOldStyle = SIN.function(
+    "SinAdditiveNoiseBackwardOldStyle", old_style=True, bug=plus_noise(_noise_like)
+)
+# (3,1) * (3,4): grad of the first operand summed over dim 0 instead of dim 1. With keepdim the
+# bogus grad has shape (1,4), which the autograd engine itself rejects as not broadcast-compatible
+# with (3,1).
+BroadcastMulWrongDimOldStyle = broadcast_mul("BroadcastMulWrongDimOldStyle", summed_over_dim0, old_style=True)
+# (4,1) * (4,4): same wrong reduction, transposed back to (4,1) so shapes are valid and only the
+# values are wrong.
+BroadcastMulWrongDimSquare = broadcast_mul("BroadcastMulWrongDimSquare", summed_over_dim0_transposed)
+# x @ A with square A; backward returns grad @ A instead of grad @ A.T.
+MatmulTransposedJacobianOldStyle = function(
+    "MatmulTransposedJacobianOldStyle",
+    lambda x, a: x @ a,
+    lambda ctx, grad: (grad @ ctx.saved_tensors[0], None),
+    setup=lambda ctx, inputs, output: ctx.save_for_backward(inputs[1]),
+    old_style=True,
+)
+# Backward ignores grad_output and always returns cos(x).
+SinNotMultipliedByGradOldStyle = SIN.function("SinNotMultipliedByGradOldStyle", old_style=True, bug=ignores_grad_output)
+# Backward returns a float32 gradient for a float64 input.
+SinFloat32Grad = SIN.function("SinFloat32Grad", bug=returned_as(torch.Tensor.float))
 
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y.double()
 
-    @staticmethod
-    def backward(ctx, g):
-        x, y = ctx.saved_tensors
-        return g * y.double(), (g * x * 1.5).float()
+# --------------------------------------------------------------------------
+# Plain functions used by the cases.
+# --------------------------------------------------------------------------
 
 
 def _constant_then_wrong_jvp(x):
@@ -384,312 +332,6 @@ def _dense_times_sparse(d, s):
 def _sparse_to_dense_sq(s):
     return s.to_dense(masked_grad=False) ** 2
 
-
-class ComplexSquareCorrect(torch.autograd.Function):
-    """The fixed version of ComplexSquareMissingConj (control case)."""
-
-    @staticmethod
-    def forward(z):
-        return z * z
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (z,) = ctx.saved_tensors
-        return grad * (2 * z).conj()
-
-
-class ExpWrongJvp(torch.autograd.Function):
-    """Backward is correct; the forward-mode jvp is off by a factor of 2."""
-
-    @staticmethod
-    def forward(x):
-        return torch.exp(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return grad * y
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        (y,) = ctx.saved_tensors
-        return 2 * tangent * y
-
-
-class ExpWrongBackwardRightJvp(torch.autograd.Function):
-    """Mirror image of ExpWrongJvp: jvp right, backward off by a factor of 2."""
-
-    @staticmethod
-    def forward(x):
-        return torch.exp(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return 2 * grad * y
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        (y,) = ctx.saved_tensors
-        return tangent * y
-
-
-class ExpComplexJvp(torch.autograd.Function):
-    """Real function whose jvp returns a complex tangent (a dtype bug)."""
-
-    @staticmethod
-    def forward(x):
-        return torch.exp(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return grad * y
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        (y,) = ctx.saved_tensors
-        return (tangent * y).to(torch.complex128)
-
-
-class _SinBackwardWrongSecondDerivative(torch.autograd.Function):
-    """Computes grad * cos(x) (right) but differentiates it wrongly (sign of -sin lost)."""
-
-    @staticmethod
-    def forward(grad, x):
-        return grad * torch.cos(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        grad, x = inputs
-        ctx.save_for_backward(grad, x)
-
-    @staticmethod
-    def backward(ctx, gg):
-        grad, x = ctx.saved_tensors
-        # d/dgrad = cos(x) (right); d/dx = -grad * sin(x), but we return +.
-        return gg * torch.cos(x), gg * grad * torch.sin(x)
-
-
-class SinWrongDoubleBackward(torch.autograd.Function):
-    """First derivative right, second derivative wrong (via a nested Function)."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return _SinBackwardWrongSecondDerivative.apply(grad, x)
-
-
-class SinOnceDifferentiable(torch.autograd.Function):
-    """Old style with @once_differentiable: the backward itself is not differentiable."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.sin(x)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * torch.cos(x)
-
-
-class SinCosStackCrashesOnAllUndefined(torch.autograd.Function):
-    """Two outputs, grads not materialized. Copes with one None grad, but when both
-    are None it stacks an empty list -> RuntimeError inside backward."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x), torch.cos(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.set_materialize_grads(False)
-
-    @staticmethod
-    def backward(ctx, grad_sin, grad_cos):
-        (x,) = ctx.saved_tensors
-        terms = []
-        if grad_sin is not None:
-            terms.append(grad_sin * torch.cos(x))
-        if grad_cos is not None:
-            terms.append(-grad_cos * torch.sin(x))
-        return torch.stack(terms).sum(0)
-
-
-class SinCosNoneArithmeticOnAllUndefined(torch.autograd.Function):
-    """Same idea, but the all-undefined path does None * Tensor -> TypeError,
-    which is not a RuntimeError, so torch does not convert it to GradcheckError."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x), torch.cos(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.set_materialize_grads(False)
-
-    @staticmethod
-    def backward(ctx, grad_sin, grad_cos):
-        (x,) = ctx.saved_tensors
-        if grad_sin is None and grad_cos is not None:
-            return -grad_cos * torch.sin(x)
-        if grad_cos is None:
-            return grad_sin * torch.cos(x)  # assumes grad_sin is defined
-        return grad_sin * torch.cos(x) - grad_cos * torch.sin(x)
-
-
-_NOISE_GENERATOR = torch.Generator().manual_seed(1234)
-
-
-def _noise_like(x):
-    return torch.rand(x.shape, generator=_NOISE_GENERATOR, dtype=x.dtype) * 1e-8
-
-
-class SinNoisyBackwardOldStyle(torch.autograd.Function):
-    """Old style; the derivative carries ~1e-8 of fresh noise on every backward call
-    (nondeterminism), still scaled by grad_output so a zero grad gives a zero grad."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.sin(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * (torch.cos(x) + _noise_like(x))
-
-
-class SinAdditiveNoiseBackwardOldStyle(torch.autograd.Function):
-    """Like SinNoisyBackwardOldStyle but the noise is added *after* scaling by
-    grad_output, so a zero grad_output yields a (tiny) non-zero input grad."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.sin(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * torch.cos(x) + _noise_like(x)
-
-
-class BroadcastMulWrongDimOldStyle(torch.autograd.Function):
-    """(3,1) * (3,4): grad of the first operand summed over dim 0 instead of dim 1.
-
-    With keepdim the bogus grad has shape (1,4), which the autograd engine itself
-    rejects as not broadcast-compatible with (3,1).
-    """
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return a * b
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        return (grad * b).sum(0, keepdim=True), grad * a
-
-
-class BroadcastMulWrongDimSquare(torch.autograd.Function):
-    """(4,1) * (4,4): same wrong reduction, transposed back to (4,1) so shapes are
-    valid and only the values are wrong."""
-
-    @staticmethod
-    def forward(a, b):
-        return a * b
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        return (grad * b).sum(0, keepdim=True).t(), grad * a
-
-
-class MatmulTransposedJacobianOldStyle(torch.autograd.Function):
-    """x @ A with square A; backward returns grad @ A instead of grad @ A.T."""
-
-    @staticmethod
-    def forward(ctx, x, a):
-        ctx.save_for_backward(a)
-        return x @ a
-
-    @staticmethod
-    def backward(ctx, grad):
-        (a,) = ctx.saved_tensors
-        return grad @ a, None
-
-
-class SinNotMultipliedByGradOldStyle(torch.autograd.Function):
-    """Backward ignores grad_output and always returns cos(x)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.sin(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return torch.cos(x)
-
-
-class SinFloat32Grad(torch.autograd.Function):
-    """Backward returns a float32 gradient for a float64 input."""
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return (grad * torch.cos(x)).float()
-
-
-# --------------------------------------------------------------------------
-# Plain functions used by the cases.
-# --------------------------------------------------------------------------
 
 def _exp_times_x(x):
     return torch.exp(x) * x
@@ -764,6 +406,8 @@ _SLOW_ONLY_PROBE_DEPENDENT = (
     "independent engine may legitimately draw other ones"
 )
 
+# fmt: off
+# One case a line or two, as a table reads.
 CASES: tuple[Case, ...] = (
     # ---------------- correct functions: gradcheck passes ----------------
     Case("sin", lambda: (_randn(5, seed=1),), torch.sin, True),
@@ -771,18 +415,9 @@ CASES: tuple[Case, ...] = (
     Case("matmul", lambda: (_randn(2, 3, seed=3), _randn(3, 4, seed=4)), torch.matmul, True),
     Case("softmax", lambda: (_randn(3, 4, seed=5),), lambda x: torch.softmax(x, dim=-1), True),
     # Every optional backward/forward check torch offers, on an op that supports them all.
-    Case(
-        "softmax_all_checks",
-        lambda: (_randn(3, 4, seed=5),),
-        lambda x: torch.softmax(x, dim=-1),
-        True,
-        flags=dict(
-            check_forward_ad=True,
-            check_batched_grad=True,
-            check_batched_forward_grad=True,
-            check_grad_dtypes=True,
-        ),
-    ),
+    Case("softmax_all_checks", lambda: (_randn(3, 4, seed=5),), lambda x: torch.softmax(x, dim=-1), True,
+         flags=dict(check_forward_ad=True, check_batched_grad=True, check_batched_forward_grad=True,
+                    check_grad_dtypes=True)),
     Case("sum_dim", lambda: (_randn(3, 4, seed=6),), lambda x: x.sum(dim=1), True),
     # (3,1) op (1,4) -> (3,4): grads must be reduced back to each operand's shape.
     Case("broadcast_add_mul", lambda: (_randn(3, 1, seed=7), _randn(1, 4, seed=8)), _broadcast_add_mul, True),
@@ -791,35 +426,22 @@ CASES: tuple[Case, ...] = (
     Case("tuple_outputs", lambda: (_randn(4, seed=10), _randn(4, seed=11)), _tuple_outputs, True),
     Case("list_outputs", lambda: (_randn(4, seed=12), _randn(4, seed=13)), _list_outputs, True),
     # Non-tensor positional args (int, None, str) are passed through untouched.
-    Case(
-        "nontensor_args",
-        lambda: (_randn(2, 3, seed=14), 3, None, "sum", _randn(2, 3, seed=15)),
-        _nontensor_args,
-        True,
-    ),
+    Case("nontensor_args", lambda: (_randn(2, 3, seed=14), 3, None, "sum", _randn(2, 3, seed=15)), _nontensor_args,
+         True),
     # Also an integer tensor input (no grad) mixed in.
-    Case(
-        "integer_tensor_input",
-        lambda: (_randn(4, 3, seed=16), torch.tensor([2, 0, 1])),
-        lambda x, idx: x.index_select(0, idx),
-        True,
-    ),
+    Case("integer_tensor_input", lambda: (_randn(4, 3, seed=16), torch.tensor([2, 0, 1])),
+         lambda x, idx: x.index_select(0, idx), True),
     # `inputs` given as a bare tensor rather than a tuple.
     Case("single_tensor_not_tuple", lambda: _randn(5, seed=17), torch.tanh, True),
     # complex -> complex, real-valued in content (z * conj z) but complex dtype.
     Case("complex_mul_conj", lambda: (_complex(4, seed=18),), lambda z: z * z.conj(), True),
     Case("complex_exp", lambda: (_complex(4, seed=19),), torch.exp, True),
-    Case(
-        "complex_exp_forward_ad",
-        lambda: (_complex(4, seed=19),),
-        torch.exp,
-        True,
-        flags=dict(check_forward_ad=True),
-    ),
+    Case("complex_exp_forward_ad", lambda: (_complex(4, seed=19),), torch.exp, True, flags=dict(check_forward_ad=True)),
     # complex -> real (|z|; min |z| is ~0.07 >> eps, away from the kink at 0).
     Case("complex_abs", lambda: (_complex(5, seed=20),), torch.abs, True),
     # real -> complex.
-    Case("real_to_complex_polar", lambda: (_rand(4, seed=21, low=0.5, high=2.0), _randn(4, seed=22)), torch.polar, True),
+    Case("real_to_complex_polar", lambda: (_rand(4, seed=21, low=0.5, high=2.0), _randn(4, seed=22)), torch.polar,
+         True),
     Case("real_times_complex_const", lambda: (_randn(4, seed=23),), lambda x: x * (1 + 2j), True),
     # Only integer outputs: nothing is differentiable. torch then only checks that
     # the function is numerically constant (it is, away from ties) and passes.
@@ -827,13 +449,7 @@ CASES: tuple[Case, ...] = (
     # Surprise: with a tie, perturbing flips the argmax. Slow mode never looks at
     # integer outputs (its numerical Jacobian only has float/complex outputs), so it
     # passes; fast mode's "numerical JVP must be zero" check includes them and fails.
-    Case(
-        "argmax_tie_integer_output",
-        _inputs_with_argmax_tie,
-        _argmax_only_rows,
-        True,
-        expected_fast=False,
-    ),
+    Case("argmax_tie_integer_output", _inputs_with_argmax_tie, _argmax_only_rows, True, expected_fast=False),
     # A float output that does not require grad (detached) yet depends on the input:
     # no differentiable outputs, and the numerical Jacobian is not zero -> fail.
     Case("detached_float_output", lambda: (_randn(4, seed=35),), _detached_double, False),
@@ -843,22 +459,12 @@ CASES: tuple[Case, ...] = (
     # Empty input: an empty Jacobian trivially matches.
     Case("empty_tensor", lambda: (_randn(0, 3, seed=29),), lambda x: x.sum(0) + 1, True),
     # Transposed and strided (sliced) leaf inputs.
-    Case(
-        "noncontiguous_inputs",
-        lambda: (
-            _randn(4, 3, seed=30, requires_grad=False).t().requires_grad_(),
-            _randn(3, 8, seed=31, requires_grad=False)[:, ::2].requires_grad_(),
-        ),
-        lambda x, y: x * y.sin(),
-        True,
-    ),
-    Case(
-        "custom_cube_jvp_vmap",
-        lambda: (_randn(5, seed=32),),
-        CubeWithJvpAndVmap.apply,
-        True,
-        flags=dict(check_forward_ad=True, check_batched_grad=True, check_batched_forward_grad=True),
-    ),
+    Case("noncontiguous_inputs",
+         lambda: (_randn(4, 3, seed=30, requires_grad=False).t().requires_grad_(),
+                  _randn(3, 8, seed=31, requires_grad=False)[:, ::2].requires_grad_()),
+         lambda x, y: x * y.sin(), True),
+    Case("custom_cube_jvp_vmap", lambda: (_randn(5, seed=32),), CubeWithJvpAndVmap.apply, True,
+         flags=dict(check_forward_ad=True, check_batched_grad=True, check_batched_forward_grad=True)),
     # Correct Function whose backward cannot be vmapped; fine without check_batched_grad.
     Case("custom_item_backward", lambda: (_randn(6, seed=33),), ScaleByThreeItemLoop.apply, True),
     Case("custom_complex_square_correct", lambda: (_complex(4, seed=34),), ComplexSquareCorrect.apply, True),
@@ -867,8 +473,11 @@ CASES: tuple[Case, ...] = (
     Case("sparse_grad_for_dense_input", lambda: (_randn(3, 3, seed=80),), DoubleWithSparseGrad.apply, False,
          flags=dict(check_batched_grad=False)),
     Case("sparse_output", lambda: (_randn(3, 3, seed=81),), lambda x: (x * 2).to_sparse(), "ValueError"),
-    *([Case("mkldnn_output", lambda: (_randn(3, 3, seed=82),), lambda x: (x * 2).float().to_mkldnn(), "ValueError")]
-      if torch.backends.mkldnn.is_available() else []),
+    *(
+        [Case("mkldnn_output", lambda: (_randn(3, 3, seed=82),), lambda x: (x * 2).float().to_mkldnn(), "ValueError")]
+        if torch.backends.mkldnn.is_available()
+        else []
+    ),
     # Sparse and MKLDNN inputs: the Jacobian has a column per dense position; masked=False
     # perturbs every position, masked=True only the specified ones (the others must get a zero
     # gradient). torch's fast mode draws its directions on the specified values only.
@@ -878,13 +487,13 @@ CASES: tuple[Case, ...] = (
          expected_fast=True),
     # A gradient masked to the input's pattern is wrong at the unspecified positions that
     # masked=False counts; fast mode only perturbs specified values and passes.
-    Case("sparse_coo_masked_grad_unmasked", lambda: (_sparse(4, 5, seed=84),),
-         lambda s: s.to_dense(masked_grad=True), False, expected_fast=True),
-    Case("sparse_coo_masked_grad_masked", lambda: (_sparse(4, 5, seed=84),),
-         lambda s: s.to_dense(masked_grad=True), True, flags=dict(masked=True)),
+    Case("sparse_coo_masked_grad_unmasked", lambda: (_sparse(4, 5, seed=84),), lambda s: s.to_dense(masked_grad=True),
+         False, expected_fast=True),
+    Case("sparse_coo_masked_grad_masked", lambda: (_sparse(4, 5, seed=84),), lambda s: s.to_dense(masked_grad=True),
+         True, flags=dict(masked=True)),
     # and a dense gradient is wrong at the unspecified positions of masked=True
-    Case("sparse_coo_dense_grad_masked", lambda: (_sparse(4, 5, seed=85),),
-         lambda s: s.to_dense(masked_grad=False), False, flags=dict(masked=True), expected_fast=True),
+    Case("sparse_coo_dense_grad_masked", lambda: (_sparse(4, 5, seed=85),), lambda s: s.to_dense(masked_grad=False),
+         False, flags=dict(masked=True), expected_fast=True),
     Case("sparse_coo_hybrid", lambda: (_sparse(3, 4, 2, seed=86, dense_dim=1),), _hybrid_sum_sq, True),
     Case("sparse_coo_uncoalesced", lambda: (_uncoalesced_coo(87),), _sparse_to_dense_sq, True),
     Case("sparse_coo_complex", lambda: (_sparse(3, 4, seed=88, dtype=torch.complex128),), _sparse_to_dense_sq, True),
@@ -911,17 +520,23 @@ CASES: tuple[Case, ...] = (
     Case("sparse_gradgradcheck", lambda: (_sparse(3, 4, seed=101),), _sparse_to_dense_sq, "ValueError",
          checker="gradgradcheck"),
     # MKLDNN tensors are float32: torch's own tests loosen the tolerances as below
-    *([Case("mkldnn_input", lambda: (_mkldnn(3, 4, seed=102),), lambda m: m.to_dense() * 2, True,
-            flags=_MKLDNN_TOLERANCES, warns=UserWarning),
-       Case("mkldnn_and_dense_inputs", lambda: (_mkldnn(3, 4, seed=103), _randn(3, 4, seed=104, dtype=torch.float32)),
-            lambda m, d: m.to_dense() * d, True, flags=_MKLDNN_TOLERANCES, warns=UserWarning),
-       # fast mode's projection passes at these tolerances; then the undefined-grad check's
-       # gi.eq(0) meets the MKLDNN gradient, which eq does not take
-       Case("mkldnn_wrong_backward", lambda: (_mkldnn(3, 4, seed=106),), MkldnnDoubleWrongBackward.apply, False,
-            flags=_MKLDNN_TOLERANCES, expected_fast="RuntimeError", warns=UserWarning),
-       Case("mkldnn_forward_ad", lambda: (_mkldnn(3, 4, seed=105),), lambda m: m.to_dense() * 2, "ValueError",
-            flags=dict(_MKLDNN_TOLERANCES, check_forward_ad=True), warns=UserWarning)]
-      if torch.backends.mkldnn.is_available() else []),
+    *(
+        [
+            Case("mkldnn_input", lambda: (_mkldnn(3, 4, seed=102),), lambda m: m.to_dense() * 2, True,
+                 flags=_MKLDNN_TOLERANCES, warns=UserWarning),
+            Case("mkldnn_and_dense_inputs",
+                 lambda: (_mkldnn(3, 4, seed=103), _randn(3, 4, seed=104, dtype=torch.float32)),
+                 lambda m, d: m.to_dense() * d, True, flags=_MKLDNN_TOLERANCES, warns=UserWarning),
+            # fast mode's projection passes at these tolerances; then the undefined-grad check's
+            # gi.eq(0) meets the MKLDNN gradient, which eq does not take
+            Case("mkldnn_wrong_backward", lambda: (_mkldnn(3, 4, seed=106),), MkldnnDoubleWrongBackward.apply, False,
+                 flags=_MKLDNN_TOLERANCES, expected_fast="RuntimeError", warns=UserWarning),
+            Case("mkldnn_forward_ad", lambda: (_mkldnn(3, 4, seed=105),), lambda m: m.to_dense() * 2, "ValueError",
+                 flags=dict(_MKLDNN_TOLERANCES, check_forward_ad=True), warns=UserWarning),
+        ]
+        if torch.backends.mkldnn.is_available()
+        else []
+    ),
     # Float output i is matched with column i of all outputs (here the int64 rank, one element,
     # which broadcasts into the empty singular values' rows): torch passes, and so must opcheck.
     Case("lstsq_int_rank_output", lambda: (_rand(2, 3, seed=107), _rand(2, 3, seed=108)), _lstsq_gelsy, True),
@@ -929,36 +544,20 @@ CASES: tuple[Case, ...] = (
     # Fast mode recomputes the failing block in slow mode for its message and compares it with
     # torch.allclose, which refuses a float32 gradient against float64 numbers.
     Case("mixed_dtype_wrong_backward", lambda: (_randn(4, seed=109), _randn(4, seed=110, dtype=torch.float32)),
-         MixedDtypeWrongBackward.apply, False, flags=dict(atol=1e-2), expected_fast="RuntimeError",
-         warns=UserWarning),
+         MixedDtypeWrongBackward.apply, False, flags=dict(atol=1e-2), expected_fast="RuntimeError", warns=UserWarning),
     Case("missing_factor", lambda: (_randn(5, seed=40),), SinMissingFactor.apply, False),
     Case("sign_flip_old_style", lambda: (_randn(5, seed=41),), CosSignFlipOldStyle.apply, False),
     # One wrong Jacobian entry in 1024x1024: slow mode compares every entry and fails;
     # fast mode compares v^T J u for random unit u, v, where the error is ~|u_3 v_3|
     # ~ 1e-3 but the atol is scaled by sum(u)*sum(v) ~ 800 -> fast mode PASSES.
-    Case(
-        "one_wrong_entry_32x32",
-        lambda: (_randn(32, 32, seed=42),),
-        SinOneWrongEntry.apply,
-        False,
-        expected_fast=True,
-    ),
-    Case(
-        "one_slightly_wrong_entry_4x4",
-        lambda: (_randn(4, 4, seed=43),),
-        SinOneSlightlyWrongEntry.apply,
-        False,
-        slow_only=_SLOW_ONLY_PROBE_DEPENDENT,
-    ),
+    Case("one_wrong_entry_32x32", lambda: (_randn(32, 32, seed=42),), SinOneWrongEntry.apply, False,
+         expected_fast=True),
+    Case("one_slightly_wrong_entry_4x4", lambda: (_randn(4, 4, seed=43),), SinOneSlightlyWrongEntry.apply, False,
+         slow_only=_SLOW_ONLY_PROBE_DEPENDENT),
     Case("complex_missing_conj", lambda: (_complex(4, seed=44),), ComplexSquareMissingConj.apply, False),
     # Wrong jvp only matters when forward AD is checked.
-    Case(
-        "wrong_jvp_forward_ad",
-        lambda: (_randn(4, seed=45),),
-        ExpWrongJvp.apply,
-        False,
-        flags=dict(check_forward_ad=True),
-    ),
+    Case("wrong_jvp_forward_ad", lambda: (_randn(4, seed=45),), ExpWrongJvp.apply, False,
+         flags=dict(check_forward_ad=True)),
     Case("wrong_jvp_backward_only", lambda: (_randn(4, seed=45),), ExpWrongJvp.apply, True),
     # Fast mode's forward check runs over every float output, its slow recomputation over the
     # differentiable ones only: the wrong tangent of output 1, behind an output that does not
@@ -966,198 +565,85 @@ CASES: tuple[Case, ...] = (
     Case("wrong_jvp_behind_a_constant_output", lambda: (_randn(4, seed=111),), _constant_then_wrong_jvp, False,
          flags=dict(check_forward_ad=True, check_backward_ad=False), expected_fast="IndexError"),
     # And a wrong backward goes unnoticed when only forward AD is checked.
-    Case(
-        "wrong_backward_forward_ad_only",
-        lambda: (_randn(4, seed=46),),
-        ExpWrongBackwardRightJvp.apply,
-        True,
-        flags=dict(check_forward_ad=True, check_backward_ad=False),
-    ),
-    Case(
-        "complex_jvp_for_real_output_check_dtypes",
-        lambda: (_randn(4, seed=47),),
-        ExpComplexJvp.apply,
-        False,
-        flags=dict(check_forward_ad=True, check_grad_dtypes=True),
-    ),
+    Case("wrong_backward_forward_ad_only", lambda: (_randn(4, seed=46),), ExpWrongBackwardRightJvp.apply, True,
+         flags=dict(check_forward_ad=True, check_backward_ad=False)),
+    Case("complex_jvp_for_real_output_check_dtypes", lambda: (_randn(4, seed=47),), ExpComplexJvp.apply, False,
+         flags=dict(check_forward_ad=True, check_grad_dtypes=True)),
     # First derivative right -> gradcheck passes (the gradgradcheck twin fails below).
     Case("wrong_double_backward_gradcheck", lambda: (_randn(4, seed=48),), SinWrongDoubleBackward.apply, True),
     # Crash on all-undefined output grads: torch turns the RuntimeError into GradcheckError...
     Case("undefined_grad_crash", lambda: (_randn(4, seed=49),), SinCosStackCrashesOnAllUndefined.apply, False),
-    Case(
-        "undefined_grad_crash_unchecked",
-        lambda: (_randn(4, seed=49),),
-        SinCosStackCrashesOnAllUndefined.apply,
-        True,
-        flags=dict(check_undefined_grad=False),
-    ),
+    Case("undefined_grad_crash_unchecked", lambda: (_randn(4, seed=49),), SinCosStackCrashesOnAllUndefined.apply, True,
+         flags=dict(check_undefined_grad=False)),
     # ...but a TypeError escapes as is (torch only catches RuntimeError there).
-    Case(
-        "undefined_grad_typeerror",
-        lambda: (_randn(4, seed=50),),
-        SinCosNoneArithmeticOnAllUndefined.apply,
-        "TypeError",
-    ),
+    Case("undefined_grad_typeerror", lambda: (_randn(4, seed=50),), SinCosNoneArithmeticOnAllUndefined.apply,
+         "TypeError"),
     Case("nondeterministic_backward", lambda: (_randn(5, seed=51),), SinNoisyBackwardOldStyle.apply, False),
-    Case(
-        "nondeterministic_backward_tolerated",
-        lambda: (_randn(5, seed=51),),
-        SinNoisyBackwardOldStyle.apply,
-        True,
-        flags=dict(nondet_tol=1e-5),
-    ),
+    Case("nondeterministic_backward_tolerated", lambda: (_randn(5, seed=51),), SinNoisyBackwardOldStyle.apply, True,
+         flags=dict(nondet_tol=1e-5)),
     # Surprise: nondet_tol does not help here. torch's "backward multiplied by
     # grad_output" check feeds zero grad_outputs and demands *exactly* zero input
     # grads, with no tolerance, so the additive 1e-8 noise fails it.
-    Case(
-        "additive_noise_backward_tolerated",
-        lambda: (_randn(5, seed=51),),
-        SinAdditiveNoiseBackwardOldStyle.apply,
-        False,
-        flags=dict(nondet_tol=1e-5),
-    ),
+    Case("additive_noise_backward_tolerated", lambda: (_randn(5, seed=51),), SinAdditiveNoiseBackwardOldStyle.apply,
+         False, flags=dict(nondet_tol=1e-5)),
     # The engine (not gradcheck) rejects the (1,4) grad for a (3,1) input: RuntimeError.
-    Case(
-        "broadcast_wrong_dim",
-        lambda: (_randn(3, 1, seed=52), _randn(3, 4, seed=53)),
-        BroadcastMulWrongDimOldStyle.apply,
-        "RuntimeError",
-    ),
-    Case(
-        "broadcast_wrong_dim_square",
-        lambda: (_randn(4, 1, seed=54), _randn(4, 4, seed=55)),
-        BroadcastMulWrongDimSquare.apply,
-        False,
-    ),
+    Case("broadcast_wrong_dim", lambda: (_randn(3, 1, seed=52), _randn(3, 4, seed=53)),
+         BroadcastMulWrongDimOldStyle.apply, "RuntimeError"),
+    Case("broadcast_wrong_dim_square", lambda: (_randn(4, 1, seed=54), _randn(4, 4, seed=55)),
+         BroadcastMulWrongDimSquare.apply, False),
     # A is a fixed (non-grad) square matrix so the transposed grad has the right shape.
-    Case(
-        "transposed_jacobian_old_style",
-        lambda: (_randn(3, 4, seed=56), _randn(4, 4, seed=57, requires_grad=False)),
-        MatmulTransposedJacobianOldStyle.apply,
-        False,
-    ),
+    Case("transposed_jacobian_old_style", lambda: (_randn(3, 4, seed=56), _randn(4, 4, seed=57, requires_grad=False)),
+         MatmulTransposedJacobianOldStyle.apply, False),
     Case("not_multiplied_by_grad_output", lambda: (_randn(5, seed=58),), SinNotMultipliedByGradOldStyle.apply, False),
     # Surprise: the autograd engine casts a backward's float32 grad back to the input's
     # float64 before gradcheck sees it, so even check_grad_dtypes=True passes.
-    Case(
-        "float32_grad_check_grad_dtypes",
-        lambda: (_randn(5, seed=59),),
-        SinFloat32Grad.apply,
-        True,
-        flags=dict(check_grad_dtypes=True),
-    ),
+    Case("float32_grad_check_grad_dtypes", lambda: (_randn(5, seed=59),), SinFloat32Grad.apply, True,
+         flags=dict(check_grad_dtypes=True)),
     # vmap cannot batch .item() -> check_batched_grad fails.
-    Case(
-        "item_backward_batched_grad",
-        lambda: (_randn(6, seed=33),),
-        ScaleByThreeItemLoop.apply,
-        False,
-        flags=dict(check_batched_grad=True),
-    ),
+    Case("item_backward_batched_grad", lambda: (_randn(6, seed=33),), ScaleByThreeItemLoop.apply, False,
+         flags=dict(check_batched_grad=True)),
     Case("inplace_backward", lambda: (_randn(6, seed=60),), ScaleByThreeInplaceIntoFresh.apply, True),
-    Case(
-        "inplace_backward_batched_grad",
-        lambda: (_randn(6, seed=60),),
-        ScaleByThreeInplaceIntoFresh.apply,
-        False,
-        flags=dict(check_batched_grad=True),
-    ),
+    Case("inplace_backward_batched_grad", lambda: (_randn(6, seed=60),), ScaleByThreeInplaceIntoFresh.apply, False,
+         flags=dict(check_batched_grad=True)),
     # Output shape depends on the input values: torch raises a plain AssertionError.
-    Case(
-        "output_shape_changes_under_perturbation",
-        _inputs_with_element_at_threshold,
-        _select_above_threshold,
-        "AssertionError",
-    ),
+    Case("output_shape_changes_under_perturbation", _inputs_with_element_at_threshold, _select_above_threshold,
+         "AssertionError"),
     # ---------------- input validation ----------------
-    Case(
-        "no_input_requires_grad",
-        lambda: (_randn(4, seed=62, requires_grad=False),),
-        torch.sin,
-        "ValueError",
-    ),
-    Case(
-        "stride0_expanded_input",
-        lambda: (_randn(1, 4, seed=63).expand(3, 4),),
-        torch.sin,
-        "RuntimeError",
-    ),
+    Case("no_input_requires_grad", lambda: (_randn(4, seed=62, requires_grad=False),), torch.sin, "ValueError"),
+    Case("stride0_expanded_input", lambda: (_randn(1, 4, seed=63).expand(3, 4),), torch.sin, "RuntimeError"),
     # float32: torch warns (UserWarning); with default eps the finite differences are
     # too coarse in single precision and the check fails...
-    Case(
-        "float32_inputs",
-        lambda: (_randn(5, seed=64, dtype=torch.float32),),
-        torch.sin,
-        False,
-        warns=UserWarning,
-    ),
+    Case("float32_inputs", lambda: (_randn(5, seed=64, dtype=torch.float32),), torch.sin, False, warns=UserWarning),
     # ...and passes with loose tolerances, still warning.
-    Case(
-        "float32_inputs_loose_tolerances",
-        lambda: (_randn(5, seed=64, dtype=torch.float32),),
-        torch.sin,
-        True,
-        flags=dict(eps=1e-3, atol=1e-2, rtol=1e-2),
-        warns=UserWarning,
-    ),
+    Case("float32_inputs_loose_tolerances", lambda: (_randn(5, seed=64, dtype=torch.float32),), torch.sin, True,
+         flags=dict(eps=1e-3, atol=1e-2, rtol=1e-2), warns=UserWarning),
     # ---------------- gradgradcheck ----------------
     Case("gg_tanh", lambda: (_randn(5, seed=70),), torch.tanh, True, checker="gradgradcheck"),
-    Case(
-        "gg_tanh_fwd_over_rev",
-        lambda: (_randn(5, seed=70),),
-        torch.tanh,
-        True,
-        checker="gradgradcheck",
-        flags=dict(check_fwd_over_rev=True),
-    ),
-    Case("gg_matmul", lambda: (_randn(2, 3, seed=71), _randn(3, 2, seed=72)), torch.matmul, True, checker="gradgradcheck"),
-    Case(
-        "gg_matmul_batched_grad",
-        lambda: (_randn(2, 3, seed=71), _randn(3, 2, seed=72)),
-        torch.matmul,
-        True,
-        checker="gradgradcheck",
-        flags=dict(check_batched_grad=True),
-    ),
-    Case("gg_softmax", lambda: (_randn(2, 4, seed=73),), lambda x: torch.softmax(x, dim=1), True, checker="gradgradcheck"),
-    Case(
-        "gg_softmax_fwd_over_rev",
-        lambda: (_randn(2, 4, seed=73),),
-        lambda x: torch.softmax(x, dim=1),
-        True,
-        checker="gradgradcheck",
-        flags=dict(check_fwd_over_rev=True),
-    ),
-    Case(
-        "gg_softmax_batched_grad",
-        lambda: (_randn(2, 4, seed=73),),
-        lambda x: torch.softmax(x, dim=1),
-        True,
-        checker="gradgradcheck",
-        flags=dict(check_batched_grad=True),
-    ),
+    Case("gg_tanh_fwd_over_rev", lambda: (_randn(5, seed=70),), torch.tanh, True, checker="gradgradcheck",
+         flags=dict(check_fwd_over_rev=True)),
+    Case("gg_matmul", lambda: (_randn(2, 3, seed=71), _randn(3, 2, seed=72)), torch.matmul, True,
+         checker="gradgradcheck"),
+    Case("gg_matmul_batched_grad", lambda: (_randn(2, 3, seed=71), _randn(3, 2, seed=72)), torch.matmul, True,
+         checker="gradgradcheck", flags=dict(check_batched_grad=True)),
+    Case("gg_softmax", lambda: (_randn(2, 4, seed=73),), lambda x: torch.softmax(x, dim=1), True,
+         checker="gradgradcheck"),
+    Case("gg_softmax_fwd_over_rev", lambda: (_randn(2, 4, seed=73),), lambda x: torch.softmax(x, dim=1), True,
+         checker="gradgradcheck", flags=dict(check_fwd_over_rev=True)),
+    Case("gg_softmax_batched_grad", lambda: (_randn(2, 4, seed=73),), lambda x: torch.softmax(x, dim=1), True,
+         checker="gradgradcheck", flags=dict(check_batched_grad=True)),
     # Explicit grad_outputs instead of checker-drawn ones.
-    Case(
-        "gg_sin_explicit_grad_outputs",
-        lambda: (_randn(4, seed=74),),
-        torch.sin,
-        True,
-        checker="gradgradcheck",
-        make_grad_outputs=lambda: (_randn(4, seed=75),),
-    ),
-    Case(
-        "gg_exp_times_x_noncontig_grad_outputs",
-        lambda: (_randn(3, 4, seed=76),),
-        _exp_times_x,
-        True,
-        checker="gradgradcheck",
-        flags=dict(gen_non_contig_grad_outputs=True),
-    ),
+    Case("gg_sin_explicit_grad_outputs", lambda: (_randn(4, seed=74),), torch.sin, True, checker="gradgradcheck",
+         make_grad_outputs=lambda: (_randn(4, seed=75),)),
+    Case("gg_exp_times_x_noncontig_grad_outputs", lambda: (_randn(3, 4, seed=76),), _exp_times_x, True,
+         checker="gradgradcheck", flags=dict(gen_non_contig_grad_outputs=True)),
     Case("gg_complex_exp", lambda: (_complex(3, seed=77),), torch.exp, True, checker="gradgradcheck"),
     # The twin of wrong_double_backward_gradcheck: the wrong second derivative is caught.
-    Case("gg_wrong_double_backward", lambda: (_randn(4, seed=48),), SinWrongDoubleBackward.apply, False, checker="gradgradcheck"),
+    Case("gg_wrong_double_backward", lambda: (_randn(4, seed=48),), SinWrongDoubleBackward.apply, False,
+         checker="gradgradcheck"),
     # @once_differentiable: the first-order grad is detached from the graph, so the
     # analytical second derivative is zero and mismatches the numerical one.
-    Case("gg_once_differentiable", lambda: (_randn(4, seed=78),), SinOnceDifferentiable.apply, False, checker="gradgradcheck"),
+    Case("gg_once_differentiable", lambda: (_randn(4, seed=78),), SinOnceDifferentiable.apply, False,
+         checker="gradgradcheck"),
     Case("gc_once_differentiable", lambda: (_randn(4, seed=78),), SinOnceDifferentiable.apply, True),
 )
+# fmt: on

@@ -51,61 +51,159 @@ class Mutant:
 
 
 MUTANTS = {
-    "mutant_missing_factor": Mutant("mutants:SinHalfGrad.apply", "twin_missing_factor", {
-        "gradcheck": Catch("VJP", ("analytical ≈ 0.5 × numerical everywhere",))}),
-    "mutant_sign_flip": Mutant("mutants:CosSignFlip.apply", "twin_sign_flip", {
-        "gradcheck": Catch("VJP", ("analytical ≈ -1 × numerical everywhere", "sign is flipped"))}),
-    "mutant_one_wrong_entry": Mutant("mutants:TanhOneWrongEntry.apply", "twin_one_wrong_entry", {
-        "gradcheck": Catch("VJP", ("auto: full Jacobian (1048576 entries <= budget", "1 of 1048576 Jacobian entries",
-                                   "d out[0, 3] / d in[0, 3]", "only one entry differs"))}),
-    "mutant_missing_conj": Mutant("mutants:ComplexExpNoConj.apply", "twin_missing_conj", {
-        "gradcheck": Catch("VJP", ("cpu/complex128", "a .conj() is missing in backward")),
-        # The double backward runs the same backward again, so the conj is missing there too.
-        "gradgradcheck": Catch("VJP of VJP", ("cpu/complex128", "imaginary part"))}),
-    "mutant_wrong_jvp": Mutant("mutants:ExpWrongJvp.apply", "twin_wrong_jvp", {
-        "forward_ad": Catch("JVP", ("Jacobian computed with forward mode mismatch", "check: forward AD (JVP)"))}),
-    "mutant_nograd_double_backward": Mutant("mutants:SinNoGradBackward.apply", "twin_double_backward", {
-        "gradgradcheck": Catch("VJP of VJP", ("Numerical gradient for function expected to be zero",
-                                              "outputs do not require grad"))}),
-    "mutant_detached_double_backward": Mutant("mutants:SinDetachedBackward.apply", "twin_double_backward", {
-        "gradgradcheck": Catch("VJP of VJP", ("analytical gradient is all zero", ".detach()"))}),
-    "mutant_broadcast_wrong_dim": Mutant("mutants:BroadcastMulWrongDim.apply", "twin_broadcast_wrong_dim", {
-        "gradcheck": Catch("VJP", ("d output 0 / d input 0", "input shape (4, 1)",
-                                   "is broadcast along output dim(s) 1", "reduced over the wrong one"))}),
-    "mutant_wrong_in_float32": Mutant("mutants:SinWrongInFloat32.apply", "twin_wrong_in_float32", {
-        "lowprec": Catch("VJP at float32 against the float64 reference",
-                         ("cpu/float32", "gradient of differentiable input 0 differs from the float64 run"))}),
-    "mutant_nondeterministic_backward": Mutant("mutants:SinNondetBackward.apply", "twin_nondeterministic_backward", {
-        "gradcheck": Catch("VJP", ("VJP (reentrancy)", "Backward is not reentrant", "nondet_tol"))}),
-    "mutant_ignores_grad_output": Mutant("mutants:ExpIgnoresGradOutput.apply", "twin_ignores_grad_output", {
-        "gradcheck": Catch("VJP", ("d out[", "numerical 0,")),
-        # The double backward differentiates the saved output through the same backward.
-        "gradgradcheck": Catch("VJP of VJP", ("d grad of input 0 / d input 0",))}),
+    "mutant_missing_factor": Mutant(
+        "mutants:SinHalfGrad.apply",
+        "twin_missing_factor",
+        {"gradcheck": Catch("VJP", ("analytical ≈ 0.5 × numerical everywhere",))},
+    ),
+    "mutant_sign_flip": Mutant(
+        "mutants:CosSignFlip.apply",
+        "twin_sign_flip",
+        {"gradcheck": Catch("VJP", ("analytical ≈ -1 × numerical everywhere", "sign is flipped"))},
+    ),
+    "mutant_one_wrong_entry": Mutant(
+        "mutants:TanhOneWrongEntry.apply",
+        "twin_one_wrong_entry",
+        {
+            "gradcheck": Catch(
+                "VJP",
+                (
+                    "auto: full Jacobian (1048576 entries <= budget",
+                    "1 of 1048576 Jacobian entries",
+                    "d out[0, 3] / d in[0, 3]",
+                    "only one entry differs",
+                ),
+            )
+        },
+    ),
+    "mutant_missing_conj": Mutant(
+        "mutants:ComplexExpNoConj.apply",
+        "twin_missing_conj",
+        {
+            "gradcheck": Catch("VJP", ("cpu/complex128", "a .conj() is missing in backward")),
+            # The double backward runs the same backward again, so the conj is missing there too.
+            "gradgradcheck": Catch("VJP of VJP", ("cpu/complex128", "imaginary part")),
+        },
+    ),
+    "mutant_wrong_jvp": Mutant(
+        "mutants:ExpWrongJvp.apply",
+        "twin_wrong_jvp",
+        {"forward_ad": Catch("JVP", ("Jacobian computed with forward mode mismatch", "check: forward AD (JVP)"))},
+    ),
+    "mutant_nograd_double_backward": Mutant(
+        "mutants:SinNoGradBackward.apply",
+        "twin_double_backward",
+        {
+            "gradgradcheck": Catch(
+                "VJP of VJP", ("Numerical gradient for function expected to be zero", "outputs do not require grad")
+            )
+        },
+    ),
+    "mutant_detached_double_backward": Mutant(
+        "mutants:SinDetachedBackward.apply",
+        "twin_double_backward",
+        {"gradgradcheck": Catch("VJP of VJP", ("analytical gradient is all zero", ".detach()"))},
+    ),
+    "mutant_broadcast_wrong_dim": Mutant(
+        "mutants:BroadcastMulWrongDim.apply",
+        "twin_broadcast_wrong_dim",
+        {
+            "gradcheck": Catch(
+                "VJP",
+                (
+                    "d output 0 / d input 0",
+                    "input shape (4, 1)",
+                    "is broadcast along output dim(s) 1",
+                    "reduced over the wrong one",
+                ),
+            )
+        },
+    ),
+    "mutant_wrong_in_float32": Mutant(
+        "mutants:SinWrongInFloat32.apply",
+        "twin_wrong_in_float32",
+        {
+            "lowprec": Catch(
+                "VJP at float32 against the float64 reference",
+                ("cpu/float32", "gradient of differentiable input 0 differs from the float64 run"),
+            )
+        },
+    ),
+    "mutant_nondeterministic_backward": Mutant(
+        "mutants:SinNondetBackward.apply",
+        "twin_nondeterministic_backward",
+        {"gradcheck": Catch("VJP", ("VJP (reentrancy)", "Backward is not reentrant", "nondet_tol"))},
+    ),
+    "mutant_ignores_grad_output": Mutant(
+        "mutants:ExpIgnoresGradOutput.apply",
+        "twin_ignores_grad_output",
+        {
+            "gradcheck": Catch("VJP", ("d out[", "numerical 0,")),
+            # The double backward differentiates the saved output through the same backward.
+            "gradgradcheck": Catch("VJP of VJP", ("d grad of input 0 / d input 0",)),
+        },
+    ),
     "mutant_forward_ad_declared_unsupported": Mutant(
-        "mutants:TanhWithJvp.apply", "twin_forward_ad_declared_unsupported", {
-            "forward_ad_unsupported": Catch("JVP", ("declares `supports_forward_ad: false`", "works"))}),
+        "mutants:TanhWithJvp.apply",
+        "twin_forward_ad_declared_unsupported",
+        {"forward_ad_unsupported": Catch("JVP", ("declares `supports_forward_ad: false`", "works"))},
+    ),
     "mutant_gradgrad_declared_unsupported": Mutant(
-        "mutants:ExpOldStyle.apply", "twin_gradgrad_declared_unsupported", {
-            "gradgrad_unsupported": Catch("VJP of VJP", ("declares `supports_gradgrad: false`", "works"))}),
-    "mutant_wrong_jvp_in_backward": Mutant("mutants:SinViaCosWrongJvp.apply", "twin_wrong_jvp_in_backward", {
-        "fwgrad_bwgrad": Catch("JVP of VJP", ("check: forward AD (JVP of VJP)", "d grad of input 0 / d input 0"))}),
-    "mutant_inplace_backward": Mutant("mutants:SinInplaceBackward.apply", "twin_inplace_backward", {
-        "gradcheck": Catch("batched VJP", ("(batched backward)", "aten::copy_", "in-place"))}),
-    "mutant_undefined_grad_output": Mutant("mutants:SinCosAssumesGrads.apply", "twin_undefined_grad_output", {
-        # Computing one output's VJP leaves the other's grad_output undefined (None): backward crashes.
-        "gradcheck": Catch("VJP", ("raised TypeError", "'NoneType'", "set_materialize_grads(False)"))}),
+        "mutants:ExpOldStyle.apply",
+        "twin_gradgrad_declared_unsupported",
+        {"gradgrad_unsupported": Catch("VJP of VJP", ("declares `supports_gradgrad: false`", "works"))},
+    ),
+    "mutant_wrong_jvp_in_backward": Mutant(
+        "mutants:SinViaCosWrongJvp.apply",
+        "twin_wrong_jvp_in_backward",
+        {"fwgrad_bwgrad": Catch("JVP of VJP", ("check: forward AD (JVP of VJP)", "d grad of input 0 / d input 0"))},
+    ),
+    "mutant_inplace_backward": Mutant(
+        "mutants:SinInplaceBackward.apply",
+        "twin_inplace_backward",
+        {"gradcheck": Catch("batched VJP", ("(batched backward)", "aten::copy_", "in-place"))},
+    ),
+    "mutant_undefined_grad_output": Mutant(
+        "mutants:SinCosAssumesGrads.apply",
+        "twin_undefined_grad_output",
+        {
+            # Computing one output's VJP leaves the other's grad_output undefined (None): backward crashes.
+            "gradcheck": Catch("VJP", ("raised TypeError", "'NoneType'", "set_materialize_grads(False)"))
+        },
+    ),
     # 16,777,216 Jacobian entries, beyond the budget: auto checks the VJP against the (right) JVP.
-    "mutant_wrong_tail_beyond_budget": Mutant("mutants:SinWrongTail.apply", "twin_wrong_tail_beyond_budget", {
-        "gradcheck": Catch("VJP", ("policy:      auto: projections (J·U from forward AD), 16777216 entries > budget",
-                                   "auto: VJP against JVP projections (J·U from forward AD)",
-                                   "differ between the VJP and the JVP beyond the rounding bound",
-                                   "backward is wrong somewhere in this block"))}),
+    "mutant_wrong_tail_beyond_budget": Mutant(
+        "mutants:SinWrongTail.apply",
+        "twin_wrong_tail_beyond_budget",
+        {
+            "gradcheck": Catch(
+                "VJP",
+                (
+                    "policy:      auto: projections (J·U from forward AD), 16777216 entries > budget",
+                    "auto: VJP against JVP projections (J·U from forward AD)",
+                    "differ between the VJP and the JVP beyond the rounding bound",
+                    "backward is wrong somewhere in this block",
+                ),
+            )
+        },
+    ),
     # A sparse input checked with masked semantics: the one wrong element is a specified one.
-    "mutant_sparse_one_wrong_value": Mutant("mutants:SparseMmWrongValue.apply", "twin_sparse_one_wrong_value", {
-        "gradcheck": Catch("VJP", ("Tensor[16, 16] float64 (requires_grad, sparse_coo, nnz=51)",
-                                   "4 of 16384 Jacobian entries", "analytical 0, numerical",
-                                   "all wrong entries belong to input element [",
-                                   "4 of the 4 above are specified elements"))}),
+    "mutant_sparse_one_wrong_value": Mutant(
+        "mutants:SparseMmWrongValue.apply",
+        "twin_sparse_one_wrong_value",
+        {
+            "gradcheck": Catch(
+                "VJP",
+                (
+                    "Tensor[16, 16] float64 (requires_grad, sparse_coo, nnz=51)",
+                    "4 of 16384 Jacobian entries",
+                    "analytical 0, numerical",
+                    "all wrong entries belong to input element [",
+                    "4 of the 4 above are specified elements",
+                ),
+            )
+        },
+    ),
 }
 
 TWINS = {
@@ -202,22 +300,44 @@ def suite(tmp_path_factory) -> SuiteRun:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPCHECK_", "PYTEST_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-         "-p", "no:benchmark", "-p", "no:randomly", f"--junitxml={junit}", str(out)],
-        cwd=out, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rf",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:hypothesispytest",
+            "-p",
+            "no:benchmark",
+            "-p",
+            "no:randomly",
+            f"--junitxml={junit}",
+            str(out),
+        ],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = run.stdout + run.stderr
     assert junit.exists(), f"the generated suite did not run (exit status {run.returncode}):\n{output}"
     return SuiteRun({s.name: s for s in specs}, _parse_junit(junit), output)
 
 
 def test_every_spec_is_classified_and_every_generated_test_ran(suite):
-    assert set(suite.specs) == set(MUTANTS) | set(TWINS) | set(ESCAPES), \
+    assert set(suite.specs) == set(MUTANTS) | set(TWINS) | set(ESCAPES), (
         "every spec in tests/mutation/specs is a mutant, a twin or an escape of this file's tables"
+    )
     for name, spec in suite.specs.items():
         expected = set(generated_test_ids(spec))
         ran = {o.test_id for o in suite.of(name)}
-        assert ran == expected, f"{name}: generated tests without an outcome: {sorted(expected - ran)}\n" \
-                                f"{suite.output[-3000:]}"
+        assert ran == expected, (
+            f"{name}: generated tests without an outcome: {sorted(expected - ran)}\n{suite.output[-3000:]}"
+        )
     ops = {**{n: m.op for n, m in MUTANTS.items()}, **TWINS, **ESCAPES}
     assert {n: s.op for n, s in suite.specs.items()} == ops
     assert {m.twin for m in MUTANTS.values()} == set(TWINS)
@@ -238,7 +358,8 @@ def test_mutant_is_caught_and_the_failure_points_at_the_bug(suite, name):
     assert not errors, f"{name}: errors outside the test call:\n" + "\n".join(o.message for o in errors)
     assert failing == set(mutant.caught_by), (
         f"{name} ({mutant.op}): expected exactly {sorted(mutant.caught_by)} to fail, got {sorted(failing)}:\n"
-        + "\n".join(f"  {o.test_id}: {o.status}" for o in outcomes))
+        + "\n".join(f"  {o.test_id}: {o.status}" for o in outcomes)
+    )
     for o in outcomes:
         if o.status != "failed":
             continue
@@ -253,8 +374,9 @@ def test_mutant_is_caught_and_the_failure_points_at_the_bug(suite, name):
 def test_correct_twin_passes_every_check(suite, name):
     outcomes = suite.of(name)
     bad = [o for o in outcomes if o.status in ("failed", "error")]
-    assert not bad, f"{name} ({TWINS[name]}) is correct, yet:\n" + "\n\n".join(f"{o.test_id}:\n{o.message}"
-                                                                             for o in bad)
+    assert not bad, f"{name} ({TWINS[name]}) is correct, yet:\n" + "\n\n".join(
+        f"{o.test_id}:\n{o.message}" for o in bad
+    )
     passed = {o.check for o in outcomes if o.status == "passed"}
     # The twin is a control only if the very checks that catch its mutants ran on it and passed.
     catching = {check for m in MUTANTS.values() if m.twin == name for check in m.caught_by}
@@ -267,4 +389,5 @@ def test_weaker_configuration_misses_the_bug(suite, name):
     assert outcomes and all(o.status == "passed" for o in outcomes), (
         f"{name} was expected to pass (its configuration is too weak to see the bug); if opcheck now catches "
         "it, the matching mutant no longer shows why the default matters: make its bug subtler.\n"
-        + "\n".join(f"{o.test_id}: {o.status}\n{o.message}" for o in outcomes))
+        + "\n".join(f"{o.test_id}: {o.status}\n{o.message}" for o in outcomes)
+    )

@@ -1,50 +1,38 @@
-"""Ops with deliberate, well-placed bugs, for specs in tests/runtime to point at (`runtime_ops:name`)."""
+"""Ops with deliberate, well-placed bugs, for specs in tests/runtime to point at (`runtime_ops:name`).
+
+The bugs are built from the parts in tests/broken_ops.py; each op here is a plain function, so
+that a failure's `call:` row names it.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from tests.broken_ops import (
+    COS,
+    EXP,
+    SIN,
+    SQUARE,
+    Elementwise,
+    in_dtype,
+    rescaled,
+    scaled,
+    sin_via,
+    sparse_mm,
+    zero_dim,
+)
 
-class _OneWrongEntry(torch.autograd.Function):
-    """sin(x) whose backward doubles the gradient of element [0, 3] only (vmappable, so the
-    engine's batched full check applies)."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return x.sin()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        gx = g * x.cos()
-        wrong = torch.zeros(x.shape[-2:], dtype=torch.bool, device=x.device)
-        wrong[0, 3] = True
-        return torch.where(wrong, 2 * gx, gx)
+# sin(x) whose backward doubles the gradient of element [0, 3] only (vmappable, so the engine's
+# batched full check applies).
+_OneWrongEntry = SIN.function("_OneWrongEntry", vmap=True, bug=scaled(2, at=(..., 0, 3)))
 
 
 def one_wrong_entry(x):
     return _OneWrongEntry.apply(x)
 
 
-class _SinWrongInFloat32(torch.autograd.Function):
-    """sin(x) whose float32 backward is 1% too large (the float64 and bfloat16 paths are right)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        gx = g * x.cos()
-        return gx * 1.01 if gx.dtype == torch.float32 else gx
+# sin(x) whose float32 backward is 1% too large (the float64 and bfloat16 paths are right).
+_SinWrongInFloat32 = SIN.function("_SinWrongInFloat32", old_style=True, bug=scaled(1.01, when=in_dtype(torch.float32)))
 
 
 def sin_wrong_in_float32(x):
@@ -57,59 +45,26 @@ def exp_float32_forward_off(x):
     return y * 1.001 if x.dtype == torch.float32 else y
 
 
-class _SquareWrong(torch.autograd.Function):
-    """x**2 with backward 3x (instead of 2x): wrong everywhere."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 3 * g * x
+_SquareWrong = SQUARE.function("_SquareWrong", old_style=True, bug=scaled(1.5))  # 3x instead of 2x: wrong everywhere
 
 
 def square_wrong(x):
     return _SquareWrong.apply(x)
 
 
-class _ExpWrongOnScalars(torch.autograd.Function):
-    """exp whose backward is wrong for zero-dim inputs only."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = x.exp()
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * y * (2 if y.dim() == 0 else 1)
+_ExpWrongOnScalars = EXP.function("_ExpWrongOnScalars", old_style=True, bug=scaled(2, when=zero_dim))
 
 
 def exp_wrong_on_scalars(x):
+    """exp whose backward is wrong for zero-dim inputs only."""
     return _ExpWrongOnScalars.apply(x)
 
 
-class _NoDoubleBackward(torch.autograd.Function):
-    """sin(x) whose backward is itself not differentiable (once_differentiable)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
+_NoDoubleBackward = SIN.function("_NoDoubleBackward", old_style=True, once_differentiable=True)
 
 
 def no_double_backward(x):
+    """sin(x) whose backward is itself not differentiable (once_differentiable)."""
     return _NoDoubleBackward.apply(x)
 
 
@@ -184,99 +139,32 @@ def _no_fake_backward(ctx, grad):
 no_fake.register_autograd(_no_fake_backward, setup_context=_no_fake_setup)
 
 
-class _SquareWrongJvp(torch.autograd.Function):
-    """x**2 with a right backward and a jvp of 3x·t (in float32 only when `only_float32`)."""
-
-    @staticmethod
-    def forward(x, only_float32):
-        return x * x
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.save_for_forward(inputs[0])
-        ctx.only_float32 = inputs[1]
-
-    @staticmethod
-    def backward(ctx, g, *_):
-        (x,) = ctx.saved_tensors
-        return 2 * g * x, None
-
-    @staticmethod
-    def jvp(ctx, t, _):
-        (x,) = ctx.saved_tensors
-        wrong = x.dtype == torch.float32 or not ctx.only_float32
-        return (2.02 if ctx.only_float32 else 3) * x * t if wrong else 2 * x * t
+# x**2 with a right backward and a jvp of 3x·t, or of 2.02x·t in float32 only.
+_SquareWrongJvp = SQUARE.function("_SquareWrongJvp", jvp=True, jvp_bug=scaled(1.5))
+_SquareWrongJvpInFloat32 = SQUARE.function(
+    "_SquareWrongJvpInFloat32", jvp=True, jvp_bug=scaled(1.01, when=in_dtype(torch.float32))
+)
 
 
 def square_wrong_jvp(x):
-    return _SquareWrongJvp.apply(x, False)
+    return _SquareWrongJvp.apply(x)
 
 
 def square_wrong_jvp_in_float32(x):
-    return _SquareWrongJvp.apply(x, True)
+    return _SquareWrongJvpInFloat32.apply(x)
 
 
-class _CosWithWrongDerivative(torch.autograd.Function):
-    """cos(x) whose derivative has the wrong sign (backward and jvp)."""
-
-    @staticmethod
-    def forward(x):
-        return x.cos()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.save_for_forward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.sin()
-
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * x.sin()
-
-
-class _SinWrongSecondDerivative(torch.autograd.Function):
-    """sin(x): right first derivative, wrong second (its backward uses the wrong-signed cos)."""
-
-    @staticmethod
-    def forward(x):
-        return x.sin()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.save_for_forward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * _CosWithWrongDerivative.apply(x)
-
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * x.cos()
+# cos(x) whose derivative has the wrong sign (backward and jvp), and sin(x) with a right first
+# derivative and a wrong second one: its backward uses that cos.
+_CosWithWrongDerivative = COS.function("_CosWithWrongDerivative", jvp=True, bug=scaled(-1), jvp_bug=scaled(-1))
+_SinWrongSecondDerivative = sin_via("_SinWrongSecondDerivative", _CosWithWrongDerivative)
 
 
 def sin_wrong_second_derivative(x):
     return _SinWrongSecondDerivative.apply(x)
 
 
-class _SinWithoutJvp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
+_SinWithoutJvp = SIN.function("_SinWithoutJvp", old_style=True)
 
 
 def sin_without_jvp(x):
@@ -296,50 +184,27 @@ def generator_that_raises(device, dtype, generator):
     raise RuntimeError("no sample for you")
 
 
-class _GeluF32WrongBackward(torch.autograd.Function):
-    """A float32-only kernel (raises on other dtypes) whose backward drops the tanh term."""
+def _gelu_f32(x):
+    if x.dtype != torch.float32:
+        raise TypeError("float32 kernel")
+    return torch.nn.functional.gelu(x, approximate="tanh")
 
-    @staticmethod
-    def forward(ctx, x):
-        if x.dtype != torch.float32:
-            raise TypeError("float32 kernel")
-        ctx.save_for_backward(x)
-        return torch.nn.functional.gelu(x, approximate="tanh")
 
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 0.5 * (1 + torch.tanh(0.7978845608 * x))
+# A float32-only kernel (raises on other dtypes) whose backward drops the tanh term.
+_GeluF32WrongBackward = Elementwise(_gelu_f32, lambda x: 0.5 * (1 + torch.tanh(0.7978845608 * x))).function(
+    "_GeluF32WrongBackward", old_style=True
+)
 
 
 def gelu_f32_wrong_backward(x):
     return _GeluF32WrongBackward.apply(x)
 
 
-class _SparseMmWrongInFloat32(torch.autograd.Function):
-    """torch.mm(a, b) for a sparse `a`; its float32 gradient of `a` is 1% too large at the first
-    specified element (a masked gradient, like torch.sparse.mm's)."""
-
-    @staticmethod
-    def forward(a, b):
-        return torch.mm(a, b)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-        # An undefined grad_output stays None: torch cannot compare a sparse zero gradient with 0.
-        ctx.set_materialize_grads(False)
-
-    @staticmethod
-    def backward(ctx, g):
-        if g is None:
-            return None, None
-        a, b = ctx.saved_tensors
-        ga = (g @ b.mT).sparse_mask(a).coalesce()
-        values = ga._values().clone()
-        if values.dtype == torch.float32:
-            values[0] *= 1.01
-        return torch.sparse_coo_tensor(ga._indices(), values, ga.shape, is_coalesced=True), a.t() @ g
+# torch.sparse.mm(a, b) for a sparse `a`; its float32 gradient of `a` is 1% too large at the first
+# specified element (a masked gradient, like torch.sparse.mm's).
+_SparseMmWrongInFloat32 = sparse_mm(
+    "_SparseMmWrongInFloat32", lambda values: rescaled(values, 1.01, at=0, when=in_dtype(torch.float32))
+)
 
 
 def sparse_mm_wrong_in_float32(a, b):
