@@ -17,18 +17,20 @@ input gradients, so its size is (Σ numel_in + Σ numel_out) * Σ numel_in.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Union
 
-from opcheck.engine import ProjectionMismatch, core
+from opcheck.engine import GradcheckReport, ProjectionMismatch, core
 from opcheck.runtime.context import Settings
+from opcheck.spec.model import Check, FastMode
 
-_OVERRIDES = {"full": "false", "fast": "true", "auto": "auto"}
-SECOND_ORDER = ("gradgradcheck", "fwgrad_bwgrad", "gradgrad_unsupported")
-AUTO = "auto"
+# --opcheck-policy → the fast_mode it puts in place of every spec's.
+_OVERRIDES = {"full": FastMode.FALSE, "fast": FastMode.TRUE, "auto": FastMode.AUTO}
+SECOND_ORDER = (Check.GRADGRADCHECK, Check.FWGRAD_BWGRAD, Check.GRADGRAD_UNSUPPORTED)
+AUTO = "auto"  # the engine's fast_mode="auto"
 _RECOMPUTED = re.compile(r"auto: .+? \(J·U from (.+?)\) found a mismatch; the block fits the budget")
 
-Entries = Union[int, Callable[[], int], None]
+Entries = int | Callable[[], int] | None
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,12 @@ class Policy:
     budget_source: str = "default"
     entries: Entries = None
 
-    def engine_kwargs(self) -> dict:
+    def engine_kwargs(self) -> dict[str, object]:
         if self.fast_mode == AUTO:
             return {"fast_mode": AUTO, "jacobian_budget": self.budget}
         return {"fast_mode": self.fast_mode}
 
-    def describe(self, report=None) -> str:
+    def describe(self, report: GradcheckReport | None = None) -> str:
         """One line for the `policy:` row; for auto, what the engine did according to `report`."""
         if self.fast_mode != AUTO:
             kind = "fast mode (random projections)" if self.fast_mode else "full Jacobian"
@@ -58,17 +60,22 @@ class Policy:
         where = "" if self.budget_source == "default" else f" from {self.budget_source}"
         n = self._count()
         size = f"{n} entries" if n is not None else "entries"
-        paths = _auto_paths(report, n is not None and n > self.budget) if report is not None else []
+        budget = self.budget
+        paths = _auto_paths(report, n is not None and budget is not None and n > budget) if report is not None else []
         if not paths:  # no comparison ran (the check raised first): the plan, not what happened
-            return (f"{self.reason}: full Jacobian up to {core.FULL_CHECK_ELEMENTS} input and output elements, "
-                    f"entrywise projections beyond, decided by the full Jacobian within budget {self.budget}{where} "
-                    "entries"
-                    + (f"; this check has {n} entries" if n is not None else ""))
+            return (
+                f"{self.reason}: full Jacobian up to {core.FULL_CHECK_ELEMENTS} input and output elements, "
+                f"entrywise projections beyond, decided by the full Jacobian within budget {self.budget}{where} "
+                "entries" + (f"; this check has {n} entries" if n is not None else "")
+            )
         # Within the budget the engine may still have passed the check on its projections (from
         # core.FULL_CHECK_ELEMENTS on); only the size says which side of the budget it is.
-        within = n <= self.budget if n is not None else all(p == "full" for p in paths)
-        done = list(dict.fromkeys("full Jacobian" if path == "full" else path.replace("projected", "projections", 1)
-                                  for path in paths))
+        within = n <= budget if n is not None and budget is not None else all(p == "full" for p in paths)
+        done = list(
+            dict.fromkeys(
+                "full Jacobian" if path == "full" else path.replace("projected", "projections", 1) for path in paths
+            )
+        )
         compare = f"{size} {'<=' if within else '>'} budget {self.budget}{where}"
         if done == ["full Jacobian"]:
             return f"auto: full Jacobian ({compare})"
@@ -83,7 +90,7 @@ class Policy:
             return None
 
 
-def _auto_paths(report, beyond_budget: bool) -> list[str]:
+def _auto_paths(report: GradcheckReport, beyond_budget: bool) -> list[str]:
     """The engine's auto_paths, with the comparison that failed (recorded only once it passes)."""
     paths = list(report.stats.auto_paths)
     mismatch = report.mismatch
@@ -98,7 +105,7 @@ def _auto_paths(report, beyond_budget: bool) -> list[str]:
     return paths
 
 
-def jacobian_entries(check: str, in_numels, out_numels) -> int:
+def jacobian_entries(check: str, in_numels: Iterable[int], out_numels: Iterable[int]) -> int:
     n_in, n_out = sum(in_numels), sum(out_numels)
     if check in SECOND_ORDER:
         return (n_in + n_out) * n_in
@@ -116,9 +123,14 @@ def choose_policy(spec_fast_mode: str, settings: Settings, entries: Entries = No
     origin = "spec gradcheck.fast_mode"
     if settings.policy is not None:
         mode, origin = _OVERRIDES[settings.policy], f"--opcheck-policy={settings.policy}"
-    if mode == "true":
+    if mode == FastMode.TRUE:
         return Policy(True, f"fast_mode true ({origin})")
-    if mode == "false":
+    if mode == FastMode.FALSE:
         return Policy(False, f"fast_mode false ({origin})")
-    return Policy(AUTO, f"fast_mode auto ({origin})", budget=settings.budget, budget_source=settings.budget_source,
-                  entries=entries)
+    return Policy(
+        AUTO,
+        f"fast_mode auto ({origin})",
+        budget=settings.budget,
+        budget_source=settings.budget_source,
+        entries=entries,
+    )

@@ -3,19 +3,18 @@
 Layers, later winning, each field on its own:
 
 1. engine defaults: torch.autograd.gradcheck's eps=1e-6, atol=1e-5, rtol=1e-3, nondet_tol=0;
-2. the per-dtype table: `GRADIENT_TOLERANCES` for the gradient checks, `LOWPREC_TOLERANCES` for
-   the low-precision check (its own comparison; see below);
+2. the per-dtype table, `DTYPE_TOLERANCES`: its gradient rows for the gradient checks, its
+   low-precision rows for the low-precision check (its own comparison; see below);
 3. the spec's `gradcheck:` block (eps/atol/rtol when given; nondet_tol when not 0); it describes
    the finite-difference checks, so it is not applied to the low-precision check;
 4. the spec's `tolerances:` rules that match (device, dtype, check, sample), less specific before
    more specific (Where.specificity), in file order among equals: the last matching rule wins.
 
-Gradient checks (float64 / complex128): finite differences in double precision leave errors of
-about eps**2 * f''' + ulp / eps ~ 1e-10 relative, so torch's defaults hold:
+Each row of the table says why its values are what they are (`basis`); opcheck/spec/FORMAT.md
+shows the same table, and a test keeps the two equal.
 
-    dtype        eps     atol    rtol    nondet_tol
-    float64      1e-6    1e-5    1e-3    0
-    complex128   1e-6    1e-5    1e-3    0
+Gradient checks (float64 / complex128): finite differences in double precision leave errors of
+about eps**2 * f''' + ulp / eps ~ 1e-10 relative, so torch's defaults hold.
 
 Low-precision check (float32 / float16 / bfloat16 / complex64): the op at the low dtype against
 the same op on the float64/complex128 copy of the same (exactly representable) inputs, for the
@@ -24,37 +23,77 @@ outputs, the VJP and (with check_forward_ad) the JVP. An entry passes when
     |low - ref| <= atol * max(1, max|ref|) + rtol * |ref|
 
 (atol is relative to the tensor's scale so that cancellation near zero in a large tensor does not
-fail a correct kernel). Measured worst ratio |low - ref| / allowed on CPU over 25 draws of 21 ops
-(sin, exp, tanh, sigmoid, softmax, log_softmax, matmul with K=16..512, sum, mean, cumsum,
-layer_norm, mul, div, pow, log, conv1d, vector_norm, prod, var) and their VJPs:
-
-    dtype        atol     rtol     worst ratio   resolution
-    float32      1e-5     1e-4     0.025         ulp 1.2e-7: 40x margin, a 1% error is 100x over
-    complex64    1e-5     1e-4     0.021         as float32
-    float16      2e-3     2e-3     0.35          ulp 9.8e-4 (1e-3 rtol measured 0.69: too tight)
-    bfloat16     1.6e-2   1.6e-2   0.34          ulp 7.8e-3 (torch.testing's bfloat16 rtol)
+fail a correct kernel). Each row's `basis` gives the measured worst ratio |low - ref| / allowed on
+CPU over 25 draws of 21 ops (sin, exp, tanh, sigmoid, softmax, log_softmax, matmul with K=16..512,
+sum, mean, cumsum, layer_norm, mul, div, pow, log, conv1d, vector_norm, prod, var) and their VJPs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from opcheck.spec.model import LOWPREC, OpSpec
+from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL
+from opcheck.spec.model import LOWPREC, Dtype, OpSpec
 
 FIELDS = ("eps", "atol", "rtol", "nondet_tol")
 
-ENGINE_DEFAULTS = {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "nondet_tol": 0.0}
+ENGINE_DEFAULTS = {"eps": DEFAULT_EPS, "atol": DEFAULT_ATOL, "rtol": DEFAULT_RTOL, "nondet_tol": 0.0}
 
+GRADIENT = "gradient"
+LOW_PRECISION = "low-precision"
+
+
+@dataclass(frozen=True)
+class DtypeTolerances:
+    """One row of the per-dtype table: where a kind of check at this dtype starts (layer 2)."""
+
+    dtype: str
+    used_by: str  # GRADIENT (the finite-difference checks) or LOW_PRECISION (the lowprec check)
+    atol: float
+    rtol: float
+    eps: float | None = None  # None: the layer below decides
+    nondet_tol: float | None = None
+    basis: str = ""  # why these values
+
+    def values(self) -> dict[str, float]:
+        """The fields this row sets."""
+        return {name: value for name in FIELDS if (value := getattr(self, name)) is not None}
+
+
+DTYPE_TOLERANCES: tuple[DtypeTolerances, ...] = (
+    DtypeTolerances(Dtype.FLOAT64.value, GRADIENT, **ENGINE_DEFAULTS, basis="torch.autograd.gradcheck's defaults"),
+    DtypeTolerances(Dtype.COMPLEX128.value, GRADIENT, **ENGINE_DEFAULTS, basis="as float64"),
+    DtypeTolerances(
+        Dtype.FLOAT32.value,
+        LOW_PRECISION,
+        atol=1e-5,
+        rtol=1e-4,
+        basis="worst ratio 0.025; ulp 1.2e-7: 40x margin, a 1% error is 100x over",
+    ),
+    DtypeTolerances(Dtype.COMPLEX64.value, LOW_PRECISION, atol=1e-5, rtol=1e-4, basis="worst ratio 0.021; as float32"),
+    DtypeTolerances(
+        Dtype.FLOAT16.value,
+        LOW_PRECISION,
+        atol=2e-3,
+        rtol=2e-3,
+        basis="worst ratio 0.35; ulp 9.8e-4 (1e-3 rtol measured 0.69: too tight)",
+    ),
+    DtypeTolerances(
+        Dtype.BFLOAT16.value,
+        LOW_PRECISION,
+        atol=1.6e-2,
+        rtol=1.6e-2,
+        basis="worst ratio 0.34; ulp 7.8e-3 (torch.testing's bfloat16 rtol)",
+    ),
+)
+
+# The table by kind of check, dtype → the fields its row sets.
 GRADIENT_TOLERANCES: dict[str, dict[str, float]] = {
-    "float64": {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "nondet_tol": 0.0},
-    "complex128": {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "nondet_tol": 0.0},
+    row.dtype: row.values() for row in DTYPE_TOLERANCES if row.used_by == GRADIENT
 }
-
 LOWPREC_TOLERANCES: dict[str, dict[str, float]] = {
-    "float32": {"atol": 1e-5, "rtol": 1e-4},
-    "complex64": {"atol": 1e-5, "rtol": 1e-4},
-    "float16": {"atol": 2e-3, "rtol": 2e-3},
-    "bfloat16": {"atol": 1.6e-2, "rtol": 1.6e-2},
+    row.dtype: row.values() for row in DTYPE_TOLERANCES if row.used_by == LOW_PRECISION
 }
 
 
@@ -66,12 +105,12 @@ class Tolerances:
     atol: float
     rtol: float
     nondet_tol: float
-    sources: dict = field(default_factory=dict, compare=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
 
-    def engine_kwargs(self) -> dict:
+    def engine_kwargs(self) -> dict[str, float]:
         return {"eps": self.eps, "atol": self.atol, "rtol": self.rtol, "nondet_tol": self.nondet_tol}
 
-    def describe(self, names=FIELDS) -> str:
+    def describe(self, names: Sequence[str] = FIELDS) -> str:
         """`eps=1e-06, atol=1e-05 (gradient table for float64), rtol=0.01 (rule at x.yaml:9:5)`."""
         groups: list[tuple[str, list[str]]] = []
         for n in names:
@@ -88,24 +127,29 @@ def resolve_tolerances(spec: OpSpec, check: str, device: str, dtype: str, sample
     values = dict(ENGINE_DEFAULTS)
     sources = {name: "engine default" for name in FIELDS}
 
-    def apply(layer: dict, source: str) -> None:
+    def apply(layer: Mapping[str, float | None], source: str) -> None:
         for name in FIELDS:
-            if layer.get(name) is not None:
-                values[name] = float(layer[name])
+            value = layer.get(name)
+            if value is not None:
+                values[name] = float(value)
                 sources[name] = source
 
-    table = LOWPREC_TOLERANCES if check == LOWPREC else GRADIENT_TOLERANCES
-    apply(table.get(dtype, {}), f"{'low-precision' if check == LOWPREC else 'gradient'} table for {dtype}")
+    used_by, table = (LOW_PRECISION, LOWPREC_TOLERANCES) if check == LOWPREC else (GRADIENT, GRADIENT_TOLERANCES)
+    apply(table.get(dtype, {}), f"{used_by} table for {dtype}")
     if check != LOWPREC:
         block = spec.gradcheck
         where = f"gradcheck: block of {spec.source}"
-        apply({"eps": block.eps, "atol": block.atol, "rtol": block.rtol,
-               "nondet_tol": block.nondet_tol or None}, where)
-    matching = [(i, r) for i, r in enumerate(spec.tolerances)
-                if r.where.matches(device=device, dtype=dtype, check=check, sample=sample)]
+        apply({"eps": block.eps, "atol": block.atol, "rtol": block.rtol, "nondet_tol": block.nondet_tol or None}, where)
+    matching = [
+        (i, r)
+        for i, r in enumerate(spec.tolerances)
+        if r.where.matches(device=device, dtype=dtype, check=check, sample=sample)
+    ]
     matching.sort(key=lambda ir: (ir[1].where.specificity, ir[0]))
     for _, rule in matching:
         where = str(rule.location) if rule.location.file else f"{spec.source} tolerances"
-        apply({"eps": rule.eps, "atol": rule.atol, "rtol": rule.rtol, "nondet_tol": rule.nondet_tol},
-              f"rule at {where}" + (f": {rule.reason}" if rule.reason else ""))
+        apply(
+            {"eps": rule.eps, "atol": rule.atol, "rtol": rule.rtol, "nondet_tol": rule.nondet_tol},
+            f"rule at {where}" + (f": {rule.reason}" if rule.reason else ""),
+        )
     return Tolerances(sources=sources, **values)

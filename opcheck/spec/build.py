@@ -8,13 +8,24 @@ reported where it was written.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from opcheck.spec import model
 from opcheck.spec.checker import Checker, strings
-from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, ToleranceRule, Where
+from opcheck.spec.model import (
+    FastMode,
+    GradcheckFlags,
+    GradgradcheckFlags,
+    Location,
+    OpSpec,
+    Rule,
+    ToleranceRule,
+    Where,
+)
 from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
-from opcheck.spec.problems import KeyPath, Problem, did_you_mean, format_path
+from opcheck.spec.problems import FlaggedPath, Problem, did_you_mean, format_path
 from opcheck.spec.samples import build_sample
 from opcheck.spec.sparse import has_sparse
 from opcheck.spec.validate import is_family
@@ -22,6 +33,7 @@ from opcheck.spec.yamlload import MAX_NODES, Node, tagged_paths
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
+_Flags = TypeVar("_Flags", GradcheckFlags, GradgradcheckFlags)
 
 
 @dataclass(frozen=True)
@@ -43,14 +55,15 @@ class Built:
     problems: list[Problem]
 
 
-def build_document(root: Node, *, source: str, sha256: str, flagged: set[KeyPath]) -> Built:
+def build_document(root: Node, *, source: str, sha256: str, flagged: set[FlaggedPath]) -> Built:
     """The specs of a document whose schema problems (and unreadable values) are at `flagged`.
 
     Only what the schema judged clean is read: a flagged node, anything inside it, and a
     collection with an unsupported tag are never built (their problems are already reported).
     """
     ctx = Checker(flagged | tagged_paths(root))
-    specs, claims = [], []
+    specs: list[OpSpec | None] = []
+    claims: list[NameClaim] = []
     if root.is_map and is_family(root.value) and _check_expansion(ctx, root):
         return Built([], [], ctx.problems)
     if root.is_map:
@@ -58,8 +71,9 @@ def build_document(root: Node, *, source: str, sha256: str, flagged: set[KeyPath
             spec, claim = _build_op(ctx, entry, family=family, source=source, sha256=sha256)
             specs.append(spec)
             claims.extend([claim] if claim else [])
-    ok = not ctx.problems and all(specs)
-    return Built(specs if ok else [], claims, ctx.problems)
+    built = [spec for spec in specs if spec is not None]
+    ok = not ctx.problems and len(built) == len(specs)
+    return Built(built if ok else [], claims, ctx.problems)
 
 
 def derive_name(op: str) -> str:
@@ -76,7 +90,7 @@ def derive_name(op: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", "_".join(parts).lower()).strip("_")
 
 
-def _entries(root: Node):
+def _entries(root: Node) -> Iterator[tuple[Node, bool]]:
     """(entry node, is family) for each op of the document; family entries merged over defaults."""
     if not is_family(root.value):
         yield root, False
@@ -101,13 +115,16 @@ def _check_expansion(ctx: Checker, root: Node) -> bool:
     if ops is None or not ops.is_list or defaults is None:
         return False
     sizes: dict[int, int] = {}
-    total = _size(root, sizes) + sum(_merged_size(defaults, entry, sizes) - _size(entry, sizes)
-                                     for entry in ops.value)
+    total = _size(root, sizes) + sum(_merged_size(defaults, entry, sizes) - _size(entry, sizes) for entry in ops.value)
     if total <= MAX_NODES:
         return False
-    ctx.report(ops, f"expected at most {MAX_NODES} values with `defaults` merged into each op, got {total} "
-                    f"({len(ops.value)} ops, `defaults` has {_size(defaults, sizes)}); share less through "
-                    f"`defaults` or split the family into several files", at_key=True)
+    ctx.report(
+        ops,
+        f"expected at most {MAX_NODES} values with `defaults` merged into each op, got {total} "
+        f"({len(ops.value)} ops, `defaults` has {_size(defaults, sizes)}); share less through "
+        f"`defaults` or split the family into several files",
+        at_key=True,
+    )
     return True
 
 
@@ -124,8 +141,11 @@ def _merged_size(base: Node | None, over: Node, sizes: dict[int, int]) -> int:
     """_size(_merge(base, over)), without merging."""
     if base is None or not (base.is_map and over.is_map):
         return _size(over, sizes)
-    return (1 + sum(_size(node, sizes) for key, node in base.value.items() if key not in over.value)
-            + sum(_merged_size(base.value.get(key), node, sizes) for key, node in over.value.items()))
+    return (
+        1
+        + sum(_size(node, sizes) for key, node in base.value.items() if key not in over.value)
+        + sum(_merged_size(base.value.get(key), node, sizes) for key, node in over.value.items())
+    )
 
 
 def _merge(base: Node | None, over: Node) -> Node:
@@ -138,8 +158,9 @@ def _merge(base: Node | None, over: Node) -> Node:
     return Node(value, over.loc, over.path, over.key_loc)
 
 
-def _build_op(ctx: Checker, m: Node, *, family: bool, source: str,
-              sha256: str) -> tuple[OpSpec | None, NameClaim | None]:
+def _build_op(
+    ctx: Checker, m: Node, *, family: bool, source: str, sha256: str
+) -> tuple[OpSpec | None, NameClaim | None]:
     """One op's spec (None if it has a problem), and its name claim (even then, for the cross pass)."""
     before = ctx.count()
     fields = m.value
@@ -149,8 +170,10 @@ def _build_op(ctx: Checker, m: Node, *, family: bool, source: str,
     if op and variant == "method":
         _check_method(ctx, fields["variant"], op)
     if op and _value(ctx, fields, "library_opcheck", False) and not _is_library_op(op):
-        ctx.report(fields["library_opcheck"], f"library_opcheck checks torch.ops.* operators and "
-                                              f"torch.library custom ops; {op!r} is neither")
+        ctx.report(
+            fields["library_opcheck"],
+            f"library_opcheck checks torch.ops.* operators and torch.library custom ops; {op!r} is neither",
+        )
     reference = _op(ctx, fields.get("reference")) if "reference" in fields else None
     _check_dtype_lists(ctx, fields, reference)
     samples, sample_names = _samples(ctx, m)
@@ -166,18 +189,29 @@ def _build_op(ctx: Checker, m: Node, *, family: bool, source: str,
         supports_gradgrad=_value(ctx, fields, "supports_gradgrad", True),
         library_opcheck=_value(ctx, fields, "library_opcheck", False),
         reference=reference,
-        **{key: _rules(ctx, fields.get(key), key, sample_names, label)
-           for key in ("tolerances", "skips", "expected_failures")},
+        **{
+            key: _rules(ctx, fields.get(key), key, sample_names, label)
+            for key in ("tolerances", "skips", "expected_failures")
+        },
     )
     _check_masked(ctx, fields.get("gradcheck"), parts["gradcheck"], samples)
     if ctx.count() != before or op is None or name is None or samples is None:
         return None, claim
-    spec = OpSpec(name=name, op=op, source=source, sha256=sha256, samples=samples, variant=variant,
-                  location=fields["op"].key_loc, **parts)
+    spec = OpSpec(
+        name=name,
+        op=op,
+        source=source,
+        sha256=sha256,
+        samples=samples,
+        variant=variant,
+        location=fields["op"].key_loc,
+        **parts,
+    )
     return spec, claim
 
 
 # -- op, name, variant -------------------------------------------------------------------------
+
 
 def _op(ctx: Checker, node: Node | None) -> str | None:
     """The op path if it resolves to a callable (reported where `op:` is written otherwise)."""
@@ -191,7 +225,8 @@ def _op(ctx: Checker, node: Node | None) -> str | None:
     except Exception as e:  # resolve_op wraps import errors; this guards the rest of the import machinery
         ctx.report(node, f"resolving {node.value!r} failed: {type(e).__name__}: {e}")
         return None
-    return node.value
+    op: str = node.value
+    return op
 
 
 def _is_library_op(op: str) -> bool:
@@ -204,19 +239,25 @@ def _is_library_op(op: str) -> bool:
     return isinstance(resolve_op(op), kinds)
 
 
-def _check_dtype_lists(ctx: Checker, fields: dict, reference: str | None) -> None:
+def _check_dtype_lists(ctx: Checker, fields: dict[str, Node], reference: str | None) -> None:
     """An op with no float64 path (dtypes: []) is checked only against a reference, at low precision."""
     dtypes, lowprec = fields.get("dtypes"), fields.get("lowprec_dtypes")
-    no_grad_dtypes = dtypes is not None and ctx.clean(dtypes) and dtypes.value == []
-    if no_grad_dtypes and not (lowprec is not None and ctx.clean(lowprec) and lowprec.value):
-        ctx.report(dtypes, "empty: with no gradient-check dtype, list the kernel's dtypes in lowprec_dtypes "
-                           "(and give a float64 `reference`)")
-    elif no_grad_dtypes and reference is None and "reference" not in fields:
-        ctx.report(dtypes, "empty: the low-precision check then needs `reference:`, a float64 implementation "
-                           "of the same math to compare against")
-    if "reference" in fields and not (lowprec is not None and ctx.clean(lowprec) and lowprec.value):
-        ctx.report(fields["reference"], "`reference` is used only by the low-precision check; add "
-                                        "lowprec_dtypes")
+    has_lowprec = ctx.clean(lowprec) and bool(lowprec.value)
+    if ctx.clean(dtypes) and dtypes.value == []:
+        if not has_lowprec:
+            ctx.report(
+                dtypes,
+                "empty: with no gradient-check dtype, list the kernel's dtypes in lowprec_dtypes "
+                "(and give a float64 `reference`)",
+            )
+        elif reference is None and "reference" not in fields:
+            ctx.report(
+                dtypes,
+                "empty: the low-precision check then needs `reference:`, a float64 implementation "
+                "of the same math to compare against",
+            )
+    if "reference" in fields and not has_lowprec:
+        ctx.report(fields["reference"], "`reference` is used only by the low-precision check; add lowprec_dtypes")
 
 
 def _name(ctx: Checker, name_node: Node | None, op_node: Node | None) -> tuple[str | None, NameClaim | None]:
@@ -240,19 +281,24 @@ def _name(ctx: Checker, name_node: Node | None, op_node: Node | None) -> tuple[s
 
 def _check_method(ctx: Checker, variant_node: Node, op: str) -> None:
     if op.startswith("torch.ops."):
-        ctx.report(variant_node, f"variant 'method' needs an op path ending in a Tensor method "
-                                 f"(torch.Tensor.mul); {op!r} is an operator, call it as a function")
+        ctx.report(
+            variant_node,
+            f"variant 'method' needs an op path ending in a Tensor method "
+            f"(torch.Tensor.mul); {op!r} is an operator, call it as a function",
+        )
         return
     attr = re.split(r"[.:]", op)[-1]
     import torch  # only specs with variant: method need it; the rest of the loader stays light
 
     if not hasattr(torch.Tensor, attr):
         hint = did_you_mean(attr, [n for n in dir(torch.Tensor) if not n.startswith("_")])
-        ctx.report(variant_node, f"variant 'method' calls args[0].{attr}(...), but torch.Tensor has no "
-                                 f"method {attr!r}{hint}")
+        ctx.report(
+            variant_node, f"variant 'method' calls args[0].{attr}(...), but torch.Tensor has no method {attr!r}{hint}"
+        )
 
 
 # -- samples and rules -------------------------------------------------------------------------
+
 
 def _samples(ctx: Checker, m: Node) -> tuple[tuple[model.Sample, ...] | None, set[str] | None]:
     """The samples (None on a problem) and the names a `where` may use (None: can't be known)."""
@@ -262,7 +308,8 @@ def _samples(ctx: Checker, m: Node) -> tuple[tuple[model.Sample, ...] | None, se
         return None, None
     if not node.is_list:
         return None, None
-    built, first = [], {}
+    built: list[model.Sample | None] = []
+    first: dict[str, Node] = {}
     for sample in (s for s in node.value if s.is_map):
         name_node = sample.value.get("name")
         if ctx.clean(name_node):
@@ -272,30 +319,37 @@ def _samples(ctx: Checker, m: Node) -> tuple[tuple[model.Sample, ...] | None, se
             first.setdefault(name_node.value, name_node)
         if ctx.clean(sample):
             built.append(build_sample(ctx, sample))
-    if not ctx.clean(node) or None in built:
+    samples = tuple(sample for sample in built if sample is not None)
+    if not ctx.clean(node) or len(samples) != len(built):
         return None, set(first)
-    return tuple(built), set(first)
+    return samples, set(first)
 
 
-def _check_masked(ctx: Checker, node: Node | None, flags: GradcheckFlags,
-                  samples: tuple[model.Sample, ...] | None) -> None:
+def _check_masked(
+    ctx: Checker, node: Node | None, flags: GradcheckFlags, samples: tuple[model.Sample, ...] | None
+) -> None:
     """`masked: true` changes only how gradients of sparse inputs are compared: with no sparse
     tensor in any sample it is a mistake. Generator and OpInfo samples may make sparse tensors
     themselves, so a spec with one is not judged."""
-    if not flags.masked or samples is None or any(s.generator or s.opinfo for s in samples):
+    if node is None or not flags.masked or samples is None or any(s.generator or s.opinfo for s in samples):
         return
     if any(has_sparse(arg) for s in samples for arg in list(s.args) + [value for _, value in s.kwargs]):
         return
-    ctx.report(node.value["masked"], "has no effect: no sample has a sparse tensor (a `layout` such as "
-                                     "sparse_coo or sparse_csr); masked only changes how the gradients of sparse "
-                                     "inputs are compared", at_key=True)
+    ctx.report(
+        node.value["masked"],
+        "has no effect: no sample has a sparse tensor (a `layout` such as "
+        "sparse_coo or sparse_csr); masked only changes how the gradients of sparse "
+        "inputs are compared",
+        at_key=True,
+    )
 
 
-def _rules(ctx: Checker, node: Node | None, key: str, sample_names: set[str] | None,
-           label: str | None) -> tuple:
+def _rules(
+    ctx: Checker, node: Node | None, key: str, sample_names: set[str] | None, label: str | None
+) -> tuple[ToleranceRule | Rule, ...]:
     if node is None or not node.is_list:
         return ()
-    rules = []
+    rules: list[ToleranceRule | Rule] = []
     for rule in node.value:
         # Parts the schema rejected may reach here in other shapes (null, a list): skip them,
         # their problem is already reported.
@@ -304,8 +358,11 @@ def _rules(ctx: Checker, node: Node | None, key: str, sample_names: set[str] | N
             # A missing reason is a schema problem of this or (for a mapping that looks more like
             # a family) the other branch; either way the document is already rejected.
             reason = rule.value.get("reason")
-            rules.append(_tolerance_rule(ctx, rule, where) if key == "tolerances" else
-                         Rule(where=where, reason=reason.value if reason is not None else "", location=rule.loc))
+            rules.append(
+                _tolerance_rule(ctx, rule, where)
+                if key == "tolerances"
+                else Rule(where=where, reason=reason.value if reason is not None else "", location=rule.loc)
+            )
     return tuple(rules)
 
 
@@ -324,8 +381,11 @@ def _check_sample_names(ctx: Checker, node: Node | None, sample_names: set[str],
         if item.value not in sample_names:
             known = ", ".join(sorted(sample_names)) or "none"
             owner = f" of {label}" if label else ""
-            ctx.report(item, f"unknown sample {item.value!r}{did_you_mean(item.value, sorted(sample_names))} "
-                             f"(samples{owner}: {known})")
+            ctx.report(
+                item,
+                f"unknown sample {item.value!r}{did_you_mean(item.value, sorted(sample_names))} "
+                f"(samples{owner}: {known})",
+            )
 
 
 def _tolerance_rule(ctx: Checker, rule: Node, where: Where) -> ToleranceRule:
@@ -339,24 +399,32 @@ def _tolerance_rule(ctx: Checker, rule: Node, where: Where) -> ToleranceRule:
 
 # -- flags and plain values --------------------------------------------------------------------
 
+
 def _gradcheck(ctx: Checker, node: Node | None) -> GradcheckFlags:
     flags = _flags(ctx, node, GradcheckFlags)
     if node is None or not node.is_map or not ctx.clean(node):
         return flags
     fast_mode = node.value.get("fast_mode")
     # YAML reads `fast_mode: true` as a bool; the model keeps the three spellings as strings.
-    mode = flags.fast_mode if fast_mode is None else str(fast_mode.value).lower()
-    numbers = {key: ctx.finite(node.value.get(key)) for key in _TOLERANCE_KEYS if key in node.value}
-    return replace(flags, fast_mode=mode, **numbers)
+    mode = flags.fast_mode if fast_mode is None else FastMode.parse(str(fast_mode.value).lower()).value
+    eps, atol, rtol, nondet_tol = (ctx.finite(node.value.get(key)) for key in _TOLERANCE_KEYS)
+    return replace(
+        flags,
+        fast_mode=mode,
+        eps=eps,
+        atol=atol,
+        rtol=rtol,
+        nondet_tol=flags.nondet_tol if nondet_tol is None else nondet_tol,
+    )
 
 
-def _flags(ctx: Checker, node: Node | None, cls):
+def _flags(ctx: Checker, node: Node | None, cls: type[_Flags]) -> _Flags:
     if node is None or not node.is_map or not ctx.clean(node):
         return cls()
     return cls(**{key: value.value for key, value in node.value.items()})
 
 
-def _value(ctx: Checker, fields: dict[str, Node], key: str, default):
+def _value(ctx: Checker, fields: dict[str, Node], key: str, default: Any) -> Any:
     node = fields.get(key)
     return node.value if ctx.clean(node) else default
 

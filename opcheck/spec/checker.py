@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import TypeGuard, overload
 
-from opcheck.spec.problems import KeyOf, KeyPath, Problem, format_path, show
+from opcheck.spec.problems import FlaggedPath, KeyOf, KeyPath, Problem, format_path, show
 from opcheck.spec.yamlload import Node
 
 
@@ -16,12 +17,13 @@ class Checker:
     fail on a shape no builder expects.
     """
 
-    def __init__(self, flagged: set[KeyPath]):
+    def __init__(self, flagged: set[FlaggedPath]):
         self.problems: list[Problem] = []
         # A problem with a key (see KeyOf) leaves the key's value unread; its mapping holds a
         # problem even where no child node shows it (a missing key).
-        self._flagged = frozenset(path[:-1] + (path[-1].key,) if path and isinstance(path[-1], KeyOf) else path
-                                  for path in flagged)
+        self._flagged = frozenset(
+            path[:-1] + (path[-1].key,) if path and isinstance(path[-1], KeyOf) else path for path in flagged
+        )
         self._holders = frozenset(path[:-1] for path in flagged if path)
         self._whole_memo: dict[int, tuple[Node, bool]] = {}
 
@@ -29,7 +31,7 @@ class Checker:
         loc = node.key_loc if at_key and node.key_loc else node.loc
         self.problems.append(Problem(loc, format_path(node.path), message))
 
-    def clean(self, node: Node | None) -> bool:
+    def clean(self, node: Node | None) -> TypeGuard[Node]:
         """Whether a builder may read the node: the schema judged all of it and found nothing wrong.
 
         Not clean: a flagged node, anything inside one (its contents were judged against no
@@ -46,11 +48,15 @@ class Checker:
         known = self._whole_memo.get(id(node))
         if known is None:
             children = node.value.values() if node.is_map else node.value if node.is_list else ()
-            ok = (node.path not in self._flagged and node.path not in self._holders
-                  # A family entry holds nodes merged in from `defaults`, written (and flagged) there.
-                  and all(self._whole(child) and (child.path[:-1] == node.path
-                                                  or not self._inside_flagged(child.path))
-                          for child in children))
+            ok = (
+                node.path not in self._flagged
+                and node.path not in self._holders
+                # A family entry holds nodes merged in from `defaults`, written (and flagged) there.
+                and all(
+                    self._whole(child) and (child.path[:-1] == node.path or not self._inside_flagged(child.path))
+                    for child in children
+                )
+            )
             known = self._whole_memo[id(node)] = (node, ok)  # the node is kept: its id stays its own
         return known[1]
 
@@ -69,6 +75,18 @@ class Checker:
             self.report(node, f"expected a finite number, got {show(node.value)}")
             return None
         return value
+
+
+@overload
+def strings(node: Node) -> tuple[str, ...]: ...
+
+
+@overload
+def strings(node: None) -> None: ...
+
+
+@overload
+def strings(node: Node | None) -> tuple[str, ...] | None: ...
 
 
 def strings(node: Node | None) -> tuple[str, ...] | None:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from opcheck.spec.build import Built, NameClaim, build_document
+from opcheck.spec.case import cases_of
 from opcheck.spec.model import Location, OpSpec
 from opcheck.spec.problems import Problem, SpecError
 from opcheck.spec.validate import schema_problems
 from opcheck.spec.yamlload import load_yaml
 
 SPEC_SUFFIXES = (".yaml", ".yml")
-_TEST_ID_RE = re.compile(r"test_[a-z_]+\[[A-Za-z0-9_.-]+\]\Z")
 
 
 def load_specs(paths: Iterable[Path], *, root: Path) -> list[OpSpec]:
@@ -83,12 +82,8 @@ def spec_names(paths: Iterable[Path], *, root: Path) -> dict[str, tuple[NameClai
 
 
 def generated_test_ids(spec: OpSpec) -> list[str]:
-    """The ids of the tests generated for a spec: test_<check>[<device>-<dtype>-<sample>]."""
-    return [f"test_{check}[{device}-{dtype}-{sample.name}]"
-            for check in spec.checks()
-            for device in spec.devices
-            for dtype in spec.dtypes_for(check)
-            for sample in spec.samples]
+    """The names of the tests generated for a spec (CaseId.name of each of its cases)."""
+    return [case.name for case in cases_of(spec)]
 
 
 def cross_spec_problems(claims: list[NameClaim], specs: list[OpSpec]) -> list[Problem]:
@@ -103,10 +98,14 @@ def _load_document(text: str, source: str, sha256: str) -> Built:
     if document.root is None:
         return Built([], [], document.problems)
     # A value YAML could not read is reported once, by the loader; judging its placeholder adds noise.
-    flagged = [(path, problem) for path, problem in schema_problems(document.root)
-               if not any(path[: len(t)] == t for t in document.tainted)]
-    built = build_document(document.root, source=source, sha256=sha256,
-                           flagged={path for path, _ in flagged} | document.tainted)
+    flagged = [
+        (path, problem)
+        for path, problem in schema_problems(document.root)
+        if not any(path[: len(t)] == t for t in document.tainted)
+    ]
+    built = build_document(
+        document.root, source=source, sha256=sha256, flagged={path for path, _ in flagged} | document.tainted
+    )
     problems = document.problems + [problem for _, problem in flagged] + built.problems
     return Built(built.specs if not problems else [], built.claims, problems)
 
@@ -128,8 +127,13 @@ def _duplicate_names(claims: list[NameClaim]) -> list[Problem]:
         other = first.setdefault(claim.name, claim)
         if other is not claim:
             how = " (derived from `op`; set `name:` to tell them apart)" if claim.derived else ""
-            problems.append(Problem(claim.location, claim.path,
-                                    f"duplicate spec name {claim.name!r}: {other.location} and {claim.location}{how}"))
+            problems.append(
+                Problem(
+                    claim.location,
+                    claim.path,
+                    f"duplicate spec name {claim.name!r}: {other.location} and {claim.location}{how}",
+                )
+            )
     return problems
 
 
@@ -139,14 +143,20 @@ def _bad_test_ids(specs: list[OpSpec]) -> list[Problem]:
     first: dict[tuple[str, str], OpSpec] = {}
     problems = []
     for spec in specs:
-        for test_id in generated_test_ids(spec):
-            key = (spec.name, test_id)
-            if not _TEST_ID_RE.match(test_id):
-                problems.append(Problem(spec.location, "", f"test id {test_id!r} has characters outside [A-Za-z0-9_.-]"))
+        for case in cases_of(spec):
+            key = (case.module, case.name)
+            if not case.is_clean():
+                problems.append(
+                    Problem(spec.location, "", f"test id {case.name!r} has characters outside [A-Za-z0-9_.-]")
+                )
             elif key in first:
-                problems.append(Problem(spec.location, "",
-                                        f"test id test_{spec.name}.py::{test_id} is generated twice "
-                                        f"(also by {first[key].location})"))
+                problems.append(
+                    Problem(
+                        spec.location,
+                        "",
+                        f"test id {case.module}::{case.name} is generated twice (also by {first[key].location})",
+                    )
+                )
             else:
                 first[key] = spec
     return problems

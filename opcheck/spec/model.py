@@ -10,26 +10,132 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Union
+from enum import Enum
+from typing import Any, TypeVar
 
-# Check kinds: one generated test function each, and a pytest marker of the same name.
-GRADCHECK = "gradcheck"  # reverse mode, first derivative
-FORWARD_AD = "forward_ad"  # forward mode, first derivative
-GRADGRADCHECK = "gradgradcheck"  # reverse over reverse
-FWGRAD_BWGRAD = "fwgrad_bwgrad"  # forward over reverse
-LOWPREC = "lowprec"  # low-precision result and VJP against the float64/complex128 run
-GRADGRAD_UNSUPPORTED = "gradgrad_unsupported"  # declared: the second derivative must raise
-FORWARD_AD_UNSUPPORTED = "forward_ad_unsupported"  # declared: forward AD must raise
-LIBRARY_OPCHECK = "library_opcheck"  # torch.library.opcheck's registration checks
+_N = TypeVar("_N", bound="NameEnum")
 
-CHECKS = (GRADCHECK, FORWARD_AD, GRADGRADCHECK, FWGRAD_BWGRAD, LOWPREC, GRADGRAD_UNSUPPORTED,
-          FORWARD_AD_UNSUPPORTED, LIBRARY_OPCHECK)
 
-GRAD_DTYPES = ("float64", "complex128")
-LOWPREC_DTYPES = ("float32", "float16", "bfloat16", "complex64")
-INDEX_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
-TENSOR_DTYPES = GRAD_DTYPES + LOWPREC_DTYPES + INDEX_DTYPES
-KNOWN_DEVICES = ("cpu", "cuda", "mps", "xpu")
+class NameEnum(str, Enum):
+    """A member of one of the spec format's fixed sets of names: a `str` equal to its value.
+
+    str(), format() and f-strings give the value on every Python (3.12 changed format() of
+    mixed-in enums), so ids and messages built from a member read as the plain name. The model's
+    fields and the tuples below hold plain strings, the form that reaches YAML and generated code.
+    """
+
+    _value_: str
+
+    def __str__(self) -> str:
+        return self._value_
+
+    def __format__(self, format_spec: str) -> str:
+        return format(self._value_, format_spec)
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        """The plain names, in declaration order."""
+        return tuple(member._value_ for member in cls)
+
+    @classmethod
+    def parse(cls: type[_N], text: str) -> _N:
+        """The member named `text`; ValueError naming the set and its members for anything else."""
+        try:
+            return cls(text)
+        except ValueError:
+            raise ValueError(f"unknown {cls.__name__} {text!r}; expected one of {', '.join(cls.values())}") from None
+
+
+class Check(NameEnum):
+    """Check kinds: one generated test function each, and a pytest marker of the same name.
+
+    `description` is the marker's description as `pytest --markers` and pyproject's `markers`
+    list show it (`<name>: <description>`).
+    """
+
+    description: str
+
+    def __new__(cls, value: str, description: str) -> Check:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.description = description
+        return member
+
+    GRADCHECK = "gradcheck", "opcheck: reverse-mode first derivative (VJP) against finite differences"
+    FORWARD_AD = "forward_ad", "opcheck: forward-mode first derivative (JVP) against finite differences"
+    GRADGRADCHECK = "gradgradcheck", "opcheck: second derivative, reverse over reverse (VJP of VJP)"
+    FWGRAD_BWGRAD = "fwgrad_bwgrad", "opcheck: second derivative, forward over reverse (JVP of VJP)"
+    LOWPREC = "lowprec", "opcheck: float32/float16/bfloat16/complex64 outputs, VJP and JVP against the float64 run"
+    GRADGRAD_UNSUPPORTED = (
+        "gradgrad_unsupported",
+        "opcheck: the spec declares supports_gradgrad: false; the second derivative must raise",
+    )
+    FORWARD_AD_UNSUPPORTED = (
+        "forward_ad_unsupported",
+        "opcheck: the spec declares supports_forward_ad: false; forward AD must raise",
+    )
+    LIBRARY_OPCHECK = "library_opcheck", "opcheck: torch.library.opcheck registration checks for torch.ops.* operators"
+
+
+class FastMode(NameEnum):
+    """The spellings of `gradcheck.fast_mode` (YAML's `true`/`false` read as these strings)."""
+
+    AUTO = "auto"  # the full Jacobian while it is small, entrywise projections beyond (engine "auto")
+    TRUE = "true"  # torch's fast mode: one random projection per (input, output) pair
+    FALSE = "false"  # the full Jacobian
+
+
+class Device(NameEnum):
+    """Device types a spec may name."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    MPS = "mps"
+    XPU = "xpu"
+
+
+class Dtype(NameEnum):
+    """Tensor dtypes a spec may name: torch's names without the `torch.` prefix."""
+
+    FLOAT64 = "float64"
+    COMPLEX128 = "complex128"
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    COMPLEX64 = "complex64"
+    INT64 = "int64"
+    INT32 = "int32"
+    INT16 = "int16"
+    INT8 = "int8"
+    UINT8 = "uint8"
+    BOOL = "bool"
+
+
+# The members under the names code imported before the enums.
+GRADCHECK = Check.GRADCHECK
+FORWARD_AD = Check.FORWARD_AD
+GRADGRADCHECK = Check.GRADGRADCHECK
+FWGRAD_BWGRAD = Check.FWGRAD_BWGRAD
+LOWPREC = Check.LOWPREC
+GRADGRAD_UNSUPPORTED = Check.GRADGRAD_UNSUPPORTED
+FORWARD_AD_UNSUPPORTED = Check.FORWARD_AD_UNSUPPORTED
+LIBRARY_OPCHECK = Check.LIBRARY_OPCHECK
+
+
+def _values(*members: NameEnum) -> tuple[str, ...]:
+    return tuple(member.value for member in members)
+
+
+CHECKS = Check.values()
+FAST_MODES = FastMode.values()
+GRAD_DTYPES = _values(Dtype.FLOAT64, Dtype.COMPLEX128)
+"""The gradient checks' dtypes (`dtypes:`): finite differences need double precision."""
+LOWPREC_DTYPES = _values(Dtype.FLOAT32, Dtype.FLOAT16, Dtype.BFLOAT16, Dtype.COMPLEX64)
+"""The low-precision check's dtypes (`lowprec_dtypes:`)."""
+INDEX_DTYPES = _values(Dtype.INT64, Dtype.INT32, Dtype.INT16, Dtype.INT8, Dtype.UINT8, Dtype.BOOL)
+"""Integer and bool dtypes: never differentiable, for index and mask arguments."""
+TENSOR_DTYPES = Dtype.values()
+KNOWN_DEVICES = Device.values()
 """Devices a spec may name; `devices` defaults to all of them (unavailable ones are skipped)."""
 
 # Limits on a sample tensor, so that a spec that validates can run. Batched gradient checks vmap
@@ -37,11 +143,15 @@ KNOWN_DEVICES = ("cpu", "cuda", "mps", "xpu")
 # 2**24 elements is 128 MiB of float64, far more than a gradient check covers in a test.
 MAX_TENSOR_RANK = 63
 MAX_TENSOR_ELEMENTS = 2**24  # and so also the most one dim may have, even in an empty tensor
-INDEX_DTYPE_RANGES = {"int64": (-2**63, 2**63 - 1), "int32": (-2**31, 2**31 - 1), "int16": (-2**15, 2**15 - 1),
-                      "int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1)}
+INDEX_DTYPE_RANGES = {
+    "int64": (-(2**63), 2**63 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int8": (-(2**7), 2**7 - 1),
+    "uint8": (0, 2**8 - 1),
+}
 
-MAKERS = ("positive", "symmetric", "spd", "lower_triangular", "upper_triangular", "unit_norm",
-          "orthogonal")
+MAKERS = ("positive", "symmetric", "spd", "lower_triangular", "upper_triangular", "unit_norm", "orthogonal")
 """Structured tensor makers; see opcheck.runtime.samples for what each produces."""
 
 STRIDED = "strided"
@@ -68,6 +178,10 @@ class Location:
         return f"{self.file}:{self.line}:{self.col}" if self.line else self.file
 
 
+Values = bool | int | float | tuple[Any, ...]
+"""A tensor's `values:` a number (zero-dim), or nested tuples of numbers."""
+
+
 @dataclass(frozen=True)
 class TensorArg:
     """A tensor to build for a sample.
@@ -91,7 +205,7 @@ class TensorArg:
     maker: str | None = None
     avoid: tuple[float, ...] = ()
     margin: float = 0.1
-    values: tuple | None = None  # nested tuples of numbers, shape must match
+    values: Values | None = None  # shape must match
     layout: str = STRIDED  # one of LAYOUTS
     density: float | None = None  # fraction of the sparse grid specified; DEFAULT_DENSITY if nnz is None
     nnz: int | None = None  # specified elements (blocks for bsr/bsc), per batch for compressed layouts
@@ -132,13 +246,16 @@ class SparseGeometry:
     block: tuple[int, ...]  # per sparse dim: 1, or the blocksize
 
     @classmethod
-    def of(cls, shape: tuple[int, ...], layout: str, blocksize: tuple[int, int] | None,
-           dense_dim: int) -> SparseGeometry:
+    def of(
+        cls, shape: tuple[int, ...], layout: str, blocksize: tuple[int, int] | None, dense_dim: int
+    ) -> SparseGeometry:
         rank = len(shape)
         n_sparse = rank - dense_dim if layout == COO else 2
         start = rank - dense_dim - n_sparse
         block = tuple(blocksize) if layout in BLOCK_LAYOUTS and blocksize else (1,) * n_sparse
-        return cls(tuple(shape[:start]), tuple(shape[start:rank - dense_dim]), tuple(shape[rank - dense_dim:]), block)
+        return cls(
+            tuple(shape[:start]), tuple(shape[start : rank - dense_dim]), tuple(shape[rank - dense_dim :]), block
+        )
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -173,12 +290,11 @@ class DtypeArg:
 class TupleArg:
     """A Python tuple (YAML lists become Python lists; `{tuple: [...]}` makes a tuple)."""
 
-    items: tuple
+    items: tuple[Any, ...]
 
 
-Literal = Union[None, bool, int, float, str, list, "TupleArg", "DtypeArg"]
 # A YAML list of literals is stored as a plain tuple (hashable); the runtime passes it as a list.
-Arg = Union[TensorArg, TensorListArg, DtypeArg, TupleArg, None, bool, int, float, str, list]
+Arg = TensorArg | TensorListArg | DtypeArg | TupleArg | None | bool | int | float | str | tuple[Any, ...] | list[Any]
 
 
 @dataclass(frozen=True)
@@ -191,8 +307,8 @@ class Sample:
     """
 
     name: str
-    args: tuple = ()
-    kwargs: tuple[tuple[str, object], ...] = ()
+    args: tuple[Arg, ...] = ()
+    kwargs: tuple[tuple[str, Arg], ...] = ()
     generator: str | None = None
     opinfo: str | None = None
     location: Location = field(default=Location(""), compare=False)
@@ -202,7 +318,7 @@ class Sample:
 class GradcheckFlags:
     """The `gradcheck:` block. None for a tolerance means: the per-dtype table's value."""
 
-    fast_mode: str = "auto"  # "auto" | "true" | "false"
+    fast_mode: str = FastMode.AUTO.value  # one of FAST_MODES
     eps: float | None = None
     atol: float | None = None
     rtol: float | None = None
@@ -237,8 +353,15 @@ class Where:
     sample: tuple[str, ...] = ()
 
     def matches(self, *, device: str, dtype: str, check: str, sample: str) -> bool:
-        return all(not allowed or value in allowed for allowed, value in (
-            (self.device, device), (self.dtype, dtype), (self.check, check), (self.sample, sample)))
+        return all(
+            not allowed or value in allowed
+            for allowed, value in (
+                (self.device, device),
+                (self.dtype, dtype),
+                (self.check, check),
+                (self.sample, sample),
+            )
+        )
 
     @property
     def specificity(self) -> int:
@@ -292,8 +415,8 @@ class OpSpec:
     location: Location = field(default=Location(""), compare=False)  # of the `op:` key
 
     def checks(self) -> tuple[str, ...]:
-        """The check kinds this spec generates tests for, in a fixed order."""
-        out = []
+        """The check kinds this spec generates tests for, in a fixed order (plain names, as in its module)."""
+        out: list[Check] = []
         if self.dtypes:  # a float32-only kernel has no gradient-check dtype
             out.append(GRADCHECK)
             if self.gradcheck.check_forward_ad and self.supports_forward_ad:
@@ -310,7 +433,7 @@ class OpSpec:
             out.append(LOWPREC)
         if self.library_opcheck:
             out.append(LIBRARY_OPCHECK)
-        return tuple(out)
+        return tuple(check.value for check in out)
 
     def dtypes_for(self, check: str) -> tuple[str, ...]:
         if check == LOWPREC:

@@ -12,7 +12,9 @@ import importlib
 import re
 import signal
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType, ModuleType
+from typing import Any
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 OP_PATH_RE = re.compile(rf"^{_DOTTED}(:{_DOTTED})?$")
@@ -23,16 +25,17 @@ class OpPathError(ValueError):
     """The path does not name a callable; the message says which part failed."""
 
 
-def resolve_op(path: str) -> Callable:
+def resolve_op(path: str) -> Callable[..., Any]:
+    """The callable `path` names; OpPathError saying which part failed otherwise."""
     if not OP_PATH_RE.match(path):
         raise OpPathError(f"{path!r} is not a dotted path ('torch.sin') or 'package.module:attribute'")
     if ":" in path:
         module_name, attrs = path.split(":", 1)
-        module = _import(module_name, path)
-        obj = _getattrs(module, attrs.split("."), module_name, path)
+        obj = _getattrs(_import(module_name, path), attrs.split("."), module_name, path)
     else:
         parts = path.split(".")
-        module, used = None, 0
+        module: ModuleType | None = None
+        used = 0
         # Shortest prefix first: importing `a.b.c` imports `a` and `a.b` anyway, and going up from
         # the top names the very module whose code failed, not the longest name that was tried.
         for i in range(1, len(parts) + 1):
@@ -49,14 +52,14 @@ def resolve_op(path: str) -> Callable:
     return obj
 
 
-def _import(name: str, path: str):
+def _import(name: str, path: str) -> ModuleType:
     try:
         return _import_module(name, path)
     except ImportError as e:
         raise OpPathError(f"cannot import module {name!r} (while resolving {path!r}): {e}") from e
 
 
-def _import_module(name: str, path: str):
+def _import_module(name: str, path: str) -> ModuleType:
     """importlib.import_module, with every failure but ImportError turned into an OpPathError."""
     with _reported_as_problem(f"importing {name!r} raised", "while running its top-level code", path):
         try:
@@ -67,7 +70,7 @@ def _import_module(name: str, path: str):
             raise OpPathError(f"importing {name!r} failed: {type(e).__name__}: {e}") from e
 
 
-def _getattrs(obj, attrs, prefix: str, path: str):
+def _getattrs(obj: object, attrs: Sequence[str], prefix: str, path: str) -> object:
     for attr in attrs:
         # A module's __getattr__ may import lazily, and so run code that exits too.
         with _reported_as_problem(f"looking up {attr!r} in {prefix!r} raised", "", path):
@@ -97,8 +100,9 @@ def _reported_as_problem(doing: str, when: str, path: str) -> Iterator[None]:
             if isinstance(e, KeyboardInterrupt) and pressed():
                 raise
             when = f" {when}" if when else ""
-            raise OpPathError(f"{doing} {e!r}{when}; code a spec names must not exit or interrupt "
-                              f"(while resolving {path!r})") from None
+            raise OpPathError(
+                f"{doing} {e!r}{when}; code a spec names must not exit or interrupt (while resolving {path!r})"
+            ) from None
 
 
 @contextlib.contextmanager
@@ -109,12 +113,14 @@ def _sigint_watch() -> Iterator[Callable[[], bool]]:
     handlers); elsewhere every KeyboardInterrupt counts as raised by code.
     """
     seen: list[int] = []
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield lambda: False
         return
 
-    def on_sigint(signum, frame):
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
         seen.append(signum)
         signal.default_int_handler(signum, frame)
 
@@ -126,7 +132,7 @@ def _sigint_watch() -> Iterator[Callable[[], bool]]:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _suggest(obj, attr: str) -> str:
+def _suggest(obj: object, attr: str) -> str:
     import difflib
 
     try:

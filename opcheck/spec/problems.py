@@ -5,12 +5,13 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from opcheck.spec.model import Location
 
-KeyPath = tuple  # ("samples", 2, "args", 0, "shape"): mapping keys and list indices, root first
+KeyPath = tuple[str | int, ...]
+"""("samples", 2, "args", 0, "shape"): mapping keys and list indices, root first."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ class KeyOf:
     """
 
     key: str
+
+
+FlaggedPath = tuple[str | int | KeyOf, ...]
+"""Where the schema found a problem: a KeyPath, or one that ends in KeyOf."""
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -41,7 +46,7 @@ class Problem:
             return f"{self.location}: {self.path}: {self.message}"
         return f"{self.location}: {self.message}"
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, str, str]:
         loc = self.location
         return (loc.file, loc.line, loc.col, self.path, self.message)
 
@@ -56,7 +61,8 @@ class SpecError(Exception):
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.problems)
 
-    def __reduce__(self):  # pickles with its problems (Exception's default would pass the text)
+    # Pickles with its problems (Exception's default would pass the text).
+    def __reduce__(self) -> tuple[type[SpecError], tuple[list[Problem]]]:
         return type(self), (self.problems,)
 
 
@@ -92,7 +98,7 @@ def show(value: object, limit: int = 60) -> str:
 
 
 def did_you_mean(word: object, choices: Sequence[str]) -> str:
-    """"; did you mean 'x'?" when a choice is close to the word, else ""."""
+    """ "; did you mean 'x'?" when a choice is close to the word, else ""."""
     if not isinstance(word, str):
         return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

@@ -10,7 +10,7 @@ import math
 
 from opcheck.spec import model
 from opcheck.spec.checker import Checker
-from opcheck.spec.model import Arg, DtypeArg, Sample, TensorArg, TensorListArg, TupleArg
+from opcheck.spec.model import Arg, DtypeArg, Sample, TensorArg, TensorListArg, TupleArg, Values
 from opcheck.spec.problems import show
 from opcheck.spec.sparse import check_sparse
 from opcheck.spec.yamlload import Node
@@ -43,9 +43,15 @@ def build_sample(ctx: Checker, node: Node) -> Sample | None:
 
 def _check_one_source(ctx: Checker, node: Node) -> bool:
     fields = node.value
-    sources = [label for present, label in (("args" in fields or "kwargs" in fields, "args/kwargs"),
-                                            ("generator" in fields, "generator"),
-                                            ("opinfo" in fields, "opinfo")) if present]
+    sources = [
+        label
+        for present, label in (
+            ("args" in fields or "kwargs" in fields, "args/kwargs"),
+            ("generator" in fields, "generator"),
+            ("opinfo" in fields, "opinfo"),
+        )
+        if present
+    ]
     if len(sources) == 1:
         return True
     got = " and ".join(sources) if sources else "none"
@@ -53,11 +59,12 @@ def _check_one_source(ctx: Checker, node: Node) -> bool:
     return False
 
 
-def _check_something_requires_grad(ctx: Checker, node: Node, args: list) -> None:
+def _check_something_requires_grad(ctx: Checker, node: Node, args: list[Arg]) -> None:
     # gradcheck itself refuses such a sample, but only when the test runs, on every device.
     if not any(_differentiable(arg) for arg in args):
-        ctx.report(node, "no argument requires grad: gradcheck needs at least one floating-point or "
-                         "complex tensor argument")
+        ctx.report(
+            node, "no argument requires grad: gradcheck needs at least one floating-point or complex tensor argument"
+        )
 
 
 def build_arg(ctx: Checker, node: Node) -> Arg:
@@ -72,7 +79,8 @@ def build_arg(ctx: Checker, node: Node) -> Arg:
         if node.value and all(item.is_map for item in node.value):
             return TensorListArg(tuple(build_tensor(ctx, item) for item in node.value))
         return tuple(item.value for item in node.value)
-    return node.value
+    scalar: Arg = node.value
+    return scalar
 
 
 def build_tensor(ctx: Checker, node: Node) -> TensorArg:
@@ -81,7 +89,8 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
     _check_size(ctx, f["shape"], shape)
     dtype = _text(f.get("dtype"))
     low, high = ctx.finite(f.get("low")), ctx.finite(f.get("high"))
-    avoid = tuple(ctx.finite(point) for point in _items(f.get("avoid")))
+    # A point that is not finite is reported (and so the sample dropped): only finite ones are kept.
+    avoid = tuple(p for p in (ctx.finite(point) for point in _items(f.get("avoid"))) if p is not None)
     margin = ctx.finite(f.get("margin"))
     requires_grad = f["requires_grad"].value if "requires_grad" in f else None
     _check_grad_dtype(ctx, f, dtype, requires_grad)
@@ -104,7 +113,7 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
         layout=_text(f.get("layout")) or model.STRIDED,
         density=ctx.finite(f.get("density")),
         nnz=f["nnz"].value if "nnz" in f else None,
-        blocksize=blocksize,  # type: ignore[arg-type]  # the schema says: two items
+        blocksize=blocksize,  # the schema says: two items
         dense_dim=f["dense_dim"].value if "dense_dim" in f else 0,
     )
 
@@ -113,18 +122,23 @@ def _check_size(ctx: Checker, node: Node, shape: tuple[int, ...]) -> None:
     # The schema bounds the rank and each dim; their product is the tensor's memory.
     numel = math.prod(shape)
     if numel > model.MAX_TENSOR_ELEMENTS:
-        ctx.report(node, f"expected at most {model.MAX_TENSOR_ELEMENTS} elements (2**24) in one tensor, got "
-                         f"{numel} (shape {list(shape)})")
+        ctx.report(
+            node,
+            f"expected at most {model.MAX_TENSOR_ELEMENTS} elements (2**24) in one tensor, got "
+            f"{numel} (shape {list(shape)})",
+        )
 
 
 def _check_grad_dtype(ctx: Checker, f: dict[str, Node], dtype: str | None, requires_grad: bool | None) -> None:
     if requires_grad and dtype in model.INDEX_DTYPES:
-        ctx.report(f["requires_grad"], f"a tensor of dtype {dtype} can't require grad (only floating-point and "
-                                       f"complex tensors can); drop `requires_grad` or change `dtype`")
+        ctx.report(
+            f["requires_grad"],
+            f"a tensor of dtype {dtype} can't require grad (only floating-point and "
+            f"complex tensors can); drop `requires_grad` or change `dtype`",
+        )
 
 
-def _check_range(ctx: Checker, f: dict[str, Node], dtype: str | None, low: float | None,
-                 high: float | None) -> None:
+def _check_range(ctx: Checker, f: dict[str, Node], dtype: str | None, low: float | None, high: float | None) -> None:
     if low is None and high is None:
         return
     default_low, default_high = _INDEX_RANGE if dtype in model.INDEX_DTYPES else _DEFAULT_RANGE
@@ -133,16 +147,18 @@ def _check_range(ctx: Checker, f: dict[str, Node], dtype: str | None, low: float
     hi_text = _num(hi) + ("" if high is not None else " by default")
     at = f["high"] if high is not None else f["low"]
     if not lo < hi:
-        ctx.report(at, f"expected low < high, got low {lo_text} and high {hi_text} (values are uniform in "
-                       f"[low, high))")
+        ctx.report(at, f"expected low < high, got low {lo_text} and high {hi_text} (values are uniform in [low, high))")
     elif dtype in model.INDEX_DTYPE_RANGES:
         # The runtime draws integers in [ceil(low), ceil(high)) with torch.randint, whose bounds
         # are int64s, then casts: past the dtype's range the values would wrap around.
         smallest, largest = model.INDEX_DTYPE_RANGES[dtype]
         largest = min(largest + 1, 2**63 - 1)
         if math.ceil(lo) < smallest or math.ceil(hi) > largest:
-            ctx.report(at, f"expected low and high within [{smallest}, {largest}] for a tensor of dtype {dtype}, "
-                           f"got low {lo_text} and high {hi_text}")
+            ctx.report(
+                at,
+                f"expected low and high within [{smallest}, {largest}] for a tensor of dtype {dtype}, "
+                f"got low {lo_text} and high {hi_text}",
+            )
 
 
 def _check_maker(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> None:
@@ -151,11 +167,17 @@ def _check_maker(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype
         return
     at = f["maker"]
     if maker in _SQUARE_MAKERS and (len(shape) < 2 or shape[-1] != shape[-2]):
-        ctx.report(at, f"maker {maker!r} needs at least 2 dims with square last two (e.g. [3, 3] or "
-                       f"[2, 4, 4]), got shape {list(shape)}")
+        ctx.report(
+            at,
+            f"maker {maker!r} needs at least 2 dims with square last two (e.g. [3, 3] or "
+            f"[2, 4, 4]), got shape {list(shape)}",
+        )
     elif maker == "orthogonal" and len(shape) < 2:
-        ctx.report(at, f"maker 'orthogonal' needs at least 2 dims (orthonormal columns for tall, rows for "
-                       f"wide), got shape {list(shape)}")
+        ctx.report(
+            at,
+            f"maker 'orthogonal' needs at least 2 dims (orthonormal columns for tall, rows for "
+            f"wide), got shape {list(shape)}",
+        )
     elif maker == "unit_norm" and not shape:
         ctx.report(at, f"maker 'unit_norm' needs at least 1 dim, got shape {list(shape)}")
     if dtype in model.INDEX_DTYPES and not (maker == "positive" and dtype != "bool"):
@@ -164,7 +186,7 @@ def _check_maker(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype
         ctx.report(at, "`maker` and `values` both set the values; keep one")
 
 
-def _check_values(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> tuple | None:
+def _check_values(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> Values | None:
     node = f.get("values")
     if node is None:
         return None
@@ -185,9 +207,10 @@ def _nested_shape(node: Node) -> tuple[int, ...] | None:
     if not node.is_list:
         return ()
     inner = {_nested_shape(item) for item in node.value}
-    if None in inner or len(inner) > 1:
+    if len(inner) > 1:
         return None
-    return (len(node.value),) + (inner.pop() if inner else ())
+    rest = inner.pop() if inner else ()
+    return None if rest is None else (len(node.value),) + rest
 
 
 def _check_value_kinds(ctx: Checker, node: Node, dtype: str | None) -> None:
@@ -219,8 +242,11 @@ def _is_finite(value: float) -> bool:
         return False
 
 
-def _nested_tuple(node: Node):
-    return tuple(_nested_tuple(item) for item in node.value) if node.is_list else node.value
+def _nested_tuple(node: Node) -> Values:
+    if node.is_list:
+        return tuple(_nested_tuple(item) for item in node.value)
+    number: Values = node.value
+    return number
 
 
 def _differentiable(arg: Arg) -> bool:

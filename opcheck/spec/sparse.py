@@ -8,32 +8,44 @@ layouts).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from opcheck.spec import model
 from opcheck.spec.checker import Checker
-from opcheck.spec.model import Arg, SparseGeometry, TensorArg, TensorListArg, TupleArg
+from opcheck.spec.model import Arg, SparseGeometry, TensorArg, TensorListArg, TupleArg, Values
 from opcheck.spec.yamlload import Node
 
 _SPARSE_KEYS = ("density", "nnz", "blocksize", "dense_dim")
 _SPARSE_LAYOUT_LIST = ", ".join(model.LAYOUTS[1:])
 
 
-def check_sparse(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], values: tuple | None) -> None:
+def check_sparse(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], values: Values | None) -> None:
     """Report every problem of the tensor mapping `f` with its layout; `values` only when their
     shape is `shape`."""
     layout = f["layout"].value if "layout" in f else model.STRIDED
     if layout == model.STRIDED:
         for key in _SPARSE_KEYS:
             if key in f:
-                ctx.report(f[key], f"`{key}` describes a sparse tensor, and this one is strided: set `layout` "
-                                   f"({_SPARSE_LAYOUT_LIST}) or drop `{key}`", at_key=True)
+                ctx.report(
+                    f[key],
+                    f"`{key}` describes a sparse tensor, and this one is strided: set `layout` "
+                    f"({_SPARSE_LAYOUT_LIST}) or drop `{key}`",
+                    at_key=True,
+                )
         return
     if f.get("noncontiguous") is not None and f["noncontiguous"].value:
-        ctx.report(f["noncontiguous"], f"a {layout} tensor has no strides to make non-contiguous; "
-                                       "`noncontiguous` applies to strided tensors", at_key=True)
+        ctx.report(
+            f["noncontiguous"],
+            f"a {layout} tensor has no strides to make non-contiguous; `noncontiguous` applies to strided tensors",
+            at_key=True,
+        )
     maker = f["maker"].value if "maker" in f else None
     if maker not in model.SPARSE_MAKERS:
-        ctx.report(f["maker"], f"maker {maker!r} structures a dense matrix, which leaving elements unspecified "
-                               f"would break; with a sparse layout only maker 'positive' works")
+        ctx.report(
+            f["maker"],
+            f"maker {maker!r} structures a dense matrix, which leaving elements unspecified "
+            f"would break; with a sparse layout only maker 'positive' works",
+        )
     _check_amount(ctx, f, values)
     if not _check_dims(ctx, f, layout, shape):
         return
@@ -42,18 +54,23 @@ def check_sparse(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], value
         return
     geometry = SparseGeometry.of(shape, layout, blocksize, f["dense_dim"].value if "dense_dim" in f else 0)
     if "nnz" in f and f["nnz"].value > geometry.cells:
-        ctx.report(f["nnz"], f"expected at most {geometry.cells} ({_grid_words(geometry, layout)}), "
-                             f"got {f['nnz'].value}")
+        ctx.report(
+            f["nnz"], f"expected at most {geometry.cells} ({_grid_words(geometry, layout)}), got {f['nnz'].value}"
+        )
     if values is not None and layout in model.COMPRESSED_LAYOUTS and geometry.batch_shape:
         _check_batch_counts(ctx, f["values"], layout, geometry, values)
 
 
-def _check_amount(ctx: Checker, f: dict[str, Node], values: tuple | None) -> None:
+def _check_amount(ctx: Checker, f: dict[str, Node], values: Values | None) -> None:
     if "values" in f:
         for key in ("density", "nnz"):
             if key in f:
-                ctx.report(f[key], f"`{key}` has no effect when `values` are given: with a sparse layout, the "
-                                   "nonzero values are the specified elements", at_key=True)
+                ctx.report(
+                    f[key],
+                    f"`{key}` has no effect when `values` are given: with a sparse layout, the "
+                    "nonzero values are the specified elements",
+                    at_key=True,
+                )
     elif "density" in f and "nnz" in f:
         ctx.report(f["nnz"], "`density` and `nnz` both say how many elements are specified; keep one", at_key=True)
 
@@ -64,34 +81,47 @@ def _check_dims(ctx: Checker, f: dict[str, Node], layout: str, shape: tuple[int,
     at = f["dense_dim"] if dense_dim else f["layout"]
     dense = f" ahead of its {dense_dim} dense dim{'s' if dense_dim != 1 else ''}" if dense_dim else ""
     if layout == model.COO and rank - dense_dim < 1:
-        ctx.report(at, f"a sparse_coo tensor needs at least 1 sparse dim{dense}; shape {list(shape)} has "
-                       f"{rank} dim{'s' if rank != 1 else ''}")
+        ctx.report(
+            at,
+            f"a sparse_coo tensor needs at least 1 sparse dim{dense}; shape {list(shape)} has "
+            f"{rank} dim{'s' if rank != 1 else ''}",
+        )
         return False
     if layout in model.COMPRESSED_LAYOUTS and rank - dense_dim < 2:
-        ctx.report(at, f"a {layout} tensor needs 2 sparse dims (batch dims may come before them){dense}; "
-                       f"shape {list(shape)} has {rank} dim{'s' if rank != 1 else ''}")
+        ctx.report(
+            at,
+            f"a {layout} tensor needs 2 sparse dims (batch dims may come before them){dense}; "
+            f"shape {list(shape)} has {rank} dim{'s' if rank != 1 else ''}",
+        )
         return False
     return True
 
 
-def _check_blocksize(ctx: Checker, f: dict[str, Node], layout: str, shape: tuple[int, ...],
-                     blocksize: tuple[int, ...] | None) -> bool:
+def _check_blocksize(
+    ctx: Checker, f: dict[str, Node], layout: str, shape: tuple[int, ...], blocksize: tuple[int, ...] | None
+) -> bool:
     dense_dim = f["dense_dim"].value if "dense_dim" in f else 0
-    sparse = list(shape[len(shape) - dense_dim - 2:len(shape) - dense_dim])
+    sparse = list(shape[len(shape) - dense_dim - 2 : len(shape) - dense_dim])
     if layout not in model.BLOCK_LAYOUTS:
         if blocksize is not None:
-            ctx.report(f["blocksize"], f"`blocksize` applies to sparse_bsr and sparse_bsc; this tensor is {layout}",
-                       at_key=True)
+            ctx.report(
+                f["blocksize"],
+                f"`blocksize` applies to sparse_bsr and sparse_bsc; this tensor is {layout}",
+                at_key=True,
+            )
             return False
         return True
     if blocksize is None:
-        ctx.report(f["layout"], f"layout {layout!r} needs `blocksize: [rows, cols]`, each dividing its sparse dim "
-                                f"(sparse dims {sparse})")
+        ctx.report(
+            f["layout"],
+            f"layout {layout!r} needs `blocksize: [rows, cols]`, each dividing its sparse dim (sparse dims {sparse})",
+        )
         return False
     wrong = [f"{size} is not a multiple of {b}" for size, b in zip(sparse, blocksize) if size % b]
     if wrong:
-        ctx.report(f["blocksize"], f"blocksize {list(blocksize)} must divide the sparse dims {sparse}: "
-                                   + ", ".join(wrong))
+        ctx.report(
+            f["blocksize"], f"blocksize {list(blocksize)} must divide the sparse dims {sparse}: " + ", ".join(wrong)
+        )
         return False
     return True
 
@@ -105,15 +135,18 @@ def _grid_words(geometry: SparseGeometry, layout: str) -> str:
     return f"sparse dims {sparse} hold {geometry.cells} positions{per_batch}"
 
 
-def _check_batch_counts(ctx: Checker, node: Node, layout: str, geometry: SparseGeometry, values: tuple) -> None:
+def _check_batch_counts(ctx: Checker, node: Node, layout: str, geometry: SparseGeometry, values: Values) -> None:
     counts = specified_per_batch(values, geometry)
     if len(set(counts)) > 1:
         cells = "blocks" if layout in model.BLOCK_LAYOUTS else "elements"
-        ctx.report(node, f"a {layout} tensor specifies the same number of {cells} in every batch, but the nonzero "
-                         f"values specify {', '.join(map(str, counts))} in its {len(counts)} batches")
+        ctx.report(
+            node,
+            f"a {layout} tensor specifies the same number of {cells} in every batch, but the nonzero "
+            f"values specify {', '.join(map(str, counts))} in its {len(counts)} batches",
+        )
 
 
-def specified_per_batch(values: tuple, geometry: SparseGeometry) -> list[int]:
+def specified_per_batch(values: Values, geometry: SparseGeometry) -> list[int]:
     """How many cells hold a nonzero value, per batch (row-major over the batch dims)."""
     shape = geometry.batch_shape + geometry.sparse_shape + geometry.dense_shape
     flat = list(_flatten(values))
@@ -124,7 +157,7 @@ def specified_per_batch(values: tuple, geometry: SparseGeometry) -> list[int]:
             continue
         index = _unravel(position, shape)
         batch = _ravel(index[:n_batch], geometry.batch_shape)
-        cell = tuple(i // b for i, b in zip(index[n_batch:n_batch + n_sparse], geometry.block))
+        cell = tuple(i // b for i, b in zip(index[n_batch : n_batch + n_sparse], geometry.block))
         cells.add((batch, _ravel(cell, geometry.grid_shape)))
     counts = [0] * geometry.batches
     for batch, _ in cells:
@@ -140,7 +173,7 @@ def has_sparse(arg: Arg) -> bool:
     return False
 
 
-def _flatten(values):
+def _flatten(values: object) -> Iterator[object]:
     if isinstance(values, tuple):
         for item in values:
             yield from _flatten(item)
@@ -149,7 +182,7 @@ def _flatten(values):
 
 
 def _unravel(position: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    index = []
+    index: list[int] = []
     for size in reversed(shape):
         position, i = divmod(position, size)
         index.append(i)
@@ -161,4 +194,3 @@ def _ravel(index: tuple[int, ...], shape: tuple[int, ...]) -> int:
     for i, size in zip(index, shape):
         flat = flat * size + i
     return flat
-

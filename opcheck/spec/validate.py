@@ -11,15 +11,20 @@ import difflib
 import functools
 import json
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import jsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, relevance
 
-from opcheck.spec.problems import KeyOf, KeyPath, Problem, did_you_mean, format_path, show
+from opcheck.spec.model import Location
+from opcheck.spec.problems import FlaggedPath, KeyOf, KeyPath, Problem, did_you_mean, format_path, show
 from opcheck.spec.yamlload import Node
+
+Schema = dict[str, Any]
+"""A (sub)schema: JSON read into dicts."""
 
 
 def schema_path() -> Path:
@@ -27,29 +32,30 @@ def schema_path() -> Path:
     return Path(__file__).with_name("op_spec.schema.json")
 
 
-@functools.lru_cache(maxsize=None)
-def schema() -> dict:
-    return json.loads(schema_path().read_text(encoding="utf-8"))
+@functools.cache
+def schema() -> Schema:
+    loaded: Schema = json.loads(schema_path().read_text(encoding="utf-8"))
+    return loaded
 
 
-def _is_int(checker, instance) -> bool:
+def _is_int(checker: object, instance: object) -> bool:
     # JSON Schema counts 3.0 as an integer; a shape of [3.0] is a typo here, not an integer.
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-def _ecma_pattern(validator, pattern: str, instance, schema):
+def _ecma_pattern(validator: Any, pattern: str, instance: object, schema: Schema) -> Iterator[ValidationError]:
     # ECMA-262's `$` (what editors use) is the end of the string; Python's also matches before a
     # final newline, which would let "name\n" through.
-    if validator.is_type(instance, "string") and not re.search(_ecma_to_python(pattern), instance):
+    if validator.is_type(instance, "string") and not re.search(_ecma_to_python(pattern), str(instance)):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ecma_to_python(pattern: str) -> str:
     return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator() -> Draft202012Validator:
     cls = jsonschema.validators.extend(
         Draft202012Validator,
@@ -59,7 +65,7 @@ def _validator() -> Draft202012Validator:
     return cls(schema())
 
 
-def is_family(document: dict) -> bool:
+def is_family(document: dict[str, Any]) -> bool:
     """A document is a family (`defaults` + `ops`) when it has either key, one op's spec otherwise.
 
     The validator and the builder both read a document this way, so the builder only reads what
@@ -68,7 +74,7 @@ def is_family(document: dict) -> bool:
     return "ops" in document or "defaults" in document
 
 
-def schema_problems(root: Node) -> list[tuple[KeyPath, Problem]]:
+def schema_problems(root: Node) -> list[tuple[FlaggedPath, Problem]]:
     """Every schema violation in the document, as (key path of the offending node, problem).
 
     The path is what the builder must not read (see Checker.clean): the node that is wrong, with
@@ -80,7 +86,7 @@ def schema_problems(root: Node) -> list[tuple[KeyPath, Problem]]:
     return list(_explain_all(errors, root))
 
 
-def _explain_all(errors: Iterable[ValidationError], root: Node) -> Iterator[tuple[KeyPath, Problem]]:
+def _explain_all(errors: Iterable[ValidationError], root: Node) -> Iterator[tuple[FlaggedPath, Problem]]:
     errors = list(errors)
     # A value of the wrong type fails every other keyword too; say only that its type is wrong.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
@@ -90,48 +96,70 @@ def _explain_all(errors: Iterable[ValidationError], root: Node) -> Iterator[tupl
         yield from _explain(error, root)
 
 
-def _explain(error: ValidationError, root: Node) -> Iterator[tuple[KeyPath, Problem]]:
-    path = tuple(error.absolute_path)
+def _explain(error: ValidationError, root: Node) -> Iterator[tuple[FlaggedPath, Problem]]:
+    path: KeyPath = tuple(error.absolute_path)
     node = root.at(path)
     kind = error.validator
     if kind in ("anyOf", "oneOf") and error.context:
         yield from _explain_all(_best_branch(error), root)
     elif kind == "additionalProperties":
         for key in _unknown_keys(error):
-            yield path + (KeyOf(key),), _problem(node.value[key].key_loc, path + (key,),
-                                                 _unknown_key_message(key, error.schema, path))
+            yield (
+                path + (KeyOf(key),),
+                _problem(node.value[key].key_loc, path + (key,), _unknown_key_message(key, error.schema, path)),
+            )
     elif kind == "required":
         for key in error.validator_value:
             if key not in error.instance:
                 yield path + (KeyOf(key),), _problem(node.loc, path, f"missing required key {key!r}")
     elif "propertyNames" in error.absolute_schema_path:
         key = error.instance  # the offending key itself; the error's path is its mapping's
-        yield path + (KeyOf(key),), _problem(node.value[key].key_loc, path + (key,),
-                                             f"expected {describe(error.schema)}, got {show(key)}")
+        yield (
+            path + (KeyOf(key),),
+            _problem(node.value[key].key_loc, path + (key,), f"expected {describe(error.schema)}, got {show(key)}"),
+        )
     elif kind in ("enum", "const"):
         yield path, _problem(node.loc, path, _choice_message(error))
     elif kind == "uniqueItems":
         yield from _duplicate_items(node, path)
     elif kind == "minItems":
-        yield path, _problem(node.loc, path, f"expected at least {_items(error.validator_value)}, "
-                                             f"got {_items(len(error.instance)) if error.instance else 'an empty list'}")
+        yield (
+            path,
+            _problem(
+                node.loc,
+                path,
+                f"expected at least {_items(error.validator_value)}, "
+                f"got {_items(len(error.instance)) if error.instance else 'an empty list'}",
+            ),
+        )
     elif kind == "maxItems":
-        yield path, _problem(node.loc, path, f"expected at most {_items(error.validator_value)}, "
-                                             f"got {_items(len(error.instance))}")
+        yield (
+            path,
+            _problem(
+                node.loc, path, f"expected at most {_items(error.validator_value)}, got {_items(len(error.instance))}"
+            ),
+        )
     elif kind == "maximum":
-        yield path, _problem(node.loc, path, f"expected {describe(error.schema)} of at most "
-                                             f"{error.validator_value}, got {show(error.instance)}")
+        yield (
+            path,
+            _problem(
+                node.loc,
+                path,
+                f"expected {describe(error.schema)} of at most {error.validator_value}, got {show(error.instance)}",
+            ),
+        )
     elif kind in ("type", "minimum", "exclusiveMinimum", "pattern", "minLength"):
         yield path, _problem(node.loc, path, f"expected {describe(error.schema)}, got {show(error.instance)}")
     else:  # a keyword this module does not phrase yet: jsonschema's own words are still precise
         yield path, _problem(node.loc, path, error.message)
 
 
-def _problem(loc, path: KeyPath, message: str) -> Problem:
+def _problem(loc: Location, path: KeyPath, message: str) -> Problem:
     return Problem(loc, format_path(path), message)
 
 
 # -- alternatives ------------------------------------------------------------------------------
+
 
 def _best_branch(error: ValidationError) -> list[ValidationError]:
     """The errors of the alternative the writer most likely meant.
@@ -156,7 +184,7 @@ def _best_branch(error: ValidationError) -> list[ValidationError]:
     # The branch best_match would descend into (it takes the least of the context by relevance).
     preferred = min(error.context, key=relevance).relative_schema_path[0]
 
-    def score(index: int) -> tuple:
+    def score(index: int) -> tuple[bool, float, int, int, int, bool, int]:
         errs = branches[index]
         at_root = [e for e in errs if len(e.absolute_path) == depth]
         wrong_type = any(e.validator == "type" for e in at_root)
@@ -169,7 +197,7 @@ def _best_branch(error: ValidationError) -> list[ValidationError]:
     return branches[min(branches, key=score)]
 
 
-def _known_keys(instance: Any, branch: dict) -> float:
+def _known_keys(instance: Any, branch: Schema) -> float:
     """How well a branch's keys cover the instance's: 1 per exact key, the similarity of a near one."""
     if not isinstance(instance, dict):
         return 0.0
@@ -185,12 +213,13 @@ def _similarity(key: str, names: list[str]) -> float:
     return best if best >= 0.6 else 0.0  # difflib.get_close_matches' default cutoff
 
 
-@functools.lru_cache(maxsize=None)
-def _def(name: str) -> dict:
-    return schema()["$defs"][name]
+@functools.cache
+def _def(name: str) -> Schema:
+    found: Schema = schema()["$defs"][name]
+    return found
 
 
-def _deref(sub: dict) -> dict:
+def _deref(sub: Schema) -> Schema:
     """Follows local `$ref`s ("#/$defs/name"), the only kind the spec schema uses."""
     while isinstance(sub, dict) and "$ref" in sub:
         sub = _def(sub["$ref"].rsplit("/", 1)[-1])
@@ -199,12 +228,13 @@ def _deref(sub: dict) -> dict:
 
 # -- messages ----------------------------------------------------------------------------------
 
+
 def _unknown_keys(error: ValidationError) -> list[str]:
     known = error.schema.get("properties", {})
     return [k for k in error.instance if k not in known]
 
 
-def _unknown_key_message(key: str, mapping_schema: dict, path: KeyPath) -> str:
+def _unknown_key_message(key: str, mapping_schema: Schema, path: KeyPath) -> str:
     allowed = list(mapping_schema.get("properties", {}))
     if path == ("defaults",) and key in ("op", "name"):
         return f"unknown key {key!r}: `{key}` belongs in each entry of `ops`, not in `defaults`"
@@ -229,27 +259,38 @@ def _literal(value: Any) -> str:
     return show(value) if not isinstance(value, str) else value
 
 
-def _duplicate_items(node: Node, path: KeyPath) -> Iterator[tuple[KeyPath, Problem]]:
+def _duplicate_items(node: Node, path: KeyPath) -> Iterator[tuple[FlaggedPath, Problem]]:
     seen: dict[str, Node] = {}
     for item in node.value:
         key = json.dumps(item.plain(), sort_keys=True)
         if key in seen:
             first = seen[key].loc
-            yield item.path, _problem(item.loc, item.path,
-                                      f"{show(item.plain())} is listed twice (first at {first.line}:{first.col})")
+            yield (
+                item.path,
+                _problem(
+                    item.loc, item.path, f"{show(item.plain())} is listed twice (first at {first.line}:{first.col})"
+                ),
+            )
         else:
             seen[key] = item
 
 
-_NOUNS = {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean",
-          "object": "mapping", "array": "list", "null": "null"}
+_NOUNS = {
+    "integer": "integer",
+    "number": "number",
+    "string": "string",
+    "boolean": "boolean",
+    "object": "mapping",
+    "array": "list",
+    "null": "null",
+}
 
 
-def describe(sub: dict, plural: bool = False) -> str:
+def describe(sub: Schema, plural: bool = False) -> str:
     """A noun phrase for what a schema accepts: "a list of non-negative integers"."""
     sub = _deref(sub)
     if "title" in sub:
-        title = sub["title"]
+        title: str = sub["title"]
         if not plural:
             return title
         if "(" not in title and title.startswith(("a ", "an ")):  # "a tensor mapping" -> "tensor mappings"
@@ -269,7 +310,7 @@ def describe(sub: dict, plural: bool = False) -> str:
     return phrase
 
 
-def _qualified(sub: dict, noun: str, plural: bool) -> str:
+def _qualified(sub: Schema, noun: str, plural: bool) -> str:
     if sub.get("minLength") == 1:
         noun = f"non-empty {noun}"
     elif sub.get("minimum") == 0:

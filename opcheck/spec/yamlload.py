@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import yaml
 from yaml.composer import Composer
 from yaml.error import Mark
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.nodes import Node as YamlNode
 from yaml.parser import Parser
 from yaml.reader import Reader
 from yaml.resolver import BaseResolver
@@ -52,8 +54,10 @@ class _CoreResolver(BaseResolver):
 
 
 _INT_RE = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
-_FLOAT_RE = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_FLOAT_RE = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 _BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
 
@@ -81,18 +85,26 @@ class _DepthGuard:
     not an exception) on deep enough input, where libyaml has no nesting limit of its own.
     """
 
-    _path: list  # per level: a sequence index, a mapping's key node (for its value), None (for a key)
+    # Per level: a sequence index, a mapping's key node (for its value), None (for a key); Composer
+    # passes `index` on as it got it.
+    _path: list[int | YamlNode | None]
 
-    def compose_node(self, parent, index):
+    # The `type: ignore`s: this is a mixin, and every class it is mixed into is a Composer and a parser.
+    def compose_node(self, parent: YamlNode | None, index: int | YamlNode | None) -> YamlNode | None:
         if parent is None:  # the document itself
-            return Composer.compose_node(self, parent, index)
+            return Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
         path = self._path
         path.append(index)
         if len(path) > MAX_DEPTH:
-            raise _TooDeep(self.peek_event().start_mark, tuple(
-                part if isinstance(part, int) else part.value if isinstance(part, ScalarNode) else "<key>"
-                for part in path))
-        node = Composer.compose_node(self, parent, index)
+            mark = self.peek_event().start_mark  # type: ignore[attr-defined]
+            raise _TooDeep(
+                mark,
+                tuple(
+                    part if isinstance(part, int) else part.value if isinstance(part, ScalarNode) else "<key>"
+                    for part in path
+                ),
+            )
+        node = Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
         path.pop()  # not on an exception: that ends the document
         return node
 
@@ -109,17 +121,28 @@ class _Composer(_DepthGuard, Reader, Scanner, Parser, Composer, _CoreResolver):
         self._path = []
 
 
+class _Front(Protocol):
+    """A YAML front end up to the node graph, as _compose_with uses it."""
+
+    def get_single_node(self) -> YamlNode | None: ...
+
+    def dispose(self) -> None: ...
+
+
+_CComposer: Callable[[str], _Front] | None = None
 if getattr(yaml, "__with_libyaml__", False):
-    class _CComposer(_DepthGuard, Composer, yaml.cyaml.CParser, _CoreResolver):
+    from yaml._yaml import CParser
+
+    class _LibyamlComposer(_DepthGuard, Composer, CParser, _CoreResolver):
         """libyaml's scanner and parser (its events), composed by the guarded Composer above."""
 
         def __init__(self, text: str):
-            yaml.cyaml.CParser.__init__(self, text)
+            CParser.__init__(self, text)
             Composer.__init__(self)
             _CoreResolver.__init__(self)
             self._path = []
-else:  # pragma: no cover - depends on how PyYAML was built
-    _CComposer = None
+
+    _CComposer = _LibyamlComposer
 
 
 @dataclass(eq=False)
@@ -186,8 +209,7 @@ def load_yaml(text: str, source: str) -> YamlDocument:
         root = _compose(text)
     except _TooDeep as e:
         loc = Location(source, e.mark.line + 1, e.mark.column + 1)
-        return YamlDocument(None, [Problem(loc, format_path(e.path), f"nesting deeper than {MAX_DEPTH} levels")],
-                            set())
+        return YamlDocument(None, [Problem(loc, format_path(e.path), f"nesting deeper than {MAX_DEPTH} levels")], set())
     except yaml.MarkedYAMLError as e:
         return YamlDocument(None, [_malformed(e, source)], set())
     except yaml.reader.ReaderError as e:
@@ -202,13 +224,12 @@ def load_yaml(text: str, source: str) -> YamlDocument:
     return YamlDocument(tree, converter.problems, converter.tainted)
 
 
-def _compose(text: str):
+def _compose(text: str) -> YamlNode | None:
     # libyaml parses ~3x faster; anything it rejects is parsed again by the pure-Python front
     # end, whose messages (and checks, e.g. unprintable characters) are the reference. Text that
     # may nest too deep never reaches libyaml: builds without its nesting limit take time and
     # memory per level, and the pure-Python parser stops at the first node past MAX_DEPTH.
-    if (_CComposer is not None and not Reader.NON_PRINTABLE.search(text)
-            and nesting_bound(text, MAX_DEPTH) <= MAX_DEPTH):
+    if _CComposer is not None and not Reader.NON_PRINTABLE.search(text) and nesting_bound(text, MAX_DEPTH) <= MAX_DEPTH:
         try:
             return _compose_with(_CComposer, text)
         except yaml.YAMLError:
@@ -216,7 +237,7 @@ def _compose(text: str):
     return _compose_with(_Composer, text)
 
 
-def _compose_with(cls, text: str):
+def _compose_with(cls: Callable[[str], _Front], text: str) -> YamlNode | None:
     composer = cls(text)  # the pure-Python reader rejects unprintable characters right here
     try:
         return composer.get_single_node()
@@ -292,10 +313,16 @@ def _block_scalar_end(text: str, indicator: int, pos: int) -> int:
     """Where a block scalar (`|`, `>`) ends: at the first non-blank line indented no deeper than
     the collection holding it."""
     line_start = text.rfind("\n", 0, indicator) + 1
-    leading = _LEADING.match(text, line_start).end()
+    leading = _LEADING.match(text, line_start).end()  # type: ignore[union-attr]  # it matches the empty string
     if leading == indicator:  # `- |`: the sequence's dash is the holder
-        holder = max(text.rfind("-", line_start, indicator), text.rfind("?", line_start, indicator),
-                     text.rfind(":", line_start, indicator)) - line_start
+        holder = (
+            max(
+                text.rfind("-", line_start, indicator),
+                text.rfind("?", line_start, indicator),
+                text.rfind(":", line_start, indicator),
+            )
+            - line_start
+        )
     else:  # `key: |` or `- key: |`: the key's mapping
         holder = leading - line_start
     while pos < len(text):
@@ -326,11 +353,12 @@ def _unreadable(e: yaml.reader.ReaderError, text: str, source: str) -> Problem:
     line = before.count("\n") + 1
     col = e.position - (before.rfind("\n") + 1) + 1
     char = e.character if isinstance(e.character, int) else ord(e.character)
-    return Problem(Location(source, line, col), "",
-                   f"malformed YAML: character U+{char:04X} is not allowed in YAML text")
+    return Problem(
+        Location(source, line, col), "", f"malformed YAML: character U+{char:04X} is not allowed in YAML text"
+    )
 
 
-def _loc(source: str, ynode) -> Location:
+def _loc(source: str, ynode: YamlNode) -> Location:
     mark = ynode.start_mark
     return Location(source, mark.line + 1, mark.column + 1)
 
@@ -353,7 +381,7 @@ class _Converter:
         self.report(loc, path, message)
         self.tainted.add(path)
 
-    def convert(self, ynode, path: KeyPath = (), key_loc: Location | None = None) -> Node:
+    def convert(self, ynode: YamlNode, path: KeyPath = (), key_loc: Location | None = None) -> Node:
         loc = _loc(self.source, ynode)
         refusal = self._refusal(ynode, path)
         if refusal is not None:
@@ -364,6 +392,7 @@ class _Converter:
             return Node(None, loc, path, key_loc)
         self._active.add(id(ynode))
         tag = None
+        value: Any
         try:
             if isinstance(ynode, MappingNode):
                 tag = self._check_tag(ynode, MAP, loc, path)
@@ -371,17 +400,19 @@ class _Converter:
             elif isinstance(ynode, SequenceNode):
                 tag = self._check_tag(ynode, SEQ, loc, path)
                 value = [self.convert(item, path + (i,)) for i, item in enumerate(ynode.value)]
-            else:
-                value = self._scalar(ynode, loc, path)
+            else:  # PyYAML composes no other kind of node
+                value = self._scalar(cast(ScalarNode, ynode), loc, path)
         finally:
             self._active.discard(id(ynode))
         return Node(value, loc, path, key_loc, tag)
 
-    def _refusal(self, ynode, path: KeyPath) -> str | None:
+    def _refusal(self, ynode: YamlNode, path: KeyPath) -> str | None:
         """Why this node is not converted ("" once the node limit was reported), or None."""
         self._count += 1
         if self._count > MAX_NODES:
-            return f"too many values (over {MAX_NODES}, after expanding aliases)" if self._count == MAX_NODES + 1 else ""
+            return (
+                f"too many values (over {MAX_NODES}, after expanding aliases)" if self._count == MAX_NODES + 1 else ""
+            )
         if len(path) > MAX_DEPTH:  # the composer stops deeper text; this is an alias's doing
             return f"nesting deeper than {MAX_DEPTH} levels (after expanding aliases)"
         if id(ynode) in self._active:
@@ -391,6 +422,7 @@ class _Converter:
     def _mapping(self, ynode: MappingNode, path: KeyPath) -> dict[str, Node]:
         merged: dict[str, Node] = {}
         own: dict[str, Node] = {}
+        written_at: dict[str, Location] = {}
         for key_node, value_node in ynode.value:
             if key_node.tag == MERGE:
                 self._merge_into(merged, value_node, path)
@@ -400,19 +432,23 @@ class _Converter:
             if key is None:
                 continue
             if key in own:
-                first = own[key].key_loc
+                first = written_at[key]
                 self.report(key_loc, path + (key,), f"duplicate key {key!r} (first at {first.line}:{first.col})")
                 continue
             own[key] = self.convert(value_node, path + (key,), key_loc)
+            written_at[key] = key_loc
         # Written keys override merged ones (YAML merge semantics); merged keys come first.
         return {**merged, **own}
 
-    def _merge_into(self, merged: dict[str, Node], value_node, path: KeyPath) -> None:
+    def _merge_into(self, merged: dict[str, Node], value_node: YamlNode, path: KeyPath) -> None:
         sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
         for source in sources:
             if not isinstance(source, MappingNode):
-                self.report(_loc(self.source, source), path,
-                            "'<<' merges a mapping or a list of mappings (e.g. `<<: *defaults`)")
+                self.report(
+                    _loc(self.source, source),
+                    path,
+                    "'<<' merges a mapping or a list of mappings (e.g. `<<: *defaults`)",
+                )
                 continue
             # Converted under this mapping's path: the merged keys live here now.
             converted = self.convert(source, path)
@@ -421,14 +457,15 @@ class _Converter:
             for key, node in converted.value.items():
                 merged.setdefault(key, node)  # earlier sources win, as YAML specifies
 
-    def _key(self, key_node, key_loc: Location, path: KeyPath) -> str | None:
+    def _key(self, key_node: YamlNode, key_loc: Location, path: KeyPath) -> str | None:
         if isinstance(key_node, ScalarNode) and key_node.tag == STR:
-            return key_node.value
+            key: str = key_node.value
+            return key
         got = show(self._scalar(key_node, key_loc, path)) if isinstance(key_node, ScalarNode) else "a collection"
         self.report(key_loc, path, f"expected a string key, got {got}")
         return None
 
-    def _check_tag(self, ynode, expected: str, loc: Location, path: KeyPath) -> str | None:
+    def _check_tag(self, ynode: YamlNode, expected: str, loc: Location, path: KeyPath) -> str | None:
         """The collection's tag if it is not the plain one (reported).
 
         Reported, not tainted: the mapping or list is still read as written, so the schema judges
@@ -436,8 +473,9 @@ class _Converter:
         """
         if ynode.tag == expected:
             return None
-        self.report(loc, path, f"unsupported YAML tag {_short(ynode.tag)!r}")
-        return ynode.tag
+        tag: str = ynode.tag
+        self.report(loc, path, f"unsupported YAML tag {_short(tag)!r}")
+        return tag
 
     def _scalar(self, ynode: ScalarNode, loc: Location, path: KeyPath) -> Any:
         text, tag = ynode.value, ynode.tag
@@ -458,7 +496,8 @@ class _Converter:
 
 def tagged_paths(root: Node) -> set[KeyPath]:
     """The paths of the collections written with an unsupported tag, anywhere below `root`."""
-    paths, stack = set(), [root]
+    paths: set[KeyPath] = set()
+    stack = [root]
     while stack:
         node = stack.pop()
         if node.unsupported_tag is not None:
@@ -468,7 +507,7 @@ def tagged_paths(root: Node) -> set[KeyPath]:
 
 
 def _short(tag: str) -> str:
-    return "!!" + tag[len(_TAG):] if tag.startswith(_TAG) else tag
+    return "!!" + tag[len(_TAG) :] if tag.startswith(_TAG) else tag
 
 
 class _OutOfRange(ValueError):
@@ -481,8 +520,7 @@ def _parse_int(text: str) -> int:
     based = text.startswith(("0o", "0x"))
     digits = len(text) - 2 if based else len(text.lstrip("+-"))
     if digits > MAX_INT_DIGITS:  # checked before int(): Python itself refuses past 4300 digits
-        raise _OutOfRange(f"expected an integer of at most {MAX_INT_DIGITS} digits, got {show(text)} "
-                          f"({digits} digits)")
+        raise _OutOfRange(f"expected an integer of at most {MAX_INT_DIGITS} digits, got {show(text)} ({digits} digits)")
     if based:
         return int(text[2:], 8 if text[1] == "o" else 16)
     return int(text, 10)
@@ -518,4 +556,9 @@ def _parse_null(text: str) -> None:
     return None
 
 
-_SCALAR_PARSERS = {INT: _parse_int, FLOAT: _parse_float, BOOL: _parse_bool, NULL: _parse_null}
+_SCALAR_PARSERS: dict[str, Callable[[str], Any]] = {
+    INT: _parse_int,
+    FLOAT: _parse_float,
+    BOOL: _parse_bool,
+    NULL: _parse_null,
+}

@@ -7,8 +7,9 @@ import opcheck.engine as engine
 from opcheck.runtime import DEFAULT_JACOBIAN_BUDGET, Settings, run_check
 from opcheck.runtime.context import ItemContext, current_item, parse_budget
 from opcheck.runtime.policy import choose_policy, jacobian_entries
-from opcheck.runtime.samples import build_calls, case_id, seed_for
-from opcheck.spec.model import GradcheckFlags, OpSpec, Sample, TensorArg
+from opcheck.runtime.samples import build_calls
+from opcheck.spec.case import CaseId
+from opcheck.spec.model import FastMode, GradcheckFlags, OpSpec, Sample, TensorArg
 
 
 def test_jacobian_entries_first_and_second_order():
@@ -31,34 +32,46 @@ def test_auto_hands_the_budget_to_the_engine():
 def test_auto_describes_what_the_engine_did():
     x = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
     full = engine.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=4096)
-    assert choose_policy("auto", Settings(budget=4096), 4096).describe(full) == \
-        "auto: full Jacobian (4096 entries <= budget 4096)"
+    assert (
+        choose_policy("auto", Settings(budget=4096), 4096).describe(full)
+        == "auto: full Jacobian (4096 entries <= budget 4096)"
+    )
     projected = engine.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=100)
-    assert choose_policy("auto", Settings(budget=100, budget_source="--opcheck-budget"), 4096).describe(projected) \
+    assert (
+        choose_policy("auto", Settings(budget=100, budget_source="--opcheck-budget"), 4096).describe(projected)
         == "auto: projections (J·U from forward AD, fused), 4096 entries > budget 100 from --opcheck-budget"
+    )
     y = torch.randn(16, 16, dtype=torch.float64, requires_grad=True)  # passed on its projections, within budget
     middle = engine.gradcheck_report(torch.sin, (y,), fast_mode="auto")
-    assert choose_policy("auto", Settings(), 256**2).describe(middle) == \
-        "auto: projections (J·U from forward AD, fused), 65536 entries <= budget 1048576"
+    assert (
+        choose_policy("auto", Settings(), 256**2).describe(middle)
+        == "auto: projections (J·U from forward AD, fused), 65536 entries <= budget 1048576"
+    )
     z = torch.randn(8, 8, dtype=torch.complex128, requires_grad=True)
     complex_ = engine.gradcheck_report(torch.sin, (z,), fast_mode="auto", jacobian_budget=100)
-    assert choose_policy("auto", Settings(budget=100), 4096).describe(complex_) == \
-        "auto: projections (J·U from forward AD; complex as view_as_real), 4096 entries > budget 100"
+    assert (
+        choose_policy("auto", Settings(budget=100), 4096).describe(complex_)
+        == "auto: projections (J·U from forward AD; complex as view_as_real), 4096 entries > budget 100"
+    )
     # no verdict (the check raised): the plan, and the size when it can be counted
     assert choose_policy("auto", Settings(budget=100), 4096).describe() == (
         "fast_mode auto (spec gradcheck.fast_mode): full Jacobian up to 128 input and output elements, entrywise "
-        "projections beyond, decided by the full Jacobian within budget 100 entries; this check has 4096 entries")
+        "projections beyond, decided by the full Jacobian within budget 100 entries; this check has 4096 entries"
+    )
 
 
 def test_a_failing_projection_names_its_source_in_the_policy_row():
     from runtime_ops import one_wrong_entry
 
     x = torch.rand(32, 32, dtype=torch.float64, requires_grad=True)
-    report = engine.gradcheck_report(one_wrong_entry, (x,), fast_mode="auto", jacobian_budget=1000,
-                                     check_batched_grad=False)
+    report = engine.gradcheck_report(
+        one_wrong_entry, (x,), fast_mode="auto", jacobian_budget=1000, check_batched_grad=False
+    )
     assert not report.passed
-    assert choose_policy("auto", Settings(budget=1000), 32**4).describe(report) == \
-        f"auto: projections (J·U from {report.mismatch.source}), 1048576 entries > budget 1000"
+    assert (
+        choose_policy("auto", Settings(budget=1000), 32**4).describe(report)
+        == f"auto: projections (J·U from {report.mismatch.source}), 1048576 entries > budget 1000"
+    )
 
 
 def test_spec_forces_and_options_override():
@@ -67,10 +80,20 @@ def test_spec_forces_and_options_override():
     assert choose_policy("false", Settings(), never).fast_mode is False
     assert choose_policy("true", Settings(policy="full"), never).fast_mode is False
     assert choose_policy("false", Settings(policy="fast"), never).fast_mode is True
-    assert choose_policy("true", Settings(policy="auto", budget=10), never).engine_kwargs() == \
-        {"fast_mode": "auto", "jacobian_budget": 10}
+    assert choose_policy("true", Settings(policy="auto", budget=10), never).engine_kwargs() == {
+        "fast_mode": "auto",
+        "jacobian_budget": 10,
+    }
     assert "--opcheck-policy=full" in choose_policy("true", Settings(policy="full"), never).reason
     assert "--opcheck-policy=auto" in choose_policy("true", Settings(policy="auto"), never).reason
+
+
+def test_the_spec_fast_mode_may_be_a_member_or_its_spelling():
+    never = lambda: pytest.fail("entries are only counted for auto")  # noqa: E731
+    for mode in FastMode:
+        assert choose_policy(mode, Settings(), never) == choose_policy(mode.value, Settings(), never)
+    assert choose_policy(FastMode.FALSE, Settings(), never).reason == "fast_mode false (spec gradcheck.fast_mode)"
+    assert type(choose_policy(FastMode.AUTO, Settings(), never).engine_kwargs()["fast_mode"]) is str
 
 
 def test_parse_budget():
@@ -90,14 +113,19 @@ def test_env_budget_reaches_checks_outside_pytest(monkeypatch):
 
 
 def wrong_entry_spec(fast_mode="auto"):
-    return OpSpec(name="wrong_entry", op="runtime_ops:one_wrong_entry", source="op_specs/wrong_entry.yaml",
-                  sha256="0", samples=(Sample("square", args=(TensorArg(shape=(32, 32)),)),),
-                  gradcheck=GradcheckFlags(fast_mode=fast_mode, check_batched_grad=False))
+    return OpSpec(
+        name="wrong_entry",
+        op="runtime_ops:one_wrong_entry",
+        source="op_specs/wrong_entry.yaml",
+        sha256="0",
+        samples=(Sample("square", args=(TensorArg(shape=(32, 32)),)),),
+        gradcheck=GradcheckFlags(fast_mode=fast_mode, check_batched_grad=False),
+    )
 
 
 def test_auto_catches_one_wrong_entry_of_a_32x32_jacobian_that_torch_fast_mode_misses():
     spec = wrong_entry_spec()
-    seed = seed_for(spec.name, case_id("gradcheck", "cpu", "float64", "square"))
+    seed = CaseId(spec.name, "gradcheck", "cpu", "float64", "square").seed()
     (call,) = build_calls(spec, spec.samples[0], "cpu", "float64", seed)
     # the premise, on the very sample the test draws: torch's fast mode passes it
     assert torch.autograd.gradcheck(call.as_function(), call.gradcheck_inputs(), fast_mode=True)

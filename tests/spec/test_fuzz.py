@@ -19,8 +19,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from opcheck.spec import SpecError, load_spec_text, schema_path
-from opcheck.spec import model
+from opcheck.spec import SpecError, load_spec_text, model, schema_path
 from opcheck.spec.model import OpSpec
 from opcheck.spec.yamlload import MAX_DEPTH, nesting_bound
 
@@ -38,17 +37,26 @@ _EXAMPLES = int(os.environ.get("OPCHECK_FUZZ_EXAMPLES", "0"))
 
 
 def _fuzz(examples: int) -> settings:
-    return settings(max_examples=_EXAMPLES or examples, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=_EXAMPLES or examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 FUZZ = _fuzz(200)
 
-scalars = (st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=True, allow_infinity=True)
-           | st.text(max_size=12))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 50)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
 keys = st.sampled_from(SCHEMA_KEYS) | st.text(max_size=8)
-anything = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
-                        max_leaves=25)
+anything = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4), max_leaves=25
+)
 
 
 def _mostly(plausible, junk=anything):
@@ -61,65 +69,124 @@ def _mostly(plausible, junk=anything):
 
 
 # Ops from a fixed set: a random path would import whatever module it happens to name.
-ops = _mostly(st.sampled_from(["torch.sin", "torch.add", "torch.nn.functional.softmax", "torch.ops.aten.mul.Tensor",
-                               "torch.Tensor.sum", "opcheck_spec_fixture:Square.apply"]),
-              st.sampled_from(["torch.sinn", "no_such_mod_x.f", "torch..sin", "__import__('os')"]))
+ops = _mostly(
+    st.sampled_from(
+        [
+            "torch.sin",
+            "torch.add",
+            "torch.nn.functional.softmax",
+            "torch.ops.aten.mul.Tensor",
+            "torch.Tensor.sum",
+            "opcheck_spec_fixture:Square.apply",
+        ]
+    ),
+    st.sampled_from(["torch.sinn", "no_such_mod_x.f", "torch..sin", "__import__('os')"]),
+)
 names = _mostly(st.sampled_from(["a", "b", "rows", "x.y", "B_2"]), st.sampled_from(["bad name", ""]))
 numbers = st.integers(-3, 3) | st.floats(-3, 3) | st.sampled_from([float("inf"), float("nan")])
 shapes = st.lists(_mostly(st.integers(0, 4)), max_size=3)
 values = st.recursive(numbers | st.booleans(), lambda inner: st.lists(inner, max_size=3), max_leaves=8)
-tensors = st.fixed_dictionaries({"shape": _mostly(shapes)}, optional={
-    "dtype": _mostly(st.sampled_from(model.TENSOR_DTYPES)),
-    "low": _mostly(numbers), "high": _mostly(numbers),
-    "requires_grad": _mostly(st.booleans()), "noncontiguous": _mostly(st.booleans()),
-    "maker": _mostly(st.sampled_from(model.MAKERS + ("spdd",))),
-    "avoid": _mostly(st.lists(numbers, max_size=2)), "margin": _mostly(numbers), "values": _mostly(values),
-})
-args = st.recursive(tensors | scalars | st.fixed_dictionaries({"dtype": st.sampled_from(model.TENSOR_DTYPES)}),
-                    lambda inner: st.lists(inner, max_size=3) | st.fixed_dictionaries({"tuple": st.lists(inner, max_size=3)}),
-                    max_leaves=6)
+tensors = st.fixed_dictionaries(
+    {"shape": _mostly(shapes)},
+    optional={
+        "dtype": _mostly(st.sampled_from(model.TENSOR_DTYPES)),
+        "low": _mostly(numbers),
+        "high": _mostly(numbers),
+        "requires_grad": _mostly(st.booleans()),
+        "noncontiguous": _mostly(st.booleans()),
+        "maker": _mostly(st.sampled_from(model.MAKERS + ("spdd",))),
+        "avoid": _mostly(st.lists(numbers, max_size=2)),
+        "margin": _mostly(numbers),
+        "values": _mostly(values),
+    },
+)
+args = st.recursive(
+    tensors | scalars | st.fixed_dictionaries({"dtype": st.sampled_from(model.TENSOR_DTYPES)}),
+    lambda inner: st.lists(inner, max_size=3) | st.fixed_dictionaries({"tuple": st.lists(inner, max_size=3)}),
+    max_leaves=6,
+)
 sources = st.one_of(
-    st.fixed_dictionaries({"args": _mostly(st.lists(args, min_size=1, max_size=3))}, optional={
-        "kwargs": _mostly(st.dictionaries(_mostly(st.sampled_from(["dim", "keepdim"]), st.just("bad key")), args,
-                                          max_size=2))}),
+    st.fixed_dictionaries(
+        {"args": _mostly(st.lists(args, min_size=1, max_size=3))},
+        optional={
+            "kwargs": _mostly(
+                st.dictionaries(_mostly(st.sampled_from(["dim", "keepdim"]), st.just("bad key")), args, max_size=2)
+            )
+        },
+    ),
     st.fixed_dictionaries({"generator": _mostly(st.just("opcheck_spec_fixture:small_inputs"), st.just("a b:c"))}),
     st.fixed_dictionaries({"opinfo": _mostly(st.sampled_from(["sin", "nn.functional.softmax:with_dtype"]))}),
 )
 samples = st.tuples(_mostly(names), sources).map(lambda pair: {"name": pair[0], **pair[1]})
 sample_lists = _mostly(st.lists(samples, min_size=1, max_size=3, unique_by=lambda s: str(s["name"])))
-where = st.fixed_dictionaries({}, optional={
-    "device": _mostly(st.sampled_from(model.KNOWN_DEVICES) | st.lists(st.sampled_from(model.KNOWN_DEVICES),
-                                                                       min_size=1, max_size=2)),
-    "check": _mostly(st.sampled_from(model.CHECKS)),
-    "sample": _mostly(names | st.lists(names, min_size=1, max_size=2)),
-    "dtype": _mostly(st.sampled_from(model.GRAD_DTYPES + model.LOWPREC_DTYPES)),
-})
-tolerance_rules = st.lists(st.fixed_dictionaries({"atol": _mostly(numbers)}, optional={
-    "where": _mostly(where), "eps": _mostly(numbers), "reason": st.text(max_size=5)}), max_size=2)
-reason_rules = st.lists(st.fixed_dictionaries({"reason": _mostly(st.text(min_size=1, max_size=5))}, optional={
-    "where": _mostly(where)}), max_size=2)
+where = st.fixed_dictionaries(
+    {},
+    optional={
+        "device": _mostly(
+            st.sampled_from(model.KNOWN_DEVICES)
+            | st.lists(st.sampled_from(model.KNOWN_DEVICES), min_size=1, max_size=2)
+        ),
+        "check": _mostly(st.sampled_from(model.CHECKS)),
+        "sample": _mostly(names | st.lists(names, min_size=1, max_size=2)),
+        "dtype": _mostly(st.sampled_from(model.GRAD_DTYPES + model.LOWPREC_DTYPES)),
+    },
+)
+tolerance_rules = st.lists(
+    st.fixed_dictionaries(
+        {"atol": _mostly(numbers)},
+        optional={"where": _mostly(where), "eps": _mostly(numbers), "reason": st.text(max_size=5)},
+    ),
+    max_size=2,
+)
+reason_rules = st.lists(
+    st.fixed_dictionaries({"reason": _mostly(st.text(min_size=1, max_size=5))}, optional={"where": _mostly(where)}),
+    max_size=2,
+)
 optional_keys = {
     "dtypes": _mostly(st.lists(st.sampled_from(model.GRAD_DTYPES), min_size=1, max_size=2, unique=True)),
     "devices": _mostly(st.lists(st.sampled_from(model.KNOWN_DEVICES), min_size=1, max_size=3, unique=True)),
     "variant": _mostly(st.sampled_from(["function", "method"])),
-    "gradcheck": _mostly(st.fixed_dictionaries({}, optional={"fast_mode": st.sampled_from(["auto", True, False]),
-                                                             "atol": numbers, "check_forward_ad": st.booleans()})),
+    "gradcheck": _mostly(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "fast_mode": st.sampled_from(["auto", True, False]),
+                "atol": numbers,
+                "check_forward_ad": st.booleans(),
+            },
+        )
+    ),
     "library_opcheck": _mostly(st.booleans()),
-    "tolerances": _mostly(tolerance_rules), "skips": _mostly(reason_rules),
+    "tolerances": _mostly(tolerance_rules),
+    "skips": _mostly(reason_rules),
     "expected_failures": _mostly(reason_rules),
 }
-specs = st.fixed_dictionaries({"op": ops, "samples": sample_lists},
-                              optional={"name": _mostly(st.sampled_from(["x", "sin_x"]), st.just("Bad")),
-                                        **optional_keys})
-family_entry = st.fixed_dictionaries({"op": ops}, optional={
-    "samples": sample_lists, "name": st.sampled_from(["p", "q"]), **optional_keys})
-families = st.fixed_dictionaries({"ops": _mostly(st.lists(
-    # Now and then an entry without `op`, to see that the builder doesn't take one from defaults.
-    _mostly(family_entry, family_entry.map(lambda entry: {k: v for k, v in entry.items() if k != "op"})),
-    min_size=1, max_size=3))},
+specs = st.fixed_dictionaries(
+    {"op": ops, "samples": sample_lists},
+    optional={"name": _mostly(st.sampled_from(["x", "sin_x"]), st.just("Bad")), **optional_keys},
+)
+family_entry = st.fixed_dictionaries(
+    {"op": ops}, optional={"samples": sample_lists, "name": st.sampled_from(["p", "q"]), **optional_keys}
+)
+families = st.fixed_dictionaries(
+    {
+        "ops": _mostly(
+            st.lists(
+                # Now and then an entry without `op`, to see that the builder doesn't take one from defaults.
+                _mostly(family_entry, family_entry.map(lambda entry: {k: v for k, v in entry.items() if k != "op"})),
+                min_size=1,
+                max_size=3,
+            )
+        )
+    },
     # `op` and `name` do not belong in defaults: the builder must not read them when they are there.
-    optional={"defaults": _mostly(st.fixed_dictionaries({}, optional={
-        "samples": sample_lists, **optional_keys, "op": ops, "name": anything}), anything)})
+    optional={
+        "defaults": _mostly(
+            st.fixed_dictionaries({}, optional={"samples": sample_lists, **optional_keys, "op": ops, "name": anything}),
+            anything,
+        )
+    },
+)
 
 
 def _load_never_crashes(text: str) -> None:
@@ -157,18 +224,57 @@ def test_structures_grown_from_the_format(data):
 def test_valid_specs_round_trip(shapes):
     samples = [{"name": f"s{i}", "args": [{"shape": shape}]} for i, shape in enumerate(shapes)]
     [spec] = load_spec_text(yaml.safe_dump({"op": "torch.sin", "samples": samples}), source="fuzz.yaml")
-    assert [(s.name, s.args[0].shape) for s in spec.samples] == [(f"s{i}", tuple(shape))
-                                                                 for i, shape in enumerate(shapes)]
+    assert [(s.name, s.args[0].shape) for s in spec.samples] == [
+        (f"s{i}", tuple(shape)) for i, shape in enumerate(shapes)
+    ]
 
 
 # -- YAML that safe_dump never writes ----------------------------------------------------------
 
-TAGS = ["!spec", "!", "!!str", "!!int", "!!float", "!!bool", "!!null", "!!map", "!!seq", "!!set", "!!omap",
-        "!!binary", "!!python/tuple", "!!python/name:os.system", "!<tag:yaml.org,2002:str>"]
+TAGS = [
+    "!spec",
+    "!",
+    "!!str",
+    "!!int",
+    "!!float",
+    "!!bool",
+    "!!null",
+    "!!map",
+    "!!seq",
+    "!!set",
+    "!!omap",
+    "!!binary",
+    "!!python/tuple",
+    "!!python/name:os.system",
+    "!<tag:yaml.org,2002:str>",
+]
 # Scalars at and past the limits, and spellings YAML 1.1 and 1.2 read differently.
-ODD_SCALARS = [".nan", ".inf", "-.inf", "1e400", "-1e999", "1.7e308", "0x" + "f" * 400, "0x" + "f" * 5000,
-               "9" * 309, "9" * 310, "9" * 4400, "!!float 0x" + "f" * 300, "!!int 1.5", "0o777", "0x1f", "~",
-               "''", "yes", "1_000", "16777217", "100000000000000000000000", '"\\u0007"', "-0", "+.5"]
+ODD_SCALARS = [
+    ".nan",
+    ".inf",
+    "-.inf",
+    "1e400",
+    "-1e999",
+    "1.7e308",
+    "0x" + "f" * 400,
+    "0x" + "f" * 5000,
+    "9" * 309,
+    "9" * 310,
+    "9" * 4400,
+    "!!float 0x" + "f" * 300,
+    "!!int 1.5",
+    "0o777",
+    "0x1f",
+    "~",
+    "''",
+    "yes",
+    "1_000",
+    "16777217",
+    "100000000000000000000000",
+    '"\\u0007"',
+    "-0",
+    "+.5",
+]
 NESTINGS = [2, 30, MAX_DEPTH - 5, MAX_DEPTH, MAX_DEPTH + 1, 150, 3000]
 
 
@@ -212,8 +318,9 @@ def _decorated_yaml(draw, value, anchors: list[str], names=None) -> str:
             anchors.append(anchor)
             anchor = None
     if isinstance(value, dict):
-        items = [f"{json.dumps(str(key))}: {_decorated_yaml(draw, item, anchors, names)}"
-                 for key, item in value.items()]
+        items = [
+            f"{json.dumps(str(key))}: {_decorated_yaml(draw, item, anchors, names)}" for key, item in value.items()
+        ]
         if anchors and draw(st.integers(0, 4)) == 2:
             sources = draw(st.lists(st.sampled_from(anchors), min_size=1, max_size=3))
             merge = "*" + sources[0] if len(sources) == 1 else "[" + ", ".join("*" + s for s in sources) + "]"
@@ -274,11 +381,14 @@ def _composed_depth(text: str) -> int | None:
 def test_nesting_bound_is_never_below_the_real_depth(data, document, block):
     # What keeps deep text from libyaml is this bound; it may overestimate, never underestimate.
     if block:
-        text = yaml.safe_dump(document, sort_keys=False, default_flow_style=data.draw(st.sampled_from([False, None])),
-                              width=data.draw(st.sampled_from([20, 80, 10_000])))
+        text = yaml.safe_dump(
+            document,
+            sort_keys=False,
+            default_flow_style=data.draw(st.sampled_from([False, None])),
+            width=data.draw(st.sampled_from([20, 80, 10_000])),
+        )
     else:
         text = _decorated_yaml(data.draw, document, [])
     depth = _composed_depth(text)
     if depth is not None:
         assert nesting_bound(text, 10**9) >= depth
-

@@ -34,18 +34,24 @@ def make_module(tmp_path: Path, monkeypatch):
         del sys.modules[key]
 
 
-@pytest.mark.parametrize("raise_it, shown", [
-    ("import sys\nsys.exit(3)", "SystemExit(3)"),
-    ("raise SystemExit('usage: tool [-h]')", "SystemExit('usage: tool [-h]')"),
-    ("raise KeyboardInterrupt", "KeyboardInterrupt()"),
-    ("raise GeneratorExit", "GeneratorExit()"),
-], ids=["sys_exit", "exit_with_message", "keyboard_interrupt", "generator_exit"])
+@pytest.mark.parametrize(
+    "raise_it, shown",
+    [
+        ("import sys\nsys.exit(3)", "SystemExit(3)"),
+        ("raise SystemExit('usage: tool [-h]')", "SystemExit('usage: tool [-h]')"),
+        ("raise KeyboardInterrupt", "KeyboardInterrupt()"),
+        ("raise GeneratorExit", "GeneratorExit()"),
+    ],
+    ids=["sys_exit", "exit_with_message", "keyboard_interrupt", "generator_exit"],
+)
 def test_an_exit_while_importing_is_reported_not_obeyed(make_module, raise_it, shown):
     name = make_module("opcheck_t_exits", f"print('some output of its own')\n{raise_it}\n\ndef f(x):\n    return x\n")
     with pytest.raises(OpPathError) as info:
         resolve_op(f"{name}:f")
-    assert str(info.value) == (f"importing 'opcheck_t_exits' raised {shown} while running its top-level code; code "
-                               f"a spec names must not exit or interrupt (while resolving 'opcheck_t_exits:f')")
+    assert str(info.value) == (
+        f"importing 'opcheck_t_exits' raised {shown} while running its top-level code; code "
+        f"a spec names must not exit or interrupt (while resolving 'opcheck_t_exits:f')"
+    )
     assert name not in sys.modules  # nothing half-imported stays behind
     # and again: the import is retried (and fails the same way), not served from a broken cache
     with pytest.raises(OpPathError, match=r"raised"):
@@ -80,13 +86,15 @@ def test_ordinary_failures_keep_their_messages(make_module):
 
 needs_default_sigint = pytest.mark.skipif(
     sys.platform == "win32" or signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
-    reason="needs POSIX signals and Python's own SIGINT handler")
+    reason="needs POSIX signals and Python's own SIGINT handler",
+)
 
 
 @needs_default_sigint
 def test_a_real_ctrl_c_during_the_import_still_stops(make_module):
-    make_module("opcheck_t_sigint", "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nimport time\n"
-                                    "time.sleep(5)\n")
+    make_module(
+        "opcheck_t_sigint", "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nimport time\ntime.sleep(5)\n"
+    )
     with pytest.raises(KeyboardInterrupt):
         resolve_op("opcheck_t_sigint:f")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -97,8 +105,9 @@ def test_the_sigint_handler_is_restored_and_a_module_s_own_is_kept(make_module):
     make_module("opcheck_t_quiet", "def f(x):\n    return x\n")
     resolve_op("opcheck_t_quiet:f")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    make_module("opcheck_t_handler", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                                     "def f(x):\n    return x\n")
+    make_module(
+        "opcheck_t_handler", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ndef f(x):\n    return x\n"
+    )
     try:
         resolve_op("opcheck_t_handler:f")
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN

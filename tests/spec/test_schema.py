@@ -6,8 +6,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from opcheck.spec import load_spec_text, schema_path
-from opcheck.spec import model
+from opcheck.spec import load_spec_text, model, schema_path
 from opcheck.spec.validate import describe
 
 SCHEMA = json.loads(schema_path().read_text(encoding="utf-8"))
@@ -44,8 +43,12 @@ def test_every_mapping_with_fixed_keys_rejects_unknown_ones():
 
 
 def test_every_key_is_documented_for_editors():
-    undocumented = [key for node in _walk(SCHEMA) for key, sub in node.get("properties", {}).items()
-                    if "description" not in _deref(sub) and "description" not in sub]
+    undocumented = [
+        key
+        for node in _walk(SCHEMA)
+        for key, sub in node.get("properties", {}).items()
+        if "description" not in _deref(sub) and "description" not in sub
+    ]
     assert undocumented == []
 
 
@@ -63,6 +66,9 @@ def test_schema_choices_are_the_models():
     assert DEFS["tensor"]["properties"]["maker"]["enum"] == list(model.MAKERS)
     where = DEFS["where"]["properties"]
     assert where["check"]["anyOf"][0]["enum"] == list(model.CHECKS)
+    # YAML reads `true`/`false` as booleans; the builder lowercases them to the FastMode spellings.
+    fast_mode = DEFS["gradcheckFlags"]["properties"]["fast_mode"]["enum"]
+    assert [str(v).lower() for v in fast_mode] == list(model.FAST_MODES)
     # Every tensor key the schema accepts is a TensorArg field.
     assert set(DEFS["tensor"]["properties"]) == set(model.TensorArg.__dataclass_fields__)
     assert DEFS["tensor"]["properties"]["layout"]["enum"] == list(model.LAYOUTS)
@@ -71,8 +77,11 @@ def test_schema_choices_are_the_models():
         props = DEFS[name]["properties"]
         assert set(props) == set(cls.__dataclass_fields__), name
         defaults = {key: sub["default"] for key, sub in props.items() if "default" in sub}
-        assert defaults == {key: (True if value == "true" else False if value == "false" else value)
-                            for key, value in vars(cls()).items() if key in defaults}, name
+        assert defaults == {
+            key: (True if value == "true" else False if value == "false" else value)
+            for key, value in vars(cls()).items()
+            if key in defaults
+        }, name
 
 
 def test_sparse_tensor_keys_default_and_range_as_the_model_says():
@@ -95,7 +104,10 @@ def test_format_reference_examples_load():
     assert [[s.name for s in specs] for specs in loaded] == [["softmax"], ["to_dense"], ["sin", "cos"]]
     sparse = loaded[1][0]
     assert sparse.gradcheck.masked and {a.layout for s in sparse.samples for a in s.args} == {
-        "sparse_coo", "sparse_csc", "sparse_bsr"}
+        "sparse_coo",
+        "sparse_csc",
+        "sparse_bsr",
+    }
 
 
 def test_described_expectations_read_as_english():
@@ -103,3 +115,17 @@ def test_described_expectations_read_as_english():
     assert describe({"type": "number", "exclusiveMinimum": 0}) == "a positive number"
     assert describe(DEFS["samples"]) == "a list of samples"
     assert describe({"enum": ["a", True]}) == "one of a, true"
+
+
+def test_format_md_lists_the_models_choices():
+    text = FORMAT_MD.read_text(encoding="utf-8")
+
+    def listed(names):
+        return ", ".join(f"`{n}`" for n in names)
+
+    assert f"| `dtypes` | list of {listed(model.GRAD_DTYPES)} |" in text
+    assert f"| `lowprec_dtypes` | list of {listed(model.LOWPREC_DTYPES)} |" in text
+    assert f"| `devices` | list of {listed(model.KNOWN_DEVICES)} |" in text
+    assert "`fast_mode` (" + "\\|".join(f"`{n}`" for n in model.FAST_MODES) + ", default `auto`)" in text
+    checks = re.search(r"Checks are (.*?)\. ", " ".join(text.split()))
+    assert checks is not None and checks[1] == ", ".join(f"`{c}`" for c in model.CHECKS)
