@@ -40,24 +40,32 @@ class _Failure(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="opcheck", description="Declarative gradient tests for PyTorch operators.",
+        prog="opcheck",
+        description="Declarative gradient tests for PyTorch operators.",
         epilog="Paths in generated headers and in spec problems are relative to the project root: the "
-               "nearest folder at or above the specs that holds pyproject.toml, setup.cfg or .git (else the "
-               "working directory), so every folder the command runs from generates the same bytes. The "
-               "project root is also where a spec's own modules (`examples.ops:Cube.apply`) are imported from.")
+        "nearest folder at or above the specs that holds pyproject.toml, setup.cfg or .git (else the "
+        "working directory), so every folder the command runs from generates the same bytes. The "
+        "project root is also where a spec's own modules (`examples.ops:Cube.apply`) are imported from.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def specs_option(p):
-        p.add_argument("--specs", default=DEFAULT_SPECS, type=Path,
-                       help=f"spec file or folder of *.yaml specs (default: {DEFAULT_SPECS})")
+        p.add_argument(
+            "--specs",
+            default=DEFAULT_SPECS,
+            type=Path,
+            help=f"spec file or folder of *.yaml specs (default: {DEFAULT_SPECS})",
+        )
 
     p = sub.add_parser("generate", help="compile specs into generated pytest modules")
     specs_option(p)
     p.add_argument("--out", default=DEFAULT_OUT, type=Path, help=f"output folder (default: {DEFAULT_OUT})")
-    p.add_argument("--check", action="store_true",
-                   help="write nothing; print a diff and exit 1 if the generated modules are stale")
-    p.add_argument("--no-cache", action="store_true",
-                   help="load and render every spec even if nothing changed since the last run")
+    p.add_argument(
+        "--check", action="store_true", help="write nothing; print a diff and exit 1 if the generated modules are stale"
+    )
+    p.add_argument(
+        "--no-cache", action="store_true", help="load and render every spec even if nothing changed since the last run"
+    )
     p.set_defaults(run=_generate)
 
     p = sub.add_parser("validate", help="check specs and report every problem")
@@ -75,13 +83,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
     p.set_defaults(run=_new)
 
-    p = sub.add_parser("report", help="coverage matrix (op x check x dtype x device) of a pytest run",
-                       description="Coverage matrix of a pytest run of generated tests: each op's checks and "
-                                   "dtypes by device, passed / failed / xfailed / skipped with the reasons. With "
-                                   "neither --markdown nor --html, prints the Markdown.")
-    p.add_argument("results", type=Path, metavar="RESULTS",
-                   help="a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results "
-                        "(pytest --opcheck-results PATH.json)")
+    p = sub.add_parser(
+        "report",
+        help="coverage matrix (op x check x dtype x device) of a pytest run",
+        description="Coverage matrix of a pytest run of generated tests: each op's checks and "
+        "dtypes by device, passed / failed / xfailed / skipped with the reasons. With "
+        "neither --markdown nor --html, prints the Markdown.",
+    )
+    p.add_argument(
+        "results",
+        type=Path,
+        metavar="RESULTS",
+        help="a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results "
+        "(pytest --opcheck-results PATH.json)",
+    )
     p.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report to PATH")
     p.add_argument("--html", type=Path, metavar="PATH", help="write a self-contained HTML page to PATH")
     p.set_defaults(run=_report)
@@ -119,9 +134,11 @@ def _load(specs: Path, root: Path):
     if not specs.exists():
         raise _Failure(f"{specs}: no such file or folder (pass --specs PATH)")
     if importlib.util.find_spec("torch") is None:  # else every op path would fail on its own line
-        raise _Failure(f"opcheck: torch is not installed in this Python ({sys.executable}): specs name "
-                       "torch ops and the generated tests call them; install torch, e.g. with README's "
-                       "set-up command")
+        raise _Failure(
+            f"opcheck: torch is not installed in this Python ({sys.executable}): specs name "
+            "torch ops and the generated tests call them; install torch, e.g. with README's "
+            "set-up command"
+        )
     _use_root(root)
     try:
         return load_specs([specs], root=root)
@@ -162,8 +179,7 @@ def _generate(args) -> int:
     cache_file = root / cache.CACHE_FILE
     if not args.check:
         remove_stale_temp_files(args.out)  # leftovers of a run that was killed mid-write
-    if not args.check and not args.no_cache and cache.is_fresh(args.specs, args.out, regenerate, cache_file,
-                                                               root=root):
+    if not args.check and not args.no_cache and cache.is_fresh(args.specs, args.out, regenerate, cache_file, root=root):
         print(f"0 written: specs and generator unchanged since the last run ({_relative(args.out)})")
         return 0
     specs = _load(args.specs, root)
@@ -176,16 +192,21 @@ def _generate(args) -> int:
             print(f"{_relative(args.out)} is up to date ({len(plan.unchanged)} modules)")
             return 0
         sys.stdout.write(stale_diff(plan))
-        print(f"{_relative(args.out)} is stale: {len(plan.write)} module(s) to write, {len(plan.delete)} to "
-              f"delete; run `{_generate_command(args, Path.cwd())}`", file=sys.stderr)
+        print(
+            f"{_relative(args.out)} is stale: {len(plan.write)} module(s) to write, {len(plan.delete)} to "
+            f"delete; run `{_generate_command(args, Path.cwd())}`",
+            file=sys.stderr,
+        )
         return 1
     try:
         apply_plan(plan)
     except GenerationError as e:
         raise _Failure(str(e)) from None
     cache.record(args.specs, args.out, regenerate, cache_file, root=root)
-    print(f"{len(plan.write)} written, {len(plan.unchanged)} unchanged, {len(plan.delete)} deleted "
-          f"({_relative(args.out)})")
+    print(
+        f"{len(plan.write)} written, {len(plan.unchanged)} unchanged, {len(plan.delete)} deleted "
+        f"({_relative(args.out)})"
+    )
     return 0
 
 
@@ -197,7 +218,10 @@ def _validate(args) -> int:
 
 
 def _count_tests(spec) -> int:
-    return sum(len(spec.devices) * len(spec.dtypes_for(c)) * len(spec.samples) for c in spec.checks())
+    """How many tests the spec's module holds: one per case (opcheck.spec.case.cases_of)."""
+    from opcheck.spec.case import cases_of
+
+    return sum(1 for _ in cases_of(spec))
 
 
 def _list(args) -> int:
@@ -228,8 +252,10 @@ def _new(args) -> int:
     taken = _taken(folder, args.name, args.op, path, root)
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-    print(f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
-          f"pytest {DEFAULT_OUT}/test_{args.name}.py")
+    print(
+        f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
+        f"pytest {DEFAULT_OUT}/test_{args.name}.py"
+    )
     for line in taken:
         print(f"warning: {line}", file=sys.stderr)
     return 0
@@ -241,15 +267,20 @@ def _taken(folder: Path, name: str, op: str, path: Path, root: Path) -> list[str
 
     if not folder.is_dir():
         return []
-    names = {n: (claim, claim_op) for n, (claim, claim_op) in spec_names([folder], root=root).items()
-             if claim.location.file != _relative(path, root)}
+    names = {
+        n: (claim, claim_op)
+        for n, (claim, claim_op) in spec_names([folder], root=root).items()
+        if claim.location.file != _relative(path, root)
+    }
     found = []
     if name in names:
         claim, claim_op = names[name]
         what = f" ({claim_op})" if claim_op else ""
-        found.append(f"spec name {name!r} is already taken by {claim.location}{what}, so `opcheck validate` will "
-                     f"report a duplicate name: delete {_relative(path)} and scaffold under another name "
-                     f"(opcheck new OTHER_NAME --op {op}), or move that spec into {_relative(path)}")
+        found.append(
+            f"spec name {name!r} is already taken by {claim.location}{what}, so `opcheck validate` will "
+            f"report a duplicate name: delete {_relative(path)} and scaffold under another name "
+            f"(opcheck new OTHER_NAME --op {op}), or move that spec into {_relative(path)}"
+        )
     for other, (claim, claim_op) in sorted(names.items()):
         if claim_op == op and other != name:
             found.append(f"{op} is already tested by spec {other!r} ({claim.location})")
@@ -264,8 +295,10 @@ def _report(args) -> int:
     except ReportError as e:
         raise _Failure(f"opcheck report: {e}") from None
     if not results:
-        raise _Failure(f"opcheck report: {args.results}: no generated opcheck tests in it (test ids "
-                       f"test_<check>[<device>-<dtype>-<sample>])")
+        raise _Failure(
+            f"opcheck report: {args.results}: no generated opcheck tests in it (test ids "
+            f"test_<check>[<device>-<dtype>-<sample>])"
+        )
     matrix = build_matrix(results)
     source = args.results.name
     if args.markdown is None and args.html is None:

@@ -1,6 +1,8 @@
 """opcheck's pytest plugin (entry point `pytest11: opcheck`).
 
-- registers one marker per check kind (`pytest -m gradgradcheck`, `-m "not lowprec"`);
+- registers one marker per check kind (`pytest -m gradgradcheck`, `-m "not lowprec"`), described by
+  the check kinds' own table (opcheck.spec.model.Check); pyproject's `markers` list repeats it for
+  runs without the plugin, and a test keeps the two equal;
 - generated tests for device types this machine does not have are deselected at collection, with
   one summary line; `--opcheck-device all` collects them and skips each with torch's reason, and
   `--opcheck-results` records them as skipped with that reason either way;
@@ -16,7 +18,8 @@
   dtype, sample, outcome, reason and duration) at the end of the session, for `opcheck report`;
   under pytest-xdist the workers attach each test's case to its reports and the controller writes;
 - around each test call, tells the runtime the item's node id, so that failures print the exact
-  command that reruns them.
+  command that reruns them, and reports the runtime's own skip (opcheck.runtime.outcomes.CheckSkipped)
+  as pytest's skip, with its reason and at the line that raised it.
 """
 
 from __future__ import annotations
@@ -26,30 +29,29 @@ import difflib
 import importlib.util
 import os
 import shlex
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard
 
 import pytest
 
-from opcheck.spec.model import CHECKS, TENSOR_DTYPES, OpSpec
+from opcheck.spec.case import CaseId, spec_of_module
+from opcheck.spec.model import CHECKS, TENSOR_DTYPES, Check, OpSpec
 
-MARKERS = {
-    "gradcheck": "reverse-mode first derivative (VJP) against finite differences",
-    "forward_ad": "forward-mode first derivative (JVP) against finite differences",
-    "gradgradcheck": "second derivative, reverse over reverse (VJP of VJP)",
-    "fwgrad_bwgrad": "second derivative, forward over reverse (JVP of VJP)",
-    "lowprec": "float32/float16/bfloat16/complex64 outputs, VJP and JVP against the float64 run",
-    "gradgrad_unsupported": "the spec declares supports_gradgrad: false; the second derivative must raise",
-    "forward_ad_unsupported": "the spec declares supports_forward_ad: false; forward AD must raise",
-    "library_opcheck": "torch.library.opcheck registration checks for torch.ops.* operators",
-}
+if TYPE_CHECKING:
+    from opcheck.runtime.context import Settings
+    from opcheck.runtime.outcomes import CheckSkipped
+
+MARKERS = {check.value: check.description for check in Check}
+"""Marker name → description, one per check kind (a generated test function carries its kind's)."""
 
 POLICIES = ("auto", "full", "fast")
 ALL_DEVICES = "all"
 DEFAULT_THREADS = "1"
 THREADS_KEEP = "keep"
-SETTINGS_KEY = pytest.StashKey()
-SELECTION_KEY = pytest.StashKey()
-UNAVAILABLE_KEY = pytest.StashKey()
+SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
+SELECTION_KEY: pytest.StashKey[tuple[tuple[str, ...], tuple[str, ...]]] = pytest.StashKey()
+UNAVAILABLE_KEY: pytest.StashKey[list[dict]] = pytest.StashKey()
 UNAVAILABLE_OUTPUT = "opcheck_unavailable"
 """The key under which an xdist worker hands its unavailable tests to the controller."""
 RESULTS_PLUGIN = "opcheck-results"
@@ -57,34 +59,71 @@ RESULTS_PLUGIN = "opcheck-results"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("opcheck", "opcheck generated gradient tests")
-    group.addoption("--opcheck-device", action="append", default=[], metavar="DEVICE[,DEVICE]",
-                    help="run generated tests only on these device types (repeatable or comma-separated: "
-                         "cpu, cuda, mps, xpu, ...); the others are deselected. Default: the device types "
-                         "this machine has; 'all' collects every device and skips the unavailable ones")
-    group.addoption("--opcheck-dtype", action="append", default=[], metavar="DTYPE[,DTYPE]",
-                    help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
-                         "complex128, float32, bfloat16, ...); the others are deselected")
-    group.addoption("--opcheck-policy", choices=POLICIES, default=None,
-                    help="override every spec's gradcheck.fast_mode: auto (full Jacobian up to 128 input and "
-                         "output elements, entrywise projection checks beyond, the full Jacobian deciding a "
-                         "failure within the budget), full (always the full Jacobian), fast (torch's fast mode: "
-                         "one random projection per input/output pair)")
-    group.addoption("--opcheck-budget", default=None, metavar="ENTRIES",
-                    help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy lets the "
-                         "full Jacobian decide a check its entrywise projections do not pass, and beyond which "
-                         "the projections decide, e.g. 1048576, 2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET or "
-                         "2**20)")
-    group.addoption("--opcheck-plot", default=None, metavar="DIR",
-                    help="write a PNG heatmap of |analytical - numerical| for every failing Jacobian block into "
-                         "DIR (needs matplotlib: pip install 'opcheck[plot]')")
-    group.addoption("--opcheck-results", default=None, metavar="PATH",
-                    help="write the outcome of every generated test (spec, op, check, device, dtype, sample, "
-                         "outcome, reason, duration) to PATH as JSON, for `opcheck report PATH`")
-    threads_help = ("torch intra-op threads while a generated test runs: a positive number, or 'keep' for "
-                    "torch's own setting (OMP_NUM_THREADS, torch.set_num_threads)")
-    group.addoption("--opcheck-threads", default=None, metavar="N|keep",
-                    help=f"{threads_help} (default: ini opcheck_threads, else {DEFAULT_THREADS})")
+    group.addoption(
+        "--opcheck-device",
+        action="append",
+        default=[],
+        metavar="DEVICE[,DEVICE]",
+        help="run generated tests only on these device types (repeatable or comma-separated: "
+        "cpu, cuda, mps, xpu, ...); the others are deselected. Default: the device types "
+        "this machine has; 'all' collects every device and skips the unavailable ones",
+    )
+    group.addoption(
+        "--opcheck-dtype",
+        action="append",
+        default=[],
+        metavar="DTYPE[,DTYPE]",
+        help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
+        "complex128, float32, bfloat16, ...); the others are deselected",
+    )
+    group.addoption(
+        "--opcheck-policy",
+        choices=POLICIES,
+        default=None,
+        help="override every spec's gradcheck.fast_mode: auto (full Jacobian up to 128 input and "
+        "output elements, entrywise projection checks beyond, the full Jacobian deciding a "
+        "failure within the budget), full (always the full Jacobian), fast (torch's fast mode: "
+        "one random projection per input/output pair)",
+    )
+    group.addoption(
+        "--opcheck-budget",
+        default=None,
+        metavar="ENTRIES",
+        help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy lets the "
+        "full Jacobian decide a check its entrywise projections do not pass, and beyond which "
+        "the projections decide, e.g. 1048576, 2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET or "
+        "2**20)",
+    )
+    group.addoption(
+        "--opcheck-plot",
+        default=None,
+        metavar="DIR",
+        help="write a PNG heatmap of |analytical - numerical| for every failing Jacobian block into "
+        "DIR (needs matplotlib: pip install 'opcheck[plot]')",
+    )
+    group.addoption(
+        "--opcheck-results",
+        default=None,
+        metavar="PATH",
+        help="write the outcome of every generated test (spec, op, check, device, dtype, sample, "
+        "outcome, reason, duration) to PATH as JSON, for `opcheck report PATH`",
+    )
+    threads_help = (
+        "torch intra-op threads while a generated test runs: a positive number, or 'keep' for "
+        "torch's own setting (OMP_NUM_THREADS, torch.set_num_threads)"
+    )
+    group.addoption(
+        "--opcheck-threads",
+        default=None,
+        metavar="N|keep",
+        help=f"{threads_help} (default: ini opcheck_threads, else {DEFAULT_THREADS})",
+    )
     parser.addini("opcheck_threads", f"opcheck: {threads_help}", default=DEFAULT_THREADS)
+
+
+def marker_lines() -> list[str]:
+    """The `markers` ini lines (`name: description`) the plugin registers, as pyproject.toml lists them."""
+    return [f"{name}: {description}" for name, description in MARKERS.items()]
 
 
 def _split(values: list[str]) -> list[str]:
@@ -94,8 +133,7 @@ def _split(values: list[str]) -> list[str]:
 def _unknown(kind: str, value: str, known) -> pytest.UsageError:
     close = difflib.get_close_matches(value, list(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return pytest.UsageError(f"--opcheck-{kind}: unknown {kind} {value!r}{hint}; expected one of "
-                             f"{', '.join(known)}")
+    return pytest.UsageError(f"--opcheck-{kind}: unknown {kind} {value!r}{hint}; expected one of {', '.join(known)}")
 
 
 def _settings(config: pytest.Config):
@@ -109,8 +147,10 @@ def _settings(config: pytest.Config):
             raise _unknown("device", d, (*known, ALL_DEVICES))
     if ALL_DEVICES in devices:
         if len(devices) > 1:
-            raise pytest.UsageError(f"--opcheck-device: {ALL_DEVICES!r} already means every device type; "
-                                    f"drop {', '.join(d for d in devices if d != ALL_DEVICES)} or {ALL_DEVICES!r}")
+            raise pytest.UsageError(
+                f"--opcheck-device: {ALL_DEVICES!r} already means every device type; "
+                f"drop {', '.join(d for d in devices if d != ALL_DEVICES)} or {ALL_DEVICES!r}"
+            )
         devices = [ALL_DEVICES]
     dtypes = _split(config.getoption("opcheck_dtype"))
     for d in dtypes:
@@ -119,8 +159,10 @@ def _settings(config: pytest.Config):
     policy = config.getoption("opcheck_policy")
     raw_budget = config.getoption("opcheck_budget")
     if raw_budget is not None and policy in ("full", "fast"):
-        raise pytest.UsageError(f"--opcheck-budget sets the budget of the auto policy; it has no effect with "
-                                f"--opcheck-policy={policy} (drop one of them)")
+        raise pytest.UsageError(
+            f"--opcheck-budget sets the budget of the auto policy; it has no effect with "
+            f"--opcheck-policy={policy} (drop one of them)"
+        )
     try:
         if raw_budget is not None:
             budget, source = parse_budget(raw_budget, where="--opcheck-budget"), "--opcheck-budget"
@@ -133,13 +175,13 @@ def _settings(config: pytest.Config):
     plot_dir = config.getoption("opcheck_plot")
     if plot_dir is not None:
         if importlib.util.find_spec("matplotlib") is None:
-            raise pytest.UsageError("--opcheck-plot needs matplotlib, which is not installed "
-                                    "(pip install 'opcheck[plot]')")
+            raise pytest.UsageError(
+                "--opcheck-plot needs matplotlib, which is not installed (pip install 'opcheck[plot]')"
+            )
         plot_dir = str(config.invocation_params.dir / plot_dir)
         if os.path.exists(plot_dir) and not os.path.isdir(plot_dir):
             raise pytest.UsageError(f"--opcheck-plot: {plot_dir} exists and is not a directory")
-    settings = Settings(policy=policy, budget=budget, budget_source=source, plot_dir=plot_dir,
-                        threads=_threads(config))
+    settings = Settings(policy=policy, budget=budget, budget_source=source, plot_dir=plot_dir, threads=_threads(config))
     return settings, (tuple(devices), tuple(dtypes))
 
 
@@ -157,8 +199,8 @@ def _threads(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, doc in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: opcheck: {doc}")
+    for line in marker_lines():
+        config.addinivalue_line("markers", line)
     settings, selection = _settings(config)
     config.stash[SETTINGS_KEY] = settings
     config.stash[SELECTION_KEY] = selection
@@ -171,8 +213,9 @@ def _configure_results(config: pytest.Config) -> None:
         return
     path = config.invocation_params.dir / path
     if path.is_dir():
-        raise pytest.UsageError(f"--opcheck-results: {path} is a directory; expected a file path such as "
-                                f"{path / 'opcheck-results.json'}")
+        raise pytest.UsageError(
+            f"--opcheck-results: {path} is a directory; expected a file path such as {path / 'opcheck-results.json'}"
+        )
     from opcheck.report.collect import ResultsRecorder
 
     config.pluginmanager.register(ResultsRecorder(path, lambda: unavailable_tests(config)), RESULTS_PLUGIN)
@@ -205,7 +248,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return ["opcheck: " + "; ".join(parts)]
 
 
-def is_generated_item(item: pytest.Item) -> bool:
+def is_generated_item(item: pytest.Item) -> TypeGuard[pytest.Function]:
     """A test of a generated module: parametrized over device/dtype/sample, with a SPEC or a check marker."""
     callspec = getattr(item, "callspec", None)
     if callspec is None or not {"device", "dtype", "sample"} <= set(callspec.params):
@@ -226,7 +269,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if is_generated_item(item):
             params = item.callspec.params
-            device = params["device"]
+            device = str(params["device"])
             if (listed and device not in devices) or (dtypes and params["dtype"] not in dtypes):
                 deselected.append(item)
                 continue
@@ -285,8 +328,10 @@ def unavailable_summary(tests: list[dict]) -> str | None:
     if not tests:
         return None
     devices = ", ".join(sorted({t["device"] for t in tests}))
-    return (f"opcheck: {devices} unavailable: {len(tests):,} test{'s' if len(tests) != 1 else ''} not collected "
-            f"(--opcheck-device {ALL_DEVICES} to list them as skipped)")
+    return (
+        f"opcheck: {devices} unavailable: {len(tests):,} test{'s' if len(tests) != 1 else ''} not collected "
+        f"(--opcheck-device {ALL_DEVICES} to list them as skipped)"
+    )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
@@ -297,8 +342,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
 def case_fields(item: pytest.Item) -> dict:
     """What `--opcheck-results` records about a generated test's case; {} for any other test."""
-    if not is_generated_item(item):
-        return {}
+    return _generated_case_fields(item) if is_generated_item(item) else {}
+
+
+def _generated_case_fields(item: pytest.Function) -> dict:
     params = item.callspec.params
     spec = getattr(item.module, "SPEC", None)
     check = getattr(item, "originalname", item.name).removeprefix("test_")
@@ -307,9 +354,9 @@ def case_fields(item: pytest.Item) -> dict:
     if isinstance(spec, OpSpec):
         name, op, source = spec.name, spec.op, spec.source
     else:
-        name, op, source = item.path.stem.removeprefix("test_"), "", ""
-    return {"spec": name, "op": op, "source": source, "check": check, "device": str(params["device"]),
-            "dtype": str(params["dtype"]), "sample": str(params["sample"])}
+        name, op, source = spec_of_module(str(item.path)), "", ""
+    case = CaseId(name, check, str(params["device"]), str(params["dtype"]), str(params["sample"]))
+    return dict(asdict(case), op=op, source=source)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -337,17 +384,35 @@ def rerun_command(item: pytest.Item) -> str:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     from opcheck.runtime.context import ItemContext, Settings, current_item
+    from opcheck.runtime.outcomes import CheckSkipped
 
     settings = item.config.stash.get(SETTINGS_KEY, None) or Settings.from_env()
-    ctx = ItemContext(nodeid=item.nodeid, rerun=rerun_command(item), settings=settings,
-                      user_properties=item.user_properties, add_report_section=item.add_report_section)
+    ctx = ItemContext(
+        nodeid=item.nodeid,
+        rerun=rerun_command(item),
+        settings=settings,
+        user_properties=item.user_properties,
+        add_report_section=item.add_report_section,
+    )
     token = current_item.set(ctx)
     threads = settings.threads if is_generated_item(item) else None
     with _torch_threads(threads):
         try:
             return (yield)
+        except CheckSkipped as e:
+            raise as_pytest_skip(e) from None
         finally:
             current_item.reset(token)
+
+
+def as_pytest_skip(skipped: CheckSkipped) -> BaseException:
+    """pytest's skip for the runtime's CheckSkipped: the same reason, and the same traceback.
+
+    pytest reports a skip at the innermost frame of its traceback that does not hide itself
+    (`__tracebackhide__`); the runtime hides its own frames, so `-rs` names the generated test's
+    run_check line, or the line of the runtime that decided (opinfo.py, which does not hide its frame).
+    """
+    return pytest.skip.Exception(skipped.reason).with_traceback(skipped.__traceback__)
 
 
 @contextlib.contextmanager

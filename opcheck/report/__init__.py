@@ -13,5 +13,18 @@ from opcheck.report.matrix import Cell, Matrix, Note, Row, build_matrix
 from opcheck.report.render import render_html, render_markdown
 from opcheck.report.results import OUTCOMES, ReportError, TestResult, load_results, parse_json, parse_junit
 
-__all__ = ["OUTCOMES", "Cell", "Matrix", "Note", "ReportError", "Row", "TestResult", "build_matrix", "load_results",
-           "parse_json", "parse_junit", "render_html", "render_markdown"]
+__all__ = [
+    "OUTCOMES",
+    "Cell",
+    "Matrix",
+    "Note",
+    "ReportError",
+    "Row",
+    "TestResult",
+    "build_matrix",
+    "load_results",
+    "parse_json",
+    "parse_junit",
+    "render_html",
+    "render_markdown",
+]

@@ -12,11 +12,24 @@ still shows those cells.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
-from opcheck.report.results import (ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, TestResult, case_from_nodeid,
-                                    error_reason, first_line, results_json, worse)
+from opcheck.report.results import (
+    ERROR,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    XFAILED,
+    XPASSED,
+    TestResult,
+    error_reason,
+    first_line,
+    results_json,
+    worse,
+)
+from opcheck.spec.case import CaseId
 
 CASE_ATTR = "opcheck_case"
 """The report attribute holding a test's case: a dict for a generated test, {} for any other test."""
@@ -69,14 +82,15 @@ class ResultsRecorder:
     def pytest_runtest_logreport(self, report) -> None:
         case = getattr(report, CASE_ATTR, None)
         if case is None:  # reports made outside the test protocol (a crashed xdist worker's test)
-            case = case_from_nodeid(report.nodeid)
+            parsed = CaseId.from_nodeid(report.nodeid)
+            case = asdict(parsed) if parsed is not None else None
         if not case:
             return
         entry = self._tests.setdefault(report.nodeid, dict(case, nodeid=report.nodeid, duration=0.0, verdict=None))
         entry["duration"] += float(getattr(report, "duration", 0.0) or 0.0)
         entry["verdict"] = worse(entry["verdict"], report_verdict(report))
 
-    def results(self, unavailable: list[dict] = ()) -> list[TestResult]:
+    def results(self, unavailable: Sequence[dict] = ()) -> list[TestResult]:
         """Every generated test that ran, then those not collected for an unavailable device (skipped)."""
         out = []
         for entry in self._tests.values():

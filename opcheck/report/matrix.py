@@ -122,8 +122,10 @@ def build_matrix(results: list[TestResult]) -> Matrix:
         rows.append(Row(spec, op, source, check, dtype, tuple(cells)))
 
     row_index = {key: i for i, key in enumerate(keys)}
-    failures = sorted((r for r in results if r.outcome in (FAILED, ERROR)),
-                      key=lambda r: (row_index[r.spec, r.check, r.dtype], _device_order(r.device), r.sample))
+    failures = sorted(
+        (r for r in results if r.outcome in (FAILED, ERROR)),
+        key=lambda r: (row_index[r.spec, r.check, r.dtype], _device_order(r.device), r.sample),
+    )
     return Matrix(
         devices=devices,
         rows=tuple(rows),
@@ -146,12 +148,13 @@ def _cell(tests: list[TestResult], notes: dict) -> Cell:
         note = notes.setdefault(key, [len(notes) + 1, 0])
         note[1] += len(reasons[key])
         numbers.append(note[0])
-    return Cell(counts=tuple((o, counts[o]) for o in OUTCOMES if counts[o]),
-                reasons=tuple((o, text, tuple(reasons[o, text])) for o, text in ordered),
-                notes=tuple(numbers))
+    return Cell(
+        counts=tuple((o, counts[o]) for o in OUTCOMES if counts[o]),
+        reasons=tuple((o, text, tuple(reasons[o, text])) for o, text in ordered),
+        notes=tuple(numbers),
+    )
 
 
 def _totals(results: list[TestResult]) -> tuple[tuple[str, int], ...]:
     counts = Counter(r.outcome for r in results)
     return tuple((o, counts[o]) for o in OUTCOMES)
-

@@ -74,9 +74,13 @@ def render_markdown(matrix: Matrix, source: str) -> str:
     out = [f"# {TITLE}", "", _md(headline(matrix, source)) + ".", ""]
     header, rows = _device_table(matrix)
     out += _md_table(header, [[_md(c) for c in r] for r in rows], right=len(header) - 1)
-    out += ["", "## Matrix", "",
-            "One row per op, check and dtype; a cell counts the row's samples on one device; [n] is a note below.",
-            ""]
+    out += [
+        "",
+        "## Matrix",
+        "",
+        "One row per op, check and dtype; a cell counts the row's samples on one device; [n] is a note below.",
+        "",
+    ]
     table, previous = [], None
     for row in matrix.rows:
         label = "" if row.spec == previous else _md(row.spec) + (f" ({_code(row.op)})" if row.op else "")
@@ -85,12 +89,15 @@ def render_markdown(matrix: Matrix, source: str) -> str:
     out += _md_table(["op", "check", "dtype", *map(_md, matrix.devices)], table)
     if matrix.notes:
         out += ["", "## Notes", ""]
-        out += [f"{note.number}. {note.outcome}, {_plural(note.tests, 'test')}: {_md(note.text)}"
-                for note in matrix.notes]
+        out += [
+            f"{note.number}. {note.outcome}, {_plural(note.tests, 'test')}: {_md(note.text)}" for note in matrix.notes
+        ]
     if matrix.failures:
         out += ["", "## Failures", ""]
-        out += [f"- {result.outcome}: {_code(result.nodeid)}" + (f" [{number}]" if number else "")
-                for result, number in matrix.failures]
+        out += [
+            f"- {result.outcome}: {_code(result.nodeid)}" + (f" [{number}]" if number else "")
+            for result, number in matrix.failures
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -110,8 +117,13 @@ def _environment() -> jinja2.Environment:
 def _html_cell(cell: Cell | None) -> dict:
     if cell is None:
         return {"css": "none", "text": _EMPTY, "title": "no test", "notes": [], "strong": False}
-    return {"css": cell.status, "text": cell.text, "title": cell.title, "notes": list(cell.notes),
-            "strong": cell.status in (FAILED, ERROR)}
+    return {
+        "css": cell.status,
+        "text": cell.text,
+        "title": cell.title,
+        "notes": list(cell.notes),
+        "strong": cell.status in (FAILED, ERROR),
+    }
 
 
 def _html_rows(matrix: Matrix) -> list[dict]:
@@ -122,29 +134,41 @@ def _html_rows(matrix: Matrix) -> list[dict]:
     for row in matrix.rows:
         first = row.spec != previous
         previous = row.spec
-        rows.append({
-            "rowspan": group_sizes[row.spec] if first else 0,  # 0: the op cell of the row above spans this one
-            "spec": row.spec, "op": row.op,
-            "op_title": " ".join(p for p in (row.op, f"({row.source})" if row.source else "") if p) or row.spec,
-            "check": row.check, "dtype": row.dtype,
-            "cells": [_html_cell(c) for c in row.cells],
-        })
+        rows.append(
+            {
+                "rowspan": group_sizes[row.spec] if first else 0,  # 0: the op cell of the row above spans this one
+                "spec": row.spec,
+                "op": row.op,
+                "op_title": " ".join(p for p in (row.op, f"({row.source})" if row.source else "") if p) or row.spec,
+                "check": row.check,
+                "dtype": row.dtype,
+                "cells": [_html_cell(c) for c in row.cells],
+            }
+        )
     return rows
 
 
 def render_html(matrix: Matrix, source: str) -> str:
     header, device_rows = _device_table(matrix)
-    return _environment().get_template("report.html.j2").render(
-        title=f"{TITLE}: {source}",
-        heading=TITLE,
-        headline=headline(matrix, source),
-        summary_header=header,
-        summary_rows=device_rows,
-        legend=list(_LEGEND),
-        devices=list(matrix.devices),
-        rows=_html_rows(matrix),
-        notes=[{"number": n.number, "outcome": n.outcome, "tests": _plural(n.tests, "test"), "text": n.text}
-               for n in matrix.notes],
-        failures=[{"outcome": r.outcome, "nodeid": r.nodeid, "note": number or 0, "reason": r.reason}
-                  for r, number in matrix.failures],
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title=f"{TITLE}: {source}",
+            heading=TITLE,
+            headline=headline(matrix, source),
+            summary_header=header,
+            summary_rows=device_rows,
+            legend=list(_LEGEND),
+            devices=list(matrix.devices),
+            rows=_html_rows(matrix),
+            notes=[
+                {"number": n.number, "outcome": n.outcome, "tests": _plural(n.tests, "test"), "text": n.text}
+                for n in matrix.notes
+            ],
+            failures=[
+                {"outcome": r.outcome, "nodeid": r.nodeid, "note": number or 0, "reason": r.reason}
+                for r, number in matrix.failures
+            ],
+        )
     )

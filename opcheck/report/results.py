@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from opcheck.spec.model import CHECKS, TENSOR_DTYPES
+from opcheck.spec.case import CaseId, spec_of_module
 
 RESULTS_FORMAT = "opcheck-results"
 RESULTS_VERSION = 1
@@ -31,8 +31,6 @@ _PRECEDENCE = (PASSED, SKIPPED, XFAILED, XPASSED, ERROR, FAILED)
 """When one test reports several phases (a call failure, then a teardown error), the later in this
 tuple wins: a failure stays a failure, a pass followed by a teardown error is an error."""
 
-_TEST_NAME = re.compile(r"^test_(?P<check>\w+)\[(?P<device>[A-Za-z0-9_.]+)-(?P<dtype>[A-Za-z0-9_.]+)-"
-                        r"(?P<sample>[A-Za-z0-9_.-]+)\]$")
 _ERROR_MESSAGE = re.compile(r'^failed on (?P<when>setup|teardown) with "(?P<reason>.*)"$', re.DOTALL)
 _XPASS_STRICT_OLD = "xfail-marked test passes unexpectedly"  # JUnit's <skipped> for a failed xfail report
 
@@ -65,31 +63,19 @@ class TestResult:
         return {key: record[key] for key in _RECORD_ORDER}
 
 
-_RECORD_ORDER = ("nodeid", "spec", "op", "source", "check", "device", "dtype", "sample", "outcome", "reason",
-                 "duration")
-
-
-def parse_test_name(name: str) -> dict | None:
-    """{check, device, dtype, sample} of a generated test's name, or None for any other test."""
-    m = _TEST_NAME.match(name)
-    if m is None or m["check"] not in CHECKS or m["dtype"] not in TENSOR_DTYPES:
-        return None
-    return m.groupdict()
-
-
-def spec_of_module(module: str) -> str:
-    """`generated_tests/test_sin.py` or `generated_tests.test_sin` → `sin`."""
-    stem = module.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").rsplit(".", 1)[-1]
-    return stem.removeprefix("test_")
-
-
-def case_from_nodeid(nodeid: str) -> dict | None:
-    """The spec and case of a generated test's node id (`path/test_sin.py::test_gradcheck[...]`), or None."""
-    module, sep, name = nodeid.partition("::")
-    case = parse_test_name(name) if sep and "::" not in name else None
-    if case is None:
-        return None
-    return dict(spec=spec_of_module(module), **case)
+_RECORD_ORDER = (
+    "nodeid",
+    "spec",
+    "op",
+    "source",
+    "check",
+    "device",
+    "dtype",
+    "sample",
+    "outcome",
+    "reason",
+    "duration",
+)
 
 
 def first_line(text: str) -> str:
@@ -130,8 +116,10 @@ def load_results(path: Path) -> list[TestResult]:
         return parse_junit(text, where=str(path))
     if kind == ".json":
         return parse_json(text, where=str(path))
-    raise ReportError(f"{path}: expected a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results "
-                      f"(pytest --opcheck-results PATH.json)")
+    raise ReportError(
+        f"{path}: expected a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results "
+        f"(pytest --opcheck-results PATH.json)"
+    )
 
 
 def parse_junit(text: str, where: str = "<junit>") -> list[TestResult]:
@@ -140,17 +128,17 @@ def parse_junit(text: str, where: str = "<junit>") -> list[TestResult]:
     except ET.ParseError as e:
         raise ReportError(f"{where}: not valid XML: {e}") from None
     if root.tag not in ("testsuites", "testsuite"):
-        raise ReportError(f"{where}: not a JUnit XML report (root element <{root.tag}>, expected <testsuites> "
-                          f"or <testsuite>)")
+        raise ReportError(
+            f"{where}: not a JUnit XML report (root element <{root.tag}>, expected <testsuites> or <testsuite>)"
+        )
     found: dict[str, dict] = {}
     for case in root.iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
-        parsed = parse_test_name(name)
-        if parsed is None or not classname:
+        parsed = CaseId.parse(spec_of_module(classname), name) if classname else None
+        if parsed is None:
             continue
         nodeid = f"{classname.replace('.', '/')}.py::{name}"
-        entry = found.setdefault(nodeid, dict(spec=spec_of_module(classname), nodeid=nodeid, duration=0.0,
-                                              verdict=None, **parsed))
+        entry = found.setdefault(nodeid, dict(asdict(parsed), nodeid=nodeid, duration=0.0, verdict=None))
         entry["duration"] += _float(case.get("time"))
         # A test that failed in its call and errored in teardown has two <testcase> elements.
         entry["verdict"] = worse(entry["verdict"], _junit_verdict(case))
@@ -197,14 +185,17 @@ def parse_json(text: str, where: str = "<json>") -> list[TestResult]:
     except json.JSONDecodeError as e:
         raise ReportError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
-        raise ReportError(f"{where}: not opcheck results (expected a JSON object with \"format\": "
-                          f"\"{RESULTS_FORMAT}\", as `pytest --opcheck-results PATH` writes)")
+        raise ReportError(
+            f'{where}: not opcheck results (expected a JSON object with "format": '
+            f'"{RESULTS_FORMAT}", as `pytest --opcheck-results PATH` writes)'
+        )
     if data.get("version") != RESULTS_VERSION:
-        raise ReportError(f"{where}: results format version {data.get('version')!r}; this opcheck reads "
-                          f"version {RESULTS_VERSION}")
+        raise ReportError(
+            f"{where}: results format version {data.get('version')!r}; this opcheck reads version {RESULTS_VERSION}"
+        )
     tests = data.get("tests")
     if not isinstance(tests, list):
-        raise ReportError(f"{where}: \"tests\": expected a list of test records")
+        raise ReportError(f'{where}: "tests": expected a list of test records')
     problems, results = [], []
     for i, record in enumerate(tests):
         problem = _record_problem(record)
@@ -238,5 +229,9 @@ def _record_problem(record) -> str | None:
 def results_json(results: list[TestResult]) -> str:
     """The `--opcheck-results` file: one record per test, in node id order (the same for every run)."""
     ordered = sorted(results, key=lambda r: r.nodeid)
-    return json.dumps({"format": RESULTS_FORMAT, "version": RESULTS_VERSION,
-                       "tests": [r.to_json() for r in ordered]}, indent=1) + "\n"
+    return (
+        json.dumps(
+            {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "tests": [r.to_json() for r in ordered]}, indent=1
+        )
+        + "\n"
+    )

@@ -1,10 +1,12 @@
 """What generated test modules call: `run_check(SPEC, check, device, dtype, sample)`.
 
-One call builds the sample on (device, dtype) from a seed hashed from the test id, resolves
-flags, tolerances (tolerances.py) and the fast/full policy (policy.py), runs the check
-(checks.py, lowprec.py) and either returns, skips with a reason, or raises a failure whose
-message names the op, the spec location, the check path, device, dtype, sample, seed, the
-tolerances used, the engine's localized report and the command that reruns only this case.
+One call builds the sample on (device, dtype) from a seed hashed from the test id (the case's
+identity, opcheck.spec.case.CaseId), resolves flags, tolerances (tolerances.py) and the fast/full
+policy (policy.py), runs the check (checks.py, lowprec.py) and either returns, raises
+CheckSkipped with a reason (outcomes.py; the plugin reports it as pytest's skip), or raises a
+failure whose message names the op, the spec location, the check path, device, dtype, sample,
+seed, the tolerances used, the engine's localized report and the command that reruns only this
+case. Nothing here imports pytest.
 
 Running in parallel and sharding
 --------------------------------
@@ -46,19 +48,23 @@ from opcheck.runtime.checks import (
 )
 from opcheck.runtime.context import DEFAULT_JACOBIAN_BUDGET, Settings
 from opcheck.runtime.makers import SampleError
+from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
-from opcheck.runtime.samples import Call, build_calls, case_id, seed_for
+from opcheck.runtime.samples import Call, build_calls
 from opcheck.runtime.tolerances import (
     GRADIENT_TOLERANCES,
     LOWPREC_TOLERANCES,
     Tolerances,
     resolve_tolerances,
 )
+from opcheck.spec.case import CaseId
 
 __all__ = [
     "Call",
+    "CaseId",
     "CheckCrashed",
     "CheckFailed",
+    "CheckSkipped",
     "DEFAULT_JACOBIAN_BUDGET",
     "GRADIENT_TOLERANCES",
     "LOWPREC_TOLERANCES",
@@ -76,6 +82,4 @@ __all__ = [
     "jacobian_entries",
     "resolve_tolerances",
     "run_check",
-    "seed_for",
-    "case_id",
 ]

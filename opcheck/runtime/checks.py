@@ -21,10 +21,12 @@ and the report's user_properties), never silent.
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
-import pytest
 import torch
 
 import opcheck.engine as engine
@@ -33,19 +35,37 @@ from opcheck.runtime.context import Settings, current_item, current_settings
 from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
 from opcheck.runtime.lowprec import compare_lowprec
 from opcheck.runtime.makers import SampleError
+from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
 from opcheck.runtime.report import Case, format_failure, write_heatmap
-from opcheck.runtime.samples import Call, build_calls, is_random, seed_for
+from opcheck.runtime.samples import Call, build_calls, is_random
 from opcheck.runtime.tolerances import Tolerances, resolve_tolerances
-from opcheck.spec.model import (CHECKS, FORWARD_AD, FORWARD_AD_UNSUPPORTED, FWGRAD_BWGRAD, GRADCHECK,
-                                GRADGRAD_UNSUPPORTED, GRADGRADCHECK, LIBRARY_OPCHECK, LOWPREC, OpSpec, Sample)
+from opcheck.spec.model import (
+    CHECKS,
+    FORWARD_AD,
+    FORWARD_AD_UNSUPPORTED,
+    FWGRAD_BWGRAD,
+    GRADCHECK,
+    GRADGRAD_UNSUPPORTED,
+    GRADGRADCHECK,
+    LIBRARY_OPCHECK,
+    LOWPREC,
+    OpSpec,
+    Sample,
+)
 from opcheck.spec.oppath import OpPathError, resolve_op
 from opcheck.spec.sparse import has_sparse
 
 MAX_REDRAWS = 3
 
-PATHS = {GRADCHECK: "VJP", FORWARD_AD: "JVP", GRADGRADCHECK: "VJP of VJP", FWGRAD_BWGRAD: "JVP of VJP",
-         GRADGRAD_UNSUPPORTED: "VJP of VJP", FORWARD_AD_UNSUPPORTED: "JVP"}
+PATHS: dict[str, str] = {
+    GRADCHECK: "VJP",
+    FORWARD_AD: "JVP",
+    GRADGRADCHECK: "VJP of VJP",
+    FWGRAD_BWGRAD: "JVP of VJP",
+    GRADGRAD_UNSUPPORTED: "VJP of VJP",
+    FORWARD_AD_UNSUPPORTED: "JVP",
+}
 
 
 class CheckFailed(GradcheckError):
@@ -73,14 +93,14 @@ class OpcheckRedrawWarning(UserWarning):
 
 
 def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) -> None:
-    """Run one generated test: pass, pytest.skip with a reason, or raise a failure that says it all."""
+    """Run one generated test: pass, raise CheckSkipped with a reason, or raise a failure that says it all."""
     __tracebackhide__ = True
     if check not in CHECKS:
         raise ValueError(f"unknown check {check!r}; expected one of {', '.join(CHECKS)}")
     reason = unavailable_reason(device) or unsupported_dtype_reason(device, dtype)
     if reason:
-        pytest.skip(reason)
-    case = Case(spec, check, device, dtype, spec.sample(sample))
+        raise CheckSkipped(reason)
+    case = Case.of(spec, check, device, dtype, sample)
     # A sparse input goes through the engine's loop, whose auto projections use forward AD too.
     if check in (FORWARD_AD, FWGRAD_BWGRAD, FORWARD_AD_UNSUPPORTED, LOWPREC) or _has_sparse(case.sample):
         _load_forward_ad_decompositions()
@@ -90,33 +110,30 @@ def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) ->
         RUNNERS[check](case, current_settings())
 
 
-_FORWARD_AD_READY = []
-
-
 def _has_sparse(sample: Sample) -> bool:
     return any(has_sparse(arg) for arg in list(sample.args) + [value for _, value in sample.kwargs])
 
 
+@functools.cache
 def _load_forward_ad_decompositions() -> None:
     """torch scripts its forward-AD decompositions on first use, with one DeprecationWarning per
-    function (torch.jit.script is deprecated): noise in every test report, not the user's code."""
-    if _FORWARD_AD_READY:
-        return
+    function (torch.jit.script is deprecated): noise in every test report, not the user's code.
+    Once per process (functools.cache)."""
     load = getattr(torch.autograd.forward_ad, "_maybe_load_decompositions", None)
     if load is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             load()
-    _FORWARD_AD_READY.append(True)
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _calls(case: Case, attempt: int) -> list[Call]:
+def _calls(case: Case) -> list[Call]:
+    """The calls of this draw of the case's sample (its seed: the case's id and attempt)."""
     __tracebackhide__ = True
-    case.attempt = attempt
-    case.seed = seed_for(case.spec.name, case.test_id, attempt)
     try:
         return build_calls(case.spec, case.sample, case.device, case.dtype, case.seed)
+    except CheckSkipped:  # `opinfo:` without expecttest: a skip, not the sample's fault
+        raise
     except (SampleError, OpPathError, LookupError) as e:  # the spec's mistake: the message says it all
         raise CheckCrashed(_build_failure(case, e)) from None
     except Exception as e:  # e.g. a `generator:` function that raises: keep its traceback
@@ -124,28 +141,45 @@ def _calls(case: Case, attempt: int) -> list[Call]:
 
 
 def _build_failure(case: Case, e: Exception) -> str:
-    return format_failure(case, headline=f"opcheck could not build sample {case.sample.name!r} for {case.spec.op}",
-                          body=f"{type(e).__name__}: {e}")
+    return format_failure(
+        case,
+        headline=f"opcheck could not build sample {case.sample.name!r} for {case.spec.op}",
+        body=f"{type(e).__name__}: {e}",
+    )
 
 
-def _crash(case: Case, call: Call | None, e: BaseException, what: str, tol: Tolerances | None = None,
-           policy: Policy | None = None) -> CheckCrashed:
+def _crash(
+    case: Case,
+    call: Call | None,
+    e: BaseException,
+    what: str,
+    tol: Tolerances | None = None,
+    policy: Policy | None = None,
+) -> CheckCrashed:
     text = f"{type(e).__name__}: {e}".strip() + _crash_hint(e)
-    return CheckCrashed(format_failure(
-        case, headline=f"opcheck {case.check}: {what} raised {type(e).__name__} for {case.spec.op} on "
-                       f"{case.device}/{case.dtype}, sample {case.sample.name!r}",
-        body=text, call=call, path=PATHS.get(case.check),
-        tolerances=(tol.describe(("atol", "rtol")) if case.check == LOWPREC else tol.describe()) if tol else None,
-        policy=policy.describe() if policy else None))
+    return CheckCrashed(
+        format_failure(
+            case,
+            headline=f"opcheck {case.check}: {what} raised {type(e).__name__} for {case.spec.op} on "
+            f"{case.device}/{case.dtype}, sample {case.sample.name!r}",
+            body=text,
+            call=call,
+            path=PATHS.get(case.check),
+            tolerances=(tol.describe(("atol", "rtol")) if case.check == LOWPREC else tol.describe()) if tol else None,
+            policy=policy.describe() if policy else None,
+        )
+    )
 
 
 def _crash_hint(e: BaseException) -> str:
     """Name the usual cause of a crash inside a custom backward, when the exception shows it."""
     message = str(e)
     if isinstance(e, (TypeError, AttributeError)) and "NoneType" in message:
-        return ("\nhint: a backward received None: with several outputs, the grad_output of an output "
-                "that did not contribute is undefined. autograd.Function passes zeros for it unless "
-                "ctx.set_materialize_grads(False) is set; with that setting, backward must handle None.")
+        return (
+            "\nhint: a backward received None: with several outputs, the grad_output of an output "
+            "that did not contribute is undefined. autograd.Function passes zeros for it unless "
+            "ctx.set_materialize_grads(False) is set; with that setting, backward must handle None."
+        )
     return ""
 
 
@@ -153,36 +187,51 @@ def _entries(check: str, fn, inputs) -> int:
     __tracebackhide__ = True
     out = fn(*inputs)
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    out_numels = [o.numel() for o in outs
-                  if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
+    out_numels = [o.numel() for o in outs if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
     return jacobian_entries(check, [x.numel() for x in inputs], out_numels)
 
 
 def engine_call(case: Case, tol: Tolerances, policy: Policy):
     """The engine function for this check kind and the keyword arguments it gets."""
     f, g = case.spec.gradcheck, case.spec.gradgradcheck
-    common = dict(tol.engine_kwargs(), check_grad_dtypes=f.check_grad_dtypes, masked=f.masked,
-                  **policy.engine_kwargs())
+    common = dict(tol.engine_kwargs(), check_grad_dtypes=f.check_grad_dtypes, masked=f.masked, **policy.engine_kwargs())
     check = case.check
     if check == GRADCHECK:
         return engine.gradcheck_report, dict(
-            common, check_undefined_grad=f.check_undefined_grad, check_batched_grad=f.check_batched_grad,
-            check_batched_forward_grad=False, check_forward_ad=False, check_backward_ad=True)
+            common,
+            check_undefined_grad=f.check_undefined_grad,
+            check_batched_grad=f.check_batched_grad,
+            check_batched_forward_grad=False,
+            check_forward_ad=False,
+            check_backward_ad=True,
+        )
     if check in (FORWARD_AD, FORWARD_AD_UNSUPPORTED):
         return engine.gradcheck_report, dict(
-            common, check_undefined_grad=f.check_undefined_grad, check_batched_grad=False,
+            common,
+            check_undefined_grad=f.check_undefined_grad,
+            check_batched_grad=False,
             check_batched_forward_grad=f.check_batched_forward_grad and check == FORWARD_AD,
-            check_forward_ad=True, check_backward_ad=False)
+            check_forward_ad=True,
+            check_backward_ad=False,
+        )
     if check in (GRADGRADCHECK, GRADGRAD_UNSUPPORTED):
         return _seeded(engine.gradgradcheck_report, case), dict(
-            common, gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs,
+            common,
+            gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs,
             check_undefined_grad=f.check_undefined_grad,
             check_batched_grad=g.check_batched_grad and check == GRADGRADCHECK,
-            check_fwd_over_rev=False, check_rev_over_rev=True)
+            check_fwd_over_rev=False,
+            check_rev_over_rev=True,
+        )
     if check == FWGRAD_BWGRAD:
         return _seeded(engine.gradgradcheck_report, case), dict(
-            common, gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs, check_undefined_grad=False,
-            check_batched_grad=False, check_fwd_over_rev=True, check_rev_over_rev=False)
+            common,
+            gen_non_contig_grad_outputs=g.gen_non_contig_grad_outputs,
+            check_undefined_grad=False,
+            check_batched_grad=False,
+            check_fwd_over_rev=True,
+            check_rev_over_rev=False,
+        )
     raise ValueError(f"{check} does not call the gradient engine")
 
 
@@ -192,6 +241,7 @@ def _seeded(check_fn, case: Case):
     gradgradcheck draws its random grad_outputs from the global generator, as torch's does, so
     that a seeded caller checks the same function with either; a test's id reproduces them.
     """
+
     def run(*args, **kwargs):
         if case.device == "cpu":
             fork = torch.random.fork_rng(devices=[])
@@ -207,10 +257,13 @@ def _seeded(check_fn, case: Case):
     return run
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Outcome:
+    """A call that failed the check: the engine's report and its error, and whether it looks like a kink."""
+
     call: Call
-    report: object  # engine GradcheckReport
+    report: engine.GradcheckReport
+    error: GradcheckError
     policy: Policy
     kink: str | None  # why the failure looks like a kink, or None
 
@@ -219,10 +272,15 @@ def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> 
     __tracebackhide__ = True
     fn, inputs = call.as_function(), call.gradcheck_inputs()
     if not inputs:
-        raise CheckCrashed(format_failure(
-            case, headline=f"opcheck {case.check}: sample {case.sample.name!r} has no tensor that requires grad",
-            body="gradcheck differentiates with respect to the sample's floating-point tensors; this sample has "
-                 "none (integer dtypes or requires_grad: false everywhere)", call=call))
+        raise CheckCrashed(
+            format_failure(
+                case,
+                headline=f"opcheck {case.check}: sample {case.sample.name!r} has no tensor that requires grad",
+                body="gradcheck differentiates with respect to the sample's floating-point tensors; this sample has "
+                "none (integer dtypes or requires_grad: false everywhere)",
+                call=call,
+            )
+        )
     policy = None
     try:
         policy = choose_policy(case.spec.gradcheck.fast_mode, settings, lambda: _entries(case.check, fn, inputs))
@@ -230,10 +288,10 @@ def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> 
         report = check_fn(fn, inputs, **kwargs)
     except Exception as e:
         raise _crash(case, call, e, "the check", tol, policy) from e
-    if report.passed:
+    if report.error is None:  # passed
         return None
     kink = _kink_evidence(check_fn, fn, inputs, kwargs, report) if report.mismatch is not None else None
-    return _Outcome(call, report, policy, kink)
+    return _Outcome(call, report, report.error, policy, kink)
 
 
 def _block_key(m):
@@ -261,16 +319,20 @@ def _kink_evidence(check_fn, fn, inputs, kwargs, report) -> str | None:
     moved = (n1 - n2).abs() > atol + rtol * n2.abs()
     if bool((bad & moved).any()):
         worst = float((n1 - n2).abs()[bad & moved].max())
-        return (f"the numerical derivative at the mismatched entries changes by up to {worst:.4g} between "
-                f"eps={eps:g} and eps={eps / 2:g}")
+        return (
+            f"the numerical derivative at the mismatched entries changes by up to {worst:.4g} between "
+            f"eps={eps:g} and eps={eps / 2:g}"
+        )
     return None
 
 
 def _announce_redraws(case: Case, history: list[str]) -> None:
-    text = (f"opcheck: {case.spec.name} {case.test_id}: passed after {len(history)} re-draw(s) of sample "
-            f"{case.sample.name!r}; earlier draws landed next to a non-differentiable point:\n"
-            + "\n".join(f"  {h}" for h in history)
-            + f"\n  passing draw: seed {case.seed} (re-draw {case.attempt})")
+    text = (
+        f"opcheck: {case.spec.name} {case.id.name}: passed after {len(history)} re-draw(s) of sample "
+        f"{case.sample.name!r}; earlier draws landed next to a non-differentiable point:\n"
+        + "\n".join(f"  {h}" for h in history)
+        + f"\n  passing draw: seed {case.seed} (re-draw {case.attempt})"
+    )
     print(text)
     item = current_item.get()
     if item is not None:
@@ -281,36 +343,48 @@ def _announce_redraws(case: Case, history: list[str]) -> None:
 # ------------------------------------------------------------------------------------ runners
 def _gradient_check(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
-    spec = case.spec
-    tol = resolve_tolerances(spec, case.check, case.device, case.dtype, case.sample.name)
+    tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
     redraws = MAX_REDRAWS if is_random(case.sample) else 0
     history: list[str] = []
     for attempt in range(redraws + 1):
-        failure = None
-        for call in _calls(case, attempt):
-            failure = _run_engine(case, call, tol, settings)
-            if failure is not None:
-                break
+        drawn = case.redraw(attempt)
+        failure = _first_failure(drawn, tol, settings)
         if failure is None:
             if history:
-                _announce_redraws(case, history)
+                _announce_redraws(drawn, history)
             return
         if failure.kink is None or attempt == redraws:
-            break
-        history.append(f"seed {case.seed}" + (f" (re-draw {attempt})" if attempt else "") + f": {failure.kink}")
-    if failure.kink is not None:
-        if redraws:
-            case.notes.append(f"every one of {redraws + 1} draws landed next to a non-differentiable point "
-                              "(earlier: " + "; ".join(history) + f"; last: {failure.kink}); keep the values away "
-                              "from the kink with `avoid:` in the sample")
-        else:
-            case.notes.append(f"this looks like a kink ({failure.kink}), but the sample has explicit values, "
-                              "so it cannot be re-drawn")
-    raise _gradient_failure(case, failure, tol, settings) from None
+            raise _gradient_failure(_kink_note(drawn, failure.kink, history, redraws), failure, tol, settings)
+        history.append(f"seed {drawn.seed}" + (f" (re-draw {attempt})" if attempt else "") + f": {failure.kink}")
+
+
+def _kink_note(case: Case, kink: str | None, history: list[str], redraws: int) -> Case:
+    """The case with a note on why a failure that looks like a kink stands (none for any other failure)."""
+    if kink is None:
+        return case
+    if redraws:
+        return case.with_note(
+            f"every one of {redraws + 1} draws landed next to a non-differentiable point "
+            "(earlier: " + "; ".join(history) + f"; last: {kink}); keep the values "
+            "away from the kink with `avoid:` in the sample"
+        )
+    return case.with_note(
+        f"this looks like a kink ({kink}), but the sample has explicit values, so it cannot be re-drawn"
+    )
+
+
+def _first_failure(case: Case, tol: Tolerances, settings: Settings) -> _Outcome | None:
+    """The first of the draw's calls that fails the check, or None when every one passes."""
+    __tracebackhide__ = True
+    for call in _calls(case):
+        failure = _run_engine(case, call, tol, settings)
+        if failure is not None:
+            return failure
+    return None
 
 
 def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: Settings) -> CheckFailed:
-    err = failure.report.error
+    err = failure.error
     plot = None
     if settings.plot_dir:
         if failure.report.mismatch is not None:
@@ -324,10 +398,16 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
     if err.check:
         path = f"{path} ({err.check})"
     message = format_failure(
-        case, headline=f"opcheck {case.check} failed for {case.spec.op} on {case.device}/{case.dtype}, "
-                       f"sample {case.sample.name!r}",
-        body="engine report:\n" + str(err), call=failure.call, path=path,
-        tolerances=tol.describe(), policy=failure.policy.describe(failure.report), plot=plot)
+        case,
+        headline=f"opcheck {case.check} failed for {case.spec.op} on {case.device}/{case.dtype}, "
+        f"sample {case.sample.name!r}",
+        body="engine report:\n" + str(err),
+        call=failure.call,
+        path=path,
+        tolerances=tol.describe(),
+        policy=failure.policy.describe(failure.report),
+        plot=plot,
+    )
     return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
 
 
@@ -336,12 +416,18 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
     flag = "supports_gradgrad" if case.check == GRADGRAD_UNSUPPORTED else "supports_forward_ad"
     what = "the second derivative (VJP of VJP)" if case.check == GRADGRAD_UNSUPPORTED else "forward-mode AD (JVP)"
     tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
-    for call in _calls(case, 0):
+    for call in _calls(case):
         fn, inputs = call.as_function(), call.gradcheck_inputs()
         if not inputs:
-            raise CheckCrashed(format_failure(
-                case, headline=f"opcheck {case.check}: sample {case.sample.name!r} has no tensor that requires "
-                               "grad, so it cannot show that the derivative raises", body="", call=call))
+            raise CheckCrashed(
+                format_failure(
+                    case,
+                    headline=f"opcheck {case.check}: sample {case.sample.name!r} has no tensor that requires "
+                    "grad, so it cannot show that the derivative raises",
+                    body="",
+                    call=call,
+                )
+            )
         policy = Policy(True, "only whether the derivative raises matters")
         check_fn, kwargs = engine_call(case, tol, policy)
         try:
@@ -350,11 +436,18 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
             continue  # raised, as declared
         if not report.passed:
             continue
-        raise UnsupportedButWorks(format_failure(
-            case, headline=f"the spec declares `{flag}: false`, but {what} of {case.spec.op} works: remove "
-                           f"`{flag}: false` from {case.spec.source} so that the derivative is checked instead",
-            body=f"{check_fn.__name__} passed on this sample instead of raising.", call=call,
-            path=PATHS[case.check], tolerances=tol.describe(), policy=policy.describe()))
+        raise UnsupportedButWorks(
+            format_failure(
+                case,
+                headline=f"the spec declares `{flag}: false`, but {what} of {case.spec.op} works: remove "
+                f"`{flag}: false` from {case.spec.source} so that the derivative is checked instead",
+                body=f"{check_fn.__name__} passed on this sample instead of raising.",
+                call=call,
+                path=PATHS[case.check],
+                tolerances=tol.describe(),
+                policy=policy.describe(),
+            )
+        )
 
 
 def _lowprec(case: Case, settings: Settings) -> None:
@@ -362,19 +455,26 @@ def _lowprec(case: Case, settings: Settings) -> None:
     tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
     forward = case.spec.gradcheck.check_forward_ad and case.spec.supports_forward_ad
     reference = resolve_op(case.spec.reference) if case.spec.reference else None
-    for call in _calls(case, 0):
+    for call in _calls(case):
         try:
-            diff = compare_lowprec(call, device=case.device, spec_name=case.spec.name, test_id=case.test_id,
-                                   attempt=0, tolerances=tol, check_forward_ad=forward, reference_op=reference)
+            diff = compare_lowprec(
+                call, case.id, attempt=case.attempt, tolerances=tol, check_forward_ad=forward, reference_op=reference
+            )
         except Exception as e:
             raise _crash(case, call, e, "the low-precision run", tol) from e
         if diff is not None:
-            raise LowPrecisionMismatch(format_failure(
-                case, headline=f"opcheck lowprec failed for {case.spec.op} on {case.device}/{case.dtype}, "
-                               f"sample {case.sample.name!r}: {diff.what} differs from the float64 "
-                               + (f"reference {case.spec.reference}" if case.spec.reference else "run"),
-                body=diff.text, call=call, path=f"{diff.path} at {case.dtype} against the float64 reference",
-                tolerances=tol.describe(("atol", "rtol"))))
+            raise LowPrecisionMismatch(
+                format_failure(
+                    case,
+                    headline=f"opcheck lowprec failed for {case.spec.op} on {case.device}/{case.dtype}, "
+                    f"sample {case.sample.name!r}: {diff.what} differs from the float64 "
+                    + (f"reference {case.spec.reference}" if case.spec.reference else "run"),
+                    body=diff.text,
+                    call=call,
+                    path=f"{diff.path} at {case.dtype} against the float64 reference",
+                    tolerances=tol.describe(("atol", "rtol")),
+                )
+            )
 
 
 def _library_opcheck(case: Case, settings: Settings) -> None:
@@ -385,25 +485,38 @@ def _library_opcheck(case: Case, settings: Settings) -> None:
     if custom is not None:
         kinds.append(custom.CustomOpDef)
     if not isinstance(op, tuple(kinds)):
-        pytest.skip(f"library_opcheck applies to torch.ops.* operators and torch.library custom ops; "
-                    f"{case.spec.op} is a {type(op).__name__}")
-    for call in _calls(case, 0):
+        raise CheckSkipped(
+            f"library_opcheck applies to torch.ops.* operators and torch.library custom ops; "
+            f"{case.spec.op} is a {type(op).__name__}"
+        )
+    for call in _calls(case):
         try:
-            results = torch.library.opcheck(op, tuple(call.args), dict(call.kwargs), raise_exception=False)
+            results = torch.library.opcheck(cast(Any, op), tuple(call.args), dict(call.kwargs), raise_exception=False)
         except Exception as e:
             raise _crash(case, call, e, "torch.library.opcheck") from e
         failed = {name: r for name, r in results.items() if r != "SUCCESS"}
         if failed:
             body = "\n".join(f"{name}: FAILED: {type(r).__name__}: {r}" for name, r in failed.items())
             body += "\n" + "\n".join(f"{name}: passed" for name in results if name not in failed)
-            raise LibraryOpcheckFailed(format_failure(
-                case, headline=f"torch.library.opcheck failed for {case.spec.op} on {case.device}/{case.dtype}, "
-                               f"sample {case.sample.name!r}: {', '.join(failed)}",
-                body=body, call=call, path="torch.library.opcheck"))
+            raise LibraryOpcheckFailed(
+                format_failure(
+                    case,
+                    headline=f"torch.library.opcheck failed for {case.spec.op} on {case.device}/{case.dtype}, "
+                    f"sample {case.sample.name!r}: {', '.join(failed)}",
+                    body=body,
+                    call=call,
+                    path="torch.library.opcheck",
+                )
+            )
 
 
-RUNNERS = {
-    GRADCHECK: _gradient_check, FORWARD_AD: _gradient_check, GRADGRADCHECK: _gradient_check,
-    FWGRAD_BWGRAD: _gradient_check, GRADGRAD_UNSUPPORTED: _expect_unsupported,
-    FORWARD_AD_UNSUPPORTED: _expect_unsupported, LOWPREC: _lowprec, LIBRARY_OPCHECK: _library_opcheck,
+RUNNERS: dict[str, Callable[[Case, Settings], None]] = {
+    GRADCHECK: _gradient_check,
+    FORWARD_AD: _gradient_check,
+    GRADGRADCHECK: _gradient_check,
+    FWGRAD_BWGRAD: _gradient_check,
+    GRADGRAD_UNSUPPORTED: _expect_unsupported,
+    FORWARD_AD_UNSUPPORTED: _expect_unsupported,
+    LOWPREC: _lowprec,
+    LIBRARY_OPCHECK: _library_opcheck,
 }

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextvars
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 # DEFAULT_JACOBIAN_BUDGET: Jacobian entries (sum over input/output pairs of numel_in * numel_out)
 # up to which fast_mode "auto" lets the full Jacobian decide a check that its entrywise projection
@@ -44,7 +44,7 @@ class Settings:
     threads: int | None = None
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         raw = os.environ.get(BUDGET_ENV)
         if raw:
             return cls(budget=parse_budget(raw, where=BUDGET_ENV), budget_source=BUDGET_ENV)
@@ -68,8 +68,9 @@ def parse_budget(raw: str, *, where: str) -> int:
                 raise ValueError
             value = int(value)
     except ValueError:
-        raise ValueError(f"{where}: expected a positive number of Jacobian entries (e.g. 1048576, 2**20, "
-                         f"1M), got {raw!r}") from None
+        raise ValueError(
+            f"{where}: expected a positive number of Jacobian entries (e.g. 1048576, 2**20, 1M), got {raw!r}"
+        ) from None
     value *= scale
     if value <= 0:
         raise ValueError(f"{where}: expected a positive number of Jacobian entries, got {raw!r}")

@@ -19,15 +19,28 @@ from opcheck.runtime.context import UNAVAILABLE_ENV
 STANDARD_DEVICES = ("cpu", "cuda", "mps", "xpu")
 
 DTYPES = {
-    "float64": torch.float64, "complex128": torch.complex128, "float32": torch.float32,
-    "float16": torch.float16, "bfloat16": torch.bfloat16, "complex64": torch.complex64,
-    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
-    "uint8": torch.uint8, "bool": torch.bool,
+    "float64": torch.float64,
+    "complex128": torch.complex128,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "complex64": torch.complex64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
 }
 
-HIGH_PRECISION = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
-                  torch.complex64: torch.complex128, torch.float64: torch.float64,
-                  torch.complex128: torch.complex128}
+HIGH_PRECISION = {
+    torch.float32: torch.float64,
+    torch.float16: torch.float64,
+    torch.bfloat16: torch.float64,
+    torch.complex64: torch.complex128,
+    torch.float64: torch.float64,
+    torch.complex128: torch.complex128,
+}
 """The reference dtype the low-precision check compares each dtype against."""
 
 

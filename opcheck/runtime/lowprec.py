@@ -6,7 +6,7 @@ the inputs'. Compared, each with the dtype's tolerances (tolerances.LOWPREC_TOLE
 
 - every output;
 - the VJP (gradient of every differentiable input) for one random cotangent, drawn at the low
-  dtype from a generator seeded by the test id;
+  dtype from a generator seeded by the case's id (its "cotangent" stream, CaseId.seed);
 - with `gradcheck.check_forward_ad`, the JVP of every output for one random tangent.
 
 Integer and bool outputs must be equal. On mps the reference runs on the CPU (no float64 there).
@@ -20,9 +20,11 @@ from dataclasses import dataclass, replace
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck.runtime.call import Call
 from opcheck.runtime.devices import HIGH_PRECISION, reference_device
-from opcheck.runtime.samples import Call, seed_for, seeded_generator
+from opcheck.runtime.samples import seeded_generator
 from opcheck.runtime.tolerances import Tolerances
+from opcheck.spec.case import CaseId
 
 WORST = 5
 
@@ -63,24 +65,27 @@ def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return real.to(t.dtype).to(t.device)
 
 
-def compare_lowprec(call: Call, *, device: str, spec_name: str, test_id: str, attempt: int,
-                    tolerances: Tolerances, check_forward_ad: bool,
-                    reference_op=None) -> LowPrecisionDiff | None:
+def compare_lowprec(
+    call: Call, case: CaseId, *, attempt: int = 0, tolerances: Tolerances, check_forward_ad: bool, reference_op=None
+) -> LowPrecisionDiff | None:
     """The first quantity out of tolerance, or None when outputs, VJP and JVP all agree.
 
-    reference_op: the float64 implementation to compare with (the spec's `reference`), for
-    kernels that have no float64 path; by default the op itself on upcast inputs.
+    `call` is the case's sample drawn on its device and low-precision dtype; the cotangent and the
+    tangents come from the case's "cotangent" stream at `attempt`. reference_op: the float64
+    implementation to compare with (the spec's `reference`), for kernels that have no float64 path;
+    by default the op itself on upcast inputs.
     """
     __tracebackhide__ = True
-    ref_device = reference_device(device)
+    ref_device = reference_device(case.device)
     ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
     if reference_op is not None:
         ref_call = replace(ref_call, op=reference_op)
     out_low = _outputs(call.run())
     out_ref = _outputs(ref_call.run())
     if len(out_low) != len(out_ref):
-        return LowPrecisionDiff("output", "outputs", f"the low-precision run returned {len(out_low)} outputs, "
-                                f"the reference {len(out_ref)}")
+        return LowPrecisionDiff(
+            "output", "outputs", f"the low-precision run returned {len(out_low)} outputs, the reference {len(out_ref)}"
+        )
     for i, (lo, ref) in enumerate(zip(out_low, out_ref)):
         if isinstance(lo, torch.Tensor):
             diff = compare(lo, ref, tolerances, f"output {i}")
@@ -88,17 +93,20 @@ def compare_lowprec(call: Call, *, device: str, spec_name: str, test_id: str, at
                 return LowPrecisionDiff("output", f"output {i}", diff)
 
     inputs_low, inputs_ref = call.gradcheck_inputs(), ref_call.gradcheck_inputs()
-    pairs = [(lo, ref) for lo, ref in zip(out_low, out_ref)
-             if isinstance(lo, torch.Tensor) and lo.requires_grad and isinstance(ref, torch.Tensor)]
-    gen = seeded_generator(seed_for(spec_name, test_id + "::cotangent", attempt))
+    pairs = [
+        (lo, ref)
+        for lo, ref in zip(out_low, out_ref)
+        if isinstance(lo, torch.Tensor) and lo.requires_grad and isinstance(ref, torch.Tensor)
+    ]
+    gen = seeded_generator(case.seed(attempt, stream="cotangent"))
     if inputs_low and pairs:
         cot_low = [_random_like(lo, gen) for lo, _ in pairs]
         cot_ref = [upcast(c, ref_device) for c in cot_low]
         g_low = torch.autograd.grad([p[0] for p in pairs], inputs_low, cot_low, allow_unused=True)
         g_ref = torch.autograd.grad([p[1] for p in pairs], inputs_ref, cot_ref, allow_unused=True)
-        diff = _first_diff("VJP", "VJP: gradient of differentiable input {}", g_low, g_ref, tolerances)
-        if diff:
-            return diff
+        vjp_diff = _first_diff("VJP", "VJP: gradient of differentiable input {}", g_low, g_ref, tolerances)
+        if vjp_diff:
+            return vjp_diff
 
     if check_forward_ad and inputs_low:
         t_low = [_random_like(x, gen) for x in inputs_low]
@@ -114,8 +122,9 @@ def _first_diff(path: str, label: str, lows, refs, tolerances: Tolerances) -> Lo
     for k, (lo, ref) in enumerate(zip(lows, refs)):
         what = label.format(k)
         if (lo is None) != (ref is None):
-            return LowPrecisionDiff(path, what, f"{what} is None in the "
-                                    f"{'low-precision' if lo is None else 'reference'} run only")
+            return LowPrecisionDiff(
+                path, what, f"{what} is None in the {'low-precision' if lo is None else 'reference'} run only"
+            )
         if lo is not None:
             diff = compare(lo, ref, tolerances, what)
             if diff:
@@ -156,15 +165,19 @@ def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) ->
         return None
     excess = torch.where(bad, torch.nan_to_num(diff - allowed, nan=float("inf")), torch.full_like(diff, -1.0))
     order = torch.argsort(excess.reshape(-1), descending=True)[: min(WORST, int(bad.sum()))]
-    lines = [f"{what}: {int(bad.sum())} of {bad.numel()} entries differ beyond atol={tol.atol:g} * "
-             f"{scale:.4g} (max(1, max|ref|)) + rtol={tol.rtol:g} * |ref| "
-             f"(shape {tuple(lo.shape)}, {_name(lo.dtype)} against {_name(rf.dtype)})",
-             "worst entries:"]
+    lines = [
+        f"{what}: {int(bad.sum())} of {bad.numel()} entries differ beyond atol={tol.atol:g} * "
+        f"{scale:.4g} (max(1, max|ref|)) + rtol={tol.rtol:g} * |ref| "
+        f"(shape {tuple(lo.shape)}, {_name(lo.dtype)} against {_name(rf.dtype)})",
+        "worst entries:",
+    ]
     for flat in order.tolist():
         idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), lo.shape)) if lo.dim() else ()
-        lines.append(f"  [{', '.join(map(str, idx))}]: {_name(lo.dtype)} {_num(lo_w.reshape(-1)[flat])}, "
-                     f"{_name(rf.dtype)} {_num(rf.reshape(-1)[flat])}, abs err "
-                     f"{float(diff.reshape(-1)[flat]):.4g}, allowed {float(allowed.reshape(-1)[flat]):.4g}")
+        lines.append(
+            f"  [{', '.join(map(str, idx))}]: {_name(lo.dtype)} {_num(lo_w.reshape(-1)[flat])}, "
+            f"{_name(rf.dtype)} {_num(rf.reshape(-1)[flat])}, abs err "
+            f"{float(diff.reshape(-1)[flat]):.4g}, allowed {float(allowed.reshape(-1)[flat]):.4g}"
+        )
     ratio = diff / allowed.clamp_min(1e-300)
     lines.append(f"max |low - ref| / allowed: {float(torch.nan_to_num(ratio, nan=float('inf')).max()):.4g}")
     return "\n".join(lines)

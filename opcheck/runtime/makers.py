@@ -37,9 +37,22 @@ class SampleError(ValueError):
 def uniform(shape, low: float, high: float, gen: torch.Generator, is_complex: bool) -> torch.Tensor:
     def real():
         return torch.rand(shape, generator=gen, dtype=torch.float64) * (high - low) + low
+
     if is_complex:
         return torch.complex(real(), real())
     return real()
+
+
+def _draw_integers(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Integers in [ceil(low), ceil(high)), [0, 10) by default."""
+    if arg.maker is not None:
+        raise SampleError(f"maker {arg.maker!r} makes floating-point values; this tensor is {dtype}")
+    low = 0 if arg.low is None else math.ceil(arg.low)
+    high = 10 if arg.high is None else math.ceil(arg.high)
+    if high <= low:
+        raise SampleError(f"low={arg.low} must be below high={arg.high}")
+    values = _with_avoid(arg, dtype, lambda: torch.randint(low, high, tuple(arg.shape), generator=gen))
+    return values.to(dtype)
 
 
 def draw_values(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -50,21 +63,16 @@ def draw_values(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> tor
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=gen).to(torch.bool)
     if not (dtype.is_floating_point or dtype.is_complex):
-        if arg.maker is not None:
-            raise SampleError(f"maker {arg.maker!r} makes floating-point values; this tensor is {dtype}")
-        low = 0 if arg.low is None else math.ceil(arg.low)
-        high = 10 if arg.high is None else math.ceil(arg.high)
-        if high <= low:
-            raise SampleError(f"low={arg.low} must be below high={arg.high}")
-        values = _with_avoid(arg, dtype, lambda: torch.randint(low, high, shape, generator=gen))
-        return values.to(dtype)
+        return _draw_integers(arg, dtype, gen)
     low = arg.low if arg.low is not None else (0.25 if arg.maker == "positive" else -2.0)
     high = arg.high if arg.high is not None else 2.0
     if not high > low:
         raise SampleError(f"low={low} must be below high={high}")
     if arg.avoid and arg.maker not in ELEMENTWISE_MAKERS:
-        raise SampleError(f"avoid: applies to elementwise values (no maker, or maker: positive); maker "
-                          f"{arg.maker!r} mixes values, so the points cannot be kept away")
+        raise SampleError(
+            f"avoid: applies to elementwise values (no maker, or maker: positive); maker "
+            f"{arg.maker!r} mixes values, so the points cannot be kept away"
+        )
     is_complex = dtype.is_complex
 
     def draw() -> torch.Tensor:
@@ -102,9 +110,11 @@ def _with_avoid(arg: TensorArg, dtype: torch.dtype, draw) -> torch.Tensor:
         if not bool(near.any()):
             return values
         values = torch.where(near, draw(), values)
-    raise SampleError(f"avoid: could not keep values at least margin={arg.margin} away from "
-                      f"{list(arg.avoid)} within [low, high) after {AVOID_ROUNDS} redraws: widen the range "
-                      "or shrink the margin")
+    raise SampleError(
+        f"avoid: could not keep values at least margin={arg.margin} away from "
+        f"{list(arg.avoid)} within [low, high) after {AVOID_ROUNDS} redraws: widen the range "
+        "or shrink the margin"
+    )
 
 
 def too_close(values: torch.Tensor, points, margin: float) -> torch.Tensor:
@@ -115,8 +125,9 @@ def too_close(values: torch.Tensor, points, margin: float) -> torch.Tensor:
     return near
 
 
-def make(maker: str | None, shape: tuple, low: float, high: float, gen: torch.Generator,
-         is_complex: bool) -> torch.Tensor:
+def make(
+    maker: str | None, shape: tuple, low: float, high: float, gen: torch.Generator, is_complex: bool
+) -> torch.Tensor:
     if maker is None:
         return uniform(shape, low, high, gen, is_complex)
     if maker == "positive":

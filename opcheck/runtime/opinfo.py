@@ -2,20 +2,22 @@
 
 op_db lives in torch.testing._internal, which imports the expecttest package: opcheck depends on
 it, and where it is missing all the same (an install without dependencies) the tests skip with a
-reason. OpInfo's sample_inputs draw from torch's global RNG, so they run under
-torch.random.fork_rng seeded with the test's seed: the same id gives the same samples.
+reason. torch.testing._internal imports pytest too: it is imported only when an `opinfo:` sample is
+built, so that the rest of the runtime runs without pytest. OpInfo's sample_inputs draw from
+torch's global RNG, so they run under torch.random.fork_rng seeded with the test's seed: the same
+id gives the same samples.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
-import pytest
 import torch
 
-from opcheck.runtime.samples import Call, describe_call
+from opcheck.runtime.call import Call, describe_call
+from opcheck.runtime.outcomes import CheckSkipped
 
 
 @lru_cache(maxsize=1)
@@ -29,8 +31,9 @@ def find_opinfo(ref: str):
     try:
         import expecttest  # noqa: F401  (torch.testing._internal imports it)
     except ImportError:
-        pytest.skip(f"opinfo: {ref} needs the expecttest package (pip install expecttest), which is "
-                    "not installed")
+        raise CheckSkipped(
+            f"opinfo: {ref} needs the expecttest package (pip install expecttest), which is not installed"
+        ) from None
     name, _, variant = ref.partition(":")
     db = _op_db()
     for info in db:
@@ -44,7 +47,7 @@ def find_opinfo(ref: str):
 
 def opinfo_calls(ref: str, op: Callable, device: str, dtype: torch.dtype, seed: int) -> list[Call]:
     info = find_opinfo(ref)
-    devices = [] if device == "cpu" else None
+    devices: list[int] | None = [] if device == "cpu" else None
     kwargs = {"device_type": device} if device not in ("cpu", "cuda") else {}
     with torch.random.fork_rng(devices=devices, **kwargs):
         torch.manual_seed(seed)
@@ -53,12 +56,21 @@ def opinfo_calls(ref: str, op: Callable, device: str, dtype: torch.dtype, seed: 
     for i, s in enumerate(samples):
         args = [s.input, *s.args]
         wrapped = _wrapper(info, op)
-        calls.append(Call(wrapped, args, dict(s.kwargs), label=f"OpInfo {ref!r} sample {i} of {len(samples)}",
-                          post=s.output_process_fn_grad, description=describe_call(args, dict(s.kwargs))))
+        calls.append(
+            Call(
+                wrapped,
+                args,
+                dict(s.kwargs),
+                label=f"OpInfo {ref!r} sample {i} of {len(samples)}",
+                post=s.output_process_fn_grad,
+                description=describe_call(args, dict(s.kwargs)),
+            )
+        )
     return calls
 
 
 def _wrapper(info, op):
     def call(*args, **kwargs):
         return info.gradcheck_wrapper(op, *args, **kwargs)
+
     return call

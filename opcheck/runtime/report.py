@@ -5,31 +5,57 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import torch
 
 from opcheck.runtime.context import current_item
-from opcheck.runtime.samples import case_id
+from opcheck.spec.case import CaseId
 from opcheck.spec.model import OpSpec, Sample
 
 
-@dataclass
+@dataclass(frozen=True)
 class Case:
-    """One test: a spec, a check kind, a device, a dtype and a sample, with its current draw."""
+    """One test: its identity, the spec and sample that identity names, and which draw of the sample.
 
+    A case never changes: a re-draw and a note for the failure message are new cases (`redraw`,
+    `with_note`).
+    """
+
+    id: CaseId
     spec: OpSpec
-    check: str
-    device: str
-    dtype: str
     sample: Sample
-    seed: int = 0
-    attempt: int = 0
-    notes: list = field(default_factory=list)  # re-draw history and the like
+    attempt: int = 0  # 0: the first draw; n: the n-th re-draw after a draw next to a kink
+    notes: tuple[str, ...] = ()  # re-draw history and the like
+
+    @classmethod
+    def of(cls, spec: OpSpec, check: str, device: str, dtype: str, sample: str | Sample) -> Case:
+        """The case of `check` on (device, dtype, sample) of `spec`; `sample` by name or the spec's Sample."""
+        sample = spec.sample(sample) if isinstance(sample, str) else sample
+        return cls(CaseId(spec.name, check, device, dtype, sample.name), spec, sample)
 
     @property
-    def test_id(self) -> str:
-        return case_id(self.check, self.device, self.dtype, self.sample.name)
+    def check(self) -> str:
+        return self.id.check
+
+    @property
+    def device(self) -> str:
+        return self.id.device
+
+    @property
+    def dtype(self) -> str:
+        return self.id.dtype
+
+    @property
+    def seed(self) -> int:
+        """The seed of this draw of the sample."""
+        return self.id.seed(self.attempt)
+
+    def redraw(self, attempt: int) -> Case:
+        return replace(self, attempt=attempt)
+
+    def with_note(self, note: str) -> Case:
+        return replace(self, notes=(*self.notes, note))
 
     @property
     def location(self) -> str:
@@ -40,15 +66,22 @@ class Case:
         item = current_item.get()
         if item is not None:
             return item.rerun
-        module = f"generated_tests/test_{self.spec.name}.py"
-        return f"pytest '{module}::{self.test_id}'"
+        return f"pytest '{self.id.nodeid()}'"
 
 
-def format_failure(case: Case, *, headline: str, body: str, call=None, path: str | None = None,
-                   tolerances: str | None = None, policy: str | None = None, plot: str | None = None) -> str:
+def format_failure(
+    case: Case,
+    *,
+    headline: str,
+    body: str,
+    call=None,
+    path: str | None = None,
+    tolerances: str | None = None,
+    policy: str | None = None,
+    plot: str | None = None,
+) -> str:
     """The whole message: a headline, one line per field, then the engine's own report."""
-    seed_note = f" (sha256 of '{case.spec.name}::{case.test_id}'" + (
-        f", re-draw {case.attempt})" if case.attempt else ")")
+    seed_note = f" (sha256 of '{case.id.seed_key()}'" + (f", re-draw {case.attempt})" if case.attempt else ")")
     rows = [
         ("op", f"{case.spec.op} (spec {case.spec.name!r}, {case.spec.source})"),
         ("sample", f"{case.sample.name!r} at {case.location}"),
@@ -85,7 +118,7 @@ MAX_PIXELS = 256
 
 def plot_file_name(case: Case) -> str:
     item = current_item.get()
-    base = item.nodeid if item is not None else f"test_{case.spec.name}.py::{case.test_id}"
+    base = item.nodeid if item is not None else case.id.nodeid()
     base = base.rsplit("/", 1)[-1]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("_") + ".png"
 
@@ -109,17 +142,25 @@ def heatmap_labels(mismatch) -> HeatmapLabels:
 
     out = f"{mismatch.output_name} element (shape {tuple(mismatch.output_shape)})"
     if not isinstance(mismatch, ProjectionMismatch):
-        return HeatmapLabels(x=out, y=f"{mismatch.input_name} element (shape {tuple(mismatch.input_shape)})",
-                             colorbar="|analytical - numerical|", comparison=None)
+        return HeatmapLabels(
+            x=out,
+            y=f"{mismatch.input_name} element (shape {tuple(mismatch.input_shape)})",
+            colorbar="|analytical - numerical|",
+            comparison=None,
+        )
     direction = f"direction u_l along {mismatch.input_name} (shape {tuple(mismatch.input_shape)})"
     comparison = f"auto: {mismatch.comparison} (J·U from {mismatch.source})"
     if mismatch.comparison == JVP_STAGE:
-        return HeatmapLabels(x=out, y=direction, colorbar="|(J u_l)[out]: analytical - finite differences|",
-                             comparison=comparison)
+        return HeatmapLabels(
+            x=out, y=direction, colorbar="|(J u_l)[out]: analytical - finite differences|", comparison=comparison
+        )
     if mismatch.comparison == VJP_STAGE:
-        return HeatmapLabels(x=direction, y=f"cotangent v_i of {mismatch.output_name} "
-                                            f"(shape {tuple(mismatch.output_shape)})",
-                             colorbar="|(Jᵀv_i)ᵀu_l - v_iᵀ(J u_l)|", comparison=comparison)
+        return HeatmapLabels(
+            x=direction,
+            y=f"cotangent v_i of {mismatch.output_name} (shape {tuple(mismatch.output_shape)})",
+            colorbar="|(Jᵀv_i)ᵀu_l - v_iᵀ(J u_l)|",
+            comparison=comparison,
+        )
     raise ValueError(f"unknown projection comparison {mismatch.comparison!r}")
 
 
@@ -142,8 +183,14 @@ def write_heatmap(mismatch, case: Case, plot_dir: str) -> str:
     ax = fig.add_subplot()
     finite = shown[torch.isfinite(shown)]
     vmax = float(finite.max()) if finite.numel() else 1.0
-    image = ax.imshow(torch.clamp(shown, max=vmax).numpy(), aspect="auto", interpolation="nearest",
-                      cmap="magma", vmin=0.0, vmax=vmax if vmax > 0 else 1.0)
+    image = ax.imshow(
+        torch.clamp(shown, max=vmax).numpy(),
+        aspect="auto",
+        interpolation="nearest",
+        cmap="magma",
+        vmin=0.0,
+        vmax=vmax if vmax > 0 else 1.0,
+    )
     labels = heatmap_labels(mismatch)
     fig.colorbar(image, ax=ax, label=labels.colorbar)
     ax.set_xlabel(labels.x)
@@ -164,6 +211,5 @@ def _downsample(diff: torch.Tensor):
     rows, cols = diff.shape
     if rows <= MAX_PIXELS and cols <= MAX_PIXELS:
         return diff, False
-    out = torch.nn.functional.adaptive_max_pool2d(diff[None, None], (min(rows, MAX_PIXELS),
-                                                                      min(cols, MAX_PIXELS)))
+    out = torch.nn.functional.adaptive_max_pool2d(diff[None, None], (min(rows, MAX_PIXELS), min(cols, MAX_PIXELS)))
     return out[0, 0], True

@@ -23,8 +23,11 @@ from opcheck.spec import model
 from opcheck.spec.model import SparseGeometry, TensorArg
 
 TORCH_LAYOUTS = {
-    model.COO: torch.sparse_coo, "sparse_csr": torch.sparse_csr, "sparse_csc": torch.sparse_csc,
-    "sparse_bsr": torch.sparse_bsr, "sparse_bsc": torch.sparse_bsc,
+    model.COO: torch.sparse_coo,
+    "sparse_csr": torch.sparse_csr,
+    "sparse_csc": torch.sparse_csc,
+    "sparse_bsr": torch.sparse_bsr,
+    "sparse_bsc": torch.sparse_bsc,
 }
 LAYOUT_NAMES = {layout: name for name, layout in TORCH_LAYOUTS.items()}
 
@@ -32,28 +35,31 @@ LAYOUT_NAMES = {layout: name for name, layout in TORCH_LAYOUTS.items()}
 def sparsify(values: torch.Tensor, arg: TensorArg, gen: torch.Generator) -> torch.Tensor:
     """The sparse tensor of arg.layout holding `values` (CPU, contiguous) at the drawn pattern."""
     geometry = arg.geometry()
-    cells = _explicit_cells(values, geometry) if arg.values is not None else \
-        _drawn_cells(arg.specified_count(), geometry, gen)
+    cells = (
+        _explicit_cells(values, geometry)
+        if arg.values is not None
+        else _drawn_cells(arg.specified_count(), geometry, gen)
+    )
     mask = _element_mask(cells, geometry)
     try:
         with warnings.catch_warnings():
             # torch warns once per process that compressed layouts are in beta: noise in every
             # report, and nothing a spec's author can act on.
-            warnings.filterwarnings("ignore", message=r"Sparse \w+ tensor support is in beta state",
-                                    category=UserWarning)
+            warnings.filterwarnings(
+                "ignore", message=r"Sparse \w+ tensor support is in beta state", category=UserWarning
+            )
             return _with_pattern(values, mask, arg, geometry)
     except (RuntimeError, NotImplementedError) as e:  # a dtype torch's sparse kernels lack, ...
-        raise SampleError(f"layout: torch cannot make a {arg.layout} tensor of {values.dtype}: "
-                          f"{str(e).splitlines()[0]}") from None
+        raise SampleError(
+            f"layout: torch cannot make a {arg.layout} tensor of {values.dtype}: {str(e).splitlines()[0]}"
+        ) from None
 
 
-def _with_pattern(values: torch.Tensor, mask: torch.Tensor, arg: TensorArg,
-                  geometry: SparseGeometry) -> torch.Tensor:
+def _with_pattern(values: torch.Tensor, mask: torch.Tensor, arg: TensorArg, geometry: SparseGeometry) -> torch.Tensor:
     if arg.layout == model.COO:
         pattern = mask.to_sparse(len(geometry.sparse_shape)).coalesce()
         return values.sparse_mask(pattern).coalesce()
-    pattern = mask.to_sparse(layout=TORCH_LAYOUTS[arg.layout], blocksize=arg.blocksize,
-                             dense_dim=arg.dense_dim or None)
+    pattern = mask.to_sparse(layout=TORCH_LAYOUTS[arg.layout], blocksize=arg.blocksize, dense_dim=arg.dense_dim or None)
     return values.sparse_mask(pattern)
 
 
@@ -101,7 +107,7 @@ def describe_layout(t: torch.Tensor) -> list[str]:
     unit = (" block" if nnz == 1 else " blocks") if blocked else ""
     notes.append(f"nnz={nnz}{unit}" + (" per batch" if batched else ""))
     if blocked:
-        notes.append("blocksize=" + "x".join(str(n) for n in t.values().shape[-2 - t.dense_dim():][:2]))
+        notes.append("blocksize=" + "x".join(str(n) for n in t.values().shape[-2 - t.dense_dim() :][:2]))
     if t.dense_dim():
         notes.append(f"dense_dim={t.dense_dim()}")
     return notes

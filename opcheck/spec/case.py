@@ -19,8 +19,10 @@ from opcheck.spec.model import CHECKS, TENSOR_DTYPES, OpSpec
 ID_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
 """What a parametrize id may hold (used with fullmatch: `$` would also accept a final newline)."""
 
-_NAME = re.compile(r"test_(?P<check>\w+)\[(?P<device>[A-Za-z0-9_.]+)-(?P<dtype>[A-Za-z0-9_.]+)-"
-                   r"(?P<sample>[A-Za-z0-9_.-]+)\]")
+_NAME = re.compile(
+    r"test_(?P<check>\w+)\[(?P<device>[A-Za-z0-9_.]+)-(?P<dtype>[A-Za-z0-9_.]+)-"
+    r"(?P<sample>[A-Za-z0-9_.-]+)\]"
+)
 SEED_BITS = 63
 NEVER_RUNS = frozenset({("mps", "float64"), ("mps", "complex128")})
 """(device, dtype) pairs no build of torch runs (MPS has no 64-bit floating point): no case exists."""
@@ -58,15 +60,20 @@ class CaseId:
         """Whether the parametrize id keeps to [A-Za-z0-9_.-] (the validator reports the ones that do not)."""
         return ID_CHARS.fullmatch(self.param_id) is not None
 
+    def seed_key(self, attempt: int = 0, *, stream: str = "") -> str:
+        """What the seed hashes: `<spec>::<name>[::<stream>][::redraw<attempt>]`."""
+        return (
+            f"{self.spec}::{self.name}" + (f"::{stream}" if stream else "") + (f"::redraw{attempt}" if attempt else "")
+        )
+
     def seed(self, attempt: int = 0, *, stream: str = "") -> int:
-        """A stable 63-bit seed from the sha256 of `<spec>::<name>[::<stream>][::redraw<attempt>]`.
+        """A stable 63-bit seed: the first 8 bytes (little-endian) of the sha256 of `seed_key`.
 
         `stream` names a second random stream of the same case (the low-precision check's
         cotangents); `attempt` counts re-draws of a sample that hit a non-differentiable point.
         """
-        key = f"{self.spec}::{self.name}" + (f"::{stream}" if stream else "") + (
-            f"::redraw{attempt}" if attempt else "")
-        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**SEED_BITS - 1)
+        key = self.seed_key(attempt, stream=stream)
+        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & ((1 << SEED_BITS) - 1)
 
     @classmethod
     def parse(cls, spec: str, name: str) -> CaseId | None:

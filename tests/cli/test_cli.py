@@ -21,7 +21,8 @@ def opcheck(*args, cwd: Path) -> subprocess.CompletedProcess:
 def project(tmp_path: Path) -> Path:
     (tmp_path / "op_specs").mkdir()
     (tmp_path / "op_specs" / "tanh.yaml").write_text(
-        "op: torch.tanh\ndevices: [cpu]\nsamples:\n  - name: v\n    args: [{shape: [4]}]\n")
+        "op: torch.tanh\ndevices: [cpu]\nsamples:\n  - name: v\n    args: [{shape: [4]}]\n"
+    )
     return tmp_path
 
 
@@ -35,7 +36,8 @@ def test_validate_and_list(project):
 
 def test_bad_spec_reports_file_line_key_and_exits_1(project):
     (project / "op_specs" / "bad.yaml").write_text(
-        "op: torch.tanh\nsamples:\n  - name: v\n    args: [{shape: [4]}]\ngradcheck:\n  nondet_tl: 0.1\n")
+        "op: torch.tanh\nsamples:\n  - name: v\n    args: [{shape: [4]}]\ngradcheck:\n  nondet_tl: 0.1\n"
+    )
     for command in (["validate"], ["generate"], ["list"]):
         result = opcheck(*command, cwd=project)
         assert result.returncode == 1, command
@@ -72,8 +74,13 @@ def test_new_scaffolds_a_spec_that_validates_generates_and_runs(tmp_path):
     assert "$schema=" in text and text.count("\n#") > 5  # commented
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated_tests"],
-                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated_tests"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert " passed" in run.stdout
 
@@ -90,20 +97,24 @@ def test_new_refuses_to_overwrite_and_rejects_bad_input(tmp_path):
 
 def test_new_warns_when_the_name_or_the_op_is_taken(project):
     family = project / "op_specs" / "binary.yaml"
-    family.write_text("defaults:\n  devices: [cpu]\n  samples:\n    - name: v\n      args: [{shape: [4]}, {shape: [4]}]\n"
-                      "ops:\n  - op: torch.hypot\n  - op: torch.atan2\n    name: arctan2\n")
+    family.write_text(
+        "defaults:\n  devices: [cpu]\n  samples:\n    - name: v\n      args: [{shape: [4]}, {shape: [4]}]\n"
+        "ops:\n  - op: torch.hypot\n  - op: torch.atan2\n    name: arctan2\n"
+    )
     made = opcheck("new", "hypot", "--op", "torch.hypot", cwd=project)
     assert made.returncode == 0 and (project / "op_specs" / "hypot.yaml").exists()  # written all the same
     assert made.stderr.splitlines() == [
         "warning: spec name 'hypot' is already taken by op_specs/binary.yaml:7:9 (torch.hypot), so `opcheck validate` "
         "will report a duplicate name: delete op_specs/hypot.yaml and scaffold under another name "
-        "(opcheck new OTHER_NAME --op torch.hypot), or move that spec into op_specs/hypot.yaml"]
+        "(opcheck new OTHER_NAME --op torch.hypot), or move that spec into op_specs/hypot.yaml"
+    ]
     invalid = opcheck("validate", cwd=project)
     assert invalid.returncode == 1 and "duplicate spec name 'hypot'" in invalid.stderr
     # the same op under a free name: a note, not a clash; a free name for a new op: silence
     other = opcheck("new", "atan2_big", "--op", "torch.atan2", cwd=project)
     assert other.returncode == 0 and other.stderr.splitlines() == [
-        "warning: torch.atan2 is already tested by spec 'arctan2' (op_specs/binary.yaml:9:11)"]
+        "warning: torch.atan2 is already tested by spec 'arctan2' (op_specs/binary.yaml:9:11)"
+    ]
     fresh = opcheck("new", "logaddexp2", "--op", "torch.logaddexp2", cwd=project)
     assert fresh.returncode == 0 and fresh.stderr == ""
     # a folder whose specs do not validate still tells which names are taken
@@ -149,10 +160,14 @@ def test_a_module_that_exits_or_interrupts_while_imported_is_a_spec_problem(proj
     for command in (["validate"], ["generate"]):
         result = opcheck(*command, cwd=project)
         assert result.returncode == 1, (command, result.stdout, result.stderr)
-        assert ("op_specs/exits.yaml:1:5: op: importing 'exits_on_import' raised SystemExit(3) while running its "
-                "top-level code; code a spec names must not exit or interrupt") in result.stderr
-        assert ("op_specs/interrupts.yaml:1:5: op: importing 'interrupts_on_import' raised KeyboardInterrupt() "
-                "while running its top-level code") in result.stderr
+        assert (
+            "op_specs/exits.yaml:1:5: op: importing 'exits_on_import' raised SystemExit(3) while running its "
+            "top-level code; code a spec names must not exit or interrupt"
+        ) in result.stderr
+        assert (
+            "op_specs/interrupts.yaml:1:5: op: importing 'interrupts_on_import' raised KeyboardInterrupt() "
+            "while running its top-level code"
+        ) in result.stderr
         assert "2 problem(s) found." in result.stderr and "Traceback" not in result.stderr
     assert not (project / "generated_tests").exists()
 

@@ -12,7 +12,6 @@ import torch._dynamo  # noqa: F401
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-
 def pytest_configure(config):
     # `pytest_plugins` is only allowed in the top-level conftest; this one sits in tests/plugin.
     if not config.pluginmanager.has_plugin("pytester"):

@@ -20,7 +20,8 @@ def generated_module(spec: str, checks: dict[str, list[str]]) -> str:
     ]
     for check, params in checks.items():
         out += [
-            "", "",
+            "",
+            "",
             f"@pytest.mark.{check}",
             "@pytest.mark.parametrize(('device', 'dtype', 'sample'), [",
             *[f"    {p}," for p in params],
@@ -31,7 +32,11 @@ def generated_module(spec: str, checks: dict[str, list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def spec_source(name, op, samples="(Sample('vec', args=(TensorArg(shape=(4,)),), location=Location('op_specs/x.yaml', 6, 5)),)",
-                **fields) -> str:
+def spec_source(
+    name,
+    op,
+    samples="(Sample('vec', args=(TensorArg(shape=(4,)),), location=Location('op_specs/x.yaml', 6, 5)),)",
+    **fields,
+) -> str:
     extra = "".join(f", {k}={v}" for k, v in fields.items())
     return f"OpSpec(name={name!r}, op={op!r}, source='op_specs/{name}.yaml', sha256='0', samples={samples}{extra})"

@@ -8,9 +8,19 @@ CUDA = "cuda is not available on this machine (torch.cuda.is_available() is Fals
 def result(spec, check, device, dtype, sample, outcome, reason="", op=None):
     ops = {"sin": ("torch.sin", "op_specs/sin.yaml"), "mm": ("torch.mm", "op_specs/mm.yaml")}
     op_path, source = ops[spec] if op is None else (op, "")
-    return TestResult(spec=spec, check=check, device=device, dtype=dtype, sample=sample, outcome=outcome,
-                      reason=reason, nodeid=f"generated_tests/test_{spec}.py::test_{check}[{device}-{dtype}-{sample}]",
-                      op=op_path, source=source, duration=0.01)
+    return TestResult(
+        spec=spec,
+        check=check,
+        device=device,
+        dtype=dtype,
+        sample=sample,
+        outcome=outcome,
+        reason=reason,
+        nodeid=f"generated_tests/test_{spec}.py::test_{check}[{device}-{dtype}-{sample}]",
+        op=op_path,
+        source=source,
+        duration=0.01,
+    )
 
 
 RESULTS = [

@@ -45,15 +45,24 @@ def test_writes_markdown_and_html(results):
     assert only_html.returncode == 0 and only_html.stdout == "wrote again.html\n"
 
 
-@pytest.mark.parametrize("name, text, message", [
-    ("missing.json", None, "opcheck report: missing.json: no such file"),
-    ("bad.json", "{", "opcheck report: bad.json: not valid JSON: "),
-    ("bad.xml", "<testsuite><testcase>", "opcheck report: bad.xml: not valid XML: "),
-    ("other.xml", '<testsuite><testcase classname="t" name="test_x"/></testsuite>',
-     "opcheck report: other.xml: no generated opcheck tests in it"),
-    ("records.json", json.dumps({"format": "opcheck-results", "version": 1, "tests": [{"spec": "x"}]}),
-     "opcheck report: records.json: tests[0]: missing 'check'"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("missing.json", None, "opcheck report: missing.json: no such file"),
+        ("bad.json", "{", "opcheck report: bad.json: not valid JSON: "),
+        ("bad.xml", "<testsuite><testcase>", "opcheck report: bad.xml: not valid XML: "),
+        (
+            "other.xml",
+            '<testsuite><testcase classname="t" name="test_x"/></testsuite>',
+            "opcheck report: other.xml: no generated opcheck tests in it",
+        ),
+        (
+            "records.json",
+            json.dumps({"format": "opcheck-results", "version": 1, "tests": [{"spec": "x"}]}),
+            "opcheck report: records.json: tests[0]: missing 'check'",
+        ),
+    ],
+)
 def test_bad_input_is_one_clear_line_and_exit_1(tmp_path, name, text, message):
     if text is not None:
         (tmp_path / name).write_text(text)

@@ -9,8 +9,15 @@ from opcheck.report.collect import CASE_ATTR, ResultsRecorder, report_verdict
 from opcheck.report.results import parse_json
 
 NODE = "generated_tests/test_sin.py::test_gradcheck[cpu-float64-vec]"
-CASE = dict(spec="sin", op="torch.sin", source="op_specs/sin.yaml", check="gradcheck", device="cpu",
-            dtype="float64", sample="vec")
+CASE = dict(
+    spec="sin",
+    op="torch.sin",
+    source="op_specs/sin.yaml",
+    check="gradcheck",
+    device="cpu",
+    dtype="float64",
+    sample="vec",
+)
 
 
 class _Crash:
@@ -22,29 +29,51 @@ class _Crash:
 
 
 def report(when, outcome, longrepr=None, nodeid=NODE, case=CASE, **extra):
-    rep = pytest.TestReport(nodeid=nodeid, location=("x.py", 1, "x"), keywords={}, outcome=outcome,
-                            longrepr=longrepr, when=when, duration=0.5, **extra)
+    rep = pytest.TestReport(
+        nodeid=nodeid,
+        location=("x.py", 1, "x"),
+        keywords={},
+        outcome=outcome,
+        longrepr=longrepr,
+        when=when,
+        duration=0.5,
+        **extra,
+    )
     if case is not None:
         setattr(rep, CASE_ATTR, case)
     return rep
 
 
-@pytest.mark.parametrize("reports, verdict", [
-    ([report("setup", "passed"), report("call", "passed"), report("teardown", "passed")], ("passed", "")),
-    ([report("call", "passed", wasxfail="flaky on cpu")], ("xpassed", "flaky on cpu")),
-    ([report("call", "skipped", ("x.py", 3, "Skipped: no cuda"), wasxfail="reason: known bug")],
-     ("xfailed", "known bug")),
-    ([report("setup", "skipped", ("x.py", 3, "Skipped: spec says so\nsecond line"))], ("skipped", "spec says so")),
-    ([report("setup", "skipped", ("x.py", 3, "xfail run=False"), wasxfail="not run")], ("xfailed", "not run")),
-    ([report("call", "failed", _Crash("AssertionError: boom\nmore"))], ("failed", "AssertionError: boom")),
-    ([report("call", "failed", "[XPASS(strict)] known bug")], ("failed", "[XPASS(strict)] known bug")),
-    ([report("setup", "failed", _Crash("RuntimeError: no device"))],
-     ("error", "error in setup: RuntimeError: no device")),
-    ([report("call", "failed", _Crash("AssertionError: first")), report("teardown", "failed", _Crash("OSError: then"))],
-     ("failed", "AssertionError: first")),
-    ([report("call", "passed"), report("teardown", "failed", _Crash("OSError: then"))],
-     ("error", "error in teardown: OSError: then")),
-])
+@pytest.mark.parametrize(
+    "reports, verdict",
+    [
+        ([report("setup", "passed"), report("call", "passed"), report("teardown", "passed")], ("passed", "")),
+        ([report("call", "passed", wasxfail="flaky on cpu")], ("xpassed", "flaky on cpu")),
+        (
+            [report("call", "skipped", ("x.py", 3, "Skipped: no cuda"), wasxfail="reason: known bug")],
+            ("xfailed", "known bug"),
+        ),
+        ([report("setup", "skipped", ("x.py", 3, "Skipped: spec says so\nsecond line"))], ("skipped", "spec says so")),
+        ([report("setup", "skipped", ("x.py", 3, "xfail run=False"), wasxfail="not run")], ("xfailed", "not run")),
+        ([report("call", "failed", _Crash("AssertionError: boom\nmore"))], ("failed", "AssertionError: boom")),
+        ([report("call", "failed", "[XPASS(strict)] known bug")], ("failed", "[XPASS(strict)] known bug")),
+        (
+            [report("setup", "failed", _Crash("RuntimeError: no device"))],
+            ("error", "error in setup: RuntimeError: no device"),
+        ),
+        (
+            [
+                report("call", "failed", _Crash("AssertionError: first")),
+                report("teardown", "failed", _Crash("OSError: then")),
+            ],
+            ("failed", "AssertionError: first"),
+        ),
+        (
+            [report("call", "passed"), report("teardown", "failed", _Crash("OSError: then"))],
+            ("error", "error in teardown: OSError: then"),
+        ),
+    ],
+)
 def test_reports_make_one_verdict(reports, verdict):
     recorder = ResultsRecorder("unused.json")
     for rep in reports:
@@ -61,14 +90,21 @@ def test_other_tests_are_ignored_and_a_crashed_workers_test_is_kept(tmp_path):
     recorder.pytest_runtest_logreport(report("setup", "passed"))  # never got further: not a result
     # pytest-xdist's report for the test a dying worker was running carries no case
     crashed = "generated_tests/test_mm.py::test_lowprec[cpu-bfloat16-sq]"
-    recorder.pytest_runtest_logreport(report("???", "failed", "worker 'gw0' crashed while running it", nodeid=crashed,
-                                             case=None))
-    recorder.pytest_runtest_logreport(report("call", "passed", nodeid="tests/test_y.py::test_gradcheck[cpu-float64-s]",
-                                             case={}))  # looks generated, but the plugin said it is not
+    recorder.pytest_runtest_logreport(
+        report("???", "failed", "worker 'gw0' crashed while running it", nodeid=crashed, case=None)
+    )
+    recorder.pytest_runtest_logreport(
+        report("call", "passed", nodeid="tests/test_y.py::test_gradcheck[cpu-float64-s]", case={})
+    )  # looks generated, but the plugin said it is not
     recorder.pytest_sessionfinish(session=None)
     (result,) = parse_json((tmp_path / "deep" / "r.json").read_text())
     assert (result.spec, result.check, result.device, result.dtype, result.sample) == (
-        "mm", "lowprec", "cpu", "bfloat16", "sq")
+        "mm",
+        "lowprec",
+        "cpu",
+        "bfloat16",
+        "sq",
+    )
     assert (result.outcome, result.reason) == ("error", "error in setup: worker 'gw0' crashed while running it")
     assert json.loads((tmp_path / "deep" / "r.json").read_text())["format"] == "opcheck-results"
 

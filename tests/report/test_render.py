@@ -22,7 +22,8 @@ def test_markdown_without_failures_or_notes_has_no_such_sections():
 
 def test_markdown_escaping_keeps_text_text():
     assert _md("a|b <script>alert(1)</script> *x* [l](u) `c` \\ is_available _x_") == (
-        r"a\|b \<script\>alert(1)\</script\> \*x\* \[l\](u) \`c\` \\ is_available \_x\_")
+        r"a\|b \<script\>alert(1)\</script\> \*x\* \[l\](u) \`c\` \\ is_available \_x\_"
+    )
     assert _md("two\nlines") == "two lines"
     assert _code("torch.ops.aten.mul.Tensor") == "`torch.ops.aten.mul.Tensor`"
     assert _code("a`b") == "``a`b``"
@@ -80,17 +81,20 @@ def test_html_says_everything_in_text_and_tooltips():
     assert "1 failed, 1 passed\n1 failed (b): CheckFailed: lowprec | atol=1e-2 <off>" in titles
     assert "torch.sin (op_specs/sin.yaml)" in titles
     assert '<td class="failed" title="1 failed, 1 passed' in page
-    assert '<li id="note-3" value="3"><span class="outcome skipped">skipped</span> 4 tests: cuda is not available' \
-           in page
+    assert (
+        '<li id="note-3" value="3"><span class="outcome skipped">skipped</span> 4 tests: cuda is not available' in page
+    )
     assert "<code>generated_tests/test_sin.py::test_lowprec[cpu-bfloat16-b]</code>" in page
     assert 'rowspan="2"' in page
 
 
 def test_html_escapes_a_malicious_reason_everywhere():
-    evil = "<script>alert(1)</script>\" onmouseover=\"alert(2)"
-    results = [result("sin", "gradcheck", "cpu", "float64", "a", "failed", evil),
-               result("sin", "gradcheck", "cpu", "float64", "b", "skipped", evil),
-               result("x<b>", "gradcheck", "cpu", "float64", "a", "passed", op="<img src=x onerror=alert(3)>")]
+    evil = '<script>alert(1)</script>" onmouseover="alert(2)'
+    results = [
+        result("sin", "gradcheck", "cpu", "float64", "a", "failed", evil),
+        result("sin", "gradcheck", "cpu", "float64", "b", "skipped", evil),
+        result("x<b>", "gradcheck", "cpu", "float64", "a", "passed", op="<img src=x onerror=alert(3)>"),
+    ]
     page = render_html(build_matrix(results), "<r>.json")
     assert "<script>" not in page and "<img" not in page and "<b>" not in page
     assert 'onmouseover="' not in page

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from opcheck.report.results import (ReportError, TestResult, case_from_nodeid, load_results, parse_json, parse_junit,
-                                    parse_test_name, results_json, spec_of_module)
+from opcheck.report.results import ReportError, TestResult, load_results, parse_json, parse_junit, results_json
 
 # The shapes pytest 8/9 write, by hand: a pass, a skip with its reason, an xfail, a failure, a setup
 # error, a failure followed by a teardown error (two <testcase>s), and tests that are not opcheck's.
@@ -33,24 +32,44 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.test_other" name="test_unrelated" time="0.000" />
 <testcase classname="tests.test_other" name="test_gradcheck[cpu-notadtype-vec]" time="0.000" />
 </testsuite></testsuites>
-"""
+"""  # noqa: E501  (pytest writes each element on one line)
 
 SIN = dict(spec="sin", op="torch.sin", source="op_specs/sin.yaml")
 
 
 def record(check, device, dtype, outcome, reason="", sample="vec", duration=0.01, **fields):
     nodeid = f"generated_tests/test_sin.py::test_{check}[{device}-{dtype}-{sample}]"
-    return dict(SIN, nodeid=nodeid, check=check, device=device, dtype=dtype, sample=sample, outcome=outcome,
-                reason=reason, duration=duration, **fields)
+    return dict(
+        SIN,
+        nodeid=nodeid,
+        check=check,
+        device=device,
+        dtype=dtype,
+        sample=sample,
+        outcome=outcome,
+        reason=reason,
+        duration=duration,
+        **fields,
+    )
 
 
 RECORDS = [
     record("gradcheck", "cpu", "float64", "passed"),
-    record("gradcheck", "cuda", "float64", "skipped",
-           "cuda is not available on this machine (torch.cuda.is_available() is False)"),
+    record(
+        "gradcheck",
+        "cuda",
+        "float64",
+        "skipped",
+        "cuda is not available on this machine (torch.cuda.is_available() is False)",
+    ),
     record("gradgradcheck", "cpu", "float64", "xfailed", "second derivative wrong (op_specs/sin.yaml:12:5)"),
-    record("lowprec", "cpu", "bfloat16", "failed",
-           "opcheck.runtime.checks.CheckFailed: opcheck lowprec failed for torch.sin on cpu/bfloat16, sample 'vec'"),
+    record(
+        "lowprec",
+        "cpu",
+        "bfloat16",
+        "failed",
+        "opcheck.runtime.checks.CheckFailed: opcheck lowprec failed for torch.sin on cpu/bfloat16, sample 'vec'",
+    ),
     record("forward_ad", "cpu", "float64", "error", "error in setup: RuntimeError: no fixture"),
     record("forward_ad", "cpu", "complex128", "failed", "AssertionError: boom"),
 ]
@@ -66,8 +85,9 @@ def verdicts(results):
 
 def test_junit_gives_one_result_per_generated_test_with_reasons():
     results = parse_junit(JUNIT)
-    assert verdicts(results) == {(r["check"], r["device"], r["dtype"], r["sample"]): (r["outcome"], r["reason"])
-                                 for r in RECORDS}
+    assert verdicts(results) == {
+        (r["check"], r["device"], r["dtype"], r["sample"]): (r["outcome"], r["reason"]) for r in RECORDS
+    }
     assert {r.spec for r in results} == {"sin"} and {r.op for r in results} == {""}  # JUnit has no op path
     by_check = {(r.check, r.device, r.dtype): r for r in results}
     nodeid = by_check["gradcheck", "cpu", "float64"].nodeid
@@ -88,40 +108,49 @@ def test_results_json_round_trips_in_node_id_order():
     text = results_json(results)
     data = json.loads(text)
     assert [r["nodeid"] for r in data["tests"]] == sorted(r["nodeid"] for r in RECORDS)
-    assert list(data["tests"][0]) == ["nodeid", "spec", "op", "source", "check", "device", "dtype", "sample",
-                                      "outcome", "reason", "duration"]
+    assert list(data["tests"][0]) == [
+        "nodeid",
+        "spec",
+        "op",
+        "source",
+        "check",
+        "device",
+        "dtype",
+        "sample",
+        "outcome",
+        "reason",
+        "duration",
+    ]
     assert sorted(parse_json(text), key=lambda r: r.nodeid) == sorted(results, key=lambda r: r.nodeid)
 
 
-@pytest.mark.parametrize("skipped, expected", [
-    ('<skipped type="pytest.xfail" message="known bug" />', ("xfailed", "known bug")),
-    ('<skipped message="xfail-marked test passes unexpectedly" />',
-     ("failed", "xfail-marked test passes unexpectedly")),
-    ('<skipped message="xfail: old pytest wrote no type" />', ("xfailed", "xfail: old pytest wrote no type")),
-    ('<skipped type="pytest.skip" message="xfail is just a word here" />', ("skipped", "xfail is just a word here")),
-    ('<error message="collection failure">x</error>', ("error", "collection failure")),
-    ('<failure message="[XPASS(strict)] known bug">[XPASS(strict)] known bug</failure>',
-     ("failed", "[XPASS(strict)] known bug")),
-])
+@pytest.mark.parametrize(
+    "skipped, expected",
+    [
+        ('<skipped type="pytest.xfail" message="known bug" />', ("xfailed", "known bug")),
+        (
+            '<skipped message="xfail-marked test passes unexpectedly" />',
+            ("failed", "xfail-marked test passes unexpectedly"),
+        ),
+        ('<skipped message="xfail: old pytest wrote no type" />', ("xfailed", "xfail: old pytest wrote no type")),
+        (
+            '<skipped type="pytest.skip" message="xfail is just a word here" />',
+            ("skipped", "xfail is just a word here"),
+        ),
+        ('<error message="collection failure">x</error>', ("error", "collection failure")),
+        (
+            '<failure message="[XPASS(strict)] known bug">[XPASS(strict)] known bug</failure>',
+            ("failed", "[XPASS(strict)] known bug"),
+        ),
+    ],
+)
 def test_junit_outcome_variants(skipped, expected):
-    xml = (f'<testsuite><testcase classname="test_k" name="test_gradcheck[cpu-float64-s]">{skipped}</testcase>'
-           f'</testsuite>')
+    xml = (
+        f'<testsuite><testcase classname="test_k" name="test_gradcheck[cpu-float64-s]">{skipped}</testcase></testsuite>'
+    )
     (result,) = parse_junit(xml)
     assert (result.outcome, result.reason) == expected
     assert result.spec == "k"
-
-
-def test_test_names_and_modules():
-    assert parse_test_name("test_gradgradcheck[cuda-complex128-noncontig_cols.2-x]") == {
-        "check": "gradgradcheck", "device": "cuda", "dtype": "complex128", "sample": "noncontig_cols.2-x"}
-    for name in ("test_gradcheck", "test_foo[cpu-float64-s]", "test_gradcheck[cpu-float64]",
-                 "test_gradcheck[cpu-half-s]", "test_gradcheck[cpu-float64-s] "):
-        assert parse_test_name(name) is None, name
-    assert spec_of_module("generated_tests.test_sin") == spec_of_module("generated_tests/test_sin.py") == "sin"
-    assert case_from_nodeid("a/test_mm.py::test_lowprec[cpu-bfloat16-sq]") == {
-        "spec": "mm", "check": "lowprec", "device": "cpu", "dtype": "bfloat16", "sample": "sq"}
-    assert case_from_nodeid("a/test_mm.py::TestX::test_lowprec[cpu-bfloat16-sq]") is None
-    assert case_from_nodeid("a/test_mm.py") is None
 
 
 def test_load_results_picks_the_reader_by_suffix_or_content(tmp_path):
@@ -134,16 +163,22 @@ def test_load_results_picks_the_reader_by_suffix_or_content(tmp_path):
         assert verdicts(load_results(tmp_path / name)) == expected, name
 
 
-@pytest.mark.parametrize("name, text, message", [
-    ("r.xml", "<testsuites><testcase", "r.xml: not valid XML: "),
-    ("r.xml", "<html></html>", "r.xml: not a JUnit XML report (root element <html>"),
-    ("r.json", "{nope", "r.json: not valid JSON: "),
-    ("r.json", "[]", 'r.json: not opcheck results (expected a JSON object with "format": "opcheck-results"'),
-    ("r.json", '{"format": "opcheck-results", "version": 7, "tests": []}',
-     "r.json: results format version 7; this opcheck reads version 1"),
-    ("r.json", '{"format": "opcheck-results", "version": 1}', 'r.json: "tests": expected a list of test records'),
-    ("r.txt", "hello", "r.txt: expected a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("r.xml", "<testsuites><testcase", "r.xml: not valid XML: "),
+        ("r.xml", "<html></html>", "r.xml: not a JUnit XML report (root element <html>"),
+        ("r.json", "{nope", "r.json: not valid JSON: "),
+        ("r.json", "[]", 'r.json: not opcheck results (expected a JSON object with "format": "opcheck-results"'),
+        (
+            "r.json",
+            '{"format": "opcheck-results", "version": 7, "tests": []}',
+            "r.json: results format version 7; this opcheck reads version 1",
+        ),
+        ("r.json", '{"format": "opcheck-results", "version": 1}', 'r.json: "tests": expected a list of test records'),
+        ("r.txt", "hello", "r.txt: expected a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results"),
+    ],
+)
 def test_unreadable_results_say_which_file_and_why(tmp_path, name, text, message):
     (tmp_path / name).write_text(text)
     with pytest.raises(ReportError) as info:
@@ -152,8 +187,14 @@ def test_unreadable_results_say_which_file_and_why(tmp_path, name, text, message
 
 
 def test_bad_records_are_all_reported_with_their_index():
-    bad = [RECORDS[0], {"spec": "x"}, dict(RECORDS[1], outcome="exploded"), dict(RECORDS[2], duration="slow"),
-           dict(RECORDS[3], colour="red"), "oops"]
+    bad = [
+        RECORDS[0],
+        {"spec": "x"},
+        dict(RECORDS[1], outcome="exploded"),
+        dict(RECORDS[2], duration="slow"),
+        dict(RECORDS[3], colour="red"),
+        "oops",
+    ]
     with pytest.raises(ReportError) as info:
         parse_json(results_text(bad), where="r.json")
     assert str(info.value).splitlines() == [

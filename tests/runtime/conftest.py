@@ -13,4 +13,3 @@ def _no_env_overrides(monkeypatch):
     """The runtime reads these from the environment; a developer's shell must not change verdicts."""
     monkeypatch.delenv("OPCHECK_JACOBIAN_BUDGET", raising=False)
     monkeypatch.delenv("OPCHECK_UNAVAILABLE_DEVICES", raising=False)
-

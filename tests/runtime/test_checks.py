@@ -4,17 +4,25 @@ import sys
 import warnings
 
 import pytest
+import runtime_ops
 import torch
 
 import opcheck
-import runtime_ops
-from opcheck.runtime import (CheckCrashed, LibraryOpcheckFailed, OpcheckRedrawWarning, Settings,
-                             UnsupportedButWorks, run_check)
 from opcheck.engine import auto
 from opcheck.engine.auto import ProjectionMismatch
+from opcheck.runtime import (
+    CheckCrashed,
+    CheckSkipped,
+    LibraryOpcheckFailed,
+    OpcheckRedrawWarning,
+    Settings,
+    UnsupportedButWorks,
+    run_check,
+)
 from opcheck.runtime.context import ItemContext, current_item
 from opcheck.runtime.report import Case, write_heatmap
-from opcheck.runtime.samples import build_calls, case_id, seed_for
+from opcheck.runtime.samples import build_calls
+from opcheck.spec.case import CaseId
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
 VEC = Sample("vec", args=(TensorArg(shape=(5,)),), location=Location("op_specs/x.yaml", 7, 5))
@@ -29,8 +37,8 @@ def item_context():
     """Run checks as the plugin would: under an item with a node id and settings."""
     tokens = []
 
-    def enter(settings=Settings(), nodeid="generated_tests/test_x.py::test_gradcheck[cpu-float64-vec]"):
-        ctx = ItemContext(nodeid=nodeid, rerun=f"pytest '{nodeid}'", settings=settings)
+    def enter(settings=None, nodeid="generated_tests/test_x.py::test_gradcheck[cpu-float64-vec]"):
+        ctx = ItemContext(nodeid=nodeid, rerun=f"pytest '{nodeid}'", settings=settings or Settings())
         tokens.append(current_item.set(ctx))
         return ctx
 
@@ -43,17 +51,23 @@ def item_context():
 @pytest.mark.parametrize("check", ["gradcheck", "forward_ad", "gradgradcheck", "fwgrad_bwgrad"])
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 def test_correct_op_passes_every_derivative_check(check, dtype):
-    s = spec("torch.sin", gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
-             gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True))
+    s = spec(
+        "torch.sin",
+        gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
+        gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
+    )
     run_check(s, check, "cpu", dtype, "vec")
 
 
-@pytest.mark.parametrize("check, op, path", [
-    ("gradcheck", "runtime_ops:square_wrong", "VJP"),
-    ("forward_ad", "runtime_ops:square_wrong_jvp", "JVP"),
-    ("gradgradcheck", "runtime_ops:sin_wrong_second_derivative", "VJP of VJP"),
-    ("fwgrad_bwgrad", "runtime_ops:sin_wrong_second_derivative", "JVP of VJP"),
-])
+@pytest.mark.parametrize(
+    "check, op, path",
+    [
+        ("gradcheck", "runtime_ops:square_wrong", "VJP"),
+        ("forward_ad", "runtime_ops:square_wrong_jvp", "JVP"),
+        ("gradgradcheck", "runtime_ops:sin_wrong_second_derivative", "VJP of VJP"),
+        ("fwgrad_bwgrad", "runtime_ops:sin_wrong_second_derivative", "JVP of VJP"),
+    ],
+)
 def test_each_check_kind_fails_on_its_own_bug_and_names_the_path(check, op, path):
     s = spec(op, gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_grad=False))
     with pytest.raises(opcheck.GradcheckError) as info:
@@ -64,16 +78,25 @@ def test_each_check_kind_fails_on_its_own_bug_and_names_the_path(check, op, path
 
 
 def test_gradgrad_unsupported_passes_when_it_raises_and_fails_when_it_works():
-    run_check(spec("runtime_ops:no_double_backward", supports_gradgrad=False), "gradgrad_unsupported",
-              "cpu", "float64", "vec")
-    with pytest.raises(UnsupportedButWorks, match=r"declares `supports_gradgrad: false`, but the second "
-                                                  r"derivative \(VJP of VJP\) of torch.sin works: remove"):
+    run_check(
+        spec("runtime_ops:no_double_backward", supports_gradgrad=False), "gradgrad_unsupported", "cpu", "float64", "vec"
+    )
+    with pytest.raises(
+        UnsupportedButWorks,
+        match=r"declares `supports_gradgrad: false`, but the second "
+        r"derivative \(VJP of VJP\) of torch.sin works: remove",
+    ):
         run_check(spec("torch.sin", supports_gradgrad=False), "gradgrad_unsupported", "cpu", "float64", "vec")
 
 
 def test_forward_ad_unsupported_passes_when_it_raises_and_fails_when_it_works():
-    run_check(spec("runtime_ops:sin_without_jvp", supports_forward_ad=False), "forward_ad_unsupported",
-              "cpu", "float64", "vec")
+    run_check(
+        spec("runtime_ops:sin_without_jvp", supports_forward_ad=False),
+        "forward_ad_unsupported",
+        "cpu",
+        "float64",
+        "vec",
+    )
     with pytest.raises(UnsupportedButWorks, match="remove `supports_forward_ad: false`"):
         run_check(spec("torch.sin", supports_forward_ad=False), "forward_ad_unsupported", "cpu", "float64", "vec")
 
@@ -94,28 +117,40 @@ def test_library_opcheck_reports_each_failing_test():
 
 
 def test_library_opcheck_skips_ops_outside_torch_ops():
-    with pytest.raises(pytest.skip.Exception, match="library_opcheck applies to torch.ops.* operators and "
-                                                    "torch.library custom ops; torch.sin is a builtin_function"):
+    with pytest.raises(
+        CheckSkipped,
+        match="library_opcheck applies to torch.ops.* operators and "
+        "torch.library custom ops; torch.sin is a builtin_function",
+    ):
         run_check(spec("torch.sin"), "library_opcheck", "cpu", "float64", "vec")
 
 
 # ------------------------------------------------------------------------------------ skips
 def test_unavailable_device_skips_with_torchs_own_words(monkeypatch):
-    with pytest.raises(pytest.skip.Exception, match=r"mps is not available on this machine "
-                                                    r"\(torch.backends.mps.is_available\(\) is False\)"):
+    with pytest.raises(
+        CheckSkipped,
+        match=r"mps is not available on this machine "
+        r"\(torch.backends.mps.is_available\(\) is False\)",
+    ):
         run_check(spec("torch.sin"), "gradcheck", "mps", "float64", "vec")
     if not torch.cuda.is_available():
-        with pytest.raises(pytest.skip.Exception, match=r"^cuda is not available on this machine "
-                                                        r"\(torch.cuda.is_available\(\) is False\)$"):
+        with pytest.raises(
+            CheckSkipped,
+            match=r"^cuda is not available on this machine "
+            r"\(torch.cuda.is_available\(\) is False\)$",
+        ):
             run_check(spec("torch.sin"), "gradcheck", "cuda", "float64", "vec")
     monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "xpu, cpu")
-    with pytest.raises(pytest.skip.Exception, match=r"cpu is not available on this machine "
-                                                    r"\(OPCHECK_UNAVAILABLE_DEVICES lists it\)"):
+    with pytest.raises(
+        CheckSkipped,
+        match=r"cpu is not available on this machine "
+        r"\(OPCHECK_UNAVAILABLE_DEVICES lists it\)",
+    ):
         run_check(spec("torch.sin"), "gradcheck", "cpu", "float64", "vec")
 
 
 def test_unknown_device_type_and_check():
-    with pytest.raises(pytest.skip.Exception, match="not a device type this torch build knows"):
+    with pytest.raises(CheckSkipped, match="not a device type this torch build knows"):
         run_check(spec("torch.sin"), "gradcheck", "tpu", "float64", "vec")
     with pytest.raises(ValueError, match="unknown check 'gradchek'"):
         run_check(spec("torch.sin"), "gradchek", "cpu", "float64", "vec")
@@ -123,12 +158,15 @@ def test_unknown_device_type_and_check():
 
 # ------------------------------------------------------------------------------------ kinks
 def kink_spec(*samples):
-    return spec("runtime_ops:kinked", *(samples or (Sample("k", args=(TensorArg(shape=(6,)),)),)),
-                gradcheck=GradcheckFlags(check_batched_grad=False))
+    return spec(
+        "runtime_ops:kinked",
+        *(samples or (Sample("k", args=(TensorArg(shape=(6,)),)),)),
+        gradcheck=GradcheckFlags(check_batched_grad=False),
+    )
 
 
 def first_value(s, check="gradcheck", sample="k"):
-    seed = seed_for(s.name, case_id(check, "cpu", "float64", sample))
+    seed = CaseId(s.name, check, "cpu", "float64", sample).seed()
     (call,) = build_calls(s, s.sample(sample), "cpu", "float64", seed)
     return float(call.args[0].detach()[2])
 
@@ -142,8 +180,9 @@ def test_a_draw_next_to_a_kink_is_redrawn_and_the_pass_is_announced(monkeypatch,
         run_check(s, "gradcheck", "cpu", "float64", "k")
     out = capsys.readouterr().out
     assert "landed next to a non-differentiable point" in out and "eps=1e-06 and eps=5e-07" in out
-    assert f"seed {seed_for('x', 'test_gradcheck[cpu-float64-k]')}:" in out
-    assert f"passing draw: seed {seed_for('x', 'test_gradcheck[cpu-float64-k]', 1)} (re-draw 1)" in out
+    case = CaseId("x", "gradcheck", "cpu", "float64", "k")
+    assert f"seed {case.seed()}:" in out
+    assert f"passing draw: seed {case.seed(1)} (re-draw 1)" in out
     assert ctx.user_properties and ctx.user_properties[0][0] == "opcheck_redraws"
 
 
@@ -157,8 +196,9 @@ def test_a_wrong_gradient_is_not_mistaken_for_a_kink():
 
 def test_kinks_in_every_draw_fail_after_the_bounded_redraws():
     s = spec("runtime_ops:sawtooth", gradcheck=GradcheckFlags(check_batched_grad=False))
-    with pytest.raises(opcheck.GradcheckError, match="every one of 4 draws landed next to a non-differentiable "
-                                                     "point .* `avoid:`"):
+    with pytest.raises(
+        opcheck.GradcheckError, match="every one of 4 draws landed next to a non-differentiable point .* `avoid:`"
+    ):
         run_check(s, "gradcheck", "cpu", "float64", "vec")
 
 
@@ -173,12 +213,27 @@ def test_a_kink_in_explicit_values_cannot_be_redrawn(monkeypatch):
 def test_failure_message_has_every_field(item_context):
     item_context(nodeid="generated_tests/test_x.py::test_gradcheck[cpu-float64-rows]")
     with pytest.raises(opcheck.GradcheckError) as info:
-        run_check(OpSpec(name="x", op="runtime_ops:square_wrong", source="op_specs/x.yaml", sha256="0",
-                         samples=(Sample("rows", args=(TensorArg(shape=(2, 3), noncontiguous=True),),
-                                         location=Location("op_specs/x.yaml", 12, 7)),)),
-                  "gradcheck", "cpu", "float64", "rows")
+        run_check(
+            OpSpec(
+                name="x",
+                op="runtime_ops:square_wrong",
+                source="op_specs/x.yaml",
+                sha256="0",
+                samples=(
+                    Sample(
+                        "rows",
+                        args=(TensorArg(shape=(2, 3), noncontiguous=True),),
+                        location=Location("op_specs/x.yaml", 12, 7),
+                    ),
+                ),
+            ),
+            "gradcheck",
+            "cpu",
+            "float64",
+            "rows",
+        )
     text = str(info.value)
-    seed = seed_for("x", "test_gradcheck[cpu-float64-rows]")
+    seed = CaseId("x", "gradcheck", "cpu", "float64", "rows").seed()
     for expected in [
         "opcheck gradcheck failed for runtime_ops:square_wrong on cpu/float64, sample 'rows'",
         "op:          runtime_ops:square_wrong (spec 'x', op_specs/x.yaml)",
@@ -201,8 +256,11 @@ def test_failure_message_has_every_field(item_context):
 
 def test_without_pytest_the_rerun_command_is_built_from_the_id():
     current_item.set(None)  # as a library call: this test's own item is not the failing case
-    with pytest.raises(opcheck.GradcheckError, match=r"rerun: +pytest 'generated_tests/test_x.py::"
-                                                     r"test_gradcheck\[cpu-float64-vec\]'"):
+    with pytest.raises(
+        opcheck.GradcheckError,
+        match=r"rerun: +pytest 'generated_tests/test_x.py::"
+        r"test_gradcheck\[cpu-float64-vec\]'",
+    ):
         run_check(spec("runtime_ops:square_wrong"), "gradcheck", "cpu", "float64", "vec")
 
 
@@ -274,7 +332,7 @@ def test_heatmap_of_a_vjp_projection_failure(tmp_path, drawn_labels):
     r = opcheck.gradcheck_report(SquareWrongBackward.apply, (x,), fast_mode="auto", jacobian_budget=1)
     assert isinstance(r.mismatch, ProjectionMismatch) and r.mismatch.comparison == auto.VJP_STAGE
     assert tuple(r.mismatch.analytical.shape) == (auto.COTANGENTS, auto.DIRECTIONS)
-    case = Case(spec=spec("runtime_ops:square_wrong"), check="gradcheck", device="cpu", dtype="float64", sample=VEC)
+    case = Case.of(spec("runtime_ops:square_wrong"), "gradcheck", "cpu", "float64", VEC)
     path = write_heatmap(r.mismatch, case, str(tmp_path))
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     (drawn,) = drawn_labels
@@ -287,7 +345,7 @@ def test_heatmap_of_a_vjp_projection_failure(tmp_path, drawn_labels):
 def test_heatmap_of_a_jacobian_block_keeps_element_axes(drawn_labels, tmp_path):
     x = torch.randn(5, dtype=torch.float64, requires_grad=True)
     r = opcheck.gradcheck_report(runtime_ops.square_wrong, (x,))
-    case = Case(spec=spec("runtime_ops:square_wrong"), check="gradcheck", device="cpu", dtype="float64", sample=VEC)
+    case = Case.of(spec("runtime_ops:square_wrong"), "gradcheck", "cpu", "float64", VEC)
     write_heatmap(r.mismatch, case, str(tmp_path))
     (drawn,) = drawn_labels
     assert (drawn["x"], drawn["y"]) == ("output 0 element (shape (5,))", "input 0 element (shape (5,))")
@@ -296,9 +354,14 @@ def test_heatmap_of_a_jacobian_block_keeps_element_axes(drawn_labels, tmp_path):
 
 def test_opinfo_failure_names_the_sample_index():
     pytest.importorskip("expecttest")
-    s = spec("runtime_ops:exp_wrong_on_scalars", Sample("oi", opinfo="exp"),
-             gradcheck=GradcheckFlags(check_batched_grad=False))
-    with pytest.raises(opcheck.GradcheckError, match=r"OpInfo 'exp' sample 2 of 3\n.*call: exp_wrong_on_scalars\(Tensor\[\] float64"):
+    s = spec(
+        "runtime_ops:exp_wrong_on_scalars",
+        Sample("oi", opinfo="exp"),
+        gradcheck=GradcheckFlags(check_batched_grad=False),
+    )
+    with pytest.raises(
+        opcheck.GradcheckError, match=r"OpInfo 'exp' sample 2 of 3\n.*call: exp_wrong_on_scalars\(Tensor\[\] float64"
+    ):
         run_check(s, "gradcheck", "cpu", "float64", "oi")
 
 
@@ -319,8 +382,11 @@ def test_bad_sample_and_no_differentiable_input_say_so():
 
 def test_opinfo_without_expecttest_skips_with_the_reason(monkeypatch):
     monkeypatch.setitem(sys.modules, "expecttest", None)  # import expecttest -> ImportError
-    with pytest.raises(pytest.skip.Exception, match=r"opinfo: exp needs the expecttest package \(pip install "
-                                                    r"expecttest\), which is not installed"):
+    with pytest.raises(
+        CheckSkipped,
+        match=r"opinfo: exp needs the expecttest package \(pip install "
+        r"expecttest\), which is not installed",
+    ):
         run_check(spec("torch.exp", Sample("oi", opinfo="exp")), "gradcheck", "cpu", "float64", "oi")
 
 

@@ -18,7 +18,10 @@ def test_availability_reasons(monkeypatch):
     assert devices.unavailable_reason("cpu") is None
     assert (devices.unavailable_reason("cuda") is None) == torch.cuda.is_available()
     monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "cpu,cuda")
-    assert devices.unavailable_reason("cpu") == "cpu is not available on this machine (OPCHECK_UNAVAILABLE_DEVICES lists it)"
+    assert (
+        devices.unavailable_reason("cpu")
+        == "cpu is not available on this machine (OPCHECK_UNAVAILABLE_DEVICES lists it)"
+    )
     assert devices.faked_unavailable() == {"cpu", "cuda"}
 
 

@@ -19,13 +19,21 @@ SAMPLES = (
 
 
 def spec(op, *samples, forward_ad=False, lowprec=("float32", "float16", "bfloat16", "complex64")):
-    return OpSpec(name="lp", op=op, source="op_specs/lp.yaml", sha256="0", samples=samples or SAMPLES,
-                  lowprec_dtypes=lowprec, gradcheck=GradcheckFlags(check_forward_ad=forward_ad))
+    return OpSpec(
+        name="lp",
+        op=op,
+        source="op_specs/lp.yaml",
+        sha256="0",
+        samples=samples or SAMPLES,
+        lowprec_dtypes=lowprec,
+        gradcheck=GradcheckFlags(check_forward_ad=forward_ad),
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("op, sample", [("torch.sin", "vec"), ("torch.nn.functional.softmax", "rows"),
-                                        ("torch.matmul", "mm")])
+@pytest.mark.parametrize(
+    "op, sample", [("torch.sin", "vec"), ("torch.nn.functional.softmax", "rows"), ("torch.matmul", "mm")]
+)
 def test_correct_kernels_pass(op, sample, dtype):
     run_check(spec(op, forward_ad=True), "lowprec", "cpu", dtype, sample)
 
@@ -59,8 +67,9 @@ def test_jvp_is_compared_when_the_spec_checks_forward_ad():
     s_vec = Sample("vec", args=(TensorArg(shape=(10,)),))
     run_check(spec("runtime_ops:square_wrong_jvp_in_float32", s_vec), "lowprec", "cpu", "float32", "vec")
     with pytest.raises(LowPrecisionMismatch, match="JVP: tangent of output 0 differs"):
-        run_check(spec("runtime_ops:square_wrong_jvp_in_float32", s_vec, forward_ad=True),
-                  "lowprec", "cpu", "float32", "vec")
+        run_check(
+            spec("runtime_ops:square_wrong_jvp_in_float32", s_vec, forward_ad=True), "lowprec", "cpu", "float32", "vec"
+        )
 
 
 def test_compare_formula_scales_atol_and_keeps_integers_exact():
@@ -92,8 +101,16 @@ def test_sizes_are_below_mkl_vml_chunking():
 
 def test_a_kernel_without_float64_path_is_checked_against_the_reference():
     vec = Sample("vec", args=(TensorArg(shape=(40,)),))
-    good = OpSpec(name="f32", op="examples.ops:fused_gelu_f32", source="op_specs/f32.yaml", sha256="0",
-                  samples=(vec,), dtypes=(), lowprec_dtypes=("float32",), reference="examples.ops:gelu_reference")
+    good = OpSpec(
+        name="f32",
+        op="examples.ops:fused_gelu_f32",
+        source="op_specs/f32.yaml",
+        sha256="0",
+        samples=(vec,),
+        dtypes=(),
+        lowprec_dtypes=("float32",),
+        reference="examples.ops:gelu_reference",
+    )
     assert good.checks() == ("lowprec",)
     run_check(good, "lowprec", "cpu", "float32", "vec")
     bad = replace(good, op="runtime_ops:gelu_f32_wrong_backward")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from opcheck.runtime.makers import SampleError
-from opcheck.runtime.samples import build_calls, build_tensor, case_id, describe_call, is_random, seed_for
+from opcheck.runtime.samples import build_calls, build_tensor, describe_call, is_random
+from opcheck.spec.case import CaseId
 from opcheck.spec.model import DtypeArg, OpSpec, Sample, TensorArg, TensorListArg, TupleArg
 
 
@@ -25,27 +26,31 @@ def call_of(sample, seed=1, dtype="float64", op="torch.sin", **kw):
 
 # ------------------------------------------------------------------------------------ seeds
 def test_seed_is_sha256_of_spec_name_and_id():
-    tid = case_id("gradcheck", "cpu", "float64", "rows")
-    assert tid == "test_gradcheck[cpu-float64-rows]"
+    case = CaseId("softmax", "gradcheck", "cpu", "float64", "rows")
+    assert case.name == "test_gradcheck[cpu-float64-rows]"
     digest = hashlib.sha256(b"softmax::test_gradcheck[cpu-float64-rows]").digest()
-    assert seed_for("softmax", tid) == int.from_bytes(digest[:8], "little") & (2**63 - 1)
+    assert case.seed() == int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def test_seed_differs_by_id_spec_and_attempt():
-    tid = case_id("gradcheck", "cpu", "float64", "rows")
-    seeds = {seed_for("softmax", tid), seed_for("sin", tid), seed_for("softmax", tid, attempt=1),
-             seed_for("softmax", case_id("gradcheck", "cuda", "float64", "rows")),
-             seed_for("softmax", case_id("gradgradcheck", "cpu", "float64", "rows"))}
+    case = CaseId("softmax", "gradcheck", "cpu", "float64", "rows")
+    seeds = {
+        case.seed(),
+        CaseId("sin", "gradcheck", "cpu", "float64", "rows").seed(),
+        case.seed(attempt=1),
+        CaseId("softmax", "gradcheck", "cuda", "float64", "rows").seed(),
+        CaseId("softmax", "gradgradcheck", "cpu", "float64", "rows").seed(),
+    }
     assert len(seeds) == 5
 
 
 def test_same_id_same_tensors_different_id_different_tensors():
     sample = Sample("s", args=(TensorArg(shape=(3, 4)), TensorListArg((TensorArg(shape=(2,)),))))
     spec = spec_with(sample, op="runtime_ops:weighted_sum")
-    seed = seed_for("t", case_id("gradcheck", "cpu", "float64", "s"))
+    seed = CaseId("t", "gradcheck", "cpu", "float64", "s").seed()
     a = build_calls(spec, sample, "cpu", "float64", seed)[0]
     b = build_calls(spec, sample, "cpu", "float64", seed)[0]
-    other = build_calls(spec, sample, "cpu", "float64", seed_for("t", case_id("gradcheck", "cpu", "float64", "x")))[0]
+    other = build_calls(spec, sample, "cpu", "float64", CaseId("t", "gradcheck", "cpu", "float64", "x").seed())[0]
     assert torch.equal(a.args[0], b.args[0]) and torch.equal(a.args[1][0], b.args[1][0])
     assert not torch.equal(a.args[0], other.args[0])
 
@@ -102,8 +107,11 @@ def test_explicit_values_and_shape_check():
 
 
 def test_lowprec_dtype_is_the_default_for_unspecified_tensors_only():
-    call = call_of(Sample("s", args=(TensorArg(shape=(3,)), TensorArg(shape=(3,), dtype="float64"))),
-                   dtype="bfloat16", op="torch.add")
+    call = call_of(
+        Sample("s", args=(TensorArg(shape=(3,)), TensorArg(shape=(3,), dtype="float64"))),
+        dtype="bfloat16",
+        op="torch.add",
+    )
     assert call.args[0].dtype == torch.bfloat16 and call.args[1].dtype == torch.float64
 
 
@@ -126,7 +134,11 @@ def test_symmetric_and_hermitian():
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128", "float32"])
 def test_spd_is_positive_definite_and_well_conditioned(dtype):
-    a = build(TensorArg(shape=(3, 6, 6), maker="spd"), dtype=dtype).detach().to(torch.complex128 if "complex" in dtype else torch.float64)
+    a = (
+        build(TensorArg(shape=(3, 6, 6), maker="spd"), dtype=dtype)
+        .detach()
+        .to(torch.complex128 if "complex" in dtype else torch.float64)
+    )
     assert torch.allclose(a, a.mH, atol=1e-6)
     eig = torch.linalg.eigvalsh(a)
     assert float(eig.min()) >= 6 - 1e-3  # A Aᴴ + n I: every eigenvalue at least n
@@ -194,9 +206,19 @@ def test_avoid_that_cannot_be_met_or_combined_says_so():
 
 # ------------------------------------------------------------------------------------ structure
 def test_lists_tuples_dtypes_literals_and_kwargs():
-    sample = Sample("s", args=(TensorListArg((TensorArg(shape=(2,)), TensorArg(shape=(3,), requires_grad=False))),
-                               TupleArg((0, 1)), DtypeArg("float32"), (1, 2), [3, (4, 5)], None, "mean"),
-                    kwargs=(("weights", TensorArg(shape=(2,))), ("dim", -1)))
+    sample = Sample(
+        "s",
+        args=(
+            TensorListArg((TensorArg(shape=(2,)), TensorArg(shape=(3,), requires_grad=False))),
+            TupleArg((0, 1)),
+            DtypeArg("float32"),
+            (1, 2),
+            [3, (4, 5)],
+            None,
+            "mean",
+        ),
+        kwargs=(("weights", TensorArg(shape=(2,))), ("dim", -1)),
+    )
     call = call_of(sample, op="runtime_ops:weighted_sum")
     lst, tup, dt, lit, nested, none, text = call.args
     assert isinstance(lst, list) and [t.shape for t in lst] == [(2,), (3,)]
@@ -210,8 +232,11 @@ def test_lists_tuples_dtypes_literals_and_kwargs():
 
 
 def test_as_function_recomposes_the_call():
-    sample = Sample("s", args=(TensorListArg((TensorArg(shape=(2,)), TensorArg(shape=(3,)))),),
-                    kwargs=(("weights", TensorArg(shape=(2,))),))
+    sample = Sample(
+        "s",
+        args=(TensorListArg((TensorArg(shape=(2,)), TensorArg(shape=(3,)))),),
+        kwargs=(("weights", TensorArg(shape=(2,))),),
+    )
     call = call_of(sample, op="runtime_ops:weighted_sum")
     fn, inputs = call.as_function(), call.gradcheck_inputs()
     assert len(inputs) == 3
@@ -221,8 +246,15 @@ def test_as_function_recomposes_the_call():
 
 
 def test_index_and_mask_arguments_are_not_gradcheck_inputs():
-    sample = Sample("s", args=(TensorArg(shape=(5, 3)), TensorArg(shape=(4,), dtype="int64", low=0, high=5),
-                               TensorArg(shape=(5, 3), dtype="bool"), 0.5))
+    sample = Sample(
+        "s",
+        args=(
+            TensorArg(shape=(5, 3)),
+            TensorArg(shape=(4,), dtype="int64", low=0, high=5),
+            TensorArg(shape=(5, 3), dtype="bool"),
+            0.5,
+        ),
+    )
     call = call_of(sample, op="runtime_ops:take_rows")
     assert call.gradcheck_inputs() == (call.args[0],)
     assert call.run().shape == (4, 3)
@@ -252,7 +284,10 @@ def test_is_random():
 def test_describe_call_names_shapes_dtypes_options_and_kwargs():
     sample = Sample("s", args=(TensorArg(shape=(4, 4), maker="spd"),), kwargs=(("upper", False),))
     call = call_of(sample, op="torch.linalg.cholesky")
-    assert describe_call(call.args, call.kwargs, sample) == "(Tensor[4, 4] float64 (requires_grad, maker=spd), upper=False)"
+    assert (
+        describe_call(call.args, call.kwargs, sample)
+        == "(Tensor[4, 4] float64 (requires_grad, maker=spd), upper=False)"
+    )
 
 
 def test_opinfo_samples_are_seeded_and_all_used():

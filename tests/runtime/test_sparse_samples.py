@@ -14,14 +14,20 @@ from opcheck.runtime.lowprec import compare_lowprec, upcast
 from opcheck.runtime.makers import draw_values
 from opcheck.runtime.policy import Policy
 from opcheck.runtime.report import Case
-from opcheck.runtime.samples import build_calls, build_tensor, case_id, describe_value, seed_for
+from opcheck.runtime.samples import build_calls, build_tensor, describe_value
 from opcheck.runtime.sparse import sparsify
 from opcheck.runtime.tolerances import resolve_tolerances
+from opcheck.spec.case import CaseId
 from opcheck.spec.model import CHECKS, LIBRARY_OPCHECK, LOWPREC, GradcheckFlags, OpSpec, Sample, TensorArg
 
 T = TensorArg
-LAYOUTS = {"sparse_coo": torch.sparse_coo, "sparse_csr": torch.sparse_csr, "sparse_csc": torch.sparse_csc,
-           "sparse_bsr": torch.sparse_bsr, "sparse_bsc": torch.sparse_bsc}
+LAYOUTS = {
+    "sparse_coo": torch.sparse_coo,
+    "sparse_csr": torch.sparse_csr,
+    "sparse_csc": torch.sparse_csc,
+    "sparse_bsr": torch.sparse_bsr,
+    "sparse_bsc": torch.sparse_bsc,
+}
 
 
 def gen(seed=0) -> torch.Generator:
@@ -36,14 +42,15 @@ def specified(t: torch.Tensor) -> torch.Tensor:
     """A bool mask of the dense positions t specifies (a value of 1 at each, read back dense)."""
     ones = t.detach()
     if t.layout == torch.sparse_coo:
-        ones = torch.sparse_coo_tensor(ones._indices(), torch.ones_like(ones._values()), t.shape,
-                                       check_invariants=True)
+        ones = torch.sparse_coo_tensor(ones._indices(), torch.ones_like(ones._values()), t.shape, check_invariants=True)
     else:
         rows = t.layout in (torch.sparse_csr, torch.sparse_bsr)
-        compressed, plain = ((ones.crow_indices(), ones.col_indices()) if rows
-                             else (ones.ccol_indices(), ones.row_indices()))
-        ones = torch.sparse_compressed_tensor(compressed, plain, torch.ones_like(ones.values()), t.shape,
-                                              layout=t.layout, check_invariants=True)
+        compressed, plain = (
+            (ones.crow_indices(), ones.col_indices()) if rows else (ones.ccol_indices(), ones.row_indices())
+        )
+        ones = torch.sparse_compressed_tensor(
+            compressed, plain, torch.ones_like(ones.values()), t.shape, layout=t.layout, check_invariants=True
+        )
     return ones.to_dense() != 0
 
 
@@ -71,9 +78,9 @@ def test_layout_geometry_and_count_are_the_specs(arg):
     if arg.layout == "sparse_coo":
         assert t.is_coalesced() and t.sparse_dim() == len(arg.shape) - arg.dense_dim
     else:
-        assert t.values().shape[:len(g.batch_shape)] == g.batch_shape
+        assert t.values().shape[: len(g.batch_shape)] == g.batch_shape
     if arg.blocksize:
-        assert tuple(t.values().shape[len(g.batch_shape) + 1:][:2]) == arg.blocksize
+        assert tuple(t.values().shape[len(g.batch_shape) + 1 :][:2]) == arg.blocksize
     # Every batch specifies the same number of elements: count them in the dense form.
     per_batch = specified(t).reshape(g.batches, -1).sum(-1) if g.batch_shape else specified(t).sum().reshape(1)
     cell = arg.specified_count() * (arg.blocksize[0] * arg.blocksize[1] if arg.blocksize else 1)
@@ -98,8 +105,9 @@ def test_same_seed_same_pattern_and_values_other_seed_other_pattern(arg):
 
 def test_the_pattern_is_drawn_after_the_values_and_before_the_next_argument():
     sparse, dense = T((6, 6), layout="sparse_csr", nnz=9), T((6, 2))
-    spec = OpSpec(name="t", op="torch.mm", source="op_specs/t.yaml", sha256="0",
-                  samples=(Sample("s", args=(sparse, dense)),))
+    spec = OpSpec(
+        name="t", op="torch.mm", source="op_specs/t.yaml", sha256="0", samples=(Sample("s", args=(sparse, dense)),)
+    )
     (call,) = build_calls(spec, spec.samples[0], "cpu", "float64", seed=11)
     g = gen(11)
     values = draw_values(sparse, torch.float64, g)
@@ -129,8 +137,9 @@ def test_explicit_values_specify_their_nonzero_cells():
     # A block with any nonzero is specified whole, zeros included; so is a hybrid position.
     b = build(T((2, 4), layout="sparse_bsr", blocksize=(2, 2), values=((1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 0.0))))
     assert b._nnz() == 1 and b.values().tolist() == [[[1.0, 0.0], [0.0, 0.0]]]
-    h = build(T((2, 2, 2), layout="sparse_coo", dense_dim=1, values=(((0.0, 3.0), (0.0, 0.0)), ((0.0, 0.0),
-                                                                                               (0.0, 0.0)))))
+    h = build(
+        T((2, 2, 2), layout="sparse_coo", dense_dim=1, values=(((0.0, 3.0), (0.0, 0.0)), ((0.0, 0.0), (0.0, 0.0))))
+    )
     assert h._nnz() == 1 and h._values().tolist() == [[0.0, 3.0]]
 
 
@@ -150,12 +159,18 @@ def test_maker_positive_and_avoid_apply_to_the_values():
 
 
 def test_describe_names_layout_nnz_blocks_batches_and_dense_dims():
-    assert describe_value(build(T((8, 8), layout="sparse_csr", nnz=13))) == \
-        "Tensor[8, 8] float64 (requires_grad, sparse_csr, nnz=13)"
-    assert describe_value(build(T((2, 4, 6, 2), layout="sparse_bsc", blocksize=(2, 3), nnz=1, dense_dim=1))) == \
-        "Tensor[2, 4, 6, 2] float64 (requires_grad, sparse_bsc, nnz=1 block per batch, blocksize=2x3, dense_dim=1)"
-    assert describe_value(build(T((6, 8, 3), layout="sparse_coo", dense_dim=1, nnz=5))) == \
-        "Tensor[6, 8, 3] float64 (requires_grad, sparse_coo, nnz=5, dense_dim=1)"
+    assert (
+        describe_value(build(T((8, 8), layout="sparse_csr", nnz=13)))
+        == "Tensor[8, 8] float64 (requires_grad, sparse_csr, nnz=13)"
+    )
+    assert (
+        describe_value(build(T((2, 4, 6, 2), layout="sparse_bsc", blocksize=(2, 3), nnz=1, dense_dim=1)))
+        == "Tensor[2, 4, 6, 2] float64 (requires_grad, sparse_bsc, nnz=1 block per batch, blocksize=2x3, dense_dim=1)"
+    )
+    assert (
+        describe_value(build(T((6, 8, 3), layout="sparse_coo", dense_dim=1, nnz=5)))
+        == "Tensor[6, 8, 3] float64 (requires_grad, sparse_coo, nnz=5, dense_dim=1)"
+    )
 
 
 def test_dense_samples_draw_exactly_what_they_drew_before():
@@ -167,20 +182,34 @@ def test_dense_samples_draw_exactly_what_they_drew_before():
 # ------------------------------------------------------------------------------------ checks
 @pytest.mark.parametrize("masked", [False, True])
 def test_masked_reaches_every_engine_call(masked):
-    spec = OpSpec(name="t", op="torch.sin", source="op_specs/t.yaml", sha256="0",
-                  samples=(Sample("s", args=(T((3,)),)),), gradcheck=GradcheckFlags(masked=masked))
+    spec = OpSpec(
+        name="t",
+        op="torch.sin",
+        source="op_specs/t.yaml",
+        sha256="0",
+        samples=(Sample("s", args=(T((3,)),)),),
+        gradcheck=GradcheckFlags(masked=masked),
+    )
     for check in CHECKS:
         if check in (LOWPREC, LIBRARY_OPCHECK):
             continue
-        case = Case(spec, check, "cpu", "float64", spec.samples[0])
+        case = Case.of(spec, check, "cpu", "float64", spec.samples[0])
         tol = resolve_tolerances(spec, check, "cpu", "float64", "s")
         _, kwargs = engine_call(case, tol, Policy(True, "test"))
         assert kwargs["masked"] is masked, check
 
 
 def _sparse_spec(op, *samples, masked, **kw):
-    return OpSpec(name="sp", op=op, source="op_specs/sp.yaml", sha256="0", samples=samples, devices=("cpu",),
-                  gradcheck=GradcheckFlags(masked=masked, check_batched_grad=False), **kw)
+    return OpSpec(
+        name="sp",
+        op=op,
+        source="op_specs/sp.yaml",
+        sha256="0",
+        samples=samples,
+        devices=("cpu",),
+        gradcheck=GradcheckFlags(masked=masked, check_batched_grad=False),
+        **kw,
+    )
 
 
 COO = Sample("coo", args=(T((6, 8), layout="sparse_coo", density=0.3), T((8, 3))))
@@ -214,8 +243,9 @@ def test_lowprec_casts_a_sparse_input_with_its_pattern():
 @pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr", "sparse_csc"])
 def test_lowprec_passes_a_right_sparse_kernel(layout):
     sample = Sample("s", args=(T((6, 8), layout=layout, nnz=12), T((8, 3))))
-    run_check(_sparse_spec("torch.mm", sample, masked=False, lowprec_dtypes=("float32",)), "lowprec", "cpu",
-              "float32", "s")
+    run_check(
+        _sparse_spec("torch.mm", sample, masked=False, lowprec_dtypes=("float32",)), "lowprec", "cpu", "float32", "s"
+    )
 
 
 def test_lowprec_catches_a_sparse_gradient_wrong_in_float32():
@@ -229,8 +259,7 @@ def test_lowprec_catches_a_sparse_gradient_wrong_in_float32():
 def test_compare_lowprec_reads_sparse_gradients_dense():
     sample = Sample("s", args=(T((6, 8), layout="sparse_coo", nnz=12), T((8, 3))))
     spec = _sparse_spec("torch.sparse.mm", sample, masked=True, lowprec_dtypes=("float32",))
-    tid = case_id("lowprec", "cpu", "float32", "s")
-    (call,) = build_calls(spec, sample, "cpu", "float32", seed_for("sp", tid))
+    case = CaseId("sp", "lowprec", "cpu", "float32", "s")
+    (call,) = build_calls(spec, sample, "cpu", "float32", case.seed())
     tol = resolve_tolerances(spec, "lowprec", "cpu", "float32", "s")
-    assert compare_lowprec(call, device="cpu", spec_name="sp", test_id=tid, attempt=0, tolerances=tol,
-                           check_forward_ad=False) is None
+    assert compare_lowprec(call, case, attempt=0, tolerances=tol, check_forward_ad=False) is None
