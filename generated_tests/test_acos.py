@@ -5,143 +5,57 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/unary.yaml"
 SPEC = OpSpec(
-    name='acos',
-    op='torch.acos',
-    source='op_specs/unary.yaml',
-    sha256='3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4',
+    name="acos",
+    op="torch.acos",
+    source=SOURCE,
+    sha256="3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(6,), low=-0.9, high=0.9),), location=Location(SOURCE, 42, 9)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(6,), low=-0.9, high=0.9),),
-            location=Location('op_specs/unary.yaml', 42, 9),
-        ),
-        Sample(
-            'matrix_noncontig',
+            "matrix_noncontig",
             args=(TensorArg(shape=(3, 4), low=-0.9, high=0.9, noncontiguous=True),),
-            location=Location('op_specs/unary.yaml', 44, 9),
+            location=Location(SOURCE, 44, 9),
         ),
-        Sample(
-            'scalar',
-            args=(TensorArg(shape=(), low=-0.9, high=0.9),),
-            location=Location('op_specs/unary.yaml', 46, 9),
-        ),
+        Sample("scalar", args=(TensorArg(shape=(), low=-0.9, high=0.9),), location=Location(SOURCE, 46, 9)),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/unary.yaml', 38, 5),
+    location=Location(SOURCE, 38, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'vector', id='cpu-float32-vector'),
-        pytest.param('cpu', 'float32', 'matrix_noncontig', id='cpu-float32-matrix_noncontig'),
-        pytest.param('cpu', 'float32', 'scalar', id='cpu-float32-scalar'),
-        pytest.param('cuda', 'float32', 'vector', id='cuda-float32-vector'),
-        pytest.param('cuda', 'float32', 'matrix_noncontig', id='cuda-float32-matrix_noncontig'),
-        pytest.param('cuda', 'float32', 'scalar', id='cuda-float32-scalar'),
-        pytest.param('mps', 'float32', 'vector', id='mps-float32-vector'),
-        pytest.param('mps', 'float32', 'matrix_noncontig', id='mps-float32-matrix_noncontig'),
-        pytest.param('mps', 'float32', 'scalar', id='mps-float32-scalar'),
-        pytest.param('xpu', 'float32', 'vector', id='xpu-float32-vector'),
-        pytest.param('xpu', 'float32', 'matrix_noncontig', id='xpu-float32-matrix_noncontig'),
-        pytest.param('xpu', 'float32', 'scalar', id='xpu-float32-scalar'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,137 +5,55 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='addmm',
-    op='torch.addmm',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="addmm",
+    op="torch.addmm",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
         Sample(
-            'broadcast_bias',
+            "broadcast_bias",
             args=(TensorArg(shape=(4,)), TensorArg(shape=(3, 2)), TensorArg(shape=(2, 4))),
-            location=Location('op_specs/linalg.yaml', 30, 9),
+            location=Location(SOURCE, 30, 9),
         ),
         Sample(
-            'beta_alpha',
-            args=(
-                TensorArg(shape=(3, 4)),
-                TensorArg(shape=(3, 2), noncontiguous=True),
-                TensorArg(shape=(2, 4)),
-            ),
-            kwargs=(('beta', 0.5), ('alpha', -2)),
-            location=Location('op_specs/linalg.yaml', 32, 9),
+            "beta_alpha",
+            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 2), noncontiguous=True), TensorArg(shape=(2, 4))),
+            kwargs=(("beta", 0.5), ("alpha", -2)),
+            location=Location(SOURCE, 32, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 25, 5),
+    location=Location(SOURCE, 25, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_bias', id='cpu-float64-broadcast_bias'),
-        pytest.param('cpu', 'float64', 'beta_alpha', id='cpu-float64-beta_alpha'),
-        pytest.param('cpu', 'complex128', 'broadcast_bias', id='cpu-complex128-broadcast_bias'),
-        pytest.param('cpu', 'complex128', 'beta_alpha', id='cpu-complex128-beta_alpha'),
-        pytest.param('cuda', 'float64', 'broadcast_bias', id='cuda-float64-broadcast_bias'),
-        pytest.param('cuda', 'float64', 'beta_alpha', id='cuda-float64-beta_alpha'),
-        pytest.param('cuda', 'complex128', 'broadcast_bias', id='cuda-complex128-broadcast_bias'),
-        pytest.param('cuda', 'complex128', 'beta_alpha', id='cuda-complex128-beta_alpha'),
-        pytest.param('mps', 'float64', 'broadcast_bias', id='mps-float64-broadcast_bias'),
-        pytest.param('mps', 'float64', 'beta_alpha', id='mps-float64-beta_alpha'),
-        pytest.param('mps', 'complex128', 'broadcast_bias', id='mps-complex128-broadcast_bias'),
-        pytest.param('mps', 'complex128', 'beta_alpha', id='mps-complex128-beta_alpha'),
-        pytest.param('xpu', 'float64', 'broadcast_bias', id='xpu-float64-broadcast_bias'),
-        pytest.param('xpu', 'float64', 'beta_alpha', id='xpu-float64-beta_alpha'),
-        pytest.param('xpu', 'complex128', 'broadcast_bias', id='xpu-complex128-broadcast_bias'),
-        pytest.param('xpu', 'complex128', 'beta_alpha', id='xpu-complex128-beta_alpha'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_bias', id='cpu-float64-broadcast_bias'),
-        pytest.param('cpu', 'float64', 'beta_alpha', id='cpu-float64-beta_alpha'),
-        pytest.param('cpu', 'complex128', 'broadcast_bias', id='cpu-complex128-broadcast_bias'),
-        pytest.param('cpu', 'complex128', 'beta_alpha', id='cpu-complex128-beta_alpha'),
-        pytest.param('cuda', 'float64', 'broadcast_bias', id='cuda-float64-broadcast_bias'),
-        pytest.param('cuda', 'float64', 'beta_alpha', id='cuda-float64-beta_alpha'),
-        pytest.param('cuda', 'complex128', 'broadcast_bias', id='cuda-complex128-broadcast_bias'),
-        pytest.param('cuda', 'complex128', 'beta_alpha', id='cuda-complex128-beta_alpha'),
-        pytest.param('mps', 'float64', 'broadcast_bias', id='mps-float64-broadcast_bias'),
-        pytest.param('mps', 'float64', 'beta_alpha', id='mps-float64-beta_alpha'),
-        pytest.param('mps', 'complex128', 'broadcast_bias', id='mps-complex128-broadcast_bias'),
-        pytest.param('mps', 'complex128', 'beta_alpha', id='mps-complex128-beta_alpha'),
-        pytest.param('xpu', 'float64', 'broadcast_bias', id='xpu-float64-broadcast_bias'),
-        pytest.param('xpu', 'float64', 'beta_alpha', id='xpu-float64-beta_alpha'),
-        pytest.param('xpu', 'complex128', 'broadcast_bias', id='xpu-complex128-broadcast_bias'),
-        pytest.param('xpu', 'complex128', 'beta_alpha', id='xpu-complex128-beta_alpha'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_bias', id='cpu-float64-broadcast_bias'),
-        pytest.param('cpu', 'float64', 'beta_alpha', id='cpu-float64-beta_alpha'),
-        pytest.param('cpu', 'complex128', 'broadcast_bias', id='cpu-complex128-broadcast_bias'),
-        pytest.param('cpu', 'complex128', 'beta_alpha', id='cpu-complex128-beta_alpha'),
-        pytest.param('cuda', 'float64', 'broadcast_bias', id='cuda-float64-broadcast_bias'),
-        pytest.param('cuda', 'float64', 'beta_alpha', id='cuda-float64-beta_alpha'),
-        pytest.param('cuda', 'complex128', 'broadcast_bias', id='cuda-complex128-broadcast_bias'),
-        pytest.param('cuda', 'complex128', 'beta_alpha', id='cuda-complex128-beta_alpha'),
-        pytest.param('mps', 'float64', 'broadcast_bias', id='mps-float64-broadcast_bias'),
-        pytest.param('mps', 'float64', 'beta_alpha', id='mps-float64-beta_alpha'),
-        pytest.param('mps', 'complex128', 'broadcast_bias', id='mps-complex128-broadcast_bias'),
-        pytest.param('mps', 'complex128', 'beta_alpha', id='mps-complex128-beta_alpha'),
-        pytest.param('xpu', 'float64', 'broadcast_bias', id='xpu-float64-broadcast_bias'),
-        pytest.param('xpu', 'float64', 'beta_alpha', id='xpu-float64-beta_alpha'),
-        pytest.param('xpu', 'complex128', 'broadcast_bias', id='xpu-complex128-broadcast_bias'),
-        pytest.param('xpu', 'complex128', 'beta_alpha', id='xpu-complex128-beta_alpha'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_bias', id='cpu-float64-broadcast_bias'),
-        pytest.param('cpu', 'float64', 'beta_alpha', id='cpu-float64-beta_alpha'),
-        pytest.param('cpu', 'complex128', 'broadcast_bias', id='cpu-complex128-broadcast_bias'),
-        pytest.param('cpu', 'complex128', 'beta_alpha', id='cpu-complex128-beta_alpha'),
-        pytest.param('cuda', 'float64', 'broadcast_bias', id='cuda-float64-broadcast_bias'),
-        pytest.param('cuda', 'float64', 'beta_alpha', id='cuda-float64-beta_alpha'),
-        pytest.param('cuda', 'complex128', 'broadcast_bias', id='cuda-complex128-broadcast_bias'),
-        pytest.param('cuda', 'complex128', 'beta_alpha', id='cuda-complex128-beta_alpha'),
-        pytest.param('mps', 'float64', 'broadcast_bias', id='mps-float64-broadcast_bias'),
-        pytest.param('mps', 'float64', 'beta_alpha', id='mps-float64-beta_alpha'),
-        pytest.param('mps', 'complex128', 'broadcast_bias', id='mps-complex128-broadcast_bias'),
-        pytest.param('mps', 'complex128', 'beta_alpha', id='mps-complex128-beta_alpha'),
-        pytest.param('xpu', 'float64', 'broadcast_bias', id='xpu-float64-broadcast_bias'),
-        pytest.param('xpu', 'float64', 'beta_alpha', id='xpu-float64-beta_alpha'),
-        pytest.param('xpu', 'complex128', 'broadcast_bias', id='xpu-complex128-broadcast_bias'),
-        pytest.param('xpu', 'complex128', 'beta_alpha', id='xpu-complex128-beta_alpha'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,160 +5,60 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='amax',
-    op='torch.amax',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="amax",
+    op="torch.amax",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("dim", args=(TensorArg(shape=(3, 5)), -1), location=Location(SOURCE, 72, 9)),
         Sample(
-            'dim',
-            args=(TensorArg(shape=(3, 5)), -1),
-            location=Location('op_specs/reductions.yaml', 72, 9),
-        ),
-        Sample(
-            'dims_keepdim_noncontig',
+            "dims_keepdim_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True),),
-            kwargs=(('dim', (0, 2)), ('keepdim', True)),
-            location=Location('op_specs/reductions.yaml', 74, 9),
+            kwargs=(("dim", (0, 2)), ("keepdim", True)),
+            location=Location(SOURCE, 74, 9),
         ),
-        Sample(
-            'all_dims',
-            args=(TensorArg(shape=(3, 4)), ()),
-            location=Location('op_specs/reductions.yaml', 77, 9),
-        ),
+        Sample("all_dims", args=(TensorArg(shape=(3, 4)), ()), location=Location(SOURCE, 77, 9)),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 68, 5),
+    location=Location(SOURCE, 68, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim', id='cpu-float64-dim'),
-        pytest.param('cpu', 'float64', 'dims_keepdim_noncontig', id='cpu-float64-dims_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'all_dims', id='cpu-float64-all_dims'),
-        pytest.param('cuda', 'float64', 'dim', id='cuda-float64-dim'),
-        pytest.param('cuda', 'float64', 'dims_keepdim_noncontig', id='cuda-float64-dims_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'all_dims', id='cuda-float64-all_dims'),
-        pytest.param('mps', 'float64', 'dim', id='mps-float64-dim'),
-        pytest.param('mps', 'float64', 'dims_keepdim_noncontig', id='mps-float64-dims_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'all_dims', id='mps-float64-all_dims'),
-        pytest.param('xpu', 'float64', 'dim', id='xpu-float64-dim'),
-        pytest.param('xpu', 'float64', 'dims_keepdim_noncontig', id='xpu-float64-dims_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'all_dims', id='xpu-float64-all_dims'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim', id='cpu-float64-dim'),
-        pytest.param('cpu', 'float64', 'dims_keepdim_noncontig', id='cpu-float64-dims_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'all_dims', id='cpu-float64-all_dims'),
-        pytest.param('cuda', 'float64', 'dim', id='cuda-float64-dim'),
-        pytest.param('cuda', 'float64', 'dims_keepdim_noncontig', id='cuda-float64-dims_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'all_dims', id='cuda-float64-all_dims'),
-        pytest.param('mps', 'float64', 'dim', id='mps-float64-dim'),
-        pytest.param('mps', 'float64', 'dims_keepdim_noncontig', id='mps-float64-dims_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'all_dims', id='mps-float64-all_dims'),
-        pytest.param('xpu', 'float64', 'dim', id='xpu-float64-dim'),
-        pytest.param('xpu', 'float64', 'dims_keepdim_noncontig', id='xpu-float64-dims_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'all_dims', id='xpu-float64-all_dims'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim', id='cpu-float64-dim'),
-        pytest.param('cpu', 'float64', 'dims_keepdim_noncontig', id='cpu-float64-dims_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'all_dims', id='cpu-float64-all_dims'),
-        pytest.param('cuda', 'float64', 'dim', id='cuda-float64-dim'),
-        pytest.param('cuda', 'float64', 'dims_keepdim_noncontig', id='cuda-float64-dims_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'all_dims', id='cuda-float64-all_dims'),
-        pytest.param('mps', 'float64', 'dim', id='mps-float64-dim'),
-        pytest.param('mps', 'float64', 'dims_keepdim_noncontig', id='mps-float64-dims_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'all_dims', id='mps-float64-all_dims'),
-        pytest.param('xpu', 'float64', 'dim', id='xpu-float64-dim'),
-        pytest.param('xpu', 'float64', 'dims_keepdim_noncontig', id='xpu-float64-dims_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'all_dims', id='xpu-float64-all_dims'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim', id='cpu-float64-dim'),
-        pytest.param('cpu', 'float64', 'dims_keepdim_noncontig', id='cpu-float64-dims_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'all_dims', id='cpu-float64-all_dims'),
-        pytest.param('cuda', 'float64', 'dim', id='cuda-float64-dim'),
-        pytest.param('cuda', 'float64', 'dims_keepdim_noncontig', id='cuda-float64-dims_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'all_dims', id='cuda-float64-all_dims'),
-        pytest.param('mps', 'float64', 'dim', id='mps-float64-dim'),
-        pytest.param('mps', 'float64', 'dims_keepdim_noncontig', id='mps-float64-dims_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'all_dims', id='mps-float64-all_dims'),
-        pytest.param('xpu', 'float64', 'dim', id='xpu-float64-dim'),
-        pytest.param('xpu', 'float64', 'dims_keepdim_noncontig', id='xpu-float64-dims_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'all_dims', id='xpu-float64-all_dims'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim', id='cpu-float32-dim'),
-        pytest.param('cpu', 'float32', 'dims_keepdim_noncontig', id='cpu-float32-dims_keepdim_noncontig'),
-        pytest.param('cpu', 'float32', 'all_dims', id='cpu-float32-all_dims'),
-        pytest.param('cpu', 'bfloat16', 'dim', id='cpu-bfloat16-dim'),
-        pytest.param('cpu', 'bfloat16', 'dims_keepdim_noncontig', id='cpu-bfloat16-dims_keepdim_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'all_dims', id='cpu-bfloat16-all_dims'),
-        pytest.param('cuda', 'float32', 'dim', id='cuda-float32-dim'),
-        pytest.param('cuda', 'float32', 'dims_keepdim_noncontig', id='cuda-float32-dims_keepdim_noncontig'),
-        pytest.param('cuda', 'float32', 'all_dims', id='cuda-float32-all_dims'),
-        pytest.param('cuda', 'bfloat16', 'dim', id='cuda-bfloat16-dim'),
-        pytest.param('cuda', 'bfloat16', 'dims_keepdim_noncontig', id='cuda-bfloat16-dims_keepdim_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'all_dims', id='cuda-bfloat16-all_dims'),
-        pytest.param('mps', 'float32', 'dim', id='mps-float32-dim'),
-        pytest.param('mps', 'float32', 'dims_keepdim_noncontig', id='mps-float32-dims_keepdim_noncontig'),
-        pytest.param('mps', 'float32', 'all_dims', id='mps-float32-all_dims'),
-        pytest.param('mps', 'bfloat16', 'dim', id='mps-bfloat16-dim'),
-        pytest.param('mps', 'bfloat16', 'dims_keepdim_noncontig', id='mps-bfloat16-dims_keepdim_noncontig'),
-        pytest.param('mps', 'bfloat16', 'all_dims', id='mps-bfloat16-all_dims'),
-        pytest.param('xpu', 'float32', 'dim', id='xpu-float32-dim'),
-        pytest.param('xpu', 'float32', 'dims_keepdim_noncontig', id='xpu-float32-dims_keepdim_noncontig'),
-        pytest.param('xpu', 'float32', 'all_dims', id='xpu-float32-all_dims'),
-        pytest.param('xpu', 'bfloat16', 'dim', id='xpu-bfloat16-dim'),
-        pytest.param('xpu', 'bfloat16', 'dims_keepdim_noncontig', id='xpu-bfloat16-dims_keepdim_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'all_dims', id='xpu-bfloat16-all_dims'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,100 +5,50 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/unary.yaml"
 SPEC = OpSpec(
-    name='angle',
-    op='torch.angle',
-    source='op_specs/unary.yaml',
-    sha256='3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4',
+    name="angle",
+    op="torch.angle",
+    source=SOURCE,
+    sha256="3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(6,), maker="positive"),), location=Location(SOURCE, 140, 9)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(6,), maker='positive'),),
-            location=Location('op_specs/unary.yaml', 140, 9),
-        ),
-        Sample(
-            'matrix_noncontig',
-            args=(TensorArg(shape=(3, 4), noncontiguous=True, maker='positive'),),
-            location=Location('op_specs/unary.yaml', 142, 9),
+            "matrix_noncontig",
+            args=(TensorArg(shape=(3, 4), noncontiguous=True, maker="positive"),),
+            location=Location(SOURCE, 142, 9),
         ),
     ),
-    dtypes=('complex128',),
+    dtypes=("complex128",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/unary.yaml', 136, 5),
+    location=Location(SOURCE, 136, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'matrix_noncontig', id='cpu-complex128-matrix_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'matrix_noncontig', id='cuda-complex128-matrix_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'matrix_noncontig', id='mps-complex128-matrix_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'matrix_noncontig', id='xpu-complex128-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'matrix_noncontig', id='cpu-complex128-matrix_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'matrix_noncontig', id='cuda-complex128-matrix_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'matrix_noncontig', id='mps-complex128-matrix_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'matrix_noncontig', id='xpu-complex128-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'matrix_noncontig', id='cpu-complex128-matrix_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'matrix_noncontig', id='cuda-complex128-matrix_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'matrix_noncontig', id='mps-complex128-matrix_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'matrix_noncontig', id='xpu-complex128-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'matrix_noncontig', id='cpu-complex128-matrix_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'matrix_noncontig', id='cuda-complex128-matrix_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'matrix_noncontig', id='mps-complex128-matrix_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'matrix_noncontig', id='xpu-complex128-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

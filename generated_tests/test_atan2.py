@@ -5,142 +5,61 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='atan2',
-    op='torch.atan2',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="atan2",
+    op="torch.atan2",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'same_shape',
+            "same_shape",
             args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), avoid=(0.0,), margin=0.2)),
-            location=Location('op_specs/binary.yaml', 85, 9),
+            location=Location(SOURCE, 85, 9),
         ),
         Sample(
-            'broadcast',
-            args=(
-                TensorArg(shape=(3, 1)),
-                TensorArg(shape=(1, 4), noncontiguous=True, avoid=(0.0,), margin=0.2),
-            ),
-            location=Location('op_specs/binary.yaml', 87, 9),
+            "broadcast",
+            args=(TensorArg(shape=(3, 1)), TensorArg(shape=(1, 4), noncontiguous=True, avoid=(0.0,), margin=0.2)),
+            location=Location(SOURCE, 87, 9),
         ),
-        Sample('opinfo', opinfo='atan2', location=Location('op_specs/binary.yaml', 90, 9)),
+        Sample("opinfo", opinfo="atan2", location=Location(SOURCE, 90, 9)),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 80, 5),
+    location=Location(SOURCE, 80, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'opinfo', id='cpu-float64-opinfo'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'opinfo', id='cuda-float64-opinfo'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'opinfo', id='mps-float64-opinfo'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'opinfo', id='xpu-float64-opinfo'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'opinfo', id='cpu-float64-opinfo'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'opinfo', id='cuda-float64-opinfo'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'opinfo', id='mps-float64-opinfo'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'opinfo', id='xpu-float64-opinfo'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'opinfo', id='cpu-float64-opinfo'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'opinfo', id='cuda-float64-opinfo'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'opinfo', id='mps-float64-opinfo'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'opinfo', id='xpu-float64-opinfo'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'opinfo', id='cpu-float64-opinfo'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'opinfo', id='cuda-float64-opinfo'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'opinfo', id='mps-float64-opinfo'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'opinfo', id='xpu-float64-opinfo'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'same_shape', id='cpu-float32-same_shape'),
-        pytest.param('cpu', 'float32', 'broadcast', id='cpu-float32-broadcast'),
-        pytest.param('cpu', 'float32', 'opinfo', id='cpu-float32-opinfo'),
-        pytest.param('cuda', 'float32', 'same_shape', id='cuda-float32-same_shape'),
-        pytest.param('cuda', 'float32', 'broadcast', id='cuda-float32-broadcast'),
-        pytest.param('cuda', 'float32', 'opinfo', id='cuda-float32-opinfo'),
-        pytest.param('mps', 'float32', 'same_shape', id='mps-float32-same_shape'),
-        pytest.param('mps', 'float32', 'broadcast', id='mps-float32-broadcast'),
-        pytest.param('mps', 'float32', 'opinfo', id='mps-float32-opinfo'),
-        pytest.param('xpu', 'float32', 'same_shape', id='xpu-float32-same_shape'),
-        pytest.param('xpu', 'float32', 'broadcast', id='xpu-float32-broadcast'),
-        pytest.param('xpu', 'float32', 'opinfo', id='xpu-float32-opinfo'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,119 +5,57 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='avg_pool2d',
-    op='torch.nn.functional.avg_pool2d',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="avg_pool2d",
+    op="torch.nn.functional.avg_pool2d",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
+        Sample("kernel2", args=(TensorArg(shape=(1, 2, 4, 4)), 2), location=Location(SOURCE, 154, 9)),
         Sample(
-            'kernel2',
-            args=(TensorArg(shape=(1, 2, 4, 4)), 2),
-            location=Location('op_specs/layers.yaml', 154, 9),
-        ),
-        Sample(
-            'stride_padding_noncontig',
+            "stride_padding_noncontig",
             args=(TensorArg(shape=(2, 1, 5, 5), noncontiguous=True), 3),
-            kwargs=(('stride', 2), ('padding', 1), ('count_include_pad', False)),
-            location=Location('op_specs/layers.yaml', 156, 9),
+            kwargs=(("stride", 2), ("padding", 1), ("count_include_pad", False)),
+            location=Location(SOURCE, 156, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 152, 5),
+    location=Location(SOURCE, 152, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'kernel2', id='cpu-float64-kernel2'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'kernel2', id='cuda-float64-kernel2'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'kernel2', id='mps-float64-kernel2'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'kernel2', id='xpu-float64-kernel2'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'kernel2', id='cpu-float64-kernel2'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'kernel2', id='cuda-float64-kernel2'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'kernel2', id='mps-float64-kernel2'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'kernel2', id='xpu-float64-kernel2'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'kernel2', id='cpu-float64-kernel2'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'kernel2', id='cuda-float64-kernel2'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'kernel2', id='mps-float64-kernel2'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'kernel2', id='xpu-float64-kernel2'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'kernel2', id='cpu-float64-kernel2'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'kernel2', id='cuda-float64-kernel2'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'kernel2', id='mps-float64-kernel2'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'kernel2', id='xpu-float64-kernel2'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'kernel2', id='cpu-float32-kernel2'),
-        pytest.param('cpu', 'float32', 'stride_padding_noncontig', id='cpu-float32-stride_padding_noncontig'),
-        pytest.param('cuda', 'float32', 'kernel2', id='cuda-float32-kernel2'),
-        pytest.param('cuda', 'float32', 'stride_padding_noncontig', id='cuda-float32-stride_padding_noncontig'),
-        pytest.param('mps', 'float32', 'kernel2', id='mps-float32-kernel2'),
-        pytest.param('mps', 'float32', 'stride_padding_noncontig', id='mps-float32-stride_padding_noncontig'),
-        pytest.param('xpu', 'float32', 'kernel2', id='xpu-float32-kernel2'),
-        pytest.param('xpu', 'float32', 'stride_padding_noncontig', id='xpu-float32-stride_padding_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

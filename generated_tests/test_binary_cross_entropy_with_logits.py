@@ -5,125 +5,61 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/losses.yaml"
 SPEC = OpSpec(
-    name='binary_cross_entropy_with_logits',
-    op='torch.nn.functional.binary_cross_entropy_with_logits',
-    source='op_specs/losses.yaml',
-    sha256='8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6',
+    name="binary_cross_entropy_with_logits",
+    op="torch.nn.functional.binary_cross_entropy_with_logits",
+    source=SOURCE,
+    sha256="8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6",
     samples=(
         Sample(
-            'mean',
+            "mean",
             args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), low=0.0, high=1.0)),
-            location=Location('op_specs/losses.yaml', 84, 9),
+            location=Location(SOURCE, 84, 9),
         ),
         Sample(
-            'pos_weight_broadcast',
-            args=(
-                TensorArg(shape=(3, 4), noncontiguous=True),
-                TensorArg(shape=(3, 4), low=0.0, high=1.0),
-            ),
-            kwargs=(
-                ('pos_weight', TensorArg(shape=(4,), requires_grad=False, maker='positive')),
-                ('reduction', 'sum'),
-            ),
-            location=Location('op_specs/losses.yaml', 86, 9),
+            "pos_weight_broadcast",
+            args=(TensorArg(shape=(3, 4), noncontiguous=True), TensorArg(shape=(3, 4), low=0.0, high=1.0)),
+            kwargs=(("pos_weight", TensorArg(shape=(4,), requires_grad=False, maker="positive")), ("reduction", "sum")),
+            location=Location(SOURCE, 86, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/losses.yaml', 80, 5),
+    location=Location(SOURCE, 80, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'pos_weight_broadcast', id='cpu-float64-pos_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'pos_weight_broadcast', id='cuda-float64-pos_weight_broadcast'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'pos_weight_broadcast', id='mps-float64-pos_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'pos_weight_broadcast', id='xpu-float64-pos_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'pos_weight_broadcast', id='cpu-float64-pos_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'pos_weight_broadcast', id='cuda-float64-pos_weight_broadcast'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'pos_weight_broadcast', id='mps-float64-pos_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'pos_weight_broadcast', id='xpu-float64-pos_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'pos_weight_broadcast', id='cpu-float64-pos_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'pos_weight_broadcast', id='cuda-float64-pos_weight_broadcast'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'pos_weight_broadcast', id='mps-float64-pos_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'pos_weight_broadcast', id='xpu-float64-pos_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'pos_weight_broadcast', id='cpu-float64-pos_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'pos_weight_broadcast', id='cuda-float64-pos_weight_broadcast'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'pos_weight_broadcast', id='mps-float64-pos_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'pos_weight_broadcast', id='xpu-float64-pos_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'mean', id='cpu-float32-mean'),
-        pytest.param('cpu', 'float32', 'pos_weight_broadcast', id='cpu-float32-pos_weight_broadcast'),
-        pytest.param('cuda', 'float32', 'mean', id='cuda-float32-mean'),
-        pytest.param('cuda', 'float32', 'pos_weight_broadcast', id='cuda-float32-pos_weight_broadcast'),
-        pytest.param('mps', 'float32', 'mean', id='mps-float32-mean'),
-        pytest.param('mps', 'float32', 'pos_weight_broadcast', id='mps-float32-pos_weight_broadcast'),
-        pytest.param('xpu', 'float32', 'mean', id='xpu-float32-mean'),
-        pytest.param('xpu', 'float32', 'pos_weight_broadcast', id='xpu-float32-pos_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,204 +5,64 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='bmm',
-    op='torch.bmm',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="bmm",
+    op="torch.bmm",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
         Sample(
-            'batched',
-            args=(TensorArg(shape=(2, 3, 4)), TensorArg(shape=(2, 4, 5))),
-            location=Location('op_specs/linalg.yaml', 18, 9),
+            "batched", args=(TensorArg(shape=(2, 3, 4)), TensorArg(shape=(2, 4, 5))), location=Location(SOURCE, 18, 9)
         ),
         Sample(
-            'noncontig',
+            "noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), TensorArg(shape=(2, 4, 2))),
-            location=Location('op_specs/linalg.yaml', 20, 9),
+            location=Location(SOURCE, 20, 9),
         ),
         Sample(
-            'empty_batch',
+            "empty_batch",
             args=(TensorArg(shape=(0, 3, 4)), TensorArg(shape=(0, 4, 2))),
-            location=Location('op_specs/linalg.yaml', 22, 9),
+            location=Location(SOURCE, 22, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 13, 5),
+    location=Location(SOURCE, 13, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cpu', 'complex128', 'batched', id='cpu-complex128-batched'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'empty_batch', id='cpu-complex128-empty_batch'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('cuda', 'complex128', 'batched', id='cuda-complex128-batched'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'empty_batch', id='cuda-complex128-empty_batch'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('mps', 'complex128', 'batched', id='mps-complex128-batched'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'empty_batch', id='mps-complex128-empty_batch'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-        pytest.param('xpu', 'complex128', 'batched', id='xpu-complex128-batched'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'empty_batch', id='xpu-complex128-empty_batch'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cpu', 'complex128', 'batched', id='cpu-complex128-batched'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'empty_batch', id='cpu-complex128-empty_batch'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('cuda', 'complex128', 'batched', id='cuda-complex128-batched'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'empty_batch', id='cuda-complex128-empty_batch'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('mps', 'complex128', 'batched', id='mps-complex128-batched'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'empty_batch', id='mps-complex128-empty_batch'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-        pytest.param('xpu', 'complex128', 'batched', id='xpu-complex128-batched'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'empty_batch', id='xpu-complex128-empty_batch'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cpu', 'complex128', 'batched', id='cpu-complex128-batched'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'empty_batch', id='cpu-complex128-empty_batch'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('cuda', 'complex128', 'batched', id='cuda-complex128-batched'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'empty_batch', id='cuda-complex128-empty_batch'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('mps', 'complex128', 'batched', id='mps-complex128-batched'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'empty_batch', id='mps-complex128-empty_batch'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-        pytest.param('xpu', 'complex128', 'batched', id='xpu-complex128-batched'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'empty_batch', id='xpu-complex128-empty_batch'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cpu', 'complex128', 'batched', id='cpu-complex128-batched'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'empty_batch', id='cpu-complex128-empty_batch'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('cuda', 'complex128', 'batched', id='cuda-complex128-batched'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'empty_batch', id='cuda-complex128-empty_batch'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('mps', 'complex128', 'batched', id='mps-complex128-batched'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'empty_batch', id='mps-complex128-empty_batch'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-        pytest.param('xpu', 'complex128', 'batched', id='xpu-complex128-batched'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'empty_batch', id='xpu-complex128-empty_batch'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'batched', id='cpu-float32-batched'),
-        pytest.param('cpu', 'float32', 'noncontig', id='cpu-float32-noncontig'),
-        pytest.param('cpu', 'float32', 'empty_batch', id='cpu-float32-empty_batch'),
-        pytest.param('cpu', 'bfloat16', 'batched', id='cpu-bfloat16-batched'),
-        pytest.param('cpu', 'bfloat16', 'noncontig', id='cpu-bfloat16-noncontig'),
-        pytest.param('cpu', 'bfloat16', 'empty_batch', id='cpu-bfloat16-empty_batch'),
-        pytest.param('cuda', 'float32', 'batched', id='cuda-float32-batched'),
-        pytest.param('cuda', 'float32', 'noncontig', id='cuda-float32-noncontig'),
-        pytest.param('cuda', 'float32', 'empty_batch', id='cuda-float32-empty_batch'),
-        pytest.param('cuda', 'bfloat16', 'batched', id='cuda-bfloat16-batched'),
-        pytest.param('cuda', 'bfloat16', 'noncontig', id='cuda-bfloat16-noncontig'),
-        pytest.param('cuda', 'bfloat16', 'empty_batch', id='cuda-bfloat16-empty_batch'),
-        pytest.param('mps', 'float32', 'batched', id='mps-float32-batched'),
-        pytest.param('mps', 'float32', 'noncontig', id='mps-float32-noncontig'),
-        pytest.param('mps', 'float32', 'empty_batch', id='mps-float32-empty_batch'),
-        pytest.param('mps', 'bfloat16', 'batched', id='mps-bfloat16-batched'),
-        pytest.param('mps', 'bfloat16', 'noncontig', id='mps-bfloat16-noncontig'),
-        pytest.param('mps', 'bfloat16', 'empty_batch', id='mps-bfloat16-empty_batch'),
-        pytest.param('xpu', 'float32', 'batched', id='xpu-float32-batched'),
-        pytest.param('xpu', 'float32', 'noncontig', id='xpu-float32-noncontig'),
-        pytest.param('xpu', 'float32', 'empty_batch', id='xpu-float32-empty_batch'),
-        pytest.param('xpu', 'bfloat16', 'batched', id='xpu-bfloat16-batched'),
-        pytest.param('xpu', 'bfloat16', 'noncontig', id='xpu-bfloat16-noncontig'),
-        pytest.param('xpu', 'bfloat16', 'empty_batch', id='xpu-bfloat16-empty_batch'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

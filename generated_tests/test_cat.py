@@ -5,85 +5,47 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg, TensorListArg
 
+SOURCE = "op_specs/cat.yaml"
 SPEC = OpSpec(
-    name='cat',
-    op='torch.cat',
-    source='op_specs/cat.yaml',
-    sha256='71b0db5074b2aff6091c66da8d712aaba5428a200d1c458d56c4fb27d1186f97',
+    name="cat",
+    op="torch.cat",
+    source=SOURCE,
+    sha256="71b0db5074b2aff6091c66da8d712aaba5428a200d1c458d56c4fb27d1186f97",
     samples=(
         Sample(
-            'dim0',
+            "dim0",
             args=(TensorListArg(items=(TensorArg(shape=(2, 3)), TensorArg(shape=(4, 3)))),),
-            location=Location('op_specs/cat.yaml', 4, 5),
+            location=Location(SOURCE, 4, 5),
         ),
         Sample(
-            'dim1_with_empty',
-            args=(
-                TensorListArg(
-                    items=(TensorArg(shape=(2, 3)), TensorArg(shape=(2, 0)), TensorArg(shape=(2, 1))),
-                ),
-            ),
-            kwargs=(('dim', 1),),
-            location=Location('op_specs/cat.yaml', 6, 5),
+            "dim1_with_empty",
+            args=(TensorListArg(items=(TensorArg(shape=(2, 3)), TensorArg(shape=(2, 0)), TensorArg(shape=(2, 1)))),),
+            kwargs=(("dim", 1),),
+            location=Location(SOURCE, 6, 5),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True),
-    location=Location('op_specs/cat.yaml', 2, 1),
+    location=Location(SOURCE, 2, 1),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'dim1_with_empty', id='cpu-float64-dim1_with_empty'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'dim1_with_empty', id='cuda-float64-dim1_with_empty'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'dim1_with_empty', id='mps-float64-dim1_with_empty'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'dim1_with_empty', id='xpu-float64-dim1_with_empty'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'dim1_with_empty', id='cpu-float64-dim1_with_empty'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'dim1_with_empty', id='cuda-float64-dim1_with_empty'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'dim1_with_empty', id='mps-float64-dim1_with_empty'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'dim1_with_empty', id='xpu-float64-dim1_with_empty'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'dim1_with_empty', id='cpu-float64-dim1_with_empty'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'dim1_with_empty', id='cuda-float64-dim1_with_empty'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'dim1_with_empty', id='mps-float64-dim1_with_empty'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'dim1_with_empty', id='xpu-float64-dim1_with_empty'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)

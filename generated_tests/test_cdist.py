@@ -5,83 +5,45 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='cdist',
-    op='torch.cdist',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="cdist",
+    op="torch.cdist",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("euclidean", args=(TensorArg(shape=(3, 4)), TensorArg(shape=(5, 4))), location=Location(SOURCE, 189, 9)),
         Sample(
-            'euclidean',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(5, 4))),
-            location=Location('op_specs/linalg.yaml', 189, 9),
-        ),
-        Sample(
-            'batched_p3',
+            "batched_p3",
             args=(TensorArg(shape=(2, 3, 2)), TensorArg(shape=(2, 4, 2))),
-            kwargs=(('p', 3.0),),
-            location=Location('op_specs/linalg.yaml', 191, 9),
+            kwargs=(("p", 3.0),),
+            location=Location(SOURCE, 191, 9),
         ),
     ),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('op_specs/linalg.yaml', 181, 5),
+    location=Location(SOURCE, 181, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'euclidean', id='cpu-float64-euclidean'),
-        pytest.param('cpu', 'float64', 'batched_p3', id='cpu-float64-batched_p3'),
-        pytest.param('cuda', 'float64', 'euclidean', id='cuda-float64-euclidean'),
-        pytest.param('cuda', 'float64', 'batched_p3', id='cuda-float64-batched_p3'),
-        pytest.param('mps', 'float64', 'euclidean', id='mps-float64-euclidean'),
-        pytest.param('mps', 'float64', 'batched_p3', id='mps-float64-batched_p3'),
-        pytest.param('xpu', 'float64', 'euclidean', id='xpu-float64-euclidean'),
-        pytest.param('xpu', 'float64', 'batched_p3', id='xpu-float64-batched_p3'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'euclidean', id='cpu-float64-euclidean'),
-        pytest.param('cpu', 'float64', 'batched_p3', id='cpu-float64-batched_p3'),
-        pytest.param('cuda', 'float64', 'euclidean', id='cuda-float64-euclidean'),
-        pytest.param('cuda', 'float64', 'batched_p3', id='cuda-float64-batched_p3'),
-        pytest.param('mps', 'float64', 'euclidean', id='mps-float64-euclidean'),
-        pytest.param('mps', 'float64', 'batched_p3', id='mps-float64-batched_p3'),
-        pytest.param('xpu', 'float64', 'euclidean', id='xpu-float64-euclidean'),
-        pytest.param('xpu', 'float64', 'batched_p3', id='xpu-float64-batched_p3'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'euclidean', id='cpu-float64-euclidean'),
-        pytest.param('cpu', 'float64', 'batched_p3', id='cpu-float64-batched_p3'),
-        pytest.param('cuda', 'float64', 'euclidean', id='cuda-float64-euclidean'),
-        pytest.param('cuda', 'float64', 'batched_p3', id='cuda-float64-batched_p3'),
-        pytest.param('mps', 'float64', 'euclidean', id='mps-float64-euclidean'),
-        pytest.param('mps', 'float64', 'batched_p3', id='mps-float64-batched_p3'),
-        pytest.param('xpu', 'float64', 'euclidean', id='xpu-float64-euclidean'),
-        pytest.param('xpu', 'float64', 'batched_p3', id='xpu-float64-batched_p3'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)

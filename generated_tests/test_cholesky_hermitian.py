@@ -5,160 +5,58 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='cholesky_hermitian',
-    op='examples.catalog:cholesky_hermitian',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="cholesky_hermitian",
+    op="examples.catalog:cholesky_hermitian",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("spd", args=(TensorArg(shape=(3, 3), maker="spd"),), location=Location(SOURCE, 108, 9)),
         Sample(
-            'spd',
-            args=(TensorArg(shape=(3, 3), maker='spd'),),
-            location=Location('op_specs/linalg.yaml', 108, 9),
-        ),
-        Sample(
-            'batched_upper',
-            args=(TensorArg(shape=(2, 4, 4), maker='spd'),),
-            kwargs=(('upper', True),),
-            location=Location('op_specs/linalg.yaml', 110, 9),
+            "batched_upper",
+            args=(TensorArg(shape=(2, 4, 4), maker="spd"),),
+            kwargs=(("upper", True),),
+            location=Location(SOURCE, 110, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32', 'complex64'),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32", "complex64"),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 104, 5),
+    location=Location(SOURCE, 104, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_upper', id='cpu-float64-batched_upper'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_upper', id='cpu-complex128-batched_upper'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_upper', id='cuda-float64-batched_upper'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_upper', id='cuda-complex128-batched_upper'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_upper', id='mps-float64-batched_upper'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_upper', id='mps-complex128-batched_upper'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_upper', id='xpu-float64-batched_upper'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_upper', id='xpu-complex128-batched_upper'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_upper', id='cpu-float64-batched_upper'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_upper', id='cpu-complex128-batched_upper'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_upper', id='cuda-float64-batched_upper'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_upper', id='cuda-complex128-batched_upper'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_upper', id='mps-float64-batched_upper'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_upper', id='mps-complex128-batched_upper'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_upper', id='xpu-float64-batched_upper'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_upper', id='xpu-complex128-batched_upper'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_upper', id='cpu-float64-batched_upper'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_upper', id='cpu-complex128-batched_upper'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_upper', id='cuda-float64-batched_upper'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_upper', id='cuda-complex128-batched_upper'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_upper', id='mps-float64-batched_upper'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_upper', id='mps-complex128-batched_upper'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_upper', id='xpu-float64-batched_upper'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_upper', id='xpu-complex128-batched_upper'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_upper', id='cpu-float64-batched_upper'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_upper', id='cpu-complex128-batched_upper'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_upper', id='cuda-float64-batched_upper'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_upper', id='cuda-complex128-batched_upper'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_upper', id='mps-float64-batched_upper'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_upper', id='mps-complex128-batched_upper'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_upper', id='xpu-float64-batched_upper'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_upper', id='xpu-complex128-batched_upper'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'spd', id='cpu-float32-spd'),
-        pytest.param('cpu', 'float32', 'batched_upper', id='cpu-float32-batched_upper'),
-        pytest.param('cpu', 'complex64', 'spd', id='cpu-complex64-spd'),
-        pytest.param('cpu', 'complex64', 'batched_upper', id='cpu-complex64-batched_upper'),
-        pytest.param('cuda', 'float32', 'spd', id='cuda-float32-spd'),
-        pytest.param('cuda', 'float32', 'batched_upper', id='cuda-float32-batched_upper'),
-        pytest.param('cuda', 'complex64', 'spd', id='cuda-complex64-spd'),
-        pytest.param('cuda', 'complex64', 'batched_upper', id='cuda-complex64-batched_upper'),
-        pytest.param('mps', 'float32', 'spd', id='mps-float32-spd'),
-        pytest.param('mps', 'float32', 'batched_upper', id='mps-float32-batched_upper'),
-        pytest.param('mps', 'complex64', 'spd', id='mps-complex64-spd'),
-        pytest.param('mps', 'complex64', 'batched_upper', id='mps-complex64-batched_upper'),
-        pytest.param('xpu', 'float32', 'spd', id='xpu-float32-spd'),
-        pytest.param('xpu', 'float32', 'batched_upper', id='xpu-float32-batched_upper'),
-        pytest.param('xpu', 'complex64', 'spd', id='xpu-complex64-spd'),
-        pytest.param('xpu', 'complex64', 'batched_upper', id='xpu-complex64-batched_upper'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "complex64"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

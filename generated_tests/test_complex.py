@@ -5,99 +5,49 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/complex.yaml"
 SPEC = OpSpec(
-    name='complex',
-    op='torch.complex',
-    source='op_specs/complex.yaml',
-    sha256='cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d',
+    name="complex",
+    op="torch.complex",
+    source=SOURCE,
+    sha256="cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d",
     samples=(
+        Sample("broadcast", args=(TensorArg(shape=(3, 1)), TensorArg(shape=(4,))), location=Location(SOURCE, 36, 9)),
         Sample(
-            'broadcast',
-            args=(TensorArg(shape=(3, 1)), TensorArg(shape=(4,))),
-            location=Location('op_specs/complex.yaml', 36, 9),
-        ),
-        Sample(
-            'noncontig',
+            "noncontig",
             args=(TensorArg(shape=(2, 3), noncontiguous=True), TensorArg(shape=(2, 3))),
-            location=Location('op_specs/complex.yaml', 38, 9),
+            location=Location(SOURCE, 38, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/complex.yaml', 32, 5),
+    location=Location(SOURCE, 32, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,146 +5,68 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='conv1d',
-    op='torch.nn.functional.conv1d',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="conv1d",
+    op="torch.nn.functional.conv1d",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'stride_padding',
+            "stride_padding",
             args=(TensorArg(shape=(2, 2, 7)), TensorArg(shape=(3, 2, 3)), TensorArg(shape=(3,))),
-            kwargs=(('stride', 2), ('padding', 1)),
-            location=Location('op_specs/layers.yaml', 16, 9),
+            kwargs=(("stride", 2), ("padding", 1)),
+            location=Location(SOURCE, 16, 9),
         ),
         Sample(
-            'groups_dilation_noncontig',
+            "groups_dilation_noncontig",
             args=(TensorArg(shape=(1, 4, 6), noncontiguous=True), TensorArg(shape=(4, 2, 2))),
-            kwargs=(('groups', 2), ('dilation', 2)),
-            location=Location('op_specs/layers.yaml', 19, 9),
+            kwargs=(("groups", 2), ("dilation", 2)),
+            location=Location(SOURCE, 19, 9),
         ),
         Sample(
-            'unbatched_same',
+            "unbatched_same",
             args=(TensorArg(shape=(2, 5)), TensorArg(shape=(2, 2, 3))),
-            kwargs=(('padding', 'same'),),
-            location=Location('op_specs/layers.yaml', 22, 9),
+            kwargs=(("padding", "same"),),
+            location=Location(SOURCE, 22, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 13, 5),
+    location=Location(SOURCE, 13, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_padding', id='cpu-float64-stride_padding'),
-        pytest.param('cpu', 'float64', 'groups_dilation_noncontig', id='cpu-float64-groups_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'unbatched_same', id='cpu-float64-unbatched_same'),
-        pytest.param('cuda', 'float64', 'stride_padding', id='cuda-float64-stride_padding'),
-        pytest.param('cuda', 'float64', 'groups_dilation_noncontig', id='cuda-float64-groups_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'unbatched_same', id='cuda-float64-unbatched_same'),
-        pytest.param('mps', 'float64', 'stride_padding', id='mps-float64-stride_padding'),
-        pytest.param('mps', 'float64', 'groups_dilation_noncontig', id='mps-float64-groups_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'unbatched_same', id='mps-float64-unbatched_same'),
-        pytest.param('xpu', 'float64', 'stride_padding', id='xpu-float64-stride_padding'),
-        pytest.param('xpu', 'float64', 'groups_dilation_noncontig', id='xpu-float64-groups_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'unbatched_same', id='xpu-float64-unbatched_same'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_padding', id='cpu-float64-stride_padding'),
-        pytest.param('cpu', 'float64', 'groups_dilation_noncontig', id='cpu-float64-groups_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'unbatched_same', id='cpu-float64-unbatched_same'),
-        pytest.param('cuda', 'float64', 'stride_padding', id='cuda-float64-stride_padding'),
-        pytest.param('cuda', 'float64', 'groups_dilation_noncontig', id='cuda-float64-groups_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'unbatched_same', id='cuda-float64-unbatched_same'),
-        pytest.param('mps', 'float64', 'stride_padding', id='mps-float64-stride_padding'),
-        pytest.param('mps', 'float64', 'groups_dilation_noncontig', id='mps-float64-groups_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'unbatched_same', id='mps-float64-unbatched_same'),
-        pytest.param('xpu', 'float64', 'stride_padding', id='xpu-float64-stride_padding'),
-        pytest.param('xpu', 'float64', 'groups_dilation_noncontig', id='xpu-float64-groups_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'unbatched_same', id='xpu-float64-unbatched_same'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_padding', id='cpu-float64-stride_padding'),
-        pytest.param('cpu', 'float64', 'groups_dilation_noncontig', id='cpu-float64-groups_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'unbatched_same', id='cpu-float64-unbatched_same'),
-        pytest.param('cuda', 'float64', 'stride_padding', id='cuda-float64-stride_padding'),
-        pytest.param('cuda', 'float64', 'groups_dilation_noncontig', id='cuda-float64-groups_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'unbatched_same', id='cuda-float64-unbatched_same'),
-        pytest.param('mps', 'float64', 'stride_padding', id='mps-float64-stride_padding'),
-        pytest.param('mps', 'float64', 'groups_dilation_noncontig', id='mps-float64-groups_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'unbatched_same', id='mps-float64-unbatched_same'),
-        pytest.param('xpu', 'float64', 'stride_padding', id='xpu-float64-stride_padding'),
-        pytest.param('xpu', 'float64', 'groups_dilation_noncontig', id='xpu-float64-groups_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'unbatched_same', id='xpu-float64-unbatched_same'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_padding', id='cpu-float64-stride_padding'),
-        pytest.param('cpu', 'float64', 'groups_dilation_noncontig', id='cpu-float64-groups_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'unbatched_same', id='cpu-float64-unbatched_same'),
-        pytest.param('cuda', 'float64', 'stride_padding', id='cuda-float64-stride_padding'),
-        pytest.param('cuda', 'float64', 'groups_dilation_noncontig', id='cuda-float64-groups_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'unbatched_same', id='cuda-float64-unbatched_same'),
-        pytest.param('mps', 'float64', 'stride_padding', id='mps-float64-stride_padding'),
-        pytest.param('mps', 'float64', 'groups_dilation_noncontig', id='mps-float64-groups_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'unbatched_same', id='mps-float64-unbatched_same'),
-        pytest.param('xpu', 'float64', 'stride_padding', id='xpu-float64-stride_padding'),
-        pytest.param('xpu', 'float64', 'groups_dilation_noncontig', id='xpu-float64-groups_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'unbatched_same', id='xpu-float64-unbatched_same'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'stride_padding', id='cpu-float32-stride_padding'),
-        pytest.param('cpu', 'float32', 'groups_dilation_noncontig', id='cpu-float32-groups_dilation_noncontig'),
-        pytest.param('cpu', 'float32', 'unbatched_same', id='cpu-float32-unbatched_same'),
-        pytest.param('cuda', 'float32', 'stride_padding', id='cuda-float32-stride_padding'),
-        pytest.param('cuda', 'float32', 'groups_dilation_noncontig', id='cuda-float32-groups_dilation_noncontig'),
-        pytest.param('cuda', 'float32', 'unbatched_same', id='cuda-float32-unbatched_same'),
-        pytest.param('mps', 'float32', 'stride_padding', id='mps-float32-stride_padding'),
-        pytest.param('mps', 'float32', 'groups_dilation_noncontig', id='mps-float32-groups_dilation_noncontig'),
-        pytest.param('mps', 'float32', 'unbatched_same', id='mps-float32-unbatched_same'),
-        pytest.param('xpu', 'float32', 'stride_padding', id='xpu-float32-stride_padding'),
-        pytest.param('xpu', 'float32', 'groups_dilation_noncontig', id='xpu-float32-groups_dilation_noncontig'),
-        pytest.param('xpu', 'float32', 'unbatched_same', id='xpu-float32-unbatched_same'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

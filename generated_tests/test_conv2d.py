@@ -5,188 +5,74 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='conv2d',
-    op='torch.nn.functional.conv2d',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="conv2d",
+    op="torch.nn.functional.conv2d",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'bias_padding',
+            "bias_padding",
             args=(TensorArg(shape=(1, 2, 5, 5)), TensorArg(shape=(3, 2, 3, 3)), TensorArg(shape=(3,))),
-            kwargs=(('padding', 1),),
-            location=Location('op_specs/layers.yaml', 30, 9),
+            kwargs=(("padding", 1),),
+            location=Location(SOURCE, 30, 9),
         ),
         Sample(
-            'stride_dilation_noncontig',
+            "stride_dilation_noncontig",
             args=(TensorArg(shape=(2, 2, 6, 6), noncontiguous=True), TensorArg(shape=(2, 2, 2, 2))),
-            kwargs=(('stride', (2, 1)), ('dilation', 2)),
-            location=Location('op_specs/layers.yaml', 33, 9),
+            kwargs=(("stride", (2, 1)), ("dilation", 2)),
+            location=Location(SOURCE, 33, 9),
         ),
         Sample(
-            'depthwise',
+            "depthwise",
             args=(TensorArg(shape=(1, 3, 4, 4)), TensorArg(shape=(3, 1, 2, 2))),
-            kwargs=(('groups', 3),),
-            location=Location('op_specs/layers.yaml', 36, 9),
+            kwargs=(("groups", 3),),
+            location=Location(SOURCE, 36, 9),
         ),
         Sample(
-            'layer_sized',
+            "layer_sized",
             args=(TensorArg(shape=(2, 4, 8, 8)), TensorArg(shape=(8, 4, 3, 3)), TensorArg(shape=(8,))),
-            kwargs=(('padding', 1),),
-            location=Location('op_specs/layers.yaml', 39, 9),
+            kwargs=(("padding", 1),),
+            location=Location(SOURCE, 39, 9),
         ),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 26, 5),
+    location=Location(SOURCE, 26, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias_padding', id='cpu-float64-bias_padding'),
-        pytest.param('cpu', 'float64', 'stride_dilation_noncontig', id='cpu-float64-stride_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'depthwise', id='cpu-float64-depthwise'),
-        pytest.param('cpu', 'float64', 'layer_sized', id='cpu-float64-layer_sized'),
-        pytest.param('cuda', 'float64', 'bias_padding', id='cuda-float64-bias_padding'),
-        pytest.param('cuda', 'float64', 'stride_dilation_noncontig', id='cuda-float64-stride_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'depthwise', id='cuda-float64-depthwise'),
-        pytest.param('cuda', 'float64', 'layer_sized', id='cuda-float64-layer_sized'),
-        pytest.param('mps', 'float64', 'bias_padding', id='mps-float64-bias_padding'),
-        pytest.param('mps', 'float64', 'stride_dilation_noncontig', id='mps-float64-stride_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'depthwise', id='mps-float64-depthwise'),
-        pytest.param('mps', 'float64', 'layer_sized', id='mps-float64-layer_sized'),
-        pytest.param('xpu', 'float64', 'bias_padding', id='xpu-float64-bias_padding'),
-        pytest.param('xpu', 'float64', 'stride_dilation_noncontig', id='xpu-float64-stride_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'depthwise', id='xpu-float64-depthwise'),
-        pytest.param('xpu', 'float64', 'layer_sized', id='xpu-float64-layer_sized'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias_padding', id='cpu-float64-bias_padding'),
-        pytest.param('cpu', 'float64', 'stride_dilation_noncontig', id='cpu-float64-stride_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'depthwise', id='cpu-float64-depthwise'),
-        pytest.param('cpu', 'float64', 'layer_sized', id='cpu-float64-layer_sized'),
-        pytest.param('cuda', 'float64', 'bias_padding', id='cuda-float64-bias_padding'),
-        pytest.param('cuda', 'float64', 'stride_dilation_noncontig', id='cuda-float64-stride_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'depthwise', id='cuda-float64-depthwise'),
-        pytest.param('cuda', 'float64', 'layer_sized', id='cuda-float64-layer_sized'),
-        pytest.param('mps', 'float64', 'bias_padding', id='mps-float64-bias_padding'),
-        pytest.param('mps', 'float64', 'stride_dilation_noncontig', id='mps-float64-stride_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'depthwise', id='mps-float64-depthwise'),
-        pytest.param('mps', 'float64', 'layer_sized', id='mps-float64-layer_sized'),
-        pytest.param('xpu', 'float64', 'bias_padding', id='xpu-float64-bias_padding'),
-        pytest.param('xpu', 'float64', 'stride_dilation_noncontig', id='xpu-float64-stride_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'depthwise', id='xpu-float64-depthwise'),
-        pytest.param('xpu', 'float64', 'layer_sized', id='xpu-float64-layer_sized'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias_padding', id='cpu-float64-bias_padding'),
-        pytest.param('cpu', 'float64', 'stride_dilation_noncontig', id='cpu-float64-stride_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'depthwise', id='cpu-float64-depthwise'),
-        pytest.param('cpu', 'float64', 'layer_sized', id='cpu-float64-layer_sized'),
-        pytest.param('cuda', 'float64', 'bias_padding', id='cuda-float64-bias_padding'),
-        pytest.param('cuda', 'float64', 'stride_dilation_noncontig', id='cuda-float64-stride_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'depthwise', id='cuda-float64-depthwise'),
-        pytest.param('cuda', 'float64', 'layer_sized', id='cuda-float64-layer_sized'),
-        pytest.param('mps', 'float64', 'bias_padding', id='mps-float64-bias_padding'),
-        pytest.param('mps', 'float64', 'stride_dilation_noncontig', id='mps-float64-stride_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'depthwise', id='mps-float64-depthwise'),
-        pytest.param('mps', 'float64', 'layer_sized', id='mps-float64-layer_sized'),
-        pytest.param('xpu', 'float64', 'bias_padding', id='xpu-float64-bias_padding'),
-        pytest.param('xpu', 'float64', 'stride_dilation_noncontig', id='xpu-float64-stride_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'depthwise', id='xpu-float64-depthwise'),
-        pytest.param('xpu', 'float64', 'layer_sized', id='xpu-float64-layer_sized'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias_padding', id='cpu-float64-bias_padding'),
-        pytest.param('cpu', 'float64', 'stride_dilation_noncontig', id='cpu-float64-stride_dilation_noncontig'),
-        pytest.param('cpu', 'float64', 'depthwise', id='cpu-float64-depthwise'),
-        pytest.param('cpu', 'float64', 'layer_sized', id='cpu-float64-layer_sized'),
-        pytest.param('cuda', 'float64', 'bias_padding', id='cuda-float64-bias_padding'),
-        pytest.param('cuda', 'float64', 'stride_dilation_noncontig', id='cuda-float64-stride_dilation_noncontig'),
-        pytest.param('cuda', 'float64', 'depthwise', id='cuda-float64-depthwise'),
-        pytest.param('cuda', 'float64', 'layer_sized', id='cuda-float64-layer_sized'),
-        pytest.param('mps', 'float64', 'bias_padding', id='mps-float64-bias_padding'),
-        pytest.param('mps', 'float64', 'stride_dilation_noncontig', id='mps-float64-stride_dilation_noncontig'),
-        pytest.param('mps', 'float64', 'depthwise', id='mps-float64-depthwise'),
-        pytest.param('mps', 'float64', 'layer_sized', id='mps-float64-layer_sized'),
-        pytest.param('xpu', 'float64', 'bias_padding', id='xpu-float64-bias_padding'),
-        pytest.param('xpu', 'float64', 'stride_dilation_noncontig', id='xpu-float64-stride_dilation_noncontig'),
-        pytest.param('xpu', 'float64', 'depthwise', id='xpu-float64-depthwise'),
-        pytest.param('xpu', 'float64', 'layer_sized', id='xpu-float64-layer_sized'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'bias_padding', id='cpu-float32-bias_padding'),
-        pytest.param('cpu', 'float32', 'stride_dilation_noncontig', id='cpu-float32-stride_dilation_noncontig'),
-        pytest.param('cpu', 'float32', 'depthwise', id='cpu-float32-depthwise'),
-        pytest.param('cpu', 'float32', 'layer_sized', id='cpu-float32-layer_sized'),
-        pytest.param('cpu', 'bfloat16', 'bias_padding', id='cpu-bfloat16-bias_padding'),
-        pytest.param('cpu', 'bfloat16', 'stride_dilation_noncontig', id='cpu-bfloat16-stride_dilation_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'depthwise', id='cpu-bfloat16-depthwise'),
-        pytest.param('cpu', 'bfloat16', 'layer_sized', id='cpu-bfloat16-layer_sized'),
-        pytest.param('cuda', 'float32', 'bias_padding', id='cuda-float32-bias_padding'),
-        pytest.param('cuda', 'float32', 'stride_dilation_noncontig', id='cuda-float32-stride_dilation_noncontig'),
-        pytest.param('cuda', 'float32', 'depthwise', id='cuda-float32-depthwise'),
-        pytest.param('cuda', 'float32', 'layer_sized', id='cuda-float32-layer_sized'),
-        pytest.param('cuda', 'bfloat16', 'bias_padding', id='cuda-bfloat16-bias_padding'),
-        pytest.param('cuda', 'bfloat16', 'stride_dilation_noncontig', id='cuda-bfloat16-stride_dilation_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'depthwise', id='cuda-bfloat16-depthwise'),
-        pytest.param('cuda', 'bfloat16', 'layer_sized', id='cuda-bfloat16-layer_sized'),
-        pytest.param('mps', 'float32', 'bias_padding', id='mps-float32-bias_padding'),
-        pytest.param('mps', 'float32', 'stride_dilation_noncontig', id='mps-float32-stride_dilation_noncontig'),
-        pytest.param('mps', 'float32', 'depthwise', id='mps-float32-depthwise'),
-        pytest.param('mps', 'float32', 'layer_sized', id='mps-float32-layer_sized'),
-        pytest.param('mps', 'bfloat16', 'bias_padding', id='mps-bfloat16-bias_padding'),
-        pytest.param('mps', 'bfloat16', 'stride_dilation_noncontig', id='mps-bfloat16-stride_dilation_noncontig'),
-        pytest.param('mps', 'bfloat16', 'depthwise', id='mps-bfloat16-depthwise'),
-        pytest.param('mps', 'bfloat16', 'layer_sized', id='mps-bfloat16-layer_sized'),
-        pytest.param('xpu', 'float32', 'bias_padding', id='xpu-float32-bias_padding'),
-        pytest.param('xpu', 'float32', 'stride_dilation_noncontig', id='xpu-float32-stride_dilation_noncontig'),
-        pytest.param('xpu', 'float32', 'depthwise', id='xpu-float32-depthwise'),
-        pytest.param('xpu', 'float32', 'layer_sized', id='xpu-float32-layer_sized'),
-        pytest.param('xpu', 'bfloat16', 'bias_padding', id='xpu-bfloat16-bias_padding'),
-        pytest.param('xpu', 'bfloat16', 'stride_dilation_noncontig', id='xpu-bfloat16-stride_dilation_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'depthwise', id='xpu-bfloat16-depthwise'),
-        pytest.param('xpu', 'bfloat16', 'layer_sized', id='xpu-bfloat16-layer_sized'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

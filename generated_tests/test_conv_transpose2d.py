@@ -5,120 +5,62 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='conv_transpose2d',
-    op='torch.nn.functional.conv_transpose2d',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="conv_transpose2d",
+    op="torch.nn.functional.conv_transpose2d",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'stride_output_padding',
+            "stride_output_padding",
             args=(TensorArg(shape=(1, 2, 3, 3)), TensorArg(shape=(2, 3, 2, 2)), TensorArg(shape=(3,))),
-            kwargs=(('stride', 2), ('output_padding', 1)),
-            location=Location('op_specs/layers.yaml', 46, 9),
+            kwargs=(("stride", 2), ("output_padding", 1)),
+            location=Location(SOURCE, 46, 9),
         ),
         Sample(
-            'groups_padding',
+            "groups_padding",
             args=(TensorArg(shape=(2, 4, 3, 2), noncontiguous=True), TensorArg(shape=(4, 1, 3, 3))),
-            kwargs=(('groups', 2), ('padding', 1)),
-            location=Location('op_specs/layers.yaml', 49, 9),
+            kwargs=(("groups", 2), ("padding", 1)),
+            location=Location(SOURCE, 49, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 43, 5),
+    location=Location(SOURCE, 43, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_output_padding', id='cpu-float64-stride_output_padding'),
-        pytest.param('cpu', 'float64', 'groups_padding', id='cpu-float64-groups_padding'),
-        pytest.param('cuda', 'float64', 'stride_output_padding', id='cuda-float64-stride_output_padding'),
-        pytest.param('cuda', 'float64', 'groups_padding', id='cuda-float64-groups_padding'),
-        pytest.param('mps', 'float64', 'stride_output_padding', id='mps-float64-stride_output_padding'),
-        pytest.param('mps', 'float64', 'groups_padding', id='mps-float64-groups_padding'),
-        pytest.param('xpu', 'float64', 'stride_output_padding', id='xpu-float64-stride_output_padding'),
-        pytest.param('xpu', 'float64', 'groups_padding', id='xpu-float64-groups_padding'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_output_padding', id='cpu-float64-stride_output_padding'),
-        pytest.param('cpu', 'float64', 'groups_padding', id='cpu-float64-groups_padding'),
-        pytest.param('cuda', 'float64', 'stride_output_padding', id='cuda-float64-stride_output_padding'),
-        pytest.param('cuda', 'float64', 'groups_padding', id='cuda-float64-groups_padding'),
-        pytest.param('mps', 'float64', 'stride_output_padding', id='mps-float64-stride_output_padding'),
-        pytest.param('mps', 'float64', 'groups_padding', id='mps-float64-groups_padding'),
-        pytest.param('xpu', 'float64', 'stride_output_padding', id='xpu-float64-stride_output_padding'),
-        pytest.param('xpu', 'float64', 'groups_padding', id='xpu-float64-groups_padding'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_output_padding', id='cpu-float64-stride_output_padding'),
-        pytest.param('cpu', 'float64', 'groups_padding', id='cpu-float64-groups_padding'),
-        pytest.param('cuda', 'float64', 'stride_output_padding', id='cuda-float64-stride_output_padding'),
-        pytest.param('cuda', 'float64', 'groups_padding', id='cuda-float64-groups_padding'),
-        pytest.param('mps', 'float64', 'stride_output_padding', id='mps-float64-stride_output_padding'),
-        pytest.param('mps', 'float64', 'groups_padding', id='mps-float64-groups_padding'),
-        pytest.param('xpu', 'float64', 'stride_output_padding', id='xpu-float64-stride_output_padding'),
-        pytest.param('xpu', 'float64', 'groups_padding', id='xpu-float64-groups_padding'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'stride_output_padding', id='cpu-float64-stride_output_padding'),
-        pytest.param('cpu', 'float64', 'groups_padding', id='cpu-float64-groups_padding'),
-        pytest.param('cuda', 'float64', 'stride_output_padding', id='cuda-float64-stride_output_padding'),
-        pytest.param('cuda', 'float64', 'groups_padding', id='cuda-float64-groups_padding'),
-        pytest.param('mps', 'float64', 'stride_output_padding', id='mps-float64-stride_output_padding'),
-        pytest.param('mps', 'float64', 'groups_padding', id='mps-float64-groups_padding'),
-        pytest.param('xpu', 'float64', 'stride_output_padding', id='xpu-float64-stride_output_padding'),
-        pytest.param('xpu', 'float64', 'groups_padding', id='xpu-float64-groups_padding'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'stride_output_padding', id='cpu-float32-stride_output_padding'),
-        pytest.param('cpu', 'float32', 'groups_padding', id='cpu-float32-groups_padding'),
-        pytest.param('cuda', 'float32', 'stride_output_padding', id='cuda-float32-stride_output_padding'),
-        pytest.param('cuda', 'float32', 'groups_padding', id='cuda-float32-groups_padding'),
-        pytest.param('mps', 'float32', 'stride_output_padding', id='mps-float32-stride_output_padding'),
-        pytest.param('mps', 'float32', 'groups_padding', id='mps-float32-groups_padding'),
-        pytest.param('xpu', 'float32', 'stride_output_padding', id='xpu-float32-stride_output_padding'),
-        pytest.param('xpu', 'float32', 'groups_padding', id='xpu-float32-groups_padding'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,119 +5,61 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='cosine_similarity',
-    op='torch.nn.functional.cosine_similarity',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="cosine_similarity",
+    op="torch.nn.functional.cosine_similarity",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
         Sample(
-            'unit_rows',
-            args=(TensorArg(shape=(4, 5), maker='unit_norm'), TensorArg(shape=(4, 5), maker='unit_norm')),
-            location=Location('op_specs/nn_functional.yaml', 83, 9),
+            "unit_rows",
+            args=(TensorArg(shape=(4, 5), maker="unit_norm"), TensorArg(shape=(4, 5), maker="unit_norm")),
+            location=Location(SOURCE, 83, 9),
         ),
         Sample(
-            'broadcast_dim0',
+            "broadcast_dim0",
             args=(TensorArg(shape=(3, 4)), TensorArg(shape=(1, 4))),
-            kwargs=(('dim', 1),),
-            location=Location('op_specs/nn_functional.yaml', 85, 9),
+            kwargs=(("dim", 1),),
+            location=Location(SOURCE, 85, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/nn_functional.yaml', 80, 5),
+    location=Location(SOURCE, 80, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'unit_rows', id='cpu-float64-unit_rows'),
-        pytest.param('cpu', 'float64', 'broadcast_dim0', id='cpu-float64-broadcast_dim0'),
-        pytest.param('cuda', 'float64', 'unit_rows', id='cuda-float64-unit_rows'),
-        pytest.param('cuda', 'float64', 'broadcast_dim0', id='cuda-float64-broadcast_dim0'),
-        pytest.param('mps', 'float64', 'unit_rows', id='mps-float64-unit_rows'),
-        pytest.param('mps', 'float64', 'broadcast_dim0', id='mps-float64-broadcast_dim0'),
-        pytest.param('xpu', 'float64', 'unit_rows', id='xpu-float64-unit_rows'),
-        pytest.param('xpu', 'float64', 'broadcast_dim0', id='xpu-float64-broadcast_dim0'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'unit_rows', id='cpu-float64-unit_rows'),
-        pytest.param('cpu', 'float64', 'broadcast_dim0', id='cpu-float64-broadcast_dim0'),
-        pytest.param('cuda', 'float64', 'unit_rows', id='cuda-float64-unit_rows'),
-        pytest.param('cuda', 'float64', 'broadcast_dim0', id='cuda-float64-broadcast_dim0'),
-        pytest.param('mps', 'float64', 'unit_rows', id='mps-float64-unit_rows'),
-        pytest.param('mps', 'float64', 'broadcast_dim0', id='mps-float64-broadcast_dim0'),
-        pytest.param('xpu', 'float64', 'unit_rows', id='xpu-float64-unit_rows'),
-        pytest.param('xpu', 'float64', 'broadcast_dim0', id='xpu-float64-broadcast_dim0'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'unit_rows', id='cpu-float64-unit_rows'),
-        pytest.param('cpu', 'float64', 'broadcast_dim0', id='cpu-float64-broadcast_dim0'),
-        pytest.param('cuda', 'float64', 'unit_rows', id='cuda-float64-unit_rows'),
-        pytest.param('cuda', 'float64', 'broadcast_dim0', id='cuda-float64-broadcast_dim0'),
-        pytest.param('mps', 'float64', 'unit_rows', id='mps-float64-unit_rows'),
-        pytest.param('mps', 'float64', 'broadcast_dim0', id='mps-float64-broadcast_dim0'),
-        pytest.param('xpu', 'float64', 'unit_rows', id='xpu-float64-unit_rows'),
-        pytest.param('xpu', 'float64', 'broadcast_dim0', id='xpu-float64-broadcast_dim0'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'unit_rows', id='cpu-float64-unit_rows'),
-        pytest.param('cpu', 'float64', 'broadcast_dim0', id='cpu-float64-broadcast_dim0'),
-        pytest.param('cuda', 'float64', 'unit_rows', id='cuda-float64-unit_rows'),
-        pytest.param('cuda', 'float64', 'broadcast_dim0', id='cuda-float64-broadcast_dim0'),
-        pytest.param('mps', 'float64', 'unit_rows', id='mps-float64-unit_rows'),
-        pytest.param('mps', 'float64', 'broadcast_dim0', id='mps-float64-broadcast_dim0'),
-        pytest.param('xpu', 'float64', 'unit_rows', id='xpu-float64-unit_rows'),
-        pytest.param('xpu', 'float64', 'broadcast_dim0', id='xpu-float64-broadcast_dim0'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'unit_rows', id='cpu-float32-unit_rows'),
-        pytest.param('cpu', 'float32', 'broadcast_dim0', id='cpu-float32-broadcast_dim0'),
-        pytest.param('cuda', 'float32', 'unit_rows', id='cuda-float32-unit_rows'),
-        pytest.param('cuda', 'float32', 'broadcast_dim0', id='cuda-float32-broadcast_dim0'),
-        pytest.param('mps', 'float32', 'unit_rows', id='mps-float32-unit_rows'),
-        pytest.param('mps', 'float32', 'broadcast_dim0', id='mps-float32-broadcast_dim0'),
-        pytest.param('xpu', 'float32', 'unit_rows', id='xpu-float32-unit_rows'),
-        pytest.param('xpu', 'float32', 'broadcast_dim0', id='xpu-float32-broadcast_dim0'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,252 +5,87 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/losses.yaml"
 SPEC = OpSpec(
-    name='cross_entropy',
-    op='torch.nn.functional.cross_entropy',
-    source='op_specs/losses.yaml',
-    sha256='8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6',
+    name="cross_entropy",
+    op="torch.nn.functional.cross_entropy",
+    source=SOURCE,
+    sha256="8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6",
     samples=(
         Sample(
-            'class_indices',
-            args=(TensorArg(shape=(4, 5)), TensorArg(shape=(4,), dtype='int64', low=0.0, high=5.0)),
-            location=Location('op_specs/losses.yaml', 16, 9),
+            "class_indices",
+            args=(TensorArg(shape=(4, 5)), TensorArg(shape=(4,), dtype="int64", low=0.0, high=5.0)),
+            location=Location(SOURCE, 16, 9),
         ),
         Sample(
-            'class_indices_spatial_sum',
-            args=(TensorArg(shape=(2, 3, 4)), TensorArg(shape=(2, 4), dtype='int64', low=0.0, high=3.0)),
-            kwargs=(('reduction', 'sum'),),
-            location=Location('op_specs/losses.yaml', 18, 9),
+            "class_indices_spatial_sum",
+            args=(TensorArg(shape=(2, 3, 4)), TensorArg(shape=(2, 4), dtype="int64", low=0.0, high=3.0)),
+            kwargs=(("reduction", "sum"),),
+            location=Location(SOURCE, 18, 9),
         ),
         Sample(
-            'ignore_index_weighted',
+            "ignore_index_weighted",
             args=(
                 TensorArg(shape=(4, 3), noncontiguous=True),
-                TensorArg(shape=(4,), dtype='int64', values=(2, -100, 0, 1)),
+                TensorArg(shape=(4,), dtype="int64", values=(2, -100, 0, 1)),
             ),
-            kwargs=(('weight', TensorArg(shape=(3,), requires_grad=False, maker='positive')),),
-            location=Location('op_specs/losses.yaml', 22, 9),
+            kwargs=(("weight", TensorArg(shape=(3,), requires_grad=False, maker="positive")),),
+            location=Location(SOURCE, 22, 9),
         ),
         Sample(
-            'label_smoothing_none',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3,), dtype='int64', low=0.0, high=4.0)),
-            kwargs=(('label_smoothing', 0.1), ('reduction', 'none')),
-            location=Location('op_specs/losses.yaml', 25, 9),
+            "label_smoothing_none",
+            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3,), dtype="int64", low=0.0, high=4.0)),
+            kwargs=(("label_smoothing", 0.1), ("reduction", "none")),
+            location=Location(SOURCE, 25, 9),
         ),
         Sample(
-            'probabilities',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), low=0.05, high=1.0, maker='positive')),
-            location=Location('op_specs/losses.yaml', 29, 9),
+            "probabilities",
+            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), low=0.05, high=1.0, maker="positive")),
+            location=Location(SOURCE, 29, 9),
         ),
         Sample(
-            'probabilities_smoothing',
-            args=(
-                TensorArg(shape=(2, 3, 2)),
-                TensorArg(shape=(2, 3, 2), low=0.05, high=1.0, maker='positive'),
-            ),
-            kwargs=(('label_smoothing', 0.2), ('reduction', 'sum')),
-            location=Location('op_specs/losses.yaml', 31, 9),
+            "probabilities_smoothing",
+            args=(TensorArg(shape=(2, 3, 2)), TensorArg(shape=(2, 3, 2), low=0.05, high=1.0, maker="positive")),
+            kwargs=(("label_smoothing", 0.2), ("reduction", "sum")),
+            location=Location(SOURCE, 31, 9),
         ),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/losses.yaml', 13, 5),
+    location=Location(SOURCE, 13, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'class_indices_spatial_sum', id='cpu-float64-class_indices_spatial_sum'),
-        pytest.param('cpu', 'float64', 'ignore_index_weighted', id='cpu-float64-ignore_index_weighted'),
-        pytest.param('cpu', 'float64', 'label_smoothing_none', id='cpu-float64-label_smoothing_none'),
-        pytest.param('cpu', 'float64', 'probabilities', id='cpu-float64-probabilities'),
-        pytest.param('cpu', 'float64', 'probabilities_smoothing', id='cpu-float64-probabilities_smoothing'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'class_indices_spatial_sum', id='cuda-float64-class_indices_spatial_sum'),
-        pytest.param('cuda', 'float64', 'ignore_index_weighted', id='cuda-float64-ignore_index_weighted'),
-        pytest.param('cuda', 'float64', 'label_smoothing_none', id='cuda-float64-label_smoothing_none'),
-        pytest.param('cuda', 'float64', 'probabilities', id='cuda-float64-probabilities'),
-        pytest.param('cuda', 'float64', 'probabilities_smoothing', id='cuda-float64-probabilities_smoothing'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'class_indices_spatial_sum', id='mps-float64-class_indices_spatial_sum'),
-        pytest.param('mps', 'float64', 'ignore_index_weighted', id='mps-float64-ignore_index_weighted'),
-        pytest.param('mps', 'float64', 'label_smoothing_none', id='mps-float64-label_smoothing_none'),
-        pytest.param('mps', 'float64', 'probabilities', id='mps-float64-probabilities'),
-        pytest.param('mps', 'float64', 'probabilities_smoothing', id='mps-float64-probabilities_smoothing'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'class_indices_spatial_sum', id='xpu-float64-class_indices_spatial_sum'),
-        pytest.param('xpu', 'float64', 'ignore_index_weighted', id='xpu-float64-ignore_index_weighted'),
-        pytest.param('xpu', 'float64', 'label_smoothing_none', id='xpu-float64-label_smoothing_none'),
-        pytest.param('xpu', 'float64', 'probabilities', id='xpu-float64-probabilities'),
-        pytest.param('xpu', 'float64', 'probabilities_smoothing', id='xpu-float64-probabilities_smoothing'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'class_indices_spatial_sum', id='cpu-float64-class_indices_spatial_sum'),
-        pytest.param('cpu', 'float64', 'ignore_index_weighted', id='cpu-float64-ignore_index_weighted'),
-        pytest.param('cpu', 'float64', 'label_smoothing_none', id='cpu-float64-label_smoothing_none'),
-        pytest.param('cpu', 'float64', 'probabilities', id='cpu-float64-probabilities'),
-        pytest.param('cpu', 'float64', 'probabilities_smoothing', id='cpu-float64-probabilities_smoothing'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'class_indices_spatial_sum', id='cuda-float64-class_indices_spatial_sum'),
-        pytest.param('cuda', 'float64', 'ignore_index_weighted', id='cuda-float64-ignore_index_weighted'),
-        pytest.param('cuda', 'float64', 'label_smoothing_none', id='cuda-float64-label_smoothing_none'),
-        pytest.param('cuda', 'float64', 'probabilities', id='cuda-float64-probabilities'),
-        pytest.param('cuda', 'float64', 'probabilities_smoothing', id='cuda-float64-probabilities_smoothing'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'class_indices_spatial_sum', id='mps-float64-class_indices_spatial_sum'),
-        pytest.param('mps', 'float64', 'ignore_index_weighted', id='mps-float64-ignore_index_weighted'),
-        pytest.param('mps', 'float64', 'label_smoothing_none', id='mps-float64-label_smoothing_none'),
-        pytest.param('mps', 'float64', 'probabilities', id='mps-float64-probabilities'),
-        pytest.param('mps', 'float64', 'probabilities_smoothing', id='mps-float64-probabilities_smoothing'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'class_indices_spatial_sum', id='xpu-float64-class_indices_spatial_sum'),
-        pytest.param('xpu', 'float64', 'ignore_index_weighted', id='xpu-float64-ignore_index_weighted'),
-        pytest.param('xpu', 'float64', 'label_smoothing_none', id='xpu-float64-label_smoothing_none'),
-        pytest.param('xpu', 'float64', 'probabilities', id='xpu-float64-probabilities'),
-        pytest.param('xpu', 'float64', 'probabilities_smoothing', id='xpu-float64-probabilities_smoothing'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'class_indices_spatial_sum', id='cpu-float64-class_indices_spatial_sum'),
-        pytest.param('cpu', 'float64', 'ignore_index_weighted', id='cpu-float64-ignore_index_weighted'),
-        pytest.param('cpu', 'float64', 'label_smoothing_none', id='cpu-float64-label_smoothing_none'),
-        pytest.param('cpu', 'float64', 'probabilities', id='cpu-float64-probabilities'),
-        pytest.param('cpu', 'float64', 'probabilities_smoothing', id='cpu-float64-probabilities_smoothing'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'class_indices_spatial_sum', id='cuda-float64-class_indices_spatial_sum'),
-        pytest.param('cuda', 'float64', 'ignore_index_weighted', id='cuda-float64-ignore_index_weighted'),
-        pytest.param('cuda', 'float64', 'label_smoothing_none', id='cuda-float64-label_smoothing_none'),
-        pytest.param('cuda', 'float64', 'probabilities', id='cuda-float64-probabilities'),
-        pytest.param('cuda', 'float64', 'probabilities_smoothing', id='cuda-float64-probabilities_smoothing'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'class_indices_spatial_sum', id='mps-float64-class_indices_spatial_sum'),
-        pytest.param('mps', 'float64', 'ignore_index_weighted', id='mps-float64-ignore_index_weighted'),
-        pytest.param('mps', 'float64', 'label_smoothing_none', id='mps-float64-label_smoothing_none'),
-        pytest.param('mps', 'float64', 'probabilities', id='mps-float64-probabilities'),
-        pytest.param('mps', 'float64', 'probabilities_smoothing', id='mps-float64-probabilities_smoothing'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'class_indices_spatial_sum', id='xpu-float64-class_indices_spatial_sum'),
-        pytest.param('xpu', 'float64', 'ignore_index_weighted', id='xpu-float64-ignore_index_weighted'),
-        pytest.param('xpu', 'float64', 'label_smoothing_none', id='xpu-float64-label_smoothing_none'),
-        pytest.param('xpu', 'float64', 'probabilities', id='xpu-float64-probabilities'),
-        pytest.param('xpu', 'float64', 'probabilities_smoothing', id='xpu-float64-probabilities_smoothing'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'class_indices_spatial_sum', id='cpu-float64-class_indices_spatial_sum'),
-        pytest.param('cpu', 'float64', 'ignore_index_weighted', id='cpu-float64-ignore_index_weighted'),
-        pytest.param('cpu', 'float64', 'label_smoothing_none', id='cpu-float64-label_smoothing_none'),
-        pytest.param('cpu', 'float64', 'probabilities', id='cpu-float64-probabilities'),
-        pytest.param('cpu', 'float64', 'probabilities_smoothing', id='cpu-float64-probabilities_smoothing'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'class_indices_spatial_sum', id='cuda-float64-class_indices_spatial_sum'),
-        pytest.param('cuda', 'float64', 'ignore_index_weighted', id='cuda-float64-ignore_index_weighted'),
-        pytest.param('cuda', 'float64', 'label_smoothing_none', id='cuda-float64-label_smoothing_none'),
-        pytest.param('cuda', 'float64', 'probabilities', id='cuda-float64-probabilities'),
-        pytest.param('cuda', 'float64', 'probabilities_smoothing', id='cuda-float64-probabilities_smoothing'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'class_indices_spatial_sum', id='mps-float64-class_indices_spatial_sum'),
-        pytest.param('mps', 'float64', 'ignore_index_weighted', id='mps-float64-ignore_index_weighted'),
-        pytest.param('mps', 'float64', 'label_smoothing_none', id='mps-float64-label_smoothing_none'),
-        pytest.param('mps', 'float64', 'probabilities', id='mps-float64-probabilities'),
-        pytest.param('mps', 'float64', 'probabilities_smoothing', id='mps-float64-probabilities_smoothing'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'class_indices_spatial_sum', id='xpu-float64-class_indices_spatial_sum'),
-        pytest.param('xpu', 'float64', 'ignore_index_weighted', id='xpu-float64-ignore_index_weighted'),
-        pytest.param('xpu', 'float64', 'label_smoothing_none', id='xpu-float64-label_smoothing_none'),
-        pytest.param('xpu', 'float64', 'probabilities', id='xpu-float64-probabilities'),
-        pytest.param('xpu', 'float64', 'probabilities_smoothing', id='xpu-float64-probabilities_smoothing'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'class_indices', id='cpu-float32-class_indices'),
-        pytest.param('cpu', 'float32', 'class_indices_spatial_sum', id='cpu-float32-class_indices_spatial_sum'),
-        pytest.param('cpu', 'float32', 'ignore_index_weighted', id='cpu-float32-ignore_index_weighted'),
-        pytest.param('cpu', 'float32', 'label_smoothing_none', id='cpu-float32-label_smoothing_none'),
-        pytest.param('cpu', 'float32', 'probabilities', id='cpu-float32-probabilities'),
-        pytest.param('cpu', 'float32', 'probabilities_smoothing', id='cpu-float32-probabilities_smoothing'),
-        pytest.param('cpu', 'bfloat16', 'class_indices', id='cpu-bfloat16-class_indices'),
-        pytest.param('cpu', 'bfloat16', 'class_indices_spatial_sum', id='cpu-bfloat16-class_indices_spatial_sum'),
-        pytest.param('cpu', 'bfloat16', 'ignore_index_weighted', id='cpu-bfloat16-ignore_index_weighted'),
-        pytest.param('cpu', 'bfloat16', 'label_smoothing_none', id='cpu-bfloat16-label_smoothing_none'),
-        pytest.param('cpu', 'bfloat16', 'probabilities', id='cpu-bfloat16-probabilities'),
-        pytest.param('cpu', 'bfloat16', 'probabilities_smoothing', id='cpu-bfloat16-probabilities_smoothing'),
-        pytest.param('cuda', 'float32', 'class_indices', id='cuda-float32-class_indices'),
-        pytest.param('cuda', 'float32', 'class_indices_spatial_sum', id='cuda-float32-class_indices_spatial_sum'),
-        pytest.param('cuda', 'float32', 'ignore_index_weighted', id='cuda-float32-ignore_index_weighted'),
-        pytest.param('cuda', 'float32', 'label_smoothing_none', id='cuda-float32-label_smoothing_none'),
-        pytest.param('cuda', 'float32', 'probabilities', id='cuda-float32-probabilities'),
-        pytest.param('cuda', 'float32', 'probabilities_smoothing', id='cuda-float32-probabilities_smoothing'),
-        pytest.param('cuda', 'bfloat16', 'class_indices', id='cuda-bfloat16-class_indices'),
-        pytest.param('cuda', 'bfloat16', 'class_indices_spatial_sum', id='cuda-bfloat16-class_indices_spatial_sum'),
-        pytest.param('cuda', 'bfloat16', 'ignore_index_weighted', id='cuda-bfloat16-ignore_index_weighted'),
-        pytest.param('cuda', 'bfloat16', 'label_smoothing_none', id='cuda-bfloat16-label_smoothing_none'),
-        pytest.param('cuda', 'bfloat16', 'probabilities', id='cuda-bfloat16-probabilities'),
-        pytest.param('cuda', 'bfloat16', 'probabilities_smoothing', id='cuda-bfloat16-probabilities_smoothing'),
-        pytest.param('mps', 'float32', 'class_indices', id='mps-float32-class_indices'),
-        pytest.param('mps', 'float32', 'class_indices_spatial_sum', id='mps-float32-class_indices_spatial_sum'),
-        pytest.param('mps', 'float32', 'ignore_index_weighted', id='mps-float32-ignore_index_weighted'),
-        pytest.param('mps', 'float32', 'label_smoothing_none', id='mps-float32-label_smoothing_none'),
-        pytest.param('mps', 'float32', 'probabilities', id='mps-float32-probabilities'),
-        pytest.param('mps', 'float32', 'probabilities_smoothing', id='mps-float32-probabilities_smoothing'),
-        pytest.param('mps', 'bfloat16', 'class_indices', id='mps-bfloat16-class_indices'),
-        pytest.param('mps', 'bfloat16', 'class_indices_spatial_sum', id='mps-bfloat16-class_indices_spatial_sum'),
-        pytest.param('mps', 'bfloat16', 'ignore_index_weighted', id='mps-bfloat16-ignore_index_weighted'),
-        pytest.param('mps', 'bfloat16', 'label_smoothing_none', id='mps-bfloat16-label_smoothing_none'),
-        pytest.param('mps', 'bfloat16', 'probabilities', id='mps-bfloat16-probabilities'),
-        pytest.param('mps', 'bfloat16', 'probabilities_smoothing', id='mps-bfloat16-probabilities_smoothing'),
-        pytest.param('xpu', 'float32', 'class_indices', id='xpu-float32-class_indices'),
-        pytest.param('xpu', 'float32', 'class_indices_spatial_sum', id='xpu-float32-class_indices_spatial_sum'),
-        pytest.param('xpu', 'float32', 'ignore_index_weighted', id='xpu-float32-ignore_index_weighted'),
-        pytest.param('xpu', 'float32', 'label_smoothing_none', id='xpu-float32-label_smoothing_none'),
-        pytest.param('xpu', 'float32', 'probabilities', id='xpu-float32-probabilities'),
-        pytest.param('xpu', 'float32', 'probabilities_smoothing', id='xpu-float32-probabilities_smoothing'),
-        pytest.param('xpu', 'bfloat16', 'class_indices', id='xpu-bfloat16-class_indices'),
-        pytest.param('xpu', 'bfloat16', 'class_indices_spatial_sum', id='xpu-bfloat16-class_indices_spatial_sum'),
-        pytest.param('xpu', 'bfloat16', 'ignore_index_weighted', id='xpu-bfloat16-ignore_index_weighted'),
-        pytest.param('xpu', 'bfloat16', 'label_smoothing_none', id='xpu-bfloat16-label_smoothing_none'),
-        pytest.param('xpu', 'bfloat16', 'probabilities', id='xpu-bfloat16-probabilities'),
-        pytest.param('xpu', 'bfloat16', 'probabilities_smoothing', id='xpu-bfloat16-probabilities_smoothing'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,118 +5,54 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/cube.yaml"
 SPEC = OpSpec(
-    name='cube',
-    op='examples.ops:Cube.apply',
-    source='op_specs/cube.yaml',
-    sha256='5824b4c3706d34db2cf6004a92c47f97e45925f62aaec2cbfcc95610920eebbe',
+    name="cube",
+    op="examples.ops:Cube.apply",
+    source=SOURCE,
+    sha256="5824b4c3706d34db2cf6004a92c47f97e45925f62aaec2cbfcc95610920eebbe",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(6,)),), location=Location(SOURCE, 7, 5)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(6,)),),
-            location=Location('op_specs/cube.yaml', 7, 5),
-        ),
-        Sample(
-            'matrix_noncontig',
-            args=(TensorArg(shape=(3, 4), noncontiguous=True),),
-            location=Location('op_specs/cube.yaml', 9, 5),
+            "matrix_noncontig", args=(TensorArg(shape=(3, 4), noncontiguous=True),), location=Location(SOURCE, 9, 5)
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/cube.yaml', 3, 1),
+    location=Location(SOURCE, 3, 1),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'vector', id='cpu-float32-vector'),
-        pytest.param('cpu', 'float32', 'matrix_noncontig', id='cpu-float32-matrix_noncontig'),
-        pytest.param('cuda', 'float32', 'vector', id='cuda-float32-vector'),
-        pytest.param('cuda', 'float32', 'matrix_noncontig', id='cuda-float32-matrix_noncontig'),
-        pytest.param('mps', 'float32', 'vector', id='mps-float32-vector'),
-        pytest.param('mps', 'float32', 'matrix_noncontig', id='mps-float32-matrix_noncontig'),
-        pytest.param('xpu', 'float32', 'vector', id='xpu-float32-vector'),
-        pytest.param('xpu', 'float32', 'matrix_noncontig', id='xpu-float32-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

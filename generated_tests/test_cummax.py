@@ -5,118 +5,54 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/multi_output.yaml"
 SPEC = OpSpec(
-    name='cummax',
-    op='torch.cummax',
-    source='op_specs/multi_output.yaml',
-    sha256='08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1',
+    name="cummax",
+    op="torch.cummax",
+    source=SOURCE,
+    sha256="08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1",
     samples=(
+        Sample("dim1", args=(TensorArg(shape=(3, 5)), 1), location=Location(SOURCE, 53, 9)),
         Sample(
-            'dim1',
-            args=(TensorArg(shape=(3, 5)), 1),
-            location=Location('op_specs/multi_output.yaml', 53, 9),
-        ),
-        Sample(
-            'dim0_noncontig',
-            args=(TensorArg(shape=(4, 3), noncontiguous=True), 0),
-            location=Location('op_specs/multi_output.yaml', 55, 9),
+            "dim0_noncontig", args=(TensorArg(shape=(4, 3), noncontiguous=True), 0), location=Location(SOURCE, 55, 9)
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/multi_output.yaml', 49, 5),
+    location=Location(SOURCE, 49, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim1', id='cpu-float32-dim1'),
-        pytest.param('cpu', 'float32', 'dim0_noncontig', id='cpu-float32-dim0_noncontig'),
-        pytest.param('cuda', 'float32', 'dim1', id='cuda-float32-dim1'),
-        pytest.param('cuda', 'float32', 'dim0_noncontig', id='cuda-float32-dim0_noncontig'),
-        pytest.param('mps', 'float32', 'dim1', id='mps-float32-dim1'),
-        pytest.param('mps', 'float32', 'dim0_noncontig', id='mps-float32-dim0_noncontig'),
-        pytest.param('xpu', 'float32', 'dim1', id='xpu-float32-dim1'),
-        pytest.param('xpu', 'float32', 'dim0_noncontig', id='xpu-float32-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,198 +5,61 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/cumulative.yaml"
 SPEC = OpSpec(
-    name='cumprod',
-    op='torch.cumprod',
-    source='op_specs/cumulative.yaml',
-    sha256='cdd9ed9d29f615b67813a16d376024917d5cf33edfda615f6f1c14a4acb774e1',
+    name="cumprod",
+    op="torch.cumprod",
+    source=SOURCE,
+    sha256="cdd9ed9d29f615b67813a16d376024917d5cf33edfda615f6f1c14a4acb774e1",
     samples=(
+        Sample("dim1", args=(TensorArg(shape=(3, 4), low=0.5, high=1.5), 1), location=Location(SOURCE, 32, 9)),
+        Sample("noncontig", args=(TensorArg(shape=(2, 5), noncontiguous=True), -1), location=Location(SOURCE, 34, 9)),
         Sample(
-            'dim1',
-            args=(TensorArg(shape=(3, 4), low=0.5, high=1.5), 1),
-            location=Location('op_specs/cumulative.yaml', 32, 9),
-        ),
-        Sample(
-            'noncontig',
-            args=(TensorArg(shape=(2, 5), noncontiguous=True), -1),
-            location=Location('op_specs/cumulative.yaml', 34, 9),
-        ),
-        Sample(
-            'zeros',
+            "zeros",
             args=(
-                TensorArg(
-                    shape=(3, 4),
-                    values=((1.5, 0.0, -2.0, 0.5), (0.0, 3.0, 0.0, 1.0), (1.0, -1.0, 2.0, 0.0)),
-                ),
+                TensorArg(shape=(3, 4), values=((1.5, 0.0, -2.0, 0.5), (0.0, 3.0, 0.0, 1.0), (1.0, -1.0, 2.0, 0.0))),
                 1,
             ),
-            location=Location('op_specs/cumulative.yaml', 37, 9),
+            location=Location(SOURCE, 37, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32',),
-    gradcheck=GradcheckFlags(fast_mode='false', check_forward_ad=True, check_batched_forward_grad=True),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32",),
+    gradcheck=GradcheckFlags(fast_mode="false", check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/cumulative.yaml', 26, 5),
+    location=Location(SOURCE, 26, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'zeros', id='cpu-float64-zeros'),
-        pytest.param('cpu', 'complex128', 'dim1', id='cpu-complex128-dim1'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros', id='cpu-complex128-zeros'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'zeros', id='cuda-float64-zeros'),
-        pytest.param('cuda', 'complex128', 'dim1', id='cuda-complex128-dim1'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros', id='cuda-complex128-zeros'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'zeros', id='mps-float64-zeros'),
-        pytest.param('mps', 'complex128', 'dim1', id='mps-complex128-dim1'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'zeros', id='mps-complex128-zeros'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'zeros', id='xpu-float64-zeros'),
-        pytest.param('xpu', 'complex128', 'dim1', id='xpu-complex128-dim1'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros', id='xpu-complex128-zeros'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'zeros', id='cpu-float64-zeros'),
-        pytest.param('cpu', 'complex128', 'dim1', id='cpu-complex128-dim1'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros', id='cpu-complex128-zeros'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'zeros', id='cuda-float64-zeros'),
-        pytest.param('cuda', 'complex128', 'dim1', id='cuda-complex128-dim1'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros', id='cuda-complex128-zeros'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'zeros', id='mps-float64-zeros'),
-        pytest.param('mps', 'complex128', 'dim1', id='mps-complex128-dim1'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'zeros', id='mps-complex128-zeros'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'zeros', id='xpu-float64-zeros'),
-        pytest.param('xpu', 'complex128', 'dim1', id='xpu-complex128-dim1'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros', id='xpu-complex128-zeros'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'zeros', id='cpu-float64-zeros'),
-        pytest.param('cpu', 'complex128', 'dim1', id='cpu-complex128-dim1'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros', id='cpu-complex128-zeros'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'zeros', id='cuda-float64-zeros'),
-        pytest.param('cuda', 'complex128', 'dim1', id='cuda-complex128-dim1'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros', id='cuda-complex128-zeros'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'zeros', id='mps-float64-zeros'),
-        pytest.param('mps', 'complex128', 'dim1', id='mps-complex128-dim1'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'zeros', id='mps-complex128-zeros'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'zeros', id='xpu-float64-zeros'),
-        pytest.param('xpu', 'complex128', 'dim1', id='xpu-complex128-dim1'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros', id='xpu-complex128-zeros'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'zeros', id='cpu-float64-zeros'),
-        pytest.param('cpu', 'complex128', 'dim1', id='cpu-complex128-dim1'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros', id='cpu-complex128-zeros'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'zeros', id='cuda-float64-zeros'),
-        pytest.param('cuda', 'complex128', 'dim1', id='cuda-complex128-dim1'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros', id='cuda-complex128-zeros'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'float64', 'zeros', id='mps-float64-zeros'),
-        pytest.param('mps', 'complex128', 'dim1', id='mps-complex128-dim1'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('mps', 'complex128', 'zeros', id='mps-complex128-zeros'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'zeros', id='xpu-float64-zeros'),
-        pytest.param('xpu', 'complex128', 'dim1', id='xpu-complex128-dim1'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros', id='xpu-complex128-zeros'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim1', id='cpu-float32-dim1'),
-        pytest.param('cpu', 'float32', 'noncontig', id='cpu-float32-noncontig'),
-        pytest.param('cpu', 'float32', 'zeros', id='cpu-float32-zeros'),
-        pytest.param('cuda', 'float32', 'dim1', id='cuda-float32-dim1'),
-        pytest.param('cuda', 'float32', 'noncontig', id='cuda-float32-noncontig'),
-        pytest.param('cuda', 'float32', 'zeros', id='cuda-float32-zeros'),
-        pytest.param('mps', 'float32', 'dim1', id='mps-float32-dim1'),
-        pytest.param('mps', 'float32', 'noncontig', id='mps-float32-noncontig'),
-        pytest.param('mps', 'float32', 'zeros', id='mps-float32-zeros'),
-        pytest.param('xpu', 'float32', 'dim1', id='xpu-float32-dim1'),
-        pytest.param('xpu', 'float32', 'noncontig', id='xpu-float32-noncontig'),
-        pytest.param('xpu', 'float32', 'zeros', id='xpu-float32-zeros'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

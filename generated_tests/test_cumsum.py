@@ -5,250 +5,60 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/cumulative.yaml"
 SPEC = OpSpec(
-    name='cumsum',
-    op='torch.cumsum',
-    source='op_specs/cumulative.yaml',
-    sha256='cdd9ed9d29f615b67813a16d376024917d5cf33edfda615f6f1c14a4acb774e1',
+    name="cumsum",
+    op="torch.cumsum",
+    source=SOURCE,
+    sha256="cdd9ed9d29f615b67813a16d376024917d5cf33edfda615f6f1c14a4acb774e1",
     samples=(
+        Sample("dim0", args=(TensorArg(shape=(4, 3)), 0), location=Location(SOURCE, 16, 9)),
         Sample(
-            'dim0',
-            args=(TensorArg(shape=(4, 3)), 0),
-            location=Location('op_specs/cumulative.yaml', 16, 9),
-        ),
-        Sample(
-            'last_dim_noncontig',
+            "last_dim_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True),),
-            kwargs=(('dim', -1),),
-            location=Location('op_specs/cumulative.yaml', 18, 9),
+            kwargs=(("dim", -1),),
+            location=Location(SOURCE, 18, 9),
         ),
-        Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()), 0),
-            location=Location('op_specs/cumulative.yaml', 21, 9),
-        ),
-        Sample(
-            'empty',
-            args=(TensorArg(shape=(0, 3)), 0),
-            location=Location('op_specs/cumulative.yaml', 23, 9),
-        ),
+        Sample("zero_dim", args=(TensorArg(shape=()), 0), location=Location(SOURCE, 21, 9)),
+        Sample("empty", args=(TensorArg(shape=(0, 3)), 0), location=Location(SOURCE, 23, 9)),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/cumulative.yaml', 12, 5),
+    location=Location(SOURCE, 12, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cpu', 'complex128', 'empty', id='cpu-complex128-empty'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'empty', id='cuda-complex128-empty'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'empty', id='mps-complex128-empty'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'empty', id='xpu-complex128-empty'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cpu', 'complex128', 'empty', id='cpu-complex128-empty'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'empty', id='cuda-complex128-empty'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'empty', id='mps-complex128-empty'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'empty', id='xpu-complex128-empty'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cpu', 'complex128', 'empty', id='cpu-complex128-empty'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'empty', id='cuda-complex128-empty'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'empty', id='mps-complex128-empty'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'empty', id='xpu-complex128-empty'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cpu', 'complex128', 'empty', id='cpu-complex128-empty'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'empty', id='cuda-complex128-empty'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'empty', id='mps-complex128-empty'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'empty', id='xpu-complex128-empty'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim0', id='cpu-float32-dim0'),
-        pytest.param('cpu', 'float32', 'last_dim_noncontig', id='cpu-float32-last_dim_noncontig'),
-        pytest.param('cpu', 'float32', 'zero_dim', id='cpu-float32-zero_dim'),
-        pytest.param('cpu', 'float32', 'empty', id='cpu-float32-empty'),
-        pytest.param('cpu', 'bfloat16', 'dim0', id='cpu-bfloat16-dim0'),
-        pytest.param('cpu', 'bfloat16', 'last_dim_noncontig', id='cpu-bfloat16-last_dim_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'zero_dim', id='cpu-bfloat16-zero_dim'),
-        pytest.param('cpu', 'bfloat16', 'empty', id='cpu-bfloat16-empty'),
-        pytest.param('cuda', 'float32', 'dim0', id='cuda-float32-dim0'),
-        pytest.param('cuda', 'float32', 'last_dim_noncontig', id='cuda-float32-last_dim_noncontig'),
-        pytest.param('cuda', 'float32', 'zero_dim', id='cuda-float32-zero_dim'),
-        pytest.param('cuda', 'float32', 'empty', id='cuda-float32-empty'),
-        pytest.param('cuda', 'bfloat16', 'dim0', id='cuda-bfloat16-dim0'),
-        pytest.param('cuda', 'bfloat16', 'last_dim_noncontig', id='cuda-bfloat16-last_dim_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'zero_dim', id='cuda-bfloat16-zero_dim'),
-        pytest.param('cuda', 'bfloat16', 'empty', id='cuda-bfloat16-empty'),
-        pytest.param('mps', 'float32', 'dim0', id='mps-float32-dim0'),
-        pytest.param('mps', 'float32', 'last_dim_noncontig', id='mps-float32-last_dim_noncontig'),
-        pytest.param('mps', 'float32', 'zero_dim', id='mps-float32-zero_dim'),
-        pytest.param('mps', 'float32', 'empty', id='mps-float32-empty'),
-        pytest.param('mps', 'bfloat16', 'dim0', id='mps-bfloat16-dim0'),
-        pytest.param('mps', 'bfloat16', 'last_dim_noncontig', id='mps-bfloat16-last_dim_noncontig'),
-        pytest.param('mps', 'bfloat16', 'zero_dim', id='mps-bfloat16-zero_dim'),
-        pytest.param('mps', 'bfloat16', 'empty', id='mps-bfloat16-empty'),
-        pytest.param('xpu', 'float32', 'dim0', id='xpu-float32-dim0'),
-        pytest.param('xpu', 'float32', 'last_dim_noncontig', id='xpu-float32-last_dim_noncontig'),
-        pytest.param('xpu', 'float32', 'zero_dim', id='xpu-float32-zero_dim'),
-        pytest.param('xpu', 'float32', 'empty', id='xpu-float32-empty'),
-        pytest.param('xpu', 'bfloat16', 'dim0', id='xpu-bfloat16-dim0'),
-        pytest.param('xpu', 'bfloat16', 'last_dim_noncontig', id='xpu-bfloat16-last_dim_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'zero_dim', id='xpu-bfloat16-zero_dim'),
-        pytest.param('xpu', 'bfloat16', 'empty', id='xpu-bfloat16-empty'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

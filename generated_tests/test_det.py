@@ -5,169 +5,51 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='det',
-    op='torch.linalg.det',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="det",
+    op="torch.linalg.det",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("orthogonal", args=(TensorArg(shape=(3, 3), maker="orthogonal"),), location=Location(SOURCE, 58, 9)),
         Sample(
-            'orthogonal',
-            args=(TensorArg(shape=(3, 3), maker='orthogonal'),),
-            location=Location('op_specs/linalg.yaml', 58, 9),
+            "batched_triangular",
+            args=(TensorArg(shape=(2, 3, 3), maker="lower_triangular"),),
+            location=Location(SOURCE, 60, 9),
         ),
-        Sample(
-            'batched_triangular',
-            args=(TensorArg(shape=(2, 3, 3), maker='lower_triangular'),),
-            location=Location('op_specs/linalg.yaml', 60, 9),
-        ),
-        Sample(
-            'zero_batch',
-            args=(TensorArg(shape=(0, 2, 2), maker='spd'),),
-            location=Location('op_specs/linalg.yaml', 62, 9),
-        ),
+        Sample("zero_batch", args=(TensorArg(shape=(0, 2, 2), maker="spd"),), location=Location(SOURCE, 62, 9)),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 55, 5),
+    location=Location(SOURCE, 55, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_triangular', id='cpu-float64-batched_triangular'),
-        pytest.param('cpu', 'float64', 'zero_batch', id='cpu-float64-zero_batch'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_triangular', id='cpu-complex128-batched_triangular'),
-        pytest.param('cpu', 'complex128', 'zero_batch', id='cpu-complex128-zero_batch'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_triangular', id='cuda-float64-batched_triangular'),
-        pytest.param('cuda', 'float64', 'zero_batch', id='cuda-float64-zero_batch'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_triangular', id='cuda-complex128-batched_triangular'),
-        pytest.param('cuda', 'complex128', 'zero_batch', id='cuda-complex128-zero_batch'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_triangular', id='mps-float64-batched_triangular'),
-        pytest.param('mps', 'float64', 'zero_batch', id='mps-float64-zero_batch'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_triangular', id='mps-complex128-batched_triangular'),
-        pytest.param('mps', 'complex128', 'zero_batch', id='mps-complex128-zero_batch'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_triangular', id='xpu-float64-batched_triangular'),
-        pytest.param('xpu', 'float64', 'zero_batch', id='xpu-float64-zero_batch'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_triangular', id='xpu-complex128-batched_triangular'),
-        pytest.param('xpu', 'complex128', 'zero_batch', id='xpu-complex128-zero_batch'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_triangular', id='cpu-float64-batched_triangular'),
-        pytest.param('cpu', 'float64', 'zero_batch', id='cpu-float64-zero_batch'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_triangular', id='cpu-complex128-batched_triangular'),
-        pytest.param('cpu', 'complex128', 'zero_batch', id='cpu-complex128-zero_batch'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_triangular', id='cuda-float64-batched_triangular'),
-        pytest.param('cuda', 'float64', 'zero_batch', id='cuda-float64-zero_batch'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_triangular', id='cuda-complex128-batched_triangular'),
-        pytest.param('cuda', 'complex128', 'zero_batch', id='cuda-complex128-zero_batch'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_triangular', id='mps-float64-batched_triangular'),
-        pytest.param('mps', 'float64', 'zero_batch', id='mps-float64-zero_batch'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_triangular', id='mps-complex128-batched_triangular'),
-        pytest.param('mps', 'complex128', 'zero_batch', id='mps-complex128-zero_batch'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_triangular', id='xpu-float64-batched_triangular'),
-        pytest.param('xpu', 'float64', 'zero_batch', id='xpu-float64-zero_batch'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_triangular', id='xpu-complex128-batched_triangular'),
-        pytest.param('xpu', 'complex128', 'zero_batch', id='xpu-complex128-zero_batch'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_triangular', id='cpu-float64-batched_triangular'),
-        pytest.param('cpu', 'float64', 'zero_batch', id='cpu-float64-zero_batch'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_triangular', id='cpu-complex128-batched_triangular'),
-        pytest.param('cpu', 'complex128', 'zero_batch', id='cpu-complex128-zero_batch'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_triangular', id='cuda-float64-batched_triangular'),
-        pytest.param('cuda', 'float64', 'zero_batch', id='cuda-float64-zero_batch'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_triangular', id='cuda-complex128-batched_triangular'),
-        pytest.param('cuda', 'complex128', 'zero_batch', id='cuda-complex128-zero_batch'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_triangular', id='mps-float64-batched_triangular'),
-        pytest.param('mps', 'float64', 'zero_batch', id='mps-float64-zero_batch'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_triangular', id='mps-complex128-batched_triangular'),
-        pytest.param('mps', 'complex128', 'zero_batch', id='mps-complex128-zero_batch'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_triangular', id='xpu-float64-batched_triangular'),
-        pytest.param('xpu', 'float64', 'zero_batch', id='xpu-float64-zero_batch'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_triangular', id='xpu-complex128-batched_triangular'),
-        pytest.param('xpu', 'complex128', 'zero_batch', id='xpu-complex128-zero_batch'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_triangular', id='cpu-float64-batched_triangular'),
-        pytest.param('cpu', 'float64', 'zero_batch', id='cpu-float64-zero_batch'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_triangular', id='cpu-complex128-batched_triangular'),
-        pytest.param('cpu', 'complex128', 'zero_batch', id='cpu-complex128-zero_batch'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_triangular', id='cuda-float64-batched_triangular'),
-        pytest.param('cuda', 'float64', 'zero_batch', id='cuda-float64-zero_batch'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_triangular', id='cuda-complex128-batched_triangular'),
-        pytest.param('cuda', 'complex128', 'zero_batch', id='cuda-complex128-zero_batch'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_triangular', id='mps-float64-batched_triangular'),
-        pytest.param('mps', 'float64', 'zero_batch', id='mps-float64-zero_batch'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_triangular', id='mps-complex128-batched_triangular'),
-        pytest.param('mps', 'complex128', 'zero_batch', id='mps-complex128-zero_batch'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_triangular', id='xpu-float64-batched_triangular'),
-        pytest.param('xpu', 'float64', 'zero_batch', id='xpu-float64-zero_batch'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_triangular', id='xpu-complex128-batched_triangular'),
-        pytest.param('xpu', 'complex128', 'zero_batch', id='xpu-complex128-zero_batch'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

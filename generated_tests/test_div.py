@@ -5,297 +5,72 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='div',
-    op='torch.div',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="div",
+    op="torch.div",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'same_shape',
+            "same_shape",
             args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), avoid=(0.0,), margin=0.25)),
-            location=Location('op_specs/binary.yaml', 50, 9),
+            location=Location(SOURCE, 50, 9),
         ),
         Sample(
-            'broadcast_divisor',
+            "broadcast_divisor",
             args=(TensorArg(shape=(2, 3, 4)), TensorArg(shape=(3, 1), avoid=(0.0,), margin=0.25)),
-            location=Location('op_specs/binary.yaml', 52, 9),
+            location=Location(SOURCE, 52, 9),
         ),
         Sample(
-            'broadcast_dividend',
-            args=(
-                TensorArg(shape=(4,)),
-                TensorArg(shape=(3, 4), noncontiguous=True, avoid=(0.0,), margin=0.25),
-            ),
-            location=Location('op_specs/binary.yaml', 54, 9),
+            "broadcast_dividend",
+            args=(TensorArg(shape=(4,)), TensorArg(shape=(3, 4), noncontiguous=True, avoid=(0.0,), margin=0.25)),
+            location=Location(SOURCE, 54, 9),
         ),
+        Sample("python_scalar_divisor", args=(TensorArg(shape=(3, 4)), 0.7), location=Location(SOURCE, 56, 9)),
         Sample(
-            'python_scalar_divisor',
-            args=(TensorArg(shape=(3, 4)), 0.7),
-            location=Location('op_specs/binary.yaml', 56, 9),
-        ),
-        Sample(
-            'zero_dim_divisor',
+            "zero_dim_divisor",
             args=(TensorArg(shape=(5,)), TensorArg(shape=(), avoid=(0.0,), margin=0.25)),
-            location=Location('op_specs/binary.yaml', 58, 9),
+            location=Location(SOURCE, 58, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32', 'bfloat16'),
-    gradcheck=GradcheckFlags(fast_mode='true', check_forward_ad=True, check_batched_forward_grad=True),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32", "bfloat16"),
+    gradcheck=GradcheckFlags(fast_mode="true", check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 44, 5),
+    location=Location(SOURCE, 44, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_divisor', id='cpu-float64-broadcast_divisor'),
-        pytest.param('cpu', 'float64', 'broadcast_dividend', id='cpu-float64-broadcast_dividend'),
-        pytest.param('cpu', 'float64', 'python_scalar_divisor', id='cpu-float64-python_scalar_divisor'),
-        pytest.param('cpu', 'float64', 'zero_dim_divisor', id='cpu-float64-zero_dim_divisor'),
-        pytest.param('cpu', 'complex128', 'same_shape', id='cpu-complex128-same_shape'),
-        pytest.param('cpu', 'complex128', 'broadcast_divisor', id='cpu-complex128-broadcast_divisor'),
-        pytest.param('cpu', 'complex128', 'broadcast_dividend', id='cpu-complex128-broadcast_dividend'),
-        pytest.param('cpu', 'complex128', 'python_scalar_divisor', id='cpu-complex128-python_scalar_divisor'),
-        pytest.param('cpu', 'complex128', 'zero_dim_divisor', id='cpu-complex128-zero_dim_divisor'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_divisor', id='cuda-float64-broadcast_divisor'),
-        pytest.param('cuda', 'float64', 'broadcast_dividend', id='cuda-float64-broadcast_dividend'),
-        pytest.param('cuda', 'float64', 'python_scalar_divisor', id='cuda-float64-python_scalar_divisor'),
-        pytest.param('cuda', 'float64', 'zero_dim_divisor', id='cuda-float64-zero_dim_divisor'),
-        pytest.param('cuda', 'complex128', 'same_shape', id='cuda-complex128-same_shape'),
-        pytest.param('cuda', 'complex128', 'broadcast_divisor', id='cuda-complex128-broadcast_divisor'),
-        pytest.param('cuda', 'complex128', 'broadcast_dividend', id='cuda-complex128-broadcast_dividend'),
-        pytest.param('cuda', 'complex128', 'python_scalar_divisor', id='cuda-complex128-python_scalar_divisor'),
-        pytest.param('cuda', 'complex128', 'zero_dim_divisor', id='cuda-complex128-zero_dim_divisor'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_divisor', id='mps-float64-broadcast_divisor'),
-        pytest.param('mps', 'float64', 'broadcast_dividend', id='mps-float64-broadcast_dividend'),
-        pytest.param('mps', 'float64', 'python_scalar_divisor', id='mps-float64-python_scalar_divisor'),
-        pytest.param('mps', 'float64', 'zero_dim_divisor', id='mps-float64-zero_dim_divisor'),
-        pytest.param('mps', 'complex128', 'same_shape', id='mps-complex128-same_shape'),
-        pytest.param('mps', 'complex128', 'broadcast_divisor', id='mps-complex128-broadcast_divisor'),
-        pytest.param('mps', 'complex128', 'broadcast_dividend', id='mps-complex128-broadcast_dividend'),
-        pytest.param('mps', 'complex128', 'python_scalar_divisor', id='mps-complex128-python_scalar_divisor'),
-        pytest.param('mps', 'complex128', 'zero_dim_divisor', id='mps-complex128-zero_dim_divisor'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_divisor', id='xpu-float64-broadcast_divisor'),
-        pytest.param('xpu', 'float64', 'broadcast_dividend', id='xpu-float64-broadcast_dividend'),
-        pytest.param('xpu', 'float64', 'python_scalar_divisor', id='xpu-float64-python_scalar_divisor'),
-        pytest.param('xpu', 'float64', 'zero_dim_divisor', id='xpu-float64-zero_dim_divisor'),
-        pytest.param('xpu', 'complex128', 'same_shape', id='xpu-complex128-same_shape'),
-        pytest.param('xpu', 'complex128', 'broadcast_divisor', id='xpu-complex128-broadcast_divisor'),
-        pytest.param('xpu', 'complex128', 'broadcast_dividend', id='xpu-complex128-broadcast_dividend'),
-        pytest.param('xpu', 'complex128', 'python_scalar_divisor', id='xpu-complex128-python_scalar_divisor'),
-        pytest.param('xpu', 'complex128', 'zero_dim_divisor', id='xpu-complex128-zero_dim_divisor'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_divisor', id='cpu-float64-broadcast_divisor'),
-        pytest.param('cpu', 'float64', 'broadcast_dividend', id='cpu-float64-broadcast_dividend'),
-        pytest.param('cpu', 'float64', 'python_scalar_divisor', id='cpu-float64-python_scalar_divisor'),
-        pytest.param('cpu', 'float64', 'zero_dim_divisor', id='cpu-float64-zero_dim_divisor'),
-        pytest.param('cpu', 'complex128', 'same_shape', id='cpu-complex128-same_shape'),
-        pytest.param('cpu', 'complex128', 'broadcast_divisor', id='cpu-complex128-broadcast_divisor'),
-        pytest.param('cpu', 'complex128', 'broadcast_dividend', id='cpu-complex128-broadcast_dividend'),
-        pytest.param('cpu', 'complex128', 'python_scalar_divisor', id='cpu-complex128-python_scalar_divisor'),
-        pytest.param('cpu', 'complex128', 'zero_dim_divisor', id='cpu-complex128-zero_dim_divisor'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_divisor', id='cuda-float64-broadcast_divisor'),
-        pytest.param('cuda', 'float64', 'broadcast_dividend', id='cuda-float64-broadcast_dividend'),
-        pytest.param('cuda', 'float64', 'python_scalar_divisor', id='cuda-float64-python_scalar_divisor'),
-        pytest.param('cuda', 'float64', 'zero_dim_divisor', id='cuda-float64-zero_dim_divisor'),
-        pytest.param('cuda', 'complex128', 'same_shape', id='cuda-complex128-same_shape'),
-        pytest.param('cuda', 'complex128', 'broadcast_divisor', id='cuda-complex128-broadcast_divisor'),
-        pytest.param('cuda', 'complex128', 'broadcast_dividend', id='cuda-complex128-broadcast_dividend'),
-        pytest.param('cuda', 'complex128', 'python_scalar_divisor', id='cuda-complex128-python_scalar_divisor'),
-        pytest.param('cuda', 'complex128', 'zero_dim_divisor', id='cuda-complex128-zero_dim_divisor'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_divisor', id='mps-float64-broadcast_divisor'),
-        pytest.param('mps', 'float64', 'broadcast_dividend', id='mps-float64-broadcast_dividend'),
-        pytest.param('mps', 'float64', 'python_scalar_divisor', id='mps-float64-python_scalar_divisor'),
-        pytest.param('mps', 'float64', 'zero_dim_divisor', id='mps-float64-zero_dim_divisor'),
-        pytest.param('mps', 'complex128', 'same_shape', id='mps-complex128-same_shape'),
-        pytest.param('mps', 'complex128', 'broadcast_divisor', id='mps-complex128-broadcast_divisor'),
-        pytest.param('mps', 'complex128', 'broadcast_dividend', id='mps-complex128-broadcast_dividend'),
-        pytest.param('mps', 'complex128', 'python_scalar_divisor', id='mps-complex128-python_scalar_divisor'),
-        pytest.param('mps', 'complex128', 'zero_dim_divisor', id='mps-complex128-zero_dim_divisor'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_divisor', id='xpu-float64-broadcast_divisor'),
-        pytest.param('xpu', 'float64', 'broadcast_dividend', id='xpu-float64-broadcast_dividend'),
-        pytest.param('xpu', 'float64', 'python_scalar_divisor', id='xpu-float64-python_scalar_divisor'),
-        pytest.param('xpu', 'float64', 'zero_dim_divisor', id='xpu-float64-zero_dim_divisor'),
-        pytest.param('xpu', 'complex128', 'same_shape', id='xpu-complex128-same_shape'),
-        pytest.param('xpu', 'complex128', 'broadcast_divisor', id='xpu-complex128-broadcast_divisor'),
-        pytest.param('xpu', 'complex128', 'broadcast_dividend', id='xpu-complex128-broadcast_dividend'),
-        pytest.param('xpu', 'complex128', 'python_scalar_divisor', id='xpu-complex128-python_scalar_divisor'),
-        pytest.param('xpu', 'complex128', 'zero_dim_divisor', id='xpu-complex128-zero_dim_divisor'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_divisor', id='cpu-float64-broadcast_divisor'),
-        pytest.param('cpu', 'float64', 'broadcast_dividend', id='cpu-float64-broadcast_dividend'),
-        pytest.param('cpu', 'float64', 'python_scalar_divisor', id='cpu-float64-python_scalar_divisor'),
-        pytest.param('cpu', 'float64', 'zero_dim_divisor', id='cpu-float64-zero_dim_divisor'),
-        pytest.param('cpu', 'complex128', 'same_shape', id='cpu-complex128-same_shape'),
-        pytest.param('cpu', 'complex128', 'broadcast_divisor', id='cpu-complex128-broadcast_divisor'),
-        pytest.param('cpu', 'complex128', 'broadcast_dividend', id='cpu-complex128-broadcast_dividend'),
-        pytest.param('cpu', 'complex128', 'python_scalar_divisor', id='cpu-complex128-python_scalar_divisor'),
-        pytest.param('cpu', 'complex128', 'zero_dim_divisor', id='cpu-complex128-zero_dim_divisor'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_divisor', id='cuda-float64-broadcast_divisor'),
-        pytest.param('cuda', 'float64', 'broadcast_dividend', id='cuda-float64-broadcast_dividend'),
-        pytest.param('cuda', 'float64', 'python_scalar_divisor', id='cuda-float64-python_scalar_divisor'),
-        pytest.param('cuda', 'float64', 'zero_dim_divisor', id='cuda-float64-zero_dim_divisor'),
-        pytest.param('cuda', 'complex128', 'same_shape', id='cuda-complex128-same_shape'),
-        pytest.param('cuda', 'complex128', 'broadcast_divisor', id='cuda-complex128-broadcast_divisor'),
-        pytest.param('cuda', 'complex128', 'broadcast_dividend', id='cuda-complex128-broadcast_dividend'),
-        pytest.param('cuda', 'complex128', 'python_scalar_divisor', id='cuda-complex128-python_scalar_divisor'),
-        pytest.param('cuda', 'complex128', 'zero_dim_divisor', id='cuda-complex128-zero_dim_divisor'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_divisor', id='mps-float64-broadcast_divisor'),
-        pytest.param('mps', 'float64', 'broadcast_dividend', id='mps-float64-broadcast_dividend'),
-        pytest.param('mps', 'float64', 'python_scalar_divisor', id='mps-float64-python_scalar_divisor'),
-        pytest.param('mps', 'float64', 'zero_dim_divisor', id='mps-float64-zero_dim_divisor'),
-        pytest.param('mps', 'complex128', 'same_shape', id='mps-complex128-same_shape'),
-        pytest.param('mps', 'complex128', 'broadcast_divisor', id='mps-complex128-broadcast_divisor'),
-        pytest.param('mps', 'complex128', 'broadcast_dividend', id='mps-complex128-broadcast_dividend'),
-        pytest.param('mps', 'complex128', 'python_scalar_divisor', id='mps-complex128-python_scalar_divisor'),
-        pytest.param('mps', 'complex128', 'zero_dim_divisor', id='mps-complex128-zero_dim_divisor'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_divisor', id='xpu-float64-broadcast_divisor'),
-        pytest.param('xpu', 'float64', 'broadcast_dividend', id='xpu-float64-broadcast_dividend'),
-        pytest.param('xpu', 'float64', 'python_scalar_divisor', id='xpu-float64-python_scalar_divisor'),
-        pytest.param('xpu', 'float64', 'zero_dim_divisor', id='xpu-float64-zero_dim_divisor'),
-        pytest.param('xpu', 'complex128', 'same_shape', id='xpu-complex128-same_shape'),
-        pytest.param('xpu', 'complex128', 'broadcast_divisor', id='xpu-complex128-broadcast_divisor'),
-        pytest.param('xpu', 'complex128', 'broadcast_dividend', id='xpu-complex128-broadcast_dividend'),
-        pytest.param('xpu', 'complex128', 'python_scalar_divisor', id='xpu-complex128-python_scalar_divisor'),
-        pytest.param('xpu', 'complex128', 'zero_dim_divisor', id='xpu-complex128-zero_dim_divisor'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_divisor', id='cpu-float64-broadcast_divisor'),
-        pytest.param('cpu', 'float64', 'broadcast_dividend', id='cpu-float64-broadcast_dividend'),
-        pytest.param('cpu', 'float64', 'python_scalar_divisor', id='cpu-float64-python_scalar_divisor'),
-        pytest.param('cpu', 'float64', 'zero_dim_divisor', id='cpu-float64-zero_dim_divisor'),
-        pytest.param('cpu', 'complex128', 'same_shape', id='cpu-complex128-same_shape'),
-        pytest.param('cpu', 'complex128', 'broadcast_divisor', id='cpu-complex128-broadcast_divisor'),
-        pytest.param('cpu', 'complex128', 'broadcast_dividend', id='cpu-complex128-broadcast_dividend'),
-        pytest.param('cpu', 'complex128', 'python_scalar_divisor', id='cpu-complex128-python_scalar_divisor'),
-        pytest.param('cpu', 'complex128', 'zero_dim_divisor', id='cpu-complex128-zero_dim_divisor'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_divisor', id='cuda-float64-broadcast_divisor'),
-        pytest.param('cuda', 'float64', 'broadcast_dividend', id='cuda-float64-broadcast_dividend'),
-        pytest.param('cuda', 'float64', 'python_scalar_divisor', id='cuda-float64-python_scalar_divisor'),
-        pytest.param('cuda', 'float64', 'zero_dim_divisor', id='cuda-float64-zero_dim_divisor'),
-        pytest.param('cuda', 'complex128', 'same_shape', id='cuda-complex128-same_shape'),
-        pytest.param('cuda', 'complex128', 'broadcast_divisor', id='cuda-complex128-broadcast_divisor'),
-        pytest.param('cuda', 'complex128', 'broadcast_dividend', id='cuda-complex128-broadcast_dividend'),
-        pytest.param('cuda', 'complex128', 'python_scalar_divisor', id='cuda-complex128-python_scalar_divisor'),
-        pytest.param('cuda', 'complex128', 'zero_dim_divisor', id='cuda-complex128-zero_dim_divisor'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_divisor', id='mps-float64-broadcast_divisor'),
-        pytest.param('mps', 'float64', 'broadcast_dividend', id='mps-float64-broadcast_dividend'),
-        pytest.param('mps', 'float64', 'python_scalar_divisor', id='mps-float64-python_scalar_divisor'),
-        pytest.param('mps', 'float64', 'zero_dim_divisor', id='mps-float64-zero_dim_divisor'),
-        pytest.param('mps', 'complex128', 'same_shape', id='mps-complex128-same_shape'),
-        pytest.param('mps', 'complex128', 'broadcast_divisor', id='mps-complex128-broadcast_divisor'),
-        pytest.param('mps', 'complex128', 'broadcast_dividend', id='mps-complex128-broadcast_dividend'),
-        pytest.param('mps', 'complex128', 'python_scalar_divisor', id='mps-complex128-python_scalar_divisor'),
-        pytest.param('mps', 'complex128', 'zero_dim_divisor', id='mps-complex128-zero_dim_divisor'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_divisor', id='xpu-float64-broadcast_divisor'),
-        pytest.param('xpu', 'float64', 'broadcast_dividend', id='xpu-float64-broadcast_dividend'),
-        pytest.param('xpu', 'float64', 'python_scalar_divisor', id='xpu-float64-python_scalar_divisor'),
-        pytest.param('xpu', 'float64', 'zero_dim_divisor', id='xpu-float64-zero_dim_divisor'),
-        pytest.param('xpu', 'complex128', 'same_shape', id='xpu-complex128-same_shape'),
-        pytest.param('xpu', 'complex128', 'broadcast_divisor', id='xpu-complex128-broadcast_divisor'),
-        pytest.param('xpu', 'complex128', 'broadcast_dividend', id='xpu-complex128-broadcast_dividend'),
-        pytest.param('xpu', 'complex128', 'python_scalar_divisor', id='xpu-complex128-python_scalar_divisor'),
-        pytest.param('xpu', 'complex128', 'zero_dim_divisor', id='xpu-complex128-zero_dim_divisor'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'same_shape', id='cpu-float32-same_shape'),
-        pytest.param('cpu', 'float32', 'broadcast_divisor', id='cpu-float32-broadcast_divisor'),
-        pytest.param('cpu', 'float32', 'broadcast_dividend', id='cpu-float32-broadcast_dividend'),
-        pytest.param('cpu', 'float32', 'python_scalar_divisor', id='cpu-float32-python_scalar_divisor'),
-        pytest.param('cpu', 'float32', 'zero_dim_divisor', id='cpu-float32-zero_dim_divisor'),
-        pytest.param('cpu', 'bfloat16', 'same_shape', id='cpu-bfloat16-same_shape'),
-        pytest.param('cpu', 'bfloat16', 'broadcast_divisor', id='cpu-bfloat16-broadcast_divisor'),
-        pytest.param('cpu', 'bfloat16', 'broadcast_dividend', id='cpu-bfloat16-broadcast_dividend'),
-        pytest.param('cpu', 'bfloat16', 'python_scalar_divisor', id='cpu-bfloat16-python_scalar_divisor'),
-        pytest.param('cpu', 'bfloat16', 'zero_dim_divisor', id='cpu-bfloat16-zero_dim_divisor'),
-        pytest.param('cuda', 'float32', 'same_shape', id='cuda-float32-same_shape'),
-        pytest.param('cuda', 'float32', 'broadcast_divisor', id='cuda-float32-broadcast_divisor'),
-        pytest.param('cuda', 'float32', 'broadcast_dividend', id='cuda-float32-broadcast_dividend'),
-        pytest.param('cuda', 'float32', 'python_scalar_divisor', id='cuda-float32-python_scalar_divisor'),
-        pytest.param('cuda', 'float32', 'zero_dim_divisor', id='cuda-float32-zero_dim_divisor'),
-        pytest.param('cuda', 'bfloat16', 'same_shape', id='cuda-bfloat16-same_shape'),
-        pytest.param('cuda', 'bfloat16', 'broadcast_divisor', id='cuda-bfloat16-broadcast_divisor'),
-        pytest.param('cuda', 'bfloat16', 'broadcast_dividend', id='cuda-bfloat16-broadcast_dividend'),
-        pytest.param('cuda', 'bfloat16', 'python_scalar_divisor', id='cuda-bfloat16-python_scalar_divisor'),
-        pytest.param('cuda', 'bfloat16', 'zero_dim_divisor', id='cuda-bfloat16-zero_dim_divisor'),
-        pytest.param('mps', 'float32', 'same_shape', id='mps-float32-same_shape'),
-        pytest.param('mps', 'float32', 'broadcast_divisor', id='mps-float32-broadcast_divisor'),
-        pytest.param('mps', 'float32', 'broadcast_dividend', id='mps-float32-broadcast_dividend'),
-        pytest.param('mps', 'float32', 'python_scalar_divisor', id='mps-float32-python_scalar_divisor'),
-        pytest.param('mps', 'float32', 'zero_dim_divisor', id='mps-float32-zero_dim_divisor'),
-        pytest.param('mps', 'bfloat16', 'same_shape', id='mps-bfloat16-same_shape'),
-        pytest.param('mps', 'bfloat16', 'broadcast_divisor', id='mps-bfloat16-broadcast_divisor'),
-        pytest.param('mps', 'bfloat16', 'broadcast_dividend', id='mps-bfloat16-broadcast_dividend'),
-        pytest.param('mps', 'bfloat16', 'python_scalar_divisor', id='mps-bfloat16-python_scalar_divisor'),
-        pytest.param('mps', 'bfloat16', 'zero_dim_divisor', id='mps-bfloat16-zero_dim_divisor'),
-        pytest.param('xpu', 'float32', 'same_shape', id='xpu-float32-same_shape'),
-        pytest.param('xpu', 'float32', 'broadcast_divisor', id='xpu-float32-broadcast_divisor'),
-        pytest.param('xpu', 'float32', 'broadcast_dividend', id='xpu-float32-broadcast_dividend'),
-        pytest.param('xpu', 'float32', 'python_scalar_divisor', id='xpu-float32-python_scalar_divisor'),
-        pytest.param('xpu', 'float32', 'zero_dim_divisor', id='xpu-float32-zero_dim_divisor'),
-        pytest.param('xpu', 'bfloat16', 'same_shape', id='xpu-bfloat16-same_shape'),
-        pytest.param('xpu', 'bfloat16', 'broadcast_divisor', id='xpu-bfloat16-broadcast_divisor'),
-        pytest.param('xpu', 'bfloat16', 'broadcast_dividend', id='xpu-bfloat16-broadcast_dividend'),
-        pytest.param('xpu', 'bfloat16', 'python_scalar_divisor', id='xpu-bfloat16-python_scalar_divisor'),
-        pytest.param('xpu', 'bfloat16', 'zero_dim_divisor', id='xpu-bfloat16-zero_dim_divisor'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

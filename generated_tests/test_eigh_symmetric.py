@@ -5,170 +5,54 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='eigh_symmetric',
-    op='examples.catalog:eigh_symmetric',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="eigh_symmetric",
+    op="examples.catalog:eigh_symmetric",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("symmetric", args=(TensorArg(shape=(3, 3), maker="symmetric"),), location=Location(SOURCE, 131, 9)),
         Sample(
-            'symmetric',
-            args=(TensorArg(shape=(3, 3), maker='symmetric'),),
-            location=Location('op_specs/linalg.yaml', 131, 9),
+            "separated_spectrum", generator="examples.catalog:separated_spectrum", location=Location(SOURCE, 133, 9)
         ),
         Sample(
-            'separated_spectrum',
-            generator='examples.catalog:separated_spectrum',
-            location=Location('op_specs/linalg.yaml', 133, 9),
-        ),
-        Sample(
-            'upper_triangle',
-            args=(TensorArg(shape=(3, 3), maker='symmetric'),),
-            kwargs=(('UPLO', 'U'),),
-            location=Location('op_specs/linalg.yaml', 135, 9),
+            "upper_triangle",
+            args=(TensorArg(shape=(3, 3), maker="symmetric"),),
+            kwargs=(("UPLO", "U"),),
+            location=Location(SOURCE, 135, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_batched_grad=False, check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 126, 5),
+    location=Location(SOURCE, 126, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'symmetric', id='cpu-float64-symmetric'),
-        pytest.param('cpu', 'float64', 'separated_spectrum', id='cpu-float64-separated_spectrum'),
-        pytest.param('cpu', 'float64', 'upper_triangle', id='cpu-float64-upper_triangle'),
-        pytest.param('cpu', 'complex128', 'symmetric', id='cpu-complex128-symmetric'),
-        pytest.param('cpu', 'complex128', 'separated_spectrum', id='cpu-complex128-separated_spectrum'),
-        pytest.param('cpu', 'complex128', 'upper_triangle', id='cpu-complex128-upper_triangle'),
-        pytest.param('cuda', 'float64', 'symmetric', id='cuda-float64-symmetric'),
-        pytest.param('cuda', 'float64', 'separated_spectrum', id='cuda-float64-separated_spectrum'),
-        pytest.param('cuda', 'float64', 'upper_triangle', id='cuda-float64-upper_triangle'),
-        pytest.param('cuda', 'complex128', 'symmetric', id='cuda-complex128-symmetric'),
-        pytest.param('cuda', 'complex128', 'separated_spectrum', id='cuda-complex128-separated_spectrum'),
-        pytest.param('cuda', 'complex128', 'upper_triangle', id='cuda-complex128-upper_triangle'),
-        pytest.param('mps', 'float64', 'symmetric', id='mps-float64-symmetric'),
-        pytest.param('mps', 'float64', 'separated_spectrum', id='mps-float64-separated_spectrum'),
-        pytest.param('mps', 'float64', 'upper_triangle', id='mps-float64-upper_triangle'),
-        pytest.param('mps', 'complex128', 'symmetric', id='mps-complex128-symmetric'),
-        pytest.param('mps', 'complex128', 'separated_spectrum', id='mps-complex128-separated_spectrum'),
-        pytest.param('mps', 'complex128', 'upper_triangle', id='mps-complex128-upper_triangle'),
-        pytest.param('xpu', 'float64', 'symmetric', id='xpu-float64-symmetric'),
-        pytest.param('xpu', 'float64', 'separated_spectrum', id='xpu-float64-separated_spectrum'),
-        pytest.param('xpu', 'float64', 'upper_triangle', id='xpu-float64-upper_triangle'),
-        pytest.param('xpu', 'complex128', 'symmetric', id='xpu-complex128-symmetric'),
-        pytest.param('xpu', 'complex128', 'separated_spectrum', id='xpu-complex128-separated_spectrum'),
-        pytest.param('xpu', 'complex128', 'upper_triangle', id='xpu-complex128-upper_triangle'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'symmetric', id='cpu-float64-symmetric'),
-        pytest.param('cpu', 'float64', 'separated_spectrum', id='cpu-float64-separated_spectrum'),
-        pytest.param('cpu', 'float64', 'upper_triangle', id='cpu-float64-upper_triangle'),
-        pytest.param('cpu', 'complex128', 'symmetric', id='cpu-complex128-symmetric'),
-        pytest.param('cpu', 'complex128', 'separated_spectrum', id='cpu-complex128-separated_spectrum'),
-        pytest.param('cpu', 'complex128', 'upper_triangle', id='cpu-complex128-upper_triangle'),
-        pytest.param('cuda', 'float64', 'symmetric', id='cuda-float64-symmetric'),
-        pytest.param('cuda', 'float64', 'separated_spectrum', id='cuda-float64-separated_spectrum'),
-        pytest.param('cuda', 'float64', 'upper_triangle', id='cuda-float64-upper_triangle'),
-        pytest.param('cuda', 'complex128', 'symmetric', id='cuda-complex128-symmetric'),
-        pytest.param('cuda', 'complex128', 'separated_spectrum', id='cuda-complex128-separated_spectrum'),
-        pytest.param('cuda', 'complex128', 'upper_triangle', id='cuda-complex128-upper_triangle'),
-        pytest.param('mps', 'float64', 'symmetric', id='mps-float64-symmetric'),
-        pytest.param('mps', 'float64', 'separated_spectrum', id='mps-float64-separated_spectrum'),
-        pytest.param('mps', 'float64', 'upper_triangle', id='mps-float64-upper_triangle'),
-        pytest.param('mps', 'complex128', 'symmetric', id='mps-complex128-symmetric'),
-        pytest.param('mps', 'complex128', 'separated_spectrum', id='mps-complex128-separated_spectrum'),
-        pytest.param('mps', 'complex128', 'upper_triangle', id='mps-complex128-upper_triangle'),
-        pytest.param('xpu', 'float64', 'symmetric', id='xpu-float64-symmetric'),
-        pytest.param('xpu', 'float64', 'separated_spectrum', id='xpu-float64-separated_spectrum'),
-        pytest.param('xpu', 'float64', 'upper_triangle', id='xpu-float64-upper_triangle'),
-        pytest.param('xpu', 'complex128', 'symmetric', id='xpu-complex128-symmetric'),
-        pytest.param('xpu', 'complex128', 'separated_spectrum', id='xpu-complex128-separated_spectrum'),
-        pytest.param('xpu', 'complex128', 'upper_triangle', id='xpu-complex128-upper_triangle'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'symmetric', id='cpu-float64-symmetric'),
-        pytest.param('cpu', 'float64', 'separated_spectrum', id='cpu-float64-separated_spectrum'),
-        pytest.param('cpu', 'float64', 'upper_triangle', id='cpu-float64-upper_triangle'),
-        pytest.param('cpu', 'complex128', 'symmetric', id='cpu-complex128-symmetric'),
-        pytest.param('cpu', 'complex128', 'separated_spectrum', id='cpu-complex128-separated_spectrum'),
-        pytest.param('cpu', 'complex128', 'upper_triangle', id='cpu-complex128-upper_triangle'),
-        pytest.param('cuda', 'float64', 'symmetric', id='cuda-float64-symmetric'),
-        pytest.param('cuda', 'float64', 'separated_spectrum', id='cuda-float64-separated_spectrum'),
-        pytest.param('cuda', 'float64', 'upper_triangle', id='cuda-float64-upper_triangle'),
-        pytest.param('cuda', 'complex128', 'symmetric', id='cuda-complex128-symmetric'),
-        pytest.param('cuda', 'complex128', 'separated_spectrum', id='cuda-complex128-separated_spectrum'),
-        pytest.param('cuda', 'complex128', 'upper_triangle', id='cuda-complex128-upper_triangle'),
-        pytest.param('mps', 'float64', 'symmetric', id='mps-float64-symmetric'),
-        pytest.param('mps', 'float64', 'separated_spectrum', id='mps-float64-separated_spectrum'),
-        pytest.param('mps', 'float64', 'upper_triangle', id='mps-float64-upper_triangle'),
-        pytest.param('mps', 'complex128', 'symmetric', id='mps-complex128-symmetric'),
-        pytest.param('mps', 'complex128', 'separated_spectrum', id='mps-complex128-separated_spectrum'),
-        pytest.param('mps', 'complex128', 'upper_triangle', id='mps-complex128-upper_triangle'),
-        pytest.param('xpu', 'float64', 'symmetric', id='xpu-float64-symmetric'),
-        pytest.param('xpu', 'float64', 'separated_spectrum', id='xpu-float64-separated_spectrum'),
-        pytest.param('xpu', 'float64', 'upper_triangle', id='xpu-float64-upper_triangle'),
-        pytest.param('xpu', 'complex128', 'symmetric', id='xpu-complex128-symmetric'),
-        pytest.param('xpu', 'complex128', 'separated_spectrum', id='xpu-complex128-separated_spectrum'),
-        pytest.param('xpu', 'complex128', 'upper_triangle', id='xpu-complex128-upper_triangle'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'symmetric', id='cpu-float64-symmetric'),
-        pytest.param('cpu', 'float64', 'separated_spectrum', id='cpu-float64-separated_spectrum'),
-        pytest.param('cpu', 'float64', 'upper_triangle', id='cpu-float64-upper_triangle'),
-        pytest.param('cpu', 'complex128', 'symmetric', id='cpu-complex128-symmetric'),
-        pytest.param('cpu', 'complex128', 'separated_spectrum', id='cpu-complex128-separated_spectrum'),
-        pytest.param('cpu', 'complex128', 'upper_triangle', id='cpu-complex128-upper_triangle'),
-        pytest.param('cuda', 'float64', 'symmetric', id='cuda-float64-symmetric'),
-        pytest.param('cuda', 'float64', 'separated_spectrum', id='cuda-float64-separated_spectrum'),
-        pytest.param('cuda', 'float64', 'upper_triangle', id='cuda-float64-upper_triangle'),
-        pytest.param('cuda', 'complex128', 'symmetric', id='cuda-complex128-symmetric'),
-        pytest.param('cuda', 'complex128', 'separated_spectrum', id='cuda-complex128-separated_spectrum'),
-        pytest.param('cuda', 'complex128', 'upper_triangle', id='cuda-complex128-upper_triangle'),
-        pytest.param('mps', 'float64', 'symmetric', id='mps-float64-symmetric'),
-        pytest.param('mps', 'float64', 'separated_spectrum', id='mps-float64-separated_spectrum'),
-        pytest.param('mps', 'float64', 'upper_triangle', id='mps-float64-upper_triangle'),
-        pytest.param('mps', 'complex128', 'symmetric', id='mps-complex128-symmetric'),
-        pytest.param('mps', 'complex128', 'separated_spectrum', id='mps-complex128-separated_spectrum'),
-        pytest.param('mps', 'complex128', 'upper_triangle', id='mps-complex128-upper_triangle'),
-        pytest.param('xpu', 'float64', 'symmetric', id='xpu-float64-symmetric'),
-        pytest.param('xpu', 'float64', 'separated_spectrum', id='xpu-float64-separated_spectrum'),
-        pytest.param('xpu', 'float64', 'upper_triangle', id='xpu-float64-upper_triangle'),
-        pytest.param('xpu', 'complex128', 'symmetric', id='xpu-complex128-symmetric'),
-        pytest.param('xpu', 'complex128', 'separated_spectrum', id='xpu-complex128-separated_spectrum'),
-        pytest.param('xpu', 'complex128', 'upper_triangle', id='xpu-complex128-upper_triangle'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

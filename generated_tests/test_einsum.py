@@ -5,104 +5,53 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='einsum',
-    op='torch.einsum',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="einsum",
+    op="torch.einsum",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
         Sample(
-            'batched_bilinear',
-            args=(
-                'bij,bjk,bk->bi',
-                TensorArg(shape=(2, 3, 4)),
-                TensorArg(shape=(2, 4, 5)),
-                TensorArg(shape=(2, 5)),
-            ),
-            location=Location('op_specs/linalg.yaml', 40, 9),
+            "batched_bilinear",
+            args=("bij,bjk,bk->bi", TensorArg(shape=(2, 3, 4)), TensorArg(shape=(2, 4, 5)), TensorArg(shape=(2, 5))),
+            location=Location(SOURCE, 40, 9),
         ),
         Sample(
-            'trace_outer',
-            args=('ii,j->j', TensorArg(shape=(3, 3)), TensorArg(shape=(4,))),
-            location=Location('op_specs/linalg.yaml', 42, 9),
+            "trace_outer",
+            args=("ii,j->j", TensorArg(shape=(3, 3)), TensorArg(shape=(4,))),
+            location=Location(SOURCE, 42, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 36, 5),
+    location=Location(SOURCE, 36, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched_bilinear', id='cpu-float64-batched_bilinear'),
-        pytest.param('cpu', 'float64', 'trace_outer', id='cpu-float64-trace_outer'),
-        pytest.param('cuda', 'float64', 'batched_bilinear', id='cuda-float64-batched_bilinear'),
-        pytest.param('cuda', 'float64', 'trace_outer', id='cuda-float64-trace_outer'),
-        pytest.param('mps', 'float64', 'batched_bilinear', id='mps-float64-batched_bilinear'),
-        pytest.param('mps', 'float64', 'trace_outer', id='mps-float64-trace_outer'),
-        pytest.param('xpu', 'float64', 'batched_bilinear', id='xpu-float64-batched_bilinear'),
-        pytest.param('xpu', 'float64', 'trace_outer', id='xpu-float64-trace_outer'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched_bilinear', id='cpu-float64-batched_bilinear'),
-        pytest.param('cpu', 'float64', 'trace_outer', id='cpu-float64-trace_outer'),
-        pytest.param('cuda', 'float64', 'batched_bilinear', id='cuda-float64-batched_bilinear'),
-        pytest.param('cuda', 'float64', 'trace_outer', id='cuda-float64-trace_outer'),
-        pytest.param('mps', 'float64', 'batched_bilinear', id='mps-float64-batched_bilinear'),
-        pytest.param('mps', 'float64', 'trace_outer', id='mps-float64-trace_outer'),
-        pytest.param('xpu', 'float64', 'batched_bilinear', id='xpu-float64-batched_bilinear'),
-        pytest.param('xpu', 'float64', 'trace_outer', id='xpu-float64-trace_outer'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched_bilinear', id='cpu-float64-batched_bilinear'),
-        pytest.param('cpu', 'float64', 'trace_outer', id='cpu-float64-trace_outer'),
-        pytest.param('cuda', 'float64', 'batched_bilinear', id='cuda-float64-batched_bilinear'),
-        pytest.param('cuda', 'float64', 'trace_outer', id='cuda-float64-trace_outer'),
-        pytest.param('mps', 'float64', 'batched_bilinear', id='mps-float64-batched_bilinear'),
-        pytest.param('mps', 'float64', 'trace_outer', id='mps-float64-trace_outer'),
-        pytest.param('xpu', 'float64', 'batched_bilinear', id='xpu-float64-batched_bilinear'),
-        pytest.param('xpu', 'float64', 'trace_outer', id='xpu-float64-trace_outer'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'batched_bilinear', id='cpu-float64-batched_bilinear'),
-        pytest.param('cpu', 'float64', 'trace_outer', id='cpu-float64-trace_outer'),
-        pytest.param('cuda', 'float64', 'batched_bilinear', id='cuda-float64-batched_bilinear'),
-        pytest.param('cuda', 'float64', 'trace_outer', id='cuda-float64-trace_outer'),
-        pytest.param('mps', 'float64', 'batched_bilinear', id='mps-float64-batched_bilinear'),
-        pytest.param('mps', 'float64', 'trace_outer', id='mps-float64-trace_outer'),
-        pytest.param('xpu', 'float64', 'batched_bilinear', id='xpu-float64-batched_bilinear'),
-        pytest.param('xpu', 'float64', 'trace_outer', id='xpu-float64-trace_outer'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,146 +5,68 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='embedding',
-    op='torch.nn.functional.embedding',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="embedding",
+    op="torch.nn.functional.embedding",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'lookup',
-            args=(TensorArg(shape=(2, 3), dtype='int64', low=0.0, high=6.0), TensorArg(shape=(6, 4))),
-            location=Location('op_specs/layers.yaml', 72, 9),
+            "lookup",
+            args=(TensorArg(shape=(2, 3), dtype="int64", low=0.0, high=6.0), TensorArg(shape=(6, 4))),
+            location=Location(SOURCE, 72, 9),
         ),
         Sample(
-            'repeated_indices_noncontig',
+            "repeated_indices_noncontig",
             args=(
-                TensorArg(shape=(5,), dtype='int64', values=(0, 2, 0, 3, 2)),
+                TensorArg(shape=(5,), dtype="int64", values=(0, 2, 0, 3, 2)),
                 TensorArg(shape=(4, 3), noncontiguous=True),
             ),
-            location=Location('op_specs/layers.yaml', 74, 9),
+            location=Location(SOURCE, 74, 9),
         ),
         Sample(
-            'zero_dim_index',
-            args=(TensorArg(shape=(), dtype='int64', low=0.0, high=4.0), TensorArg(shape=(4, 3))),
-            location=Location('op_specs/layers.yaml', 79, 9),
+            "zero_dim_index",
+            args=(TensorArg(shape=(), dtype="int64", low=0.0, high=4.0), TensorArg(shape=(4, 3))),
+            location=Location(SOURCE, 79, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 68, 5),
+    location=Location(SOURCE, 68, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'lookup', id='cpu-float64-lookup'),
-        pytest.param('cpu', 'float64', 'repeated_indices_noncontig', id='cpu-float64-repeated_indices_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_index', id='cpu-float64-zero_dim_index'),
-        pytest.param('cuda', 'float64', 'lookup', id='cuda-float64-lookup'),
-        pytest.param('cuda', 'float64', 'repeated_indices_noncontig', id='cuda-float64-repeated_indices_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_index', id='cuda-float64-zero_dim_index'),
-        pytest.param('mps', 'float64', 'lookup', id='mps-float64-lookup'),
-        pytest.param('mps', 'float64', 'repeated_indices_noncontig', id='mps-float64-repeated_indices_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_index', id='mps-float64-zero_dim_index'),
-        pytest.param('xpu', 'float64', 'lookup', id='xpu-float64-lookup'),
-        pytest.param('xpu', 'float64', 'repeated_indices_noncontig', id='xpu-float64-repeated_indices_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_index', id='xpu-float64-zero_dim_index'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'lookup', id='cpu-float64-lookup'),
-        pytest.param('cpu', 'float64', 'repeated_indices_noncontig', id='cpu-float64-repeated_indices_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_index', id='cpu-float64-zero_dim_index'),
-        pytest.param('cuda', 'float64', 'lookup', id='cuda-float64-lookup'),
-        pytest.param('cuda', 'float64', 'repeated_indices_noncontig', id='cuda-float64-repeated_indices_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_index', id='cuda-float64-zero_dim_index'),
-        pytest.param('mps', 'float64', 'lookup', id='mps-float64-lookup'),
-        pytest.param('mps', 'float64', 'repeated_indices_noncontig', id='mps-float64-repeated_indices_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_index', id='mps-float64-zero_dim_index'),
-        pytest.param('xpu', 'float64', 'lookup', id='xpu-float64-lookup'),
-        pytest.param('xpu', 'float64', 'repeated_indices_noncontig', id='xpu-float64-repeated_indices_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_index', id='xpu-float64-zero_dim_index'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'lookup', id='cpu-float64-lookup'),
-        pytest.param('cpu', 'float64', 'repeated_indices_noncontig', id='cpu-float64-repeated_indices_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_index', id='cpu-float64-zero_dim_index'),
-        pytest.param('cuda', 'float64', 'lookup', id='cuda-float64-lookup'),
-        pytest.param('cuda', 'float64', 'repeated_indices_noncontig', id='cuda-float64-repeated_indices_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_index', id='cuda-float64-zero_dim_index'),
-        pytest.param('mps', 'float64', 'lookup', id='mps-float64-lookup'),
-        pytest.param('mps', 'float64', 'repeated_indices_noncontig', id='mps-float64-repeated_indices_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_index', id='mps-float64-zero_dim_index'),
-        pytest.param('xpu', 'float64', 'lookup', id='xpu-float64-lookup'),
-        pytest.param('xpu', 'float64', 'repeated_indices_noncontig', id='xpu-float64-repeated_indices_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_index', id='xpu-float64-zero_dim_index'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'lookup', id='cpu-float64-lookup'),
-        pytest.param('cpu', 'float64', 'repeated_indices_noncontig', id='cpu-float64-repeated_indices_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_index', id='cpu-float64-zero_dim_index'),
-        pytest.param('cuda', 'float64', 'lookup', id='cuda-float64-lookup'),
-        pytest.param('cuda', 'float64', 'repeated_indices_noncontig', id='cuda-float64-repeated_indices_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_index', id='cuda-float64-zero_dim_index'),
-        pytest.param('mps', 'float64', 'lookup', id='mps-float64-lookup'),
-        pytest.param('mps', 'float64', 'repeated_indices_noncontig', id='mps-float64-repeated_indices_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_index', id='mps-float64-zero_dim_index'),
-        pytest.param('xpu', 'float64', 'lookup', id='xpu-float64-lookup'),
-        pytest.param('xpu', 'float64', 'repeated_indices_noncontig', id='xpu-float64-repeated_indices_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_index', id='xpu-float64-zero_dim_index'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'lookup', id='cpu-float32-lookup'),
-        pytest.param('cpu', 'float32', 'repeated_indices_noncontig', id='cpu-float32-repeated_indices_noncontig'),
-        pytest.param('cpu', 'float32', 'zero_dim_index', id='cpu-float32-zero_dim_index'),
-        pytest.param('cuda', 'float32', 'lookup', id='cuda-float32-lookup'),
-        pytest.param('cuda', 'float32', 'repeated_indices_noncontig', id='cuda-float32-repeated_indices_noncontig'),
-        pytest.param('cuda', 'float32', 'zero_dim_index', id='cuda-float32-zero_dim_index'),
-        pytest.param('mps', 'float32', 'lookup', id='mps-float32-lookup'),
-        pytest.param('mps', 'float32', 'repeated_indices_noncontig', id='mps-float32-repeated_indices_noncontig'),
-        pytest.param('mps', 'float32', 'zero_dim_index', id='mps-float32-zero_dim_index'),
-        pytest.param('xpu', 'float32', 'lookup', id='xpu-float32-lookup'),
-        pytest.param('xpu', 'float32', 'repeated_indices_noncontig', id='xpu-float32-repeated_indices_noncontig'),
-        pytest.param('xpu', 'float32', 'zero_dim_index', id='xpu-float32-zero_dim_index'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,107 +5,58 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='embedding_bag',
-    op='torch.nn.functional.embedding_bag',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="embedding_bag",
+    op="torch.nn.functional.embedding_bag",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'sum_offsets',
-            args=(
-                TensorArg(shape=(6,), dtype='int64', values=(1, 2, 4, 5, 4, 0)),
-                TensorArg(shape=(6, 3)),
-            ),
-            kwargs=(('offsets', TensorArg(shape=(2,), dtype='int64', values=(0, 4))), ('mode', 'sum')),
-            location=Location('op_specs/layers.yaml', 92, 9),
+            "sum_offsets",
+            args=(TensorArg(shape=(6,), dtype="int64", values=(1, 2, 4, 5, 4, 0)), TensorArg(shape=(6, 3))),
+            kwargs=(("offsets", TensorArg(shape=(2,), dtype="int64", values=(0, 4))), ("mode", "sum")),
+            location=Location(SOURCE, 92, 9),
         ),
         Sample(
-            'mean_2d',
-            args=(TensorArg(shape=(2, 3), dtype='int64', low=0.0, high=5.0), TensorArg(shape=(5, 2))),
-            kwargs=(('mode', 'mean'),),
-            location=Location('op_specs/layers.yaml', 95, 9),
+            "mean_2d",
+            args=(TensorArg(shape=(2, 3), dtype="int64", low=0.0, high=5.0), TensorArg(shape=(5, 2))),
+            kwargs=(("mode", "mean"),),
+            location=Location(SOURCE, 95, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('op_specs/layers.yaml', 82, 5),
+    location=Location(SOURCE, 82, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'sum_offsets', id='cpu-float64-sum_offsets'),
-        pytest.param('cpu', 'float64', 'mean_2d', id='cpu-float64-mean_2d'),
-        pytest.param('cuda', 'float64', 'sum_offsets', id='cuda-float64-sum_offsets'),
-        pytest.param('cuda', 'float64', 'mean_2d', id='cuda-float64-mean_2d'),
-        pytest.param('mps', 'float64', 'sum_offsets', id='mps-float64-sum_offsets'),
-        pytest.param('mps', 'float64', 'mean_2d', id='mps-float64-mean_2d'),
-        pytest.param('xpu', 'float64', 'sum_offsets', id='xpu-float64-sum_offsets'),
-        pytest.param('xpu', 'float64', 'mean_2d', id='xpu-float64-mean_2d'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'sum_offsets', id='cpu-float64-sum_offsets'),
-        pytest.param('cpu', 'float64', 'mean_2d', id='cpu-float64-mean_2d'),
-        pytest.param('cuda', 'float64', 'sum_offsets', id='cuda-float64-sum_offsets'),
-        pytest.param('cuda', 'float64', 'mean_2d', id='cuda-float64-mean_2d'),
-        pytest.param('mps', 'float64', 'sum_offsets', id='mps-float64-sum_offsets'),
-        pytest.param('mps', 'float64', 'mean_2d', id='mps-float64-mean_2d'),
-        pytest.param('xpu', 'float64', 'sum_offsets', id='xpu-float64-sum_offsets'),
-        pytest.param('xpu', 'float64', 'mean_2d', id='xpu-float64-mean_2d'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'sum_offsets', id='cpu-float64-sum_offsets'),
-        pytest.param('cpu', 'float64', 'mean_2d', id='cpu-float64-mean_2d'),
-        pytest.param('cuda', 'float64', 'sum_offsets', id='cuda-float64-sum_offsets'),
-        pytest.param('cuda', 'float64', 'mean_2d', id='cuda-float64-mean_2d'),
-        pytest.param('mps', 'float64', 'sum_offsets', id='mps-float64-sum_offsets'),
-        pytest.param('mps', 'float64', 'mean_2d', id='mps-float64-mean_2d'),
-        pytest.param('xpu', 'float64', 'sum_offsets', id='xpu-float64-sum_offsets'),
-        pytest.param('xpu', 'float64', 'mean_2d', id='xpu-float64-mean_2d'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'sum_offsets', id='cpu-float32-sum_offsets'),
-        pytest.param('cpu', 'float32', 'mean_2d', id='cpu-float32-mean_2d'),
-        pytest.param('cuda', 'float32', 'sum_offsets', id='cuda-float32-sum_offsets'),
-        pytest.param('cuda', 'float32', 'mean_2d', id='cuda-float32-mean_2d'),
-        pytest.param('mps', 'float32', 'sum_offsets', id='mps-float32-sum_offsets'),
-        pytest.param('mps', 'float32', 'mean_2d', id='mps-float32-mean_2d'),
-        pytest.param('xpu', 'float32', 'sum_offsets', id='xpu-float32-sum_offsets'),
-        pytest.param('xpu', 'float32', 'mean_2d', id='xpu-float32-mean_2d'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

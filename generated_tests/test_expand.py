@@ -5,102 +5,40 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='expand',
-    op='torch.Tensor.expand',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="expand",
+    op="torch.Tensor.expand",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("broadcast_ones", args=(TensorArg(shape=(3, 1)), 3, 4), location=Location(SOURCE, 61, 9)),
         Sample(
-            'broadcast_ones',
-            args=(TensorArg(shape=(3, 1)), 3, 4),
-            location=Location('op_specs/shape.yaml', 61, 9),
-        ),
-        Sample(
-            'new_leading_dim_keep',
+            "new_leading_dim_keep",
             args=(TensorArg(shape=(1, 4), noncontiguous=True), 2, -1, 4),
-            location=Location('op_specs/shape.yaml', 63, 9),
+            location=Location(SOURCE, 63, 9),
         ),
-        Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()), 5),
-            location=Location('op_specs/shape.yaml', 65, 9),
-        ),
+        Sample("zero_dim", args=(TensorArg(shape=()), 5), location=Location(SOURCE, 65, 9)),
     ),
-    variant='method',
-    dtypes=('float64', 'complex128'),
+    variant="method",
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(enabled=False, check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 57, 5),
+    location=Location(SOURCE, 57, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_ones', id='cpu-float64-broadcast_ones'),
-        pytest.param('cpu', 'float64', 'new_leading_dim_keep', id='cpu-float64-new_leading_dim_keep'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'complex128', 'broadcast_ones', id='cpu-complex128-broadcast_ones'),
-        pytest.param('cpu', 'complex128', 'new_leading_dim_keep', id='cpu-complex128-new_leading_dim_keep'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'float64', 'broadcast_ones', id='cuda-float64-broadcast_ones'),
-        pytest.param('cuda', 'float64', 'new_leading_dim_keep', id='cuda-float64-new_leading_dim_keep'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'complex128', 'broadcast_ones', id='cuda-complex128-broadcast_ones'),
-        pytest.param('cuda', 'complex128', 'new_leading_dim_keep', id='cuda-complex128-new_leading_dim_keep'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'float64', 'broadcast_ones', id='mps-float64-broadcast_ones'),
-        pytest.param('mps', 'float64', 'new_leading_dim_keep', id='mps-float64-new_leading_dim_keep'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'complex128', 'broadcast_ones', id='mps-complex128-broadcast_ones'),
-        pytest.param('mps', 'complex128', 'new_leading_dim_keep', id='mps-complex128-new_leading_dim_keep'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'float64', 'broadcast_ones', id='xpu-float64-broadcast_ones'),
-        pytest.param('xpu', 'float64', 'new_leading_dim_keep', id='xpu-float64-new_leading_dim_keep'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'complex128', 'broadcast_ones', id='xpu-complex128-broadcast_ones'),
-        pytest.param('xpu', 'complex128', 'new_leading_dim_keep', id='xpu-complex128-new_leading_dim_keep'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_ones', id='cpu-float64-broadcast_ones'),
-        pytest.param('cpu', 'float64', 'new_leading_dim_keep', id='cpu-float64-new_leading_dim_keep'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'complex128', 'broadcast_ones', id='cpu-complex128-broadcast_ones'),
-        pytest.param('cpu', 'complex128', 'new_leading_dim_keep', id='cpu-complex128-new_leading_dim_keep'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'float64', 'broadcast_ones', id='cuda-float64-broadcast_ones'),
-        pytest.param('cuda', 'float64', 'new_leading_dim_keep', id='cuda-float64-new_leading_dim_keep'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'complex128', 'broadcast_ones', id='cuda-complex128-broadcast_ones'),
-        pytest.param('cuda', 'complex128', 'new_leading_dim_keep', id='cuda-complex128-new_leading_dim_keep'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'float64', 'broadcast_ones', id='mps-float64-broadcast_ones'),
-        pytest.param('mps', 'float64', 'new_leading_dim_keep', id='mps-float64-new_leading_dim_keep'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'complex128', 'broadcast_ones', id='mps-complex128-broadcast_ones'),
-        pytest.param('mps', 'complex128', 'new_leading_dim_keep', id='mps-complex128-new_leading_dim_keep'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'float64', 'broadcast_ones', id='xpu-float64-broadcast_ones'),
-        pytest.param('xpu', 'float64', 'new_leading_dim_keep', id='xpu-float64-new_leading_dim_keep'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'complex128', 'broadcast_ones', id='xpu-complex128-broadcast_ones'),
-        pytest.param('xpu', 'complex128', 'new_leading_dim_keep', id='xpu-complex128-new_leading_dim_keep'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)

@@ -5,169 +5,57 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/unary.yaml"
 SPEC = OpSpec(
-    name='expm1',
-    op='torch.Tensor.expm1',
-    source='op_specs/unary.yaml',
-    sha256='3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4',
+    name="expm1",
+    op="torch.Tensor.expm1",
+    source=SOURCE,
+    sha256="3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(6,)),), location=Location(SOURCE, 65, 9)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(6,)),),
-            location=Location('op_specs/unary.yaml', 65, 9),
+            "matrix_noncontig", args=(TensorArg(shape=(3, 4), noncontiguous=True),), location=Location(SOURCE, 67, 9)
         ),
-        Sample(
-            'matrix_noncontig',
-            args=(TensorArg(shape=(3, 4), noncontiguous=True),),
-            location=Location('op_specs/unary.yaml', 67, 9),
-        ),
-        Sample(
-            'scalar',
-            args=(TensorArg(shape=()),),
-            location=Location('op_specs/unary.yaml', 69, 9),
-        ),
-        Sample(
-            'empty',
-            args=(TensorArg(shape=(0, 2)),),
-            location=Location('op_specs/unary.yaml', 71, 9),
-        ),
+        Sample("scalar", args=(TensorArg(shape=()),), location=Location(SOURCE, 69, 9)),
+        Sample("empty", args=(TensorArg(shape=(0, 2)),), location=Location(SOURCE, 71, 9)),
     ),
-    variant='method',
-    lowprec_dtypes=('float32',),
+    variant="method",
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/unary.yaml', 115, 5),
+    location=Location(SOURCE, 115, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'scalar', id='mps-float64-scalar'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'scalar', id='xpu-float64-scalar'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'vector', id='cpu-float32-vector'),
-        pytest.param('cpu', 'float32', 'matrix_noncontig', id='cpu-float32-matrix_noncontig'),
-        pytest.param('cpu', 'float32', 'scalar', id='cpu-float32-scalar'),
-        pytest.param('cpu', 'float32', 'empty', id='cpu-float32-empty'),
-        pytest.param('cuda', 'float32', 'vector', id='cuda-float32-vector'),
-        pytest.param('cuda', 'float32', 'matrix_noncontig', id='cuda-float32-matrix_noncontig'),
-        pytest.param('cuda', 'float32', 'scalar', id='cuda-float32-scalar'),
-        pytest.param('cuda', 'float32', 'empty', id='cuda-float32-empty'),
-        pytest.param('mps', 'float32', 'vector', id='mps-float32-vector'),
-        pytest.param('mps', 'float32', 'matrix_noncontig', id='mps-float32-matrix_noncontig'),
-        pytest.param('mps', 'float32', 'scalar', id='mps-float32-scalar'),
-        pytest.param('mps', 'float32', 'empty', id='mps-float32-empty'),
-        pytest.param('xpu', 'float32', 'vector', id='xpu-float32-vector'),
-        pytest.param('xpu', 'float32', 'matrix_noncontig', id='xpu-float32-matrix_noncontig'),
-        pytest.param('xpu', 'float32', 'scalar', id='xpu-float32-scalar'),
-        pytest.param('xpu', 'float32', 'empty', id='xpu-float32-empty'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,194 +5,64 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/complex.yaml"
 SPEC = OpSpec(
-    name='fft',
-    op='torch.fft.fft',
-    source='op_specs/complex.yaml',
-    sha256='cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d',
+    name="fft",
+    op="torch.fft.fft",
+    source=SOURCE,
+    sha256="cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(6,)),), location=Location(SOURCE, 58, 9)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(6,)),),
-            location=Location('op_specs/complex.yaml', 58, 9),
-        ),
-        Sample(
-            'padded_ortho',
+            "padded_ortho",
             args=(TensorArg(shape=(2, 5), noncontiguous=True),),
-            kwargs=(('n', 8), ('norm', 'ortho')),
-            location=Location('op_specs/complex.yaml', 60, 9),
+            kwargs=(("n", 8), ("norm", "ortho")),
+            location=Location(SOURCE, 60, 9),
         ),
         Sample(
-            'truncated_dim0',
+            "truncated_dim0",
             args=(TensorArg(shape=(6, 3)),),
-            kwargs=(('n', 4), ('dim', 0), ('norm', 'forward')),
-            location=Location('op_specs/complex.yaml', 63, 9),
+            kwargs=(("n", 4), ("dim", 0), ("norm", "forward")),
+            location=Location(SOURCE, 63, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('complex64',),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("complex64",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/complex.yaml', 53, 5),
+    location=Location(SOURCE, 53, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'padded_ortho', id='cpu-float64-padded_ortho'),
-        pytest.param('cpu', 'float64', 'truncated_dim0', id='cpu-float64-truncated_dim0'),
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'padded_ortho', id='cpu-complex128-padded_ortho'),
-        pytest.param('cpu', 'complex128', 'truncated_dim0', id='cpu-complex128-truncated_dim0'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'padded_ortho', id='cuda-float64-padded_ortho'),
-        pytest.param('cuda', 'float64', 'truncated_dim0', id='cuda-float64-truncated_dim0'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'padded_ortho', id='cuda-complex128-padded_ortho'),
-        pytest.param('cuda', 'complex128', 'truncated_dim0', id='cuda-complex128-truncated_dim0'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'padded_ortho', id='mps-float64-padded_ortho'),
-        pytest.param('mps', 'float64', 'truncated_dim0', id='mps-float64-truncated_dim0'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'padded_ortho', id='mps-complex128-padded_ortho'),
-        pytest.param('mps', 'complex128', 'truncated_dim0', id='mps-complex128-truncated_dim0'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'padded_ortho', id='xpu-float64-padded_ortho'),
-        pytest.param('xpu', 'float64', 'truncated_dim0', id='xpu-float64-truncated_dim0'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'padded_ortho', id='xpu-complex128-padded_ortho'),
-        pytest.param('xpu', 'complex128', 'truncated_dim0', id='xpu-complex128-truncated_dim0'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'padded_ortho', id='cpu-float64-padded_ortho'),
-        pytest.param('cpu', 'float64', 'truncated_dim0', id='cpu-float64-truncated_dim0'),
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'padded_ortho', id='cpu-complex128-padded_ortho'),
-        pytest.param('cpu', 'complex128', 'truncated_dim0', id='cpu-complex128-truncated_dim0'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'padded_ortho', id='cuda-float64-padded_ortho'),
-        pytest.param('cuda', 'float64', 'truncated_dim0', id='cuda-float64-truncated_dim0'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'padded_ortho', id='cuda-complex128-padded_ortho'),
-        pytest.param('cuda', 'complex128', 'truncated_dim0', id='cuda-complex128-truncated_dim0'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'padded_ortho', id='mps-float64-padded_ortho'),
-        pytest.param('mps', 'float64', 'truncated_dim0', id='mps-float64-truncated_dim0'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'padded_ortho', id='mps-complex128-padded_ortho'),
-        pytest.param('mps', 'complex128', 'truncated_dim0', id='mps-complex128-truncated_dim0'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'padded_ortho', id='xpu-float64-padded_ortho'),
-        pytest.param('xpu', 'float64', 'truncated_dim0', id='xpu-float64-truncated_dim0'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'padded_ortho', id='xpu-complex128-padded_ortho'),
-        pytest.param('xpu', 'complex128', 'truncated_dim0', id='xpu-complex128-truncated_dim0'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'padded_ortho', id='cpu-float64-padded_ortho'),
-        pytest.param('cpu', 'float64', 'truncated_dim0', id='cpu-float64-truncated_dim0'),
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'padded_ortho', id='cpu-complex128-padded_ortho'),
-        pytest.param('cpu', 'complex128', 'truncated_dim0', id='cpu-complex128-truncated_dim0'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'padded_ortho', id='cuda-float64-padded_ortho'),
-        pytest.param('cuda', 'float64', 'truncated_dim0', id='cuda-float64-truncated_dim0'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'padded_ortho', id='cuda-complex128-padded_ortho'),
-        pytest.param('cuda', 'complex128', 'truncated_dim0', id='cuda-complex128-truncated_dim0'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'padded_ortho', id='mps-float64-padded_ortho'),
-        pytest.param('mps', 'float64', 'truncated_dim0', id='mps-float64-truncated_dim0'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'padded_ortho', id='mps-complex128-padded_ortho'),
-        pytest.param('mps', 'complex128', 'truncated_dim0', id='mps-complex128-truncated_dim0'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'padded_ortho', id='xpu-float64-padded_ortho'),
-        pytest.param('xpu', 'float64', 'truncated_dim0', id='xpu-float64-truncated_dim0'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'padded_ortho', id='xpu-complex128-padded_ortho'),
-        pytest.param('xpu', 'complex128', 'truncated_dim0', id='xpu-complex128-truncated_dim0'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'padded_ortho', id='cpu-float64-padded_ortho'),
-        pytest.param('cpu', 'float64', 'truncated_dim0', id='cpu-float64-truncated_dim0'),
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'padded_ortho', id='cpu-complex128-padded_ortho'),
-        pytest.param('cpu', 'complex128', 'truncated_dim0', id='cpu-complex128-truncated_dim0'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'padded_ortho', id='cuda-float64-padded_ortho'),
-        pytest.param('cuda', 'float64', 'truncated_dim0', id='cuda-float64-truncated_dim0'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'padded_ortho', id='cuda-complex128-padded_ortho'),
-        pytest.param('cuda', 'complex128', 'truncated_dim0', id='cuda-complex128-truncated_dim0'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'padded_ortho', id='mps-float64-padded_ortho'),
-        pytest.param('mps', 'float64', 'truncated_dim0', id='mps-float64-truncated_dim0'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'padded_ortho', id='mps-complex128-padded_ortho'),
-        pytest.param('mps', 'complex128', 'truncated_dim0', id='mps-complex128-truncated_dim0'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'padded_ortho', id='xpu-float64-padded_ortho'),
-        pytest.param('xpu', 'float64', 'truncated_dim0', id='xpu-float64-truncated_dim0'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'padded_ortho', id='xpu-complex128-padded_ortho'),
-        pytest.param('xpu', 'complex128', 'truncated_dim0', id='xpu-complex128-truncated_dim0'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex64', 'vector', id='cpu-complex64-vector'),
-        pytest.param('cpu', 'complex64', 'padded_ortho', id='cpu-complex64-padded_ortho'),
-        pytest.param('cpu', 'complex64', 'truncated_dim0', id='cpu-complex64-truncated_dim0'),
-        pytest.param('cuda', 'complex64', 'vector', id='cuda-complex64-vector'),
-        pytest.param('cuda', 'complex64', 'padded_ortho', id='cuda-complex64-padded_ortho'),
-        pytest.param('cuda', 'complex64', 'truncated_dim0', id='cuda-complex64-truncated_dim0'),
-        pytest.param('mps', 'complex64', 'vector', id='mps-complex64-vector'),
-        pytest.param('mps', 'complex64', 'padded_ortho', id='mps-complex64-padded_ortho'),
-        pytest.param('mps', 'complex64', 'truncated_dim0', id='mps-complex64-truncated_dim0'),
-        pytest.param('xpu', 'complex64', 'vector', id='xpu-complex64-vector'),
-        pytest.param('xpu', 'complex64', 'padded_ortho', id='xpu-complex64-padded_ortho'),
-        pytest.param('xpu', 'complex64', 'truncated_dim0', id='xpu-complex64-truncated_dim0'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("complex64",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,80 +5,36 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='flip',
-    op='torch.flip',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="flip",
+    op="torch.flip",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("two_dims", args=(TensorArg(shape=(2, 3, 4)), (0, 2)), location=Location(SOURCE, 81, 9)),
         Sample(
-            'two_dims',
-            args=(TensorArg(shape=(2, 3, 4)), (0, 2)),
-            location=Location('op_specs/shape.yaml', 81, 9),
-        ),
-        Sample(
-            'noncontig',
-            args=(TensorArg(shape=(3, 4), noncontiguous=True), (-1,)),
-            location=Location('op_specs/shape.yaml', 83, 9),
+            "noncontig", args=(TensorArg(shape=(3, 4), noncontiguous=True), (-1,)), location=Location(SOURCE, 83, 9)
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(enabled=False, check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 78, 5),
+    location=Location(SOURCE, 78, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'two_dims', id='cpu-float64-two_dims'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'complex128', 'two_dims', id='cpu-complex128-two_dims'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cuda', 'float64', 'two_dims', id='cuda-float64-two_dims'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'complex128', 'two_dims', id='cuda-complex128-two_dims'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('mps', 'float64', 'two_dims', id='mps-float64-two_dims'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'complex128', 'two_dims', id='mps-complex128-two_dims'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('xpu', 'float64', 'two_dims', id='xpu-float64-two_dims'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'complex128', 'two_dims', id='xpu-complex128-two_dims'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'two_dims', id='cpu-float64-two_dims'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'complex128', 'two_dims', id='cpu-complex128-two_dims'),
-        pytest.param('cpu', 'complex128', 'noncontig', id='cpu-complex128-noncontig'),
-        pytest.param('cuda', 'float64', 'two_dims', id='cuda-float64-two_dims'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'complex128', 'two_dims', id='cuda-complex128-two_dims'),
-        pytest.param('cuda', 'complex128', 'noncontig', id='cuda-complex128-noncontig'),
-        pytest.param('mps', 'float64', 'two_dims', id='mps-float64-two_dims'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('mps', 'complex128', 'two_dims', id='mps-complex128-two_dims'),
-        pytest.param('mps', 'complex128', 'noncontig', id='mps-complex128-noncontig'),
-        pytest.param('xpu', 'float64', 'two_dims', id='xpu-float64-two_dims'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-        pytest.param('xpu', 'complex128', 'two_dims', id='xpu-complex128-two_dims'),
-        pytest.param('xpu', 'complex128', 'noncontig', id='xpu-complex128-noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)

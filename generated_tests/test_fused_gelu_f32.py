@@ -5,46 +5,28 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/fused_gelu_f32.yaml"
 SPEC = OpSpec(
-    name='fused_gelu_f32',
-    op='examples.ops:fused_gelu_f32',
-    source='op_specs/fused_gelu_f32.yaml',
-    sha256='74101c57957ed9c1ebc087a3a418434df3d83ba49a7823467280182f18562cfa',
+    name="fused_gelu_f32",
+    op="examples.ops:fused_gelu_f32",
+    source=SOURCE,
+    sha256="74101c57957ed9c1ebc087a3a418434df3d83ba49a7823467280182f18562cfa",
     samples=(
-        Sample(
-            'vector',
-            args=(TensorArg(shape=(64,), low=-4.0, high=4.0),),
-            location=Location('op_specs/fused_gelu_f32.yaml', 9, 5),
-        ),
-        Sample(
-            'matrix',
-            args=(TensorArg(shape=(8, 16)),),
-            location=Location('op_specs/fused_gelu_f32.yaml', 11, 5),
-        ),
+        Sample("vector", args=(TensorArg(shape=(64,), low=-4.0, high=4.0),), location=Location(SOURCE, 9, 5)),
+        Sample("matrix", args=(TensorArg(shape=(8, 16)),), location=Location(SOURCE, 11, 5)),
     ),
     dtypes=(),
-    lowprec_dtypes=('float32',),
-    reference='examples.ops:gelu_reference',
-    location=Location('op_specs/fused_gelu_f32.yaml', 4, 1),
+    lowprec_dtypes=("float32",),
+    reference="examples.ops:gelu_reference",
+    location=Location(SOURCE, 4, 1),
 )
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'vector', id='cpu-float32-vector'),
-        pytest.param('cpu', 'float32', 'matrix', id='cpu-float32-matrix'),
-        pytest.param('cuda', 'float32', 'vector', id='cuda-float32-vector'),
-        pytest.param('cuda', 'float32', 'matrix', id='cuda-float32-matrix'),
-        pytest.param('mps', 'float32', 'vector', id='mps-float32-vector'),
-        pytest.param('mps', 'float32', 'matrix', id='mps-float32-matrix'),
-        pytest.param('xpu', 'float32', 'vector', id='xpu-float32-vector'),
-        pytest.param('xpu', 'float32', 'matrix', id='xpu-float32-matrix'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

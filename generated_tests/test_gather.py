@@ -5,147 +5,69 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='gather',
-    op='torch.gather',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="gather",
+    op="torch.gather",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'dim1',
-            args=(TensorArg(shape=(3, 4)), 1, TensorArg(shape=(3, 2), dtype='int64', low=0.0, high=4.0)),
-            location=Location('op_specs/indexing.yaml', 19, 9),
+            "dim1",
+            args=(TensorArg(shape=(3, 4)), 1, TensorArg(shape=(3, 2), dtype="int64", low=0.0, high=4.0)),
+            location=Location(SOURCE, 19, 9),
         ),
         Sample(
-            'dim0_noncontig_repeats',
+            "dim0_noncontig_repeats",
             args=(
                 TensorArg(shape=(4, 3), noncontiguous=True),
                 0,
-                TensorArg(shape=(5, 3), dtype='int64', low=0.0, high=4.0),
+                TensorArg(shape=(5, 3), dtype="int64", low=0.0, high=4.0),
             ),
-            location=Location('op_specs/indexing.yaml', 21, 9),
+            location=Location(SOURCE, 21, 9),
         ),
         Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()), 0, TensorArg(shape=(), dtype='int64', low=0.0, high=1.0)),
-            location=Location('op_specs/indexing.yaml', 23, 9),
+            "zero_dim",
+            args=(TensorArg(shape=()), 0, TensorArg(shape=(), dtype="int64", low=0.0, high=1.0)),
+            location=Location(SOURCE, 23, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/indexing.yaml', 14, 5),
+    location=Location(SOURCE, 14, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig_repeats', id='cpu-float64-dim0_noncontig_repeats'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig_repeats', id='cuda-float64-dim0_noncontig_repeats'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig_repeats', id='mps-float64-dim0_noncontig_repeats'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig_repeats', id='xpu-float64-dim0_noncontig_repeats'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig_repeats', id='cpu-float64-dim0_noncontig_repeats'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig_repeats', id='cuda-float64-dim0_noncontig_repeats'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig_repeats', id='mps-float64-dim0_noncontig_repeats'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig_repeats', id='xpu-float64-dim0_noncontig_repeats'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig_repeats', id='cpu-float64-dim0_noncontig_repeats'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig_repeats', id='cuda-float64-dim0_noncontig_repeats'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig_repeats', id='mps-float64-dim0_noncontig_repeats'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig_repeats', id='xpu-float64-dim0_noncontig_repeats'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig_repeats', id='cpu-float64-dim0_noncontig_repeats'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig_repeats', id='cuda-float64-dim0_noncontig_repeats'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig_repeats', id='mps-float64-dim0_noncontig_repeats'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig_repeats', id='xpu-float64-dim0_noncontig_repeats'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim1', id='cpu-float32-dim1'),
-        pytest.param('cpu', 'float32', 'dim0_noncontig_repeats', id='cpu-float32-dim0_noncontig_repeats'),
-        pytest.param('cpu', 'float32', 'zero_dim', id='cpu-float32-zero_dim'),
-        pytest.param('cuda', 'float32', 'dim1', id='cuda-float32-dim1'),
-        pytest.param('cuda', 'float32', 'dim0_noncontig_repeats', id='cuda-float32-dim0_noncontig_repeats'),
-        pytest.param('cuda', 'float32', 'zero_dim', id='cuda-float32-zero_dim'),
-        pytest.param('mps', 'float32', 'dim1', id='mps-float32-dim1'),
-        pytest.param('mps', 'float32', 'dim0_noncontig_repeats', id='mps-float32-dim0_noncontig_repeats'),
-        pytest.param('mps', 'float32', 'zero_dim', id='mps-float32-zero_dim'),
-        pytest.param('xpu', 'float32', 'dim1', id='xpu-float32-dim1'),
-        pytest.param('xpu', 'float32', 'dim0_noncontig_repeats', id='xpu-float32-dim0_noncontig_repeats'),
-        pytest.param('xpu', 'float32', 'zero_dim', id='xpu-float32-zero_dim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

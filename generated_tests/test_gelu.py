@@ -5,168 +5,58 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='gelu',
-    op='torch.nn.functional.gelu',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="gelu",
+    op="torch.nn.functional.gelu",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
+        Sample("exact", args=(TensorArg(shape=(3, 5), low=-4.0, high=4.0),), location=Location(SOURCE, 31, 9)),
         Sample(
-            'exact',
-            args=(TensorArg(shape=(3, 5), low=-4.0, high=4.0),),
-            location=Location('op_specs/nn_functional.yaml', 31, 9),
-        ),
-        Sample(
-            'tanh_approximation',
+            "tanh_approximation",
             args=(TensorArg(shape=(3, 5), low=-4.0, high=4.0, noncontiguous=True),),
-            kwargs=(('approximate', 'tanh'),),
-            location=Location('op_specs/nn_functional.yaml', 33, 9),
+            kwargs=(("approximate", "tanh"),),
+            location=Location(SOURCE, 33, 9),
         ),
-        Sample(
-            'empty',
-            args=(TensorArg(shape=(0, 3)),),
-            location=Location('op_specs/nn_functional.yaml', 36, 9),
-        ),
+        Sample("empty", args=(TensorArg(shape=(0, 3)),), location=Location(SOURCE, 36, 9)),
     ),
-    lowprec_dtypes=('float32', 'float16', 'bfloat16'),
+    lowprec_dtypes=("float32", "float16", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/nn_functional.yaml', 28, 5),
+    location=Location(SOURCE, 28, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'exact', id='cpu-float64-exact'),
-        pytest.param('cpu', 'float64', 'tanh_approximation', id='cpu-float64-tanh_approximation'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'exact', id='cuda-float64-exact'),
-        pytest.param('cuda', 'float64', 'tanh_approximation', id='cuda-float64-tanh_approximation'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'exact', id='mps-float64-exact'),
-        pytest.param('mps', 'float64', 'tanh_approximation', id='mps-float64-tanh_approximation'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'exact', id='xpu-float64-exact'),
-        pytest.param('xpu', 'float64', 'tanh_approximation', id='xpu-float64-tanh_approximation'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'exact', id='cpu-float64-exact'),
-        pytest.param('cpu', 'float64', 'tanh_approximation', id='cpu-float64-tanh_approximation'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'exact', id='cuda-float64-exact'),
-        pytest.param('cuda', 'float64', 'tanh_approximation', id='cuda-float64-tanh_approximation'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'exact', id='mps-float64-exact'),
-        pytest.param('mps', 'float64', 'tanh_approximation', id='mps-float64-tanh_approximation'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'exact', id='xpu-float64-exact'),
-        pytest.param('xpu', 'float64', 'tanh_approximation', id='xpu-float64-tanh_approximation'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'exact', id='cpu-float64-exact'),
-        pytest.param('cpu', 'float64', 'tanh_approximation', id='cpu-float64-tanh_approximation'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'exact', id='cuda-float64-exact'),
-        pytest.param('cuda', 'float64', 'tanh_approximation', id='cuda-float64-tanh_approximation'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'exact', id='mps-float64-exact'),
-        pytest.param('mps', 'float64', 'tanh_approximation', id='mps-float64-tanh_approximation'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'exact', id='xpu-float64-exact'),
-        pytest.param('xpu', 'float64', 'tanh_approximation', id='xpu-float64-tanh_approximation'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'exact', id='cpu-float64-exact'),
-        pytest.param('cpu', 'float64', 'tanh_approximation', id='cpu-float64-tanh_approximation'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'exact', id='cuda-float64-exact'),
-        pytest.param('cuda', 'float64', 'tanh_approximation', id='cuda-float64-tanh_approximation'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'exact', id='mps-float64-exact'),
-        pytest.param('mps', 'float64', 'tanh_approximation', id='mps-float64-tanh_approximation'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'exact', id='xpu-float64-exact'),
-        pytest.param('xpu', 'float64', 'tanh_approximation', id='xpu-float64-tanh_approximation'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'exact', id='cpu-float32-exact'),
-        pytest.param('cpu', 'float32', 'tanh_approximation', id='cpu-float32-tanh_approximation'),
-        pytest.param('cpu', 'float32', 'empty', id='cpu-float32-empty'),
-        pytest.param('cpu', 'float16', 'exact', id='cpu-float16-exact'),
-        pytest.param('cpu', 'float16', 'tanh_approximation', id='cpu-float16-tanh_approximation'),
-        pytest.param('cpu', 'float16', 'empty', id='cpu-float16-empty'),
-        pytest.param('cpu', 'bfloat16', 'exact', id='cpu-bfloat16-exact'),
-        pytest.param('cpu', 'bfloat16', 'tanh_approximation', id='cpu-bfloat16-tanh_approximation'),
-        pytest.param('cpu', 'bfloat16', 'empty', id='cpu-bfloat16-empty'),
-        pytest.param('cuda', 'float32', 'exact', id='cuda-float32-exact'),
-        pytest.param('cuda', 'float32', 'tanh_approximation', id='cuda-float32-tanh_approximation'),
-        pytest.param('cuda', 'float32', 'empty', id='cuda-float32-empty'),
-        pytest.param('cuda', 'float16', 'exact', id='cuda-float16-exact'),
-        pytest.param('cuda', 'float16', 'tanh_approximation', id='cuda-float16-tanh_approximation'),
-        pytest.param('cuda', 'float16', 'empty', id='cuda-float16-empty'),
-        pytest.param('cuda', 'bfloat16', 'exact', id='cuda-bfloat16-exact'),
-        pytest.param('cuda', 'bfloat16', 'tanh_approximation', id='cuda-bfloat16-tanh_approximation'),
-        pytest.param('cuda', 'bfloat16', 'empty', id='cuda-bfloat16-empty'),
-        pytest.param('mps', 'float32', 'exact', id='mps-float32-exact'),
-        pytest.param('mps', 'float32', 'tanh_approximation', id='mps-float32-tanh_approximation'),
-        pytest.param('mps', 'float32', 'empty', id='mps-float32-empty'),
-        pytest.param('mps', 'float16', 'exact', id='mps-float16-exact'),
-        pytest.param('mps', 'float16', 'tanh_approximation', id='mps-float16-tanh_approximation'),
-        pytest.param('mps', 'float16', 'empty', id='mps-float16-empty'),
-        pytest.param('mps', 'bfloat16', 'exact', id='mps-bfloat16-exact'),
-        pytest.param('mps', 'bfloat16', 'tanh_approximation', id='mps-bfloat16-tanh_approximation'),
-        pytest.param('mps', 'bfloat16', 'empty', id='mps-bfloat16-empty'),
-        pytest.param('xpu', 'float32', 'exact', id='xpu-float32-exact'),
-        pytest.param('xpu', 'float32', 'tanh_approximation', id='xpu-float32-tanh_approximation'),
-        pytest.param('xpu', 'float32', 'empty', id='xpu-float32-empty'),
-        pytest.param('xpu', 'float16', 'exact', id='xpu-float16-exact'),
-        pytest.param('xpu', 'float16', 'tanh_approximation', id='xpu-float16-tanh_approximation'),
-        pytest.param('xpu', 'float16', 'empty', id='xpu-float16-empty'),
-        pytest.param('xpu', 'bfloat16', 'exact', id='xpu-bfloat16-exact'),
-        pytest.param('xpu', 'bfloat16', 'tanh_approximation', id='xpu-bfloat16-tanh_approximation'),
-        pytest.param('xpu', 'bfloat16', 'empty', id='xpu-bfloat16-empty'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "float16", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,119 +5,79 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
-from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, ToleranceRule, Where
+from opcheck.spec.model import (
+    GradcheckFlags,
+    GradgradcheckFlags,
+    Location,
+    OpSpec,
+    Sample,
+    TensorArg,
+    ToleranceRule,
+    Where,
+)
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='grid_sample',
-    op='torch.nn.functional.grid_sample',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="grid_sample",
+    op="torch.nn.functional.grid_sample",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
         Sample(
-            'bilinear',
+            "bilinear",
             args=(TensorArg(shape=(1, 2, 4, 4)), TensorArg(shape=(1, 3, 3, 2), low=-0.9, high=0.9)),
-            kwargs=(('align_corners', False),),
-            location=Location('op_specs/nn_functional.yaml', 137, 9),
+            kwargs=(("align_corners", False),),
+            location=Location(SOURCE, 137, 9),
         ),
         Sample(
-            'align_corners_border',
+            "align_corners_border",
             args=(TensorArg(shape=(2, 1, 3, 5)), TensorArg(shape=(2, 2, 4, 2), low=-1.2, high=1.2)),
-            kwargs=(('align_corners', True), ('padding_mode', 'border')),
-            location=Location('op_specs/nn_functional.yaml', 140, 9),
+            kwargs=(("align_corners", True), ("padding_mode", "border")),
+            location=Location(SOURCE, 140, 9),
         ),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(nondet_tol=1e-15),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
     supports_forward_ad=False,
     tolerances=(
         ToleranceRule(
-            where=Where(dtype=('bfloat16',), check=('lowprec',)),
+            where=Where(dtype=("bfloat16",), check=("lowprec",)),
             atol=0.05,
-            reason="the CPU kernel unnormalizes the grid in bfloat16, and rounding (g + 1) to 8 bits moves the sampling point by up to 2^-8 · W/2 = 0.008 pixel (W = 4); times slopes of up to 4 per pixel between neighbouring values in [-2, 2), the output moves by up to 0.03 (measured 0.032, 1.2x the bfloat16 table's allowance)",
-            location=Location('op_specs/nn_functional.yaml', 128, 9),
+            reason=(
+                "the CPU kernel unnormalizes the grid in bfloat16, and rounding (g + 1) to 8 bits moves the sampling "
+                "point by up to 2^-8 · W/2 = 0.008 pixel (W = 4); times slopes of up to 4 per pixel between "
+                "neighbouring values in [-2, 2), the output moves by up to 0.03 (measured 0.032, 1.2x the bfloat16 "
+                "table's allowance)"
+            ),
+            location=Location(SOURCE, 128, 9),
         ),
     ),
-    location=Location('op_specs/nn_functional.yaml', 118, 5),
+    location=Location(SOURCE, 118, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bilinear', id='cpu-float64-bilinear'),
-        pytest.param('cpu', 'float64', 'align_corners_border', id='cpu-float64-align_corners_border'),
-        pytest.param('cuda', 'float64', 'bilinear', id='cuda-float64-bilinear'),
-        pytest.param('cuda', 'float64', 'align_corners_border', id='cuda-float64-align_corners_border'),
-        pytest.param('mps', 'float64', 'bilinear', id='mps-float64-bilinear'),
-        pytest.param('mps', 'float64', 'align_corners_border', id='mps-float64-align_corners_border'),
-        pytest.param('xpu', 'float64', 'bilinear', id='xpu-float64-bilinear'),
-        pytest.param('xpu', 'float64', 'align_corners_border', id='xpu-float64-align_corners_border'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bilinear', id='cpu-float64-bilinear'),
-        pytest.param('cpu', 'float64', 'align_corners_border', id='cpu-float64-align_corners_border'),
-        pytest.param('cuda', 'float64', 'bilinear', id='cuda-float64-bilinear'),
-        pytest.param('cuda', 'float64', 'align_corners_border', id='cuda-float64-align_corners_border'),
-        pytest.param('mps', 'float64', 'bilinear', id='mps-float64-bilinear'),
-        pytest.param('mps', 'float64', 'align_corners_border', id='mps-float64-align_corners_border'),
-        pytest.param('xpu', 'float64', 'bilinear', id='xpu-float64-bilinear'),
-        pytest.param('xpu', 'float64', 'align_corners_border', id='xpu-float64-align_corners_border'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bilinear', id='cpu-float64-bilinear'),
-        pytest.param('cpu', 'float64', 'align_corners_border', id='cpu-float64-align_corners_border'),
-        pytest.param('cuda', 'float64', 'bilinear', id='cuda-float64-bilinear'),
-        pytest.param('cuda', 'float64', 'align_corners_border', id='cuda-float64-align_corners_border'),
-        pytest.param('mps', 'float64', 'bilinear', id='mps-float64-bilinear'),
-        pytest.param('mps', 'float64', 'align_corners_border', id='mps-float64-align_corners_border'),
-        pytest.param('xpu', 'float64', 'bilinear', id='xpu-float64-bilinear'),
-        pytest.param('xpu', 'float64', 'align_corners_border', id='xpu-float64-align_corners_border'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'bilinear', id='cpu-float32-bilinear'),
-        pytest.param('cpu', 'float32', 'align_corners_border', id='cpu-float32-align_corners_border'),
-        pytest.param('cpu', 'bfloat16', 'bilinear', id='cpu-bfloat16-bilinear'),
-        pytest.param('cpu', 'bfloat16', 'align_corners_border', id='cpu-bfloat16-align_corners_border'),
-        pytest.param('cuda', 'float32', 'bilinear', id='cuda-float32-bilinear'),
-        pytest.param('cuda', 'float32', 'align_corners_border', id='cuda-float32-align_corners_border'),
-        pytest.param('cuda', 'bfloat16', 'bilinear', id='cuda-bfloat16-bilinear'),
-        pytest.param('cuda', 'bfloat16', 'align_corners_border', id='cuda-bfloat16-align_corners_border'),
-        pytest.param('mps', 'float32', 'bilinear', id='mps-float32-bilinear'),
-        pytest.param('mps', 'float32', 'align_corners_border', id='mps-float32-align_corners_border'),
-        pytest.param('mps', 'bfloat16', 'bilinear', id='mps-bfloat16-bilinear'),
-        pytest.param('mps', 'bfloat16', 'align_corners_border', id='mps-bfloat16-align_corners_border'),
-        pytest.param('xpu', 'float32', 'bilinear', id='xpu-float32-bilinear'),
-        pytest.param('xpu', 'float32', 'align_corners_border', id='xpu-float32-align_corners_border'),
-        pytest.param('xpu', 'bfloat16', 'bilinear', id='xpu-bfloat16-bilinear'),
-        pytest.param('xpu', 'bfloat16', 'align_corners_border', id='xpu-bfloat16-align_corners_border'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

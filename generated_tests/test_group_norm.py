@@ -5,126 +5,60 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='group_norm',
-    op='torch.nn.functional.group_norm',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="group_norm",
+    op="torch.nn.functional.group_norm",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
         Sample(
-            'affine',
+            "affine",
             args=(TensorArg(shape=(2, 4, 3)), 2, TensorArg(shape=(4,)), TensorArg(shape=(4,))),
-            location=Location('op_specs/nn_functional.yaml', 75, 9),
+            location=Location(SOURCE, 75, 9),
         ),
         Sample(
-            'one_group_spatial',
+            "one_group_spatial",
             args=(TensorArg(shape=(2, 3, 2, 2), noncontiguous=True), 1),
-            location=Location('op_specs/nn_functional.yaml', 77, 9),
+            location=Location(SOURCE, 77, 9),
         ),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/nn_functional.yaml', 73, 5),
+    location=Location(SOURCE, 73, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'one_group_spatial', id='cpu-float64-one_group_spatial'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'one_group_spatial', id='cuda-float64-one_group_spatial'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'one_group_spatial', id='mps-float64-one_group_spatial'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'one_group_spatial', id='xpu-float64-one_group_spatial'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'one_group_spatial', id='cpu-float64-one_group_spatial'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'one_group_spatial', id='cuda-float64-one_group_spatial'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'one_group_spatial', id='mps-float64-one_group_spatial'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'one_group_spatial', id='xpu-float64-one_group_spatial'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'one_group_spatial', id='cpu-float64-one_group_spatial'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'one_group_spatial', id='cuda-float64-one_group_spatial'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'one_group_spatial', id='mps-float64-one_group_spatial'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'one_group_spatial', id='xpu-float64-one_group_spatial'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'one_group_spatial', id='cpu-float64-one_group_spatial'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'one_group_spatial', id='cuda-float64-one_group_spatial'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'one_group_spatial', id='mps-float64-one_group_spatial'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'one_group_spatial', id='xpu-float64-one_group_spatial'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'affine', id='cpu-float32-affine'),
-        pytest.param('cpu', 'float32', 'one_group_spatial', id='cpu-float32-one_group_spatial'),
-        pytest.param('cpu', 'bfloat16', 'affine', id='cpu-bfloat16-affine'),
-        pytest.param('cpu', 'bfloat16', 'one_group_spatial', id='cpu-bfloat16-one_group_spatial'),
-        pytest.param('cuda', 'float32', 'affine', id='cuda-float32-affine'),
-        pytest.param('cuda', 'float32', 'one_group_spatial', id='cuda-float32-one_group_spatial'),
-        pytest.param('cuda', 'bfloat16', 'affine', id='cuda-bfloat16-affine'),
-        pytest.param('cuda', 'bfloat16', 'one_group_spatial', id='cuda-bfloat16-one_group_spatial'),
-        pytest.param('mps', 'float32', 'affine', id='mps-float32-affine'),
-        pytest.param('mps', 'float32', 'one_group_spatial', id='mps-float32-one_group_spatial'),
-        pytest.param('mps', 'bfloat16', 'affine', id='mps-bfloat16-affine'),
-        pytest.param('mps', 'bfloat16', 'one_group_spatial', id='mps-bfloat16-one_group_spatial'),
-        pytest.param('xpu', 'float32', 'affine', id='xpu-float32-affine'),
-        pytest.param('xpu', 'float32', 'one_group_spatial', id='xpu-float32-one_group_spatial'),
-        pytest.param('xpu', 'bfloat16', 'affine', id='xpu-bfloat16-affine'),
-        pytest.param('xpu', 'bfloat16', 'one_group_spatial', id='xpu-bfloat16-one_group_spatial'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,156 +5,84 @@
 
 import pytest
 
+from opcheck.parametrize import grid, xfail
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, Sample, TensorArg, Where
 
+SOURCE = "op_specs/losses.yaml"
 SPEC = OpSpec(
-    name='huber_loss',
-    op='torch.nn.functional.huber_loss',
-    source='op_specs/losses.yaml',
-    sha256='8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6',
+    name="huber_loss",
+    op="torch.nn.functional.huber_loss",
+    source=SOURCE,
+    sha256="8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6",
     samples=(
         Sample(
-            'delta_1',
-            args=(
-                TensorArg(shape=(3, 4), avoid=(-1.0, 1.0), margin=0.3),
-                TensorArg(shape=(3, 4), low=-0.2, high=0.2),
-            ),
-            location=Location('op_specs/losses.yaml', 62, 9),
+            "delta_1",
+            args=(TensorArg(shape=(3, 4), avoid=(-1.0, 1.0), margin=0.3), TensorArg(shape=(3, 4), low=-0.2, high=0.2)),
+            location=Location(SOURCE, 62, 9),
         ),
         Sample(
-            'delta_2_sum',
+            "delta_2_sum",
             args=(
                 TensorArg(shape=(2, 5), low=-4.0, high=4.0, avoid=(-2.0, 2.0), margin=0.3),
                 TensorArg(shape=(2, 5), low=-0.2, high=0.2),
             ),
-            kwargs=(('delta', 2.0), ('reduction', 'sum')),
-            location=Location('op_specs/losses.yaml', 64, 9),
+            kwargs=(("delta", 2.0), ("reduction", "sum")),
+            location=Location(SOURCE, 64, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
     expected_failures=(
         Rule(
-            where=Where(check=('fwgrad_bwgrad',)),
-            reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False)",
-            location=Location('op_specs/losses.yaml', 68, 9),
+            where=Where(check=("fwgrad_bwgrad",)),
+            reason=(
+                "huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for "
+                "huber_loss says supports_fwgrad_bwgrad=False)"
+            ),
+            location=Location(SOURCE, 68, 9),
         ),
     ),
-    location=Location('op_specs/losses.yaml', 59, 5),
+    location=Location(SOURCE, 59, 5),
 )
+
+XFAIL_0 = xfail(SPEC.expected_failures[0])
+MARKED = {
+    "test_fwgrad_bwgrad[cpu-float64-delta_1]": XFAIL_0,
+    "test_fwgrad_bwgrad[cpu-float64-delta_2_sum]": XFAIL_0,
+    "test_fwgrad_bwgrad[cuda-float64-delta_1]": XFAIL_0,
+    "test_fwgrad_bwgrad[cuda-float64-delta_2_sum]": XFAIL_0,
+    "test_fwgrad_bwgrad[xpu-float64-delta_1]": XFAIL_0,
+    "test_fwgrad_bwgrad[xpu-float64-delta_2_sum]": XFAIL_0,
+}
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'delta_1', id='cpu-float64-delta_1'),
-        pytest.param('cpu', 'float64', 'delta_2_sum', id='cpu-float64-delta_2_sum'),
-        pytest.param('cuda', 'float64', 'delta_1', id='cuda-float64-delta_1'),
-        pytest.param('cuda', 'float64', 'delta_2_sum', id='cuda-float64-delta_2_sum'),
-        pytest.param('mps', 'float64', 'delta_1', id='mps-float64-delta_1'),
-        pytest.param('mps', 'float64', 'delta_2_sum', id='mps-float64-delta_2_sum'),
-        pytest.param('xpu', 'float64', 'delta_1', id='xpu-float64-delta_1'),
-        pytest.param('xpu', 'float64', 'delta_2_sum', id='xpu-float64-delta_2_sum'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'delta_1', id='cpu-float64-delta_1'),
-        pytest.param('cpu', 'float64', 'delta_2_sum', id='cpu-float64-delta_2_sum'),
-        pytest.param('cuda', 'float64', 'delta_1', id='cuda-float64-delta_1'),
-        pytest.param('cuda', 'float64', 'delta_2_sum', id='cuda-float64-delta_2_sum'),
-        pytest.param('mps', 'float64', 'delta_1', id='mps-float64-delta_1'),
-        pytest.param('mps', 'float64', 'delta_2_sum', id='mps-float64-delta_2_sum'),
-        pytest.param('xpu', 'float64', 'delta_1', id='xpu-float64-delta_1'),
-        pytest.param('xpu', 'float64', 'delta_2_sum', id='xpu-float64-delta_2_sum'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'delta_1', id='cpu-float64-delta_1'),
-        pytest.param('cpu', 'float64', 'delta_2_sum', id='cpu-float64-delta_2_sum'),
-        pytest.param('cuda', 'float64', 'delta_1', id='cuda-float64-delta_1'),
-        pytest.param('cuda', 'float64', 'delta_2_sum', id='cuda-float64-delta_2_sum'),
-        pytest.param('mps', 'float64', 'delta_1', id='mps-float64-delta_1'),
-        pytest.param('mps', 'float64', 'delta_2_sum', id='mps-float64-delta_2_sum'),
-        pytest.param('xpu', 'float64', 'delta_1', id='xpu-float64-delta_1'),
-        pytest.param('xpu', 'float64', 'delta_2_sum', id='xpu-float64-delta_2_sum'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param(
-            'cpu', 'float64', 'delta_1', id='cpu-float64-delta_1',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-        pytest.param(
-            'cpu', 'float64', 'delta_2_sum', id='cpu-float64-delta_2_sum',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-        pytest.param(
-            'cuda', 'float64', 'delta_1', id='cuda-float64-delta_1',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-        pytest.param(
-            'cuda', 'float64', 'delta_2_sum', id='cuda-float64-delta_2_sum',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-        pytest.param(
-            'mps', 'float64', 'delta_1', id='mps-float64-delta_1',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-        pytest.param(
-            'mps', 'float64', 'delta_2_sum', id='mps-float64-delta_2_sum',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-        pytest.param(
-            'xpu', 'float64', 'delta_1', id='xpu-float64-delta_1',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-        pytest.param(
-            'xpu', 'float64', 'delta_2_sum', id='xpu-float64-delta_2_sum',
-            marks=pytest.mark.xfail(reason="huber_loss_backward has no forward-AD formula in torch (NotImplementedError; torch's OpInfo for huber_loss says supports_fwgrad_bwgrad=False) (op_specs/losses.yaml:68:9)", strict=True),
-        ),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",), marked=MARKED)
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'delta_1', id='cpu-float32-delta_1'),
-        pytest.param('cpu', 'float32', 'delta_2_sum', id='cpu-float32-delta_2_sum'),
-        pytest.param('cuda', 'float32', 'delta_1', id='cuda-float32-delta_1'),
-        pytest.param('cuda', 'float32', 'delta_2_sum', id='cuda-float32-delta_2_sum'),
-        pytest.param('mps', 'float32', 'delta_1', id='mps-float32-delta_1'),
-        pytest.param('mps', 'float32', 'delta_2_sum', id='mps-float32-delta_2_sum'),
-        pytest.param('xpu', 'float32', 'delta_1', id='xpu-float32-delta_1'),
-        pytest.param('xpu', 'float32', 'delta_2_sum', id='xpu-float32-delta_2_sum'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,102 +5,53 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='hypot',
-    op='torch.hypot',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="hypot",
+    op="torch.hypot",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'same_shape',
+            "same_shape",
             args=(TensorArg(shape=(3, 4), avoid=(0.0,), margin=0.2), TensorArg(shape=(3, 4))),
-            location=Location('op_specs/binary.yaml', 117, 9),
+            location=Location(SOURCE, 117, 9),
         ),
         Sample(
-            'broadcast_noncontig',
-            args=(
-                TensorArg(shape=(3, 1), avoid=(0.0,), margin=0.2),
-                TensorArg(shape=(3, 4), noncontiguous=True),
-            ),
-            location=Location('op_specs/binary.yaml', 119, 9),
+            "broadcast_noncontig",
+            args=(TensorArg(shape=(3, 1), avoid=(0.0,), margin=0.2), TensorArg(shape=(3, 4), noncontiguous=True)),
+            location=Location(SOURCE, 119, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 114, 5),
+    location=Location(SOURCE, 114, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_noncontig', id='cpu-float64-broadcast_noncontig'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_noncontig', id='cuda-float64-broadcast_noncontig'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_noncontig', id='mps-float64-broadcast_noncontig'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_noncontig', id='xpu-float64-broadcast_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_noncontig', id='cpu-float64-broadcast_noncontig'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_noncontig', id='cuda-float64-broadcast_noncontig'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_noncontig', id='mps-float64-broadcast_noncontig'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_noncontig', id='xpu-float64-broadcast_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_noncontig', id='cpu-float64-broadcast_noncontig'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_noncontig', id='cuda-float64-broadcast_noncontig'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_noncontig', id='mps-float64-broadcast_noncontig'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_noncontig', id='xpu-float64-broadcast_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_noncontig', id='cpu-float64-broadcast_noncontig'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_noncontig', id='cuda-float64-broadcast_noncontig'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_noncontig', id='mps-float64-broadcast_noncontig'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_noncontig', id='xpu-float64-broadcast_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

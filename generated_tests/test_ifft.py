@@ -5,101 +5,51 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/complex.yaml"
 SPEC = OpSpec(
-    name='ifft',
-    op='torch.fft.ifft',
-    source='op_specs/complex.yaml',
-    sha256='cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d',
+    name="ifft",
+    op="torch.fft.ifft",
+    source=SOURCE,
+    sha256="cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(6,)),), location=Location(SOURCE, 69, 9)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(6,)),),
-            location=Location('op_specs/complex.yaml', 69, 9),
-        ),
-        Sample(
-            'batched_noncontig',
+            "batched_noncontig",
             args=(TensorArg(shape=(2, 4), noncontiguous=True),),
-            kwargs=(('norm', 'ortho'),),
-            location=Location('op_specs/complex.yaml', 71, 9),
+            kwargs=(("norm", "ortho"),),
+            location=Location(SOURCE, 71, 9),
         ),
     ),
-    dtypes=('complex128',),
+    dtypes=("complex128",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/complex.yaml', 67, 5),
+    location=Location(SOURCE, 67, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'batched_noncontig', id='cpu-complex128-batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'batched_noncontig', id='cuda-complex128-batched_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'batched_noncontig', id='mps-complex128-batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'batched_noncontig', id='xpu-complex128-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'batched_noncontig', id='cpu-complex128-batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'batched_noncontig', id='cuda-complex128-batched_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'batched_noncontig', id='mps-complex128-batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'batched_noncontig', id='xpu-complex128-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'batched_noncontig', id='cpu-complex128-batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'batched_noncontig', id='cuda-complex128-batched_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'batched_noncontig', id='mps-complex128-batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'batched_noncontig', id='xpu-complex128-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'vector', id='cpu-complex128-vector'),
-        pytest.param('cpu', 'complex128', 'batched_noncontig', id='cpu-complex128-batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'vector', id='cuda-complex128-vector'),
-        pytest.param('cuda', 'complex128', 'batched_noncontig', id='cuda-complex128-batched_noncontig'),
-        pytest.param('mps', 'complex128', 'vector', id='mps-complex128-vector'),
-        pytest.param('mps', 'complex128', 'batched_noncontig', id='mps-complex128-batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'vector', id='xpu-complex128-vector'),
-        pytest.param('xpu', 'complex128', 'batched_noncontig', id='xpu-complex128-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

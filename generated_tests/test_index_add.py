@@ -5,130 +5,72 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='index_add',
-    op='torch.Tensor.index_add',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="index_add",
+    op="torch.Tensor.index_add",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'repeats_alpha',
+            "repeats_alpha",
             args=(
                 TensorArg(shape=(4, 3)),
                 0,
-                TensorArg(shape=(5,), dtype='int64', values=(1, 3, 1, 0, 1)),
+                TensorArg(shape=(5,), dtype="int64", values=(1, 3, 1, 0, 1)),
                 TensorArg(shape=(5, 3)),
             ),
-            kwargs=(('alpha', 2.0),),
-            location=Location('op_specs/indexing.yaml', 88, 9),
+            kwargs=(("alpha", 2.0),),
+            location=Location(SOURCE, 88, 9),
         ),
         Sample(
-            'dim1',
+            "dim1",
             args=(
                 TensorArg(shape=(2, 4)),
                 1,
-                TensorArg(shape=(2,), dtype='int64', values=(3, 0)),
+                TensorArg(shape=(2,), dtype="int64", values=(3, 0)),
                 TensorArg(shape=(2, 2), noncontiguous=True),
             ),
-            location=Location('op_specs/indexing.yaml', 91, 9),
+            location=Location(SOURCE, 91, 9),
         ),
     ),
-    variant='method',
-    lowprec_dtypes=('float32',),
+    variant="method",
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/indexing.yaml', 83, 5),
+    location=Location(SOURCE, 83, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeats_alpha', id='cpu-float64-repeats_alpha'),
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cuda', 'float64', 'repeats_alpha', id='cuda-float64-repeats_alpha'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('mps', 'float64', 'repeats_alpha', id='mps-float64-repeats_alpha'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('xpu', 'float64', 'repeats_alpha', id='xpu-float64-repeats_alpha'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeats_alpha', id='cpu-float64-repeats_alpha'),
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cuda', 'float64', 'repeats_alpha', id='cuda-float64-repeats_alpha'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('mps', 'float64', 'repeats_alpha', id='mps-float64-repeats_alpha'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('xpu', 'float64', 'repeats_alpha', id='xpu-float64-repeats_alpha'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeats_alpha', id='cpu-float64-repeats_alpha'),
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cuda', 'float64', 'repeats_alpha', id='cuda-float64-repeats_alpha'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('mps', 'float64', 'repeats_alpha', id='mps-float64-repeats_alpha'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('xpu', 'float64', 'repeats_alpha', id='xpu-float64-repeats_alpha'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeats_alpha', id='cpu-float64-repeats_alpha'),
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cuda', 'float64', 'repeats_alpha', id='cuda-float64-repeats_alpha'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('mps', 'float64', 'repeats_alpha', id='mps-float64-repeats_alpha'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('xpu', 'float64', 'repeats_alpha', id='xpu-float64-repeats_alpha'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'repeats_alpha', id='cpu-float32-repeats_alpha'),
-        pytest.param('cpu', 'float32', 'dim1', id='cpu-float32-dim1'),
-        pytest.param('cuda', 'float32', 'repeats_alpha', id='cuda-float32-repeats_alpha'),
-        pytest.param('cuda', 'float32', 'dim1', id='cuda-float32-dim1'),
-        pytest.param('mps', 'float32', 'repeats_alpha', id='mps-float32-repeats_alpha'),
-        pytest.param('mps', 'float32', 'dim1', id='mps-float32-dim1'),
-        pytest.param('xpu', 'float32', 'repeats_alpha', id='xpu-float32-repeats_alpha'),
-        pytest.param('xpu', 'float32', 'dim1', id='xpu-float32-dim1'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,162 +5,84 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TensorListArg
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='index_put',
-    op='torch.index_put',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="index_put",
+    op="torch.index_put",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'accumulate_repeats',
+            "accumulate_repeats",
             args=(
                 TensorArg(shape=(4, 3)),
-                TensorListArg(items=(TensorArg(shape=(5,), dtype='int64', values=(0, 2, 0, 3, 2)),)),
+                TensorListArg(items=(TensorArg(shape=(5,), dtype="int64", values=(0, 2, 0, 3, 2)),)),
                 TensorArg(shape=(5, 3)),
                 True,
             ),
-            location=Location('op_specs/indexing.yaml', 64, 9),
+            location=Location(SOURCE, 64, 9),
         ),
         Sample(
-            'two_index_tensors_broadcast_values',
+            "two_index_tensors_broadcast_values",
             args=(
                 TensorArg(shape=(3, 4), noncontiguous=True),
                 TensorListArg(
                     items=(
-                        TensorArg(shape=(3,), dtype='int64', values=(0, 2, 1)),
-                        TensorArg(shape=(3,), dtype='int64', values=(3, 0, 1)),
-                    ),
+                        TensorArg(shape=(3,), dtype="int64", values=(0, 2, 1)),
+                        TensorArg(shape=(3,), dtype="int64", values=(3, 0, 1)),
+                    )
                 ),
                 TensorArg(shape=()),
             ),
-            kwargs=(('accumulate', True),),
-            location=Location('op_specs/indexing.yaml', 70, 9),
+            kwargs=(("accumulate", True),),
+            location=Location(SOURCE, 70, 9),
         ),
         Sample(
-            'overwrite_distinct',
+            "overwrite_distinct",
             args=(
                 TensorArg(shape=(5, 2)),
-                TensorListArg(items=(TensorArg(shape=(3,), dtype='int64', values=(4, 0, 2)),)),
+                TensorListArg(items=(TensorArg(shape=(3,), dtype="int64", values=(4, 0, 2)),)),
                 TensorArg(shape=(3, 2)),
             ),
-            location=Location('op_specs/indexing.yaml', 77, 9),
+            location=Location(SOURCE, 77, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/indexing.yaml', 59, 5),
+    location=Location(SOURCE, 59, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'accumulate_repeats', id='cpu-float64-accumulate_repeats'),
-        pytest.param('cpu', 'float64', 'two_index_tensors_broadcast_values', id='cpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cpu', 'float64', 'overwrite_distinct', id='cpu-float64-overwrite_distinct'),
-        pytest.param('cuda', 'float64', 'accumulate_repeats', id='cuda-float64-accumulate_repeats'),
-        pytest.param('cuda', 'float64', 'two_index_tensors_broadcast_values', id='cuda-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cuda', 'float64', 'overwrite_distinct', id='cuda-float64-overwrite_distinct'),
-        pytest.param('mps', 'float64', 'accumulate_repeats', id='mps-float64-accumulate_repeats'),
-        pytest.param('mps', 'float64', 'two_index_tensors_broadcast_values', id='mps-float64-two_index_tensors_broadcast_values'),
-        pytest.param('mps', 'float64', 'overwrite_distinct', id='mps-float64-overwrite_distinct'),
-        pytest.param('xpu', 'float64', 'accumulate_repeats', id='xpu-float64-accumulate_repeats'),
-        pytest.param('xpu', 'float64', 'two_index_tensors_broadcast_values', id='xpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('xpu', 'float64', 'overwrite_distinct', id='xpu-float64-overwrite_distinct'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'accumulate_repeats', id='cpu-float64-accumulate_repeats'),
-        pytest.param('cpu', 'float64', 'two_index_tensors_broadcast_values', id='cpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cpu', 'float64', 'overwrite_distinct', id='cpu-float64-overwrite_distinct'),
-        pytest.param('cuda', 'float64', 'accumulate_repeats', id='cuda-float64-accumulate_repeats'),
-        pytest.param('cuda', 'float64', 'two_index_tensors_broadcast_values', id='cuda-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cuda', 'float64', 'overwrite_distinct', id='cuda-float64-overwrite_distinct'),
-        pytest.param('mps', 'float64', 'accumulate_repeats', id='mps-float64-accumulate_repeats'),
-        pytest.param('mps', 'float64', 'two_index_tensors_broadcast_values', id='mps-float64-two_index_tensors_broadcast_values'),
-        pytest.param('mps', 'float64', 'overwrite_distinct', id='mps-float64-overwrite_distinct'),
-        pytest.param('xpu', 'float64', 'accumulate_repeats', id='xpu-float64-accumulate_repeats'),
-        pytest.param('xpu', 'float64', 'two_index_tensors_broadcast_values', id='xpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('xpu', 'float64', 'overwrite_distinct', id='xpu-float64-overwrite_distinct'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'accumulate_repeats', id='cpu-float64-accumulate_repeats'),
-        pytest.param('cpu', 'float64', 'two_index_tensors_broadcast_values', id='cpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cpu', 'float64', 'overwrite_distinct', id='cpu-float64-overwrite_distinct'),
-        pytest.param('cuda', 'float64', 'accumulate_repeats', id='cuda-float64-accumulate_repeats'),
-        pytest.param('cuda', 'float64', 'two_index_tensors_broadcast_values', id='cuda-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cuda', 'float64', 'overwrite_distinct', id='cuda-float64-overwrite_distinct'),
-        pytest.param('mps', 'float64', 'accumulate_repeats', id='mps-float64-accumulate_repeats'),
-        pytest.param('mps', 'float64', 'two_index_tensors_broadcast_values', id='mps-float64-two_index_tensors_broadcast_values'),
-        pytest.param('mps', 'float64', 'overwrite_distinct', id='mps-float64-overwrite_distinct'),
-        pytest.param('xpu', 'float64', 'accumulate_repeats', id='xpu-float64-accumulate_repeats'),
-        pytest.param('xpu', 'float64', 'two_index_tensors_broadcast_values', id='xpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('xpu', 'float64', 'overwrite_distinct', id='xpu-float64-overwrite_distinct'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'accumulate_repeats', id='cpu-float64-accumulate_repeats'),
-        pytest.param('cpu', 'float64', 'two_index_tensors_broadcast_values', id='cpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cpu', 'float64', 'overwrite_distinct', id='cpu-float64-overwrite_distinct'),
-        pytest.param('cuda', 'float64', 'accumulate_repeats', id='cuda-float64-accumulate_repeats'),
-        pytest.param('cuda', 'float64', 'two_index_tensors_broadcast_values', id='cuda-float64-two_index_tensors_broadcast_values'),
-        pytest.param('cuda', 'float64', 'overwrite_distinct', id='cuda-float64-overwrite_distinct'),
-        pytest.param('mps', 'float64', 'accumulate_repeats', id='mps-float64-accumulate_repeats'),
-        pytest.param('mps', 'float64', 'two_index_tensors_broadcast_values', id='mps-float64-two_index_tensors_broadcast_values'),
-        pytest.param('mps', 'float64', 'overwrite_distinct', id='mps-float64-overwrite_distinct'),
-        pytest.param('xpu', 'float64', 'accumulate_repeats', id='xpu-float64-accumulate_repeats'),
-        pytest.param('xpu', 'float64', 'two_index_tensors_broadcast_values', id='xpu-float64-two_index_tensors_broadcast_values'),
-        pytest.param('xpu', 'float64', 'overwrite_distinct', id='xpu-float64-overwrite_distinct'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'accumulate_repeats', id='cpu-float32-accumulate_repeats'),
-        pytest.param('cpu', 'float32', 'two_index_tensors_broadcast_values', id='cpu-float32-two_index_tensors_broadcast_values'),
-        pytest.param('cpu', 'float32', 'overwrite_distinct', id='cpu-float32-overwrite_distinct'),
-        pytest.param('cuda', 'float32', 'accumulate_repeats', id='cuda-float32-accumulate_repeats'),
-        pytest.param('cuda', 'float32', 'two_index_tensors_broadcast_values', id='cuda-float32-two_index_tensors_broadcast_values'),
-        pytest.param('cuda', 'float32', 'overwrite_distinct', id='cuda-float32-overwrite_distinct'),
-        pytest.param('mps', 'float32', 'accumulate_repeats', id='mps-float32-accumulate_repeats'),
-        pytest.param('mps', 'float32', 'two_index_tensors_broadcast_values', id='mps-float32-two_index_tensors_broadcast_values'),
-        pytest.param('mps', 'float32', 'overwrite_distinct', id='mps-float32-overwrite_distinct'),
-        pytest.param('xpu', 'float32', 'accumulate_repeats', id='xpu-float32-accumulate_repeats'),
-        pytest.param('xpu', 'float32', 'two_index_tensors_broadcast_values', id='xpu-float32-two_index_tensors_broadcast_values'),
-        pytest.param('xpu', 'float32', 'overwrite_distinct', id='xpu-float32-overwrite_distinct'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,151 +5,69 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='index_select',
-    op='torch.index_select',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="index_select",
+    op="torch.index_select",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'repeated_rows',
-            args=(
-                TensorArg(shape=(4, 3)),
-                0,
-                TensorArg(shape=(5,), dtype='int64', values=(3, 0, 3, 1, 3)),
-            ),
-            location=Location('op_specs/indexing.yaml', 29, 9),
+            "repeated_rows",
+            args=(TensorArg(shape=(4, 3)), 0, TensorArg(shape=(5,), dtype="int64", values=(3, 0, 3, 1, 3))),
+            location=Location(SOURCE, 29, 9),
         ),
         Sample(
-            'dim1_noncontig',
+            "dim1_noncontig",
             args=(
                 TensorArg(shape=(2, 5), noncontiguous=True),
                 1,
-                TensorArg(shape=(3,), dtype='int64', low=0.0, high=5.0),
+                TensorArg(shape=(3,), dtype="int64", low=0.0, high=5.0),
             ),
-            location=Location('op_specs/indexing.yaml', 31, 9),
+            location=Location(SOURCE, 31, 9),
         ),
         Sample(
-            'empty_index',
-            args=(TensorArg(shape=(4, 3)), 0, TensorArg(shape=(0,), dtype='int64')),
-            location=Location('op_specs/indexing.yaml', 33, 9),
+            "empty_index",
+            args=(TensorArg(shape=(4, 3)), 0, TensorArg(shape=(0,), dtype="int64")),
+            location=Location(SOURCE, 33, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/indexing.yaml', 26, 5),
+    location=Location(SOURCE, 26, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeated_rows', id='cpu-float64-repeated_rows'),
-        pytest.param('cpu', 'float64', 'dim1_noncontig', id='cpu-float64-dim1_noncontig'),
-        pytest.param('cpu', 'float64', 'empty_index', id='cpu-float64-empty_index'),
-        pytest.param('cuda', 'float64', 'repeated_rows', id='cuda-float64-repeated_rows'),
-        pytest.param('cuda', 'float64', 'dim1_noncontig', id='cuda-float64-dim1_noncontig'),
-        pytest.param('cuda', 'float64', 'empty_index', id='cuda-float64-empty_index'),
-        pytest.param('mps', 'float64', 'repeated_rows', id='mps-float64-repeated_rows'),
-        pytest.param('mps', 'float64', 'dim1_noncontig', id='mps-float64-dim1_noncontig'),
-        pytest.param('mps', 'float64', 'empty_index', id='mps-float64-empty_index'),
-        pytest.param('xpu', 'float64', 'repeated_rows', id='xpu-float64-repeated_rows'),
-        pytest.param('xpu', 'float64', 'dim1_noncontig', id='xpu-float64-dim1_noncontig'),
-        pytest.param('xpu', 'float64', 'empty_index', id='xpu-float64-empty_index'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeated_rows', id='cpu-float64-repeated_rows'),
-        pytest.param('cpu', 'float64', 'dim1_noncontig', id='cpu-float64-dim1_noncontig'),
-        pytest.param('cpu', 'float64', 'empty_index', id='cpu-float64-empty_index'),
-        pytest.param('cuda', 'float64', 'repeated_rows', id='cuda-float64-repeated_rows'),
-        pytest.param('cuda', 'float64', 'dim1_noncontig', id='cuda-float64-dim1_noncontig'),
-        pytest.param('cuda', 'float64', 'empty_index', id='cuda-float64-empty_index'),
-        pytest.param('mps', 'float64', 'repeated_rows', id='mps-float64-repeated_rows'),
-        pytest.param('mps', 'float64', 'dim1_noncontig', id='mps-float64-dim1_noncontig'),
-        pytest.param('mps', 'float64', 'empty_index', id='mps-float64-empty_index'),
-        pytest.param('xpu', 'float64', 'repeated_rows', id='xpu-float64-repeated_rows'),
-        pytest.param('xpu', 'float64', 'dim1_noncontig', id='xpu-float64-dim1_noncontig'),
-        pytest.param('xpu', 'float64', 'empty_index', id='xpu-float64-empty_index'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeated_rows', id='cpu-float64-repeated_rows'),
-        pytest.param('cpu', 'float64', 'dim1_noncontig', id='cpu-float64-dim1_noncontig'),
-        pytest.param('cpu', 'float64', 'empty_index', id='cpu-float64-empty_index'),
-        pytest.param('cuda', 'float64', 'repeated_rows', id='cuda-float64-repeated_rows'),
-        pytest.param('cuda', 'float64', 'dim1_noncontig', id='cuda-float64-dim1_noncontig'),
-        pytest.param('cuda', 'float64', 'empty_index', id='cuda-float64-empty_index'),
-        pytest.param('mps', 'float64', 'repeated_rows', id='mps-float64-repeated_rows'),
-        pytest.param('mps', 'float64', 'dim1_noncontig', id='mps-float64-dim1_noncontig'),
-        pytest.param('mps', 'float64', 'empty_index', id='mps-float64-empty_index'),
-        pytest.param('xpu', 'float64', 'repeated_rows', id='xpu-float64-repeated_rows'),
-        pytest.param('xpu', 'float64', 'dim1_noncontig', id='xpu-float64-dim1_noncontig'),
-        pytest.param('xpu', 'float64', 'empty_index', id='xpu-float64-empty_index'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'repeated_rows', id='cpu-float64-repeated_rows'),
-        pytest.param('cpu', 'float64', 'dim1_noncontig', id='cpu-float64-dim1_noncontig'),
-        pytest.param('cpu', 'float64', 'empty_index', id='cpu-float64-empty_index'),
-        pytest.param('cuda', 'float64', 'repeated_rows', id='cuda-float64-repeated_rows'),
-        pytest.param('cuda', 'float64', 'dim1_noncontig', id='cuda-float64-dim1_noncontig'),
-        pytest.param('cuda', 'float64', 'empty_index', id='cuda-float64-empty_index'),
-        pytest.param('mps', 'float64', 'repeated_rows', id='mps-float64-repeated_rows'),
-        pytest.param('mps', 'float64', 'dim1_noncontig', id='mps-float64-dim1_noncontig'),
-        pytest.param('mps', 'float64', 'empty_index', id='mps-float64-empty_index'),
-        pytest.param('xpu', 'float64', 'repeated_rows', id='xpu-float64-repeated_rows'),
-        pytest.param('xpu', 'float64', 'dim1_noncontig', id='xpu-float64-dim1_noncontig'),
-        pytest.param('xpu', 'float64', 'empty_index', id='xpu-float64-empty_index'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'repeated_rows', id='cpu-float32-repeated_rows'),
-        pytest.param('cpu', 'float32', 'dim1_noncontig', id='cpu-float32-dim1_noncontig'),
-        pytest.param('cpu', 'float32', 'empty_index', id='cpu-float32-empty_index'),
-        pytest.param('cuda', 'float32', 'repeated_rows', id='cuda-float32-repeated_rows'),
-        pytest.param('cuda', 'float32', 'dim1_noncontig', id='cuda-float32-dim1_noncontig'),
-        pytest.param('cuda', 'float32', 'empty_index', id='cuda-float32-empty_index'),
-        pytest.param('mps', 'float32', 'repeated_rows', id='mps-float32-repeated_rows'),
-        pytest.param('mps', 'float32', 'dim1_noncontig', id='mps-float32-dim1_noncontig'),
-        pytest.param('mps', 'float32', 'empty_index', id='mps-float32-empty_index'),
-        pytest.param('xpu', 'float32', 'repeated_rows', id='xpu-float32-repeated_rows'),
-        pytest.param('xpu', 'float32', 'dim1_noncontig', id='xpu-float32-dim1_noncontig'),
-        pytest.param('xpu', 'float32', 'empty_index', id='xpu-float32-empty_index'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,172 +5,74 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='interpolate',
-    op='torch.nn.functional.interpolate',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="interpolate",
+    op="torch.nn.functional.interpolate",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'nearest_scale',
+            "nearest_scale",
             args=(TensorArg(shape=(1, 2, 3, 3)),),
-            kwargs=(('scale_factor', 2), ('mode', 'nearest')),
-            location=Location('op_specs/layers.yaml', 139, 9),
+            kwargs=(("scale_factor", 2), ("mode", "nearest")),
+            location=Location(SOURCE, 139, 9),
         ),
         Sample(
-            'linear_size',
+            "linear_size",
             args=(TensorArg(shape=(2, 1, 4)),),
-            kwargs=(('size', 7), ('mode', 'linear'), ('align_corners', False)),
-            location=Location('op_specs/layers.yaml', 142, 9),
+            kwargs=(("size", 7), ("mode", "linear"), ("align_corners", False)),
+            location=Location(SOURCE, 142, 9),
         ),
         Sample(
-            'bilinear_align_corners',
+            "bilinear_align_corners",
             args=(TensorArg(shape=(1, 2, 3, 4), noncontiguous=True),),
-            kwargs=(('size', (5, 3)), ('mode', 'bilinear'), ('align_corners', True)),
-            location=Location('op_specs/layers.yaml', 145, 9),
+            kwargs=(("size", (5, 3)), ("mode", "bilinear"), ("align_corners", True)),
+            location=Location(SOURCE, 145, 9),
         ),
         Sample(
-            'bicubic_downsample',
+            "bicubic_downsample",
             args=(TensorArg(shape=(1, 1, 5, 5)),),
-            kwargs=(('scale_factor', 0.6), ('mode', 'bicubic')),
-            location=Location('op_specs/layers.yaml', 148, 9),
+            kwargs=(("scale_factor", 0.6), ("mode", "bicubic")),
+            location=Location(SOURCE, 148, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 135, 5),
+    location=Location(SOURCE, 135, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'nearest_scale', id='cpu-float64-nearest_scale'),
-        pytest.param('cpu', 'float64', 'linear_size', id='cpu-float64-linear_size'),
-        pytest.param('cpu', 'float64', 'bilinear_align_corners', id='cpu-float64-bilinear_align_corners'),
-        pytest.param('cpu', 'float64', 'bicubic_downsample', id='cpu-float64-bicubic_downsample'),
-        pytest.param('cuda', 'float64', 'nearest_scale', id='cuda-float64-nearest_scale'),
-        pytest.param('cuda', 'float64', 'linear_size', id='cuda-float64-linear_size'),
-        pytest.param('cuda', 'float64', 'bilinear_align_corners', id='cuda-float64-bilinear_align_corners'),
-        pytest.param('cuda', 'float64', 'bicubic_downsample', id='cuda-float64-bicubic_downsample'),
-        pytest.param('mps', 'float64', 'nearest_scale', id='mps-float64-nearest_scale'),
-        pytest.param('mps', 'float64', 'linear_size', id='mps-float64-linear_size'),
-        pytest.param('mps', 'float64', 'bilinear_align_corners', id='mps-float64-bilinear_align_corners'),
-        pytest.param('mps', 'float64', 'bicubic_downsample', id='mps-float64-bicubic_downsample'),
-        pytest.param('xpu', 'float64', 'nearest_scale', id='xpu-float64-nearest_scale'),
-        pytest.param('xpu', 'float64', 'linear_size', id='xpu-float64-linear_size'),
-        pytest.param('xpu', 'float64', 'bilinear_align_corners', id='xpu-float64-bilinear_align_corners'),
-        pytest.param('xpu', 'float64', 'bicubic_downsample', id='xpu-float64-bicubic_downsample'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'nearest_scale', id='cpu-float64-nearest_scale'),
-        pytest.param('cpu', 'float64', 'linear_size', id='cpu-float64-linear_size'),
-        pytest.param('cpu', 'float64', 'bilinear_align_corners', id='cpu-float64-bilinear_align_corners'),
-        pytest.param('cpu', 'float64', 'bicubic_downsample', id='cpu-float64-bicubic_downsample'),
-        pytest.param('cuda', 'float64', 'nearest_scale', id='cuda-float64-nearest_scale'),
-        pytest.param('cuda', 'float64', 'linear_size', id='cuda-float64-linear_size'),
-        pytest.param('cuda', 'float64', 'bilinear_align_corners', id='cuda-float64-bilinear_align_corners'),
-        pytest.param('cuda', 'float64', 'bicubic_downsample', id='cuda-float64-bicubic_downsample'),
-        pytest.param('mps', 'float64', 'nearest_scale', id='mps-float64-nearest_scale'),
-        pytest.param('mps', 'float64', 'linear_size', id='mps-float64-linear_size'),
-        pytest.param('mps', 'float64', 'bilinear_align_corners', id='mps-float64-bilinear_align_corners'),
-        pytest.param('mps', 'float64', 'bicubic_downsample', id='mps-float64-bicubic_downsample'),
-        pytest.param('xpu', 'float64', 'nearest_scale', id='xpu-float64-nearest_scale'),
-        pytest.param('xpu', 'float64', 'linear_size', id='xpu-float64-linear_size'),
-        pytest.param('xpu', 'float64', 'bilinear_align_corners', id='xpu-float64-bilinear_align_corners'),
-        pytest.param('xpu', 'float64', 'bicubic_downsample', id='xpu-float64-bicubic_downsample'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'nearest_scale', id='cpu-float64-nearest_scale'),
-        pytest.param('cpu', 'float64', 'linear_size', id='cpu-float64-linear_size'),
-        pytest.param('cpu', 'float64', 'bilinear_align_corners', id='cpu-float64-bilinear_align_corners'),
-        pytest.param('cpu', 'float64', 'bicubic_downsample', id='cpu-float64-bicubic_downsample'),
-        pytest.param('cuda', 'float64', 'nearest_scale', id='cuda-float64-nearest_scale'),
-        pytest.param('cuda', 'float64', 'linear_size', id='cuda-float64-linear_size'),
-        pytest.param('cuda', 'float64', 'bilinear_align_corners', id='cuda-float64-bilinear_align_corners'),
-        pytest.param('cuda', 'float64', 'bicubic_downsample', id='cuda-float64-bicubic_downsample'),
-        pytest.param('mps', 'float64', 'nearest_scale', id='mps-float64-nearest_scale'),
-        pytest.param('mps', 'float64', 'linear_size', id='mps-float64-linear_size'),
-        pytest.param('mps', 'float64', 'bilinear_align_corners', id='mps-float64-bilinear_align_corners'),
-        pytest.param('mps', 'float64', 'bicubic_downsample', id='mps-float64-bicubic_downsample'),
-        pytest.param('xpu', 'float64', 'nearest_scale', id='xpu-float64-nearest_scale'),
-        pytest.param('xpu', 'float64', 'linear_size', id='xpu-float64-linear_size'),
-        pytest.param('xpu', 'float64', 'bilinear_align_corners', id='xpu-float64-bilinear_align_corners'),
-        pytest.param('xpu', 'float64', 'bicubic_downsample', id='xpu-float64-bicubic_downsample'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'nearest_scale', id='cpu-float64-nearest_scale'),
-        pytest.param('cpu', 'float64', 'linear_size', id='cpu-float64-linear_size'),
-        pytest.param('cpu', 'float64', 'bilinear_align_corners', id='cpu-float64-bilinear_align_corners'),
-        pytest.param('cpu', 'float64', 'bicubic_downsample', id='cpu-float64-bicubic_downsample'),
-        pytest.param('cuda', 'float64', 'nearest_scale', id='cuda-float64-nearest_scale'),
-        pytest.param('cuda', 'float64', 'linear_size', id='cuda-float64-linear_size'),
-        pytest.param('cuda', 'float64', 'bilinear_align_corners', id='cuda-float64-bilinear_align_corners'),
-        pytest.param('cuda', 'float64', 'bicubic_downsample', id='cuda-float64-bicubic_downsample'),
-        pytest.param('mps', 'float64', 'nearest_scale', id='mps-float64-nearest_scale'),
-        pytest.param('mps', 'float64', 'linear_size', id='mps-float64-linear_size'),
-        pytest.param('mps', 'float64', 'bilinear_align_corners', id='mps-float64-bilinear_align_corners'),
-        pytest.param('mps', 'float64', 'bicubic_downsample', id='mps-float64-bicubic_downsample'),
-        pytest.param('xpu', 'float64', 'nearest_scale', id='xpu-float64-nearest_scale'),
-        pytest.param('xpu', 'float64', 'linear_size', id='xpu-float64-linear_size'),
-        pytest.param('xpu', 'float64', 'bilinear_align_corners', id='xpu-float64-bilinear_align_corners'),
-        pytest.param('xpu', 'float64', 'bicubic_downsample', id='xpu-float64-bicubic_downsample'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'nearest_scale', id='cpu-float32-nearest_scale'),
-        pytest.param('cpu', 'float32', 'linear_size', id='cpu-float32-linear_size'),
-        pytest.param('cpu', 'float32', 'bilinear_align_corners', id='cpu-float32-bilinear_align_corners'),
-        pytest.param('cpu', 'float32', 'bicubic_downsample', id='cpu-float32-bicubic_downsample'),
-        pytest.param('cuda', 'float32', 'nearest_scale', id='cuda-float32-nearest_scale'),
-        pytest.param('cuda', 'float32', 'linear_size', id='cuda-float32-linear_size'),
-        pytest.param('cuda', 'float32', 'bilinear_align_corners', id='cuda-float32-bilinear_align_corners'),
-        pytest.param('cuda', 'float32', 'bicubic_downsample', id='cuda-float32-bicubic_downsample'),
-        pytest.param('mps', 'float32', 'nearest_scale', id='mps-float32-nearest_scale'),
-        pytest.param('mps', 'float32', 'linear_size', id='mps-float32-linear_size'),
-        pytest.param('mps', 'float32', 'bilinear_align_corners', id='mps-float32-bilinear_align_corners'),
-        pytest.param('mps', 'float32', 'bicubic_downsample', id='mps-float32-bicubic_downsample'),
-        pytest.param('xpu', 'float32', 'nearest_scale', id='xpu-float32-nearest_scale'),
-        pytest.param('xpu', 'float32', 'linear_size', id='xpu-float32-linear_size'),
-        pytest.param('xpu', 'float32', 'bilinear_align_corners', id='xpu-float32-bilinear_align_corners'),
-        pytest.param('xpu', 'float32', 'bicubic_downsample', id='xpu-float32-bicubic_downsample'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,169 +5,51 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='inv',
-    op='torch.linalg.inv',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="inv",
+    op="torch.linalg.inv",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("orthogonal", args=(TensorArg(shape=(3, 3), maker="orthogonal"),), location=Location(SOURCE, 48, 9)),
+        Sample("batched_spd", args=(TensorArg(shape=(2, 3, 3), maker="spd"),), location=Location(SOURCE, 50, 9)),
         Sample(
-            'orthogonal',
-            args=(TensorArg(shape=(3, 3), maker='orthogonal'),),
-            location=Location('op_specs/linalg.yaml', 48, 9),
-        ),
-        Sample(
-            'batched_spd',
-            args=(TensorArg(shape=(2, 3, 3), maker='spd'),),
-            location=Location('op_specs/linalg.yaml', 50, 9),
-        ),
-        Sample(
-            'triangular_noncontig',
-            args=(TensorArg(shape=(3, 3), noncontiguous=True, maker='upper_triangular'),),
-            location=Location('op_specs/linalg.yaml', 52, 9),
+            "triangular_noncontig",
+            args=(TensorArg(shape=(3, 3), noncontiguous=True, maker="upper_triangular"),),
+            location=Location(SOURCE, 52, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 45, 5),
+    location=Location(SOURCE, 45, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_spd', id='cpu-float64-batched_spd'),
-        pytest.param('cpu', 'float64', 'triangular_noncontig', id='cpu-float64-triangular_noncontig'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_spd', id='cpu-complex128-batched_spd'),
-        pytest.param('cpu', 'complex128', 'triangular_noncontig', id='cpu-complex128-triangular_noncontig'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_spd', id='cuda-float64-batched_spd'),
-        pytest.param('cuda', 'float64', 'triangular_noncontig', id='cuda-float64-triangular_noncontig'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_spd', id='cuda-complex128-batched_spd'),
-        pytest.param('cuda', 'complex128', 'triangular_noncontig', id='cuda-complex128-triangular_noncontig'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_spd', id='mps-float64-batched_spd'),
-        pytest.param('mps', 'float64', 'triangular_noncontig', id='mps-float64-triangular_noncontig'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_spd', id='mps-complex128-batched_spd'),
-        pytest.param('mps', 'complex128', 'triangular_noncontig', id='mps-complex128-triangular_noncontig'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_spd', id='xpu-float64-batched_spd'),
-        pytest.param('xpu', 'float64', 'triangular_noncontig', id='xpu-float64-triangular_noncontig'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_spd', id='xpu-complex128-batched_spd'),
-        pytest.param('xpu', 'complex128', 'triangular_noncontig', id='xpu-complex128-triangular_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_spd', id='cpu-float64-batched_spd'),
-        pytest.param('cpu', 'float64', 'triangular_noncontig', id='cpu-float64-triangular_noncontig'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_spd', id='cpu-complex128-batched_spd'),
-        pytest.param('cpu', 'complex128', 'triangular_noncontig', id='cpu-complex128-triangular_noncontig'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_spd', id='cuda-float64-batched_spd'),
-        pytest.param('cuda', 'float64', 'triangular_noncontig', id='cuda-float64-triangular_noncontig'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_spd', id='cuda-complex128-batched_spd'),
-        pytest.param('cuda', 'complex128', 'triangular_noncontig', id='cuda-complex128-triangular_noncontig'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_spd', id='mps-float64-batched_spd'),
-        pytest.param('mps', 'float64', 'triangular_noncontig', id='mps-float64-triangular_noncontig'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_spd', id='mps-complex128-batched_spd'),
-        pytest.param('mps', 'complex128', 'triangular_noncontig', id='mps-complex128-triangular_noncontig'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_spd', id='xpu-float64-batched_spd'),
-        pytest.param('xpu', 'float64', 'triangular_noncontig', id='xpu-float64-triangular_noncontig'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_spd', id='xpu-complex128-batched_spd'),
-        pytest.param('xpu', 'complex128', 'triangular_noncontig', id='xpu-complex128-triangular_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_spd', id='cpu-float64-batched_spd'),
-        pytest.param('cpu', 'float64', 'triangular_noncontig', id='cpu-float64-triangular_noncontig'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_spd', id='cpu-complex128-batched_spd'),
-        pytest.param('cpu', 'complex128', 'triangular_noncontig', id='cpu-complex128-triangular_noncontig'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_spd', id='cuda-float64-batched_spd'),
-        pytest.param('cuda', 'float64', 'triangular_noncontig', id='cuda-float64-triangular_noncontig'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_spd', id='cuda-complex128-batched_spd'),
-        pytest.param('cuda', 'complex128', 'triangular_noncontig', id='cuda-complex128-triangular_noncontig'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_spd', id='mps-float64-batched_spd'),
-        pytest.param('mps', 'float64', 'triangular_noncontig', id='mps-float64-triangular_noncontig'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_spd', id='mps-complex128-batched_spd'),
-        pytest.param('mps', 'complex128', 'triangular_noncontig', id='mps-complex128-triangular_noncontig'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_spd', id='xpu-float64-batched_spd'),
-        pytest.param('xpu', 'float64', 'triangular_noncontig', id='xpu-float64-triangular_noncontig'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_spd', id='xpu-complex128-batched_spd'),
-        pytest.param('xpu', 'complex128', 'triangular_noncontig', id='xpu-complex128-triangular_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'orthogonal', id='cpu-float64-orthogonal'),
-        pytest.param('cpu', 'float64', 'batched_spd', id='cpu-float64-batched_spd'),
-        pytest.param('cpu', 'float64', 'triangular_noncontig', id='cpu-float64-triangular_noncontig'),
-        pytest.param('cpu', 'complex128', 'orthogonal', id='cpu-complex128-orthogonal'),
-        pytest.param('cpu', 'complex128', 'batched_spd', id='cpu-complex128-batched_spd'),
-        pytest.param('cpu', 'complex128', 'triangular_noncontig', id='cpu-complex128-triangular_noncontig'),
-        pytest.param('cuda', 'float64', 'orthogonal', id='cuda-float64-orthogonal'),
-        pytest.param('cuda', 'float64', 'batched_spd', id='cuda-float64-batched_spd'),
-        pytest.param('cuda', 'float64', 'triangular_noncontig', id='cuda-float64-triangular_noncontig'),
-        pytest.param('cuda', 'complex128', 'orthogonal', id='cuda-complex128-orthogonal'),
-        pytest.param('cuda', 'complex128', 'batched_spd', id='cuda-complex128-batched_spd'),
-        pytest.param('cuda', 'complex128', 'triangular_noncontig', id='cuda-complex128-triangular_noncontig'),
-        pytest.param('mps', 'float64', 'orthogonal', id='mps-float64-orthogonal'),
-        pytest.param('mps', 'float64', 'batched_spd', id='mps-float64-batched_spd'),
-        pytest.param('mps', 'float64', 'triangular_noncontig', id='mps-float64-triangular_noncontig'),
-        pytest.param('mps', 'complex128', 'orthogonal', id='mps-complex128-orthogonal'),
-        pytest.param('mps', 'complex128', 'batched_spd', id='mps-complex128-batched_spd'),
-        pytest.param('mps', 'complex128', 'triangular_noncontig', id='mps-complex128-triangular_noncontig'),
-        pytest.param('xpu', 'float64', 'orthogonal', id='xpu-float64-orthogonal'),
-        pytest.param('xpu', 'float64', 'batched_spd', id='xpu-float64-batched_spd'),
-        pytest.param('xpu', 'float64', 'triangular_noncontig', id='xpu-float64-triangular_noncontig'),
-        pytest.param('xpu', 'complex128', 'orthogonal', id='xpu-complex128-orthogonal'),
-        pytest.param('xpu', 'complex128', 'batched_spd', id='xpu-complex128-batched_spd'),
-        pytest.param('xpu', 'complex128', 'triangular_noncontig', id='xpu-complex128-triangular_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

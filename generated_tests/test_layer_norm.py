@@ -5,161 +5,62 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TupleArg
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='layer_norm',
-    op='torch.nn.functional.layer_norm',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="layer_norm",
+    op="torch.nn.functional.layer_norm",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
         Sample(
-            'affine',
-            args=(
-                TensorArg(shape=(2, 3, 4)),
-                TupleArg(items=(4,)),
-                TensorArg(shape=(4,)),
-                TensorArg(shape=(4,)),
-            ),
-            location=Location('op_specs/nn_functional.yaml', 65, 9),
+            "affine",
+            args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(4,)), TensorArg(shape=(4,)), TensorArg(shape=(4,))),
+            location=Location(SOURCE, 65, 9),
         ),
         Sample(
-            'last_two_dims_noncontig',
+            "last_two_dims_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), TupleArg(items=(3, 4))),
-            kwargs=(('weight', TensorArg(shape=(3, 4))), ('bias', TensorArg(shape=(3, 4))), ('eps', 0.001)),
-            location=Location('op_specs/nn_functional.yaml', 67, 9),
+            kwargs=(("weight", TensorArg(shape=(3, 4))), ("bias", TensorArg(shape=(3, 4))), ("eps", 0.001)),
+            location=Location(SOURCE, 67, 9),
         ),
-        Sample(
-            'no_affine',
-            args=(TensorArg(shape=(3, 5)), (5,)),
-            location=Location('op_specs/nn_functional.yaml', 70, 9),
-        ),
+        Sample("no_affine", args=(TensorArg(shape=(3, 5)), (5,)), location=Location(SOURCE, 70, 9)),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/nn_functional.yaml', 63, 5),
+    location=Location(SOURCE, 63, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'last_two_dims_noncontig', id='cpu-float64-last_two_dims_noncontig'),
-        pytest.param('cpu', 'float64', 'no_affine', id='cpu-float64-no_affine'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'last_two_dims_noncontig', id='cuda-float64-last_two_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'no_affine', id='cuda-float64-no_affine'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'last_two_dims_noncontig', id='mps-float64-last_two_dims_noncontig'),
-        pytest.param('mps', 'float64', 'no_affine', id='mps-float64-no_affine'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'last_two_dims_noncontig', id='xpu-float64-last_two_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'no_affine', id='xpu-float64-no_affine'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'last_two_dims_noncontig', id='cpu-float64-last_two_dims_noncontig'),
-        pytest.param('cpu', 'float64', 'no_affine', id='cpu-float64-no_affine'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'last_two_dims_noncontig', id='cuda-float64-last_two_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'no_affine', id='cuda-float64-no_affine'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'last_two_dims_noncontig', id='mps-float64-last_two_dims_noncontig'),
-        pytest.param('mps', 'float64', 'no_affine', id='mps-float64-no_affine'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'last_two_dims_noncontig', id='xpu-float64-last_two_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'no_affine', id='xpu-float64-no_affine'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'last_two_dims_noncontig', id='cpu-float64-last_two_dims_noncontig'),
-        pytest.param('cpu', 'float64', 'no_affine', id='cpu-float64-no_affine'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'last_two_dims_noncontig', id='cuda-float64-last_two_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'no_affine', id='cuda-float64-no_affine'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'last_two_dims_noncontig', id='mps-float64-last_two_dims_noncontig'),
-        pytest.param('mps', 'float64', 'no_affine', id='mps-float64-no_affine'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'last_two_dims_noncontig', id='xpu-float64-last_two_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'no_affine', id='xpu-float64-no_affine'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'affine', id='cpu-float64-affine'),
-        pytest.param('cpu', 'float64', 'last_two_dims_noncontig', id='cpu-float64-last_two_dims_noncontig'),
-        pytest.param('cpu', 'float64', 'no_affine', id='cpu-float64-no_affine'),
-        pytest.param('cuda', 'float64', 'affine', id='cuda-float64-affine'),
-        pytest.param('cuda', 'float64', 'last_two_dims_noncontig', id='cuda-float64-last_two_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'no_affine', id='cuda-float64-no_affine'),
-        pytest.param('mps', 'float64', 'affine', id='mps-float64-affine'),
-        pytest.param('mps', 'float64', 'last_two_dims_noncontig', id='mps-float64-last_two_dims_noncontig'),
-        pytest.param('mps', 'float64', 'no_affine', id='mps-float64-no_affine'),
-        pytest.param('xpu', 'float64', 'affine', id='xpu-float64-affine'),
-        pytest.param('xpu', 'float64', 'last_two_dims_noncontig', id='xpu-float64-last_two_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'no_affine', id='xpu-float64-no_affine'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'affine', id='cpu-float32-affine'),
-        pytest.param('cpu', 'float32', 'last_two_dims_noncontig', id='cpu-float32-last_two_dims_noncontig'),
-        pytest.param('cpu', 'float32', 'no_affine', id='cpu-float32-no_affine'),
-        pytest.param('cpu', 'bfloat16', 'affine', id='cpu-bfloat16-affine'),
-        pytest.param('cpu', 'bfloat16', 'last_two_dims_noncontig', id='cpu-bfloat16-last_two_dims_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'no_affine', id='cpu-bfloat16-no_affine'),
-        pytest.param('cuda', 'float32', 'affine', id='cuda-float32-affine'),
-        pytest.param('cuda', 'float32', 'last_two_dims_noncontig', id='cuda-float32-last_two_dims_noncontig'),
-        pytest.param('cuda', 'float32', 'no_affine', id='cuda-float32-no_affine'),
-        pytest.param('cuda', 'bfloat16', 'affine', id='cuda-bfloat16-affine'),
-        pytest.param('cuda', 'bfloat16', 'last_two_dims_noncontig', id='cuda-bfloat16-last_two_dims_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'no_affine', id='cuda-bfloat16-no_affine'),
-        pytest.param('mps', 'float32', 'affine', id='mps-float32-affine'),
-        pytest.param('mps', 'float32', 'last_two_dims_noncontig', id='mps-float32-last_two_dims_noncontig'),
-        pytest.param('mps', 'float32', 'no_affine', id='mps-float32-no_affine'),
-        pytest.param('mps', 'bfloat16', 'affine', id='mps-bfloat16-affine'),
-        pytest.param('mps', 'bfloat16', 'last_two_dims_noncontig', id='mps-bfloat16-last_two_dims_noncontig'),
-        pytest.param('mps', 'bfloat16', 'no_affine', id='mps-bfloat16-no_affine'),
-        pytest.param('xpu', 'float32', 'affine', id='xpu-float32-affine'),
-        pytest.param('xpu', 'float32', 'last_two_dims_noncontig', id='xpu-float32-last_two_dims_noncontig'),
-        pytest.param('xpu', 'float32', 'no_affine', id='xpu-float32-no_affine'),
-        pytest.param('xpu', 'bfloat16', 'affine', id='xpu-bfloat16-affine'),
-        pytest.param('xpu', 'bfloat16', 'last_two_dims_noncontig', id='xpu-bfloat16-last_two_dims_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'no_affine', id='xpu-bfloat16-no_affine'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

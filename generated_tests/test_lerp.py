@@ -5,136 +5,54 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='lerp',
-    op='torch.lerp',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="lerp",
+    op="torch.lerp",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'tensor_weight',
-            args=(
-                TensorArg(shape=(3, 4)),
-                TensorArg(shape=(3, 4)),
-                TensorArg(shape=(3, 4), low=0.0, high=1.0),
-            ),
-            location=Location('op_specs/binary.yaml', 141, 9),
+            "tensor_weight",
+            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), low=0.0, high=1.0)),
+            location=Location(SOURCE, 141, 9),
         ),
         Sample(
-            'scalar_weight_broadcast',
+            "scalar_weight_broadcast",
             args=(TensorArg(shape=(3, 1)), TensorArg(shape=(4,)), 0.3),
-            location=Location('op_specs/binary.yaml', 143, 9),
+            location=Location(SOURCE, 143, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 138, 5),
+    location=Location(SOURCE, 138, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_weight', id='cpu-float64-tensor_weight'),
-        pytest.param('cpu', 'float64', 'scalar_weight_broadcast', id='cpu-float64-scalar_weight_broadcast'),
-        pytest.param('cpu', 'complex128', 'tensor_weight', id='cpu-complex128-tensor_weight'),
-        pytest.param('cpu', 'complex128', 'scalar_weight_broadcast', id='cpu-complex128-scalar_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'tensor_weight', id='cuda-float64-tensor_weight'),
-        pytest.param('cuda', 'float64', 'scalar_weight_broadcast', id='cuda-float64-scalar_weight_broadcast'),
-        pytest.param('cuda', 'complex128', 'tensor_weight', id='cuda-complex128-tensor_weight'),
-        pytest.param('cuda', 'complex128', 'scalar_weight_broadcast', id='cuda-complex128-scalar_weight_broadcast'),
-        pytest.param('mps', 'float64', 'tensor_weight', id='mps-float64-tensor_weight'),
-        pytest.param('mps', 'float64', 'scalar_weight_broadcast', id='mps-float64-scalar_weight_broadcast'),
-        pytest.param('mps', 'complex128', 'tensor_weight', id='mps-complex128-tensor_weight'),
-        pytest.param('mps', 'complex128', 'scalar_weight_broadcast', id='mps-complex128-scalar_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'tensor_weight', id='xpu-float64-tensor_weight'),
-        pytest.param('xpu', 'float64', 'scalar_weight_broadcast', id='xpu-float64-scalar_weight_broadcast'),
-        pytest.param('xpu', 'complex128', 'tensor_weight', id='xpu-complex128-tensor_weight'),
-        pytest.param('xpu', 'complex128', 'scalar_weight_broadcast', id='xpu-complex128-scalar_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_weight', id='cpu-float64-tensor_weight'),
-        pytest.param('cpu', 'float64', 'scalar_weight_broadcast', id='cpu-float64-scalar_weight_broadcast'),
-        pytest.param('cpu', 'complex128', 'tensor_weight', id='cpu-complex128-tensor_weight'),
-        pytest.param('cpu', 'complex128', 'scalar_weight_broadcast', id='cpu-complex128-scalar_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'tensor_weight', id='cuda-float64-tensor_weight'),
-        pytest.param('cuda', 'float64', 'scalar_weight_broadcast', id='cuda-float64-scalar_weight_broadcast'),
-        pytest.param('cuda', 'complex128', 'tensor_weight', id='cuda-complex128-tensor_weight'),
-        pytest.param('cuda', 'complex128', 'scalar_weight_broadcast', id='cuda-complex128-scalar_weight_broadcast'),
-        pytest.param('mps', 'float64', 'tensor_weight', id='mps-float64-tensor_weight'),
-        pytest.param('mps', 'float64', 'scalar_weight_broadcast', id='mps-float64-scalar_weight_broadcast'),
-        pytest.param('mps', 'complex128', 'tensor_weight', id='mps-complex128-tensor_weight'),
-        pytest.param('mps', 'complex128', 'scalar_weight_broadcast', id='mps-complex128-scalar_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'tensor_weight', id='xpu-float64-tensor_weight'),
-        pytest.param('xpu', 'float64', 'scalar_weight_broadcast', id='xpu-float64-scalar_weight_broadcast'),
-        pytest.param('xpu', 'complex128', 'tensor_weight', id='xpu-complex128-tensor_weight'),
-        pytest.param('xpu', 'complex128', 'scalar_weight_broadcast', id='xpu-complex128-scalar_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_weight', id='cpu-float64-tensor_weight'),
-        pytest.param('cpu', 'float64', 'scalar_weight_broadcast', id='cpu-float64-scalar_weight_broadcast'),
-        pytest.param('cpu', 'complex128', 'tensor_weight', id='cpu-complex128-tensor_weight'),
-        pytest.param('cpu', 'complex128', 'scalar_weight_broadcast', id='cpu-complex128-scalar_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'tensor_weight', id='cuda-float64-tensor_weight'),
-        pytest.param('cuda', 'float64', 'scalar_weight_broadcast', id='cuda-float64-scalar_weight_broadcast'),
-        pytest.param('cuda', 'complex128', 'tensor_weight', id='cuda-complex128-tensor_weight'),
-        pytest.param('cuda', 'complex128', 'scalar_weight_broadcast', id='cuda-complex128-scalar_weight_broadcast'),
-        pytest.param('mps', 'float64', 'tensor_weight', id='mps-float64-tensor_weight'),
-        pytest.param('mps', 'float64', 'scalar_weight_broadcast', id='mps-float64-scalar_weight_broadcast'),
-        pytest.param('mps', 'complex128', 'tensor_weight', id='mps-complex128-tensor_weight'),
-        pytest.param('mps', 'complex128', 'scalar_weight_broadcast', id='mps-complex128-scalar_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'tensor_weight', id='xpu-float64-tensor_weight'),
-        pytest.param('xpu', 'float64', 'scalar_weight_broadcast', id='xpu-float64-scalar_weight_broadcast'),
-        pytest.param('xpu', 'complex128', 'tensor_weight', id='xpu-complex128-tensor_weight'),
-        pytest.param('xpu', 'complex128', 'scalar_weight_broadcast', id='xpu-complex128-scalar_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_weight', id='cpu-float64-tensor_weight'),
-        pytest.param('cpu', 'float64', 'scalar_weight_broadcast', id='cpu-float64-scalar_weight_broadcast'),
-        pytest.param('cpu', 'complex128', 'tensor_weight', id='cpu-complex128-tensor_weight'),
-        pytest.param('cpu', 'complex128', 'scalar_weight_broadcast', id='cpu-complex128-scalar_weight_broadcast'),
-        pytest.param('cuda', 'float64', 'tensor_weight', id='cuda-float64-tensor_weight'),
-        pytest.param('cuda', 'float64', 'scalar_weight_broadcast', id='cuda-float64-scalar_weight_broadcast'),
-        pytest.param('cuda', 'complex128', 'tensor_weight', id='cuda-complex128-tensor_weight'),
-        pytest.param('cuda', 'complex128', 'scalar_weight_broadcast', id='cuda-complex128-scalar_weight_broadcast'),
-        pytest.param('mps', 'float64', 'tensor_weight', id='mps-float64-tensor_weight'),
-        pytest.param('mps', 'float64', 'scalar_weight_broadcast', id='mps-float64-scalar_weight_broadcast'),
-        pytest.param('mps', 'complex128', 'tensor_weight', id='mps-complex128-tensor_weight'),
-        pytest.param('mps', 'complex128', 'scalar_weight_broadcast', id='mps-complex128-scalar_weight_broadcast'),
-        pytest.param('xpu', 'float64', 'tensor_weight', id='xpu-float64-tensor_weight'),
-        pytest.param('xpu', 'float64', 'scalar_weight_broadcast', id='xpu-float64-scalar_weight_broadcast'),
-        pytest.param('xpu', 'complex128', 'tensor_weight', id='xpu-complex128-tensor_weight'),
-        pytest.param('xpu', 'complex128', 'scalar_weight_broadcast', id='xpu-complex128-scalar_weight_broadcast'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

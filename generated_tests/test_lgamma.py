@@ -5,99 +5,49 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/unary.yaml"
 SPEC = OpSpec(
-    name='lgamma',
-    op='torch.lgamma',
-    source='op_specs/unary.yaml',
-    sha256='3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4',
+    name="lgamma",
+    op="torch.lgamma",
+    source=SOURCE,
+    sha256="3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4",
     samples=(
+        Sample("positive", args=(TensorArg(shape=(6,), low=0.5, high=5.0),), location=Location(SOURCE, 130, 9)),
         Sample(
-            'positive',
-            args=(TensorArg(shape=(6,), low=0.5, high=5.0),),
-            location=Location('op_specs/unary.yaml', 130, 9),
-        ),
-        Sample(
-            'negative_between_poles',
+            "negative_between_poles",
             args=(TensorArg(shape=(6,), low=-2.9, high=-0.1, avoid=(-2.0, -1.0)),),
-            location=Location('op_specs/unary.yaml', 133, 9),
+            location=Location(SOURCE, 133, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/unary.yaml', 128, 5),
+    location=Location(SOURCE, 128, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'positive', id='cpu-float64-positive'),
-        pytest.param('cpu', 'float64', 'negative_between_poles', id='cpu-float64-negative_between_poles'),
-        pytest.param('cuda', 'float64', 'positive', id='cuda-float64-positive'),
-        pytest.param('cuda', 'float64', 'negative_between_poles', id='cuda-float64-negative_between_poles'),
-        pytest.param('mps', 'float64', 'positive', id='mps-float64-positive'),
-        pytest.param('mps', 'float64', 'negative_between_poles', id='mps-float64-negative_between_poles'),
-        pytest.param('xpu', 'float64', 'positive', id='xpu-float64-positive'),
-        pytest.param('xpu', 'float64', 'negative_between_poles', id='xpu-float64-negative_between_poles'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'positive', id='cpu-float64-positive'),
-        pytest.param('cpu', 'float64', 'negative_between_poles', id='cpu-float64-negative_between_poles'),
-        pytest.param('cuda', 'float64', 'positive', id='cuda-float64-positive'),
-        pytest.param('cuda', 'float64', 'negative_between_poles', id='cuda-float64-negative_between_poles'),
-        pytest.param('mps', 'float64', 'positive', id='mps-float64-positive'),
-        pytest.param('mps', 'float64', 'negative_between_poles', id='mps-float64-negative_between_poles'),
-        pytest.param('xpu', 'float64', 'positive', id='xpu-float64-positive'),
-        pytest.param('xpu', 'float64', 'negative_between_poles', id='xpu-float64-negative_between_poles'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'positive', id='cpu-float64-positive'),
-        pytest.param('cpu', 'float64', 'negative_between_poles', id='cpu-float64-negative_between_poles'),
-        pytest.param('cuda', 'float64', 'positive', id='cuda-float64-positive'),
-        pytest.param('cuda', 'float64', 'negative_between_poles', id='cuda-float64-negative_between_poles'),
-        pytest.param('mps', 'float64', 'positive', id='mps-float64-positive'),
-        pytest.param('mps', 'float64', 'negative_between_poles', id='mps-float64-negative_between_poles'),
-        pytest.param('xpu', 'float64', 'positive', id='xpu-float64-positive'),
-        pytest.param('xpu', 'float64', 'negative_between_poles', id='xpu-float64-negative_between_poles'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'positive', id='cpu-float64-positive'),
-        pytest.param('cpu', 'float64', 'negative_between_poles', id='cpu-float64-negative_between_poles'),
-        pytest.param('cuda', 'float64', 'positive', id='cuda-float64-positive'),
-        pytest.param('cuda', 'float64', 'negative_between_poles', id='cuda-float64-negative_between_poles'),
-        pytest.param('mps', 'float64', 'positive', id='mps-float64-positive'),
-        pytest.param('mps', 'float64', 'negative_between_poles', id='mps-float64-negative_between_poles'),
-        pytest.param('xpu', 'float64', 'positive', id='xpu-float64-positive'),
-        pytest.param('xpu', 'float64', 'negative_between_poles', id='xpu-float64-negative_between_poles'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,184 +5,70 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='linear',
-    op='torch.nn.functional.linear',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="linear",
+    op="torch.nn.functional.linear",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'bias',
+            "bias",
             args=(TensorArg(shape=(3, 4)), TensorArg(shape=(5, 4)), TensorArg(shape=(5,))),
-            location=Location('op_specs/layers.yaml', 59, 9),
+            location=Location(SOURCE, 59, 9),
         ),
         Sample(
-            'batched_no_bias_noncontig',
+            "batched_no_bias_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), TensorArg(shape=(2, 4))),
-            location=Location('op_specs/layers.yaml', 61, 9),
+            location=Location(SOURCE, 61, 9),
         ),
         Sample(
-            'vector_input',
+            "vector_input",
             args=(TensorArg(shape=(4,)), TensorArg(shape=(3, 4)), TensorArg(shape=(3,))),
-            location=Location('op_specs/layers.yaml', 63, 9),
+            location=Location(SOURCE, 63, 9),
         ),
         Sample(
-            'empty_batch',
+            "empty_batch",
             args=(TensorArg(shape=(0, 4)), TensorArg(shape=(2, 4)), TensorArg(shape=(2,))),
-            location=Location('op_specs/layers.yaml', 65, 9),
+            location=Location(SOURCE, 65, 9),
         ),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 53, 5),
+    location=Location(SOURCE, 53, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias', id='cpu-float64-bias'),
-        pytest.param('cpu', 'float64', 'batched_no_bias_noncontig', id='cpu-float64-batched_no_bias_noncontig'),
-        pytest.param('cpu', 'float64', 'vector_input', id='cpu-float64-vector_input'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cuda', 'float64', 'bias', id='cuda-float64-bias'),
-        pytest.param('cuda', 'float64', 'batched_no_bias_noncontig', id='cuda-float64-batched_no_bias_noncontig'),
-        pytest.param('cuda', 'float64', 'vector_input', id='cuda-float64-vector_input'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('mps', 'float64', 'bias', id='mps-float64-bias'),
-        pytest.param('mps', 'float64', 'batched_no_bias_noncontig', id='mps-float64-batched_no_bias_noncontig'),
-        pytest.param('mps', 'float64', 'vector_input', id='mps-float64-vector_input'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('xpu', 'float64', 'bias', id='xpu-float64-bias'),
-        pytest.param('xpu', 'float64', 'batched_no_bias_noncontig', id='xpu-float64-batched_no_bias_noncontig'),
-        pytest.param('xpu', 'float64', 'vector_input', id='xpu-float64-vector_input'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias', id='cpu-float64-bias'),
-        pytest.param('cpu', 'float64', 'batched_no_bias_noncontig', id='cpu-float64-batched_no_bias_noncontig'),
-        pytest.param('cpu', 'float64', 'vector_input', id='cpu-float64-vector_input'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cuda', 'float64', 'bias', id='cuda-float64-bias'),
-        pytest.param('cuda', 'float64', 'batched_no_bias_noncontig', id='cuda-float64-batched_no_bias_noncontig'),
-        pytest.param('cuda', 'float64', 'vector_input', id='cuda-float64-vector_input'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('mps', 'float64', 'bias', id='mps-float64-bias'),
-        pytest.param('mps', 'float64', 'batched_no_bias_noncontig', id='mps-float64-batched_no_bias_noncontig'),
-        pytest.param('mps', 'float64', 'vector_input', id='mps-float64-vector_input'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('xpu', 'float64', 'bias', id='xpu-float64-bias'),
-        pytest.param('xpu', 'float64', 'batched_no_bias_noncontig', id='xpu-float64-batched_no_bias_noncontig'),
-        pytest.param('xpu', 'float64', 'vector_input', id='xpu-float64-vector_input'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias', id='cpu-float64-bias'),
-        pytest.param('cpu', 'float64', 'batched_no_bias_noncontig', id='cpu-float64-batched_no_bias_noncontig'),
-        pytest.param('cpu', 'float64', 'vector_input', id='cpu-float64-vector_input'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cuda', 'float64', 'bias', id='cuda-float64-bias'),
-        pytest.param('cuda', 'float64', 'batched_no_bias_noncontig', id='cuda-float64-batched_no_bias_noncontig'),
-        pytest.param('cuda', 'float64', 'vector_input', id='cuda-float64-vector_input'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('mps', 'float64', 'bias', id='mps-float64-bias'),
-        pytest.param('mps', 'float64', 'batched_no_bias_noncontig', id='mps-float64-batched_no_bias_noncontig'),
-        pytest.param('mps', 'float64', 'vector_input', id='mps-float64-vector_input'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('xpu', 'float64', 'bias', id='xpu-float64-bias'),
-        pytest.param('xpu', 'float64', 'batched_no_bias_noncontig', id='xpu-float64-batched_no_bias_noncontig'),
-        pytest.param('xpu', 'float64', 'vector_input', id='xpu-float64-vector_input'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'bias', id='cpu-float64-bias'),
-        pytest.param('cpu', 'float64', 'batched_no_bias_noncontig', id='cpu-float64-batched_no_bias_noncontig'),
-        pytest.param('cpu', 'float64', 'vector_input', id='cpu-float64-vector_input'),
-        pytest.param('cpu', 'float64', 'empty_batch', id='cpu-float64-empty_batch'),
-        pytest.param('cuda', 'float64', 'bias', id='cuda-float64-bias'),
-        pytest.param('cuda', 'float64', 'batched_no_bias_noncontig', id='cuda-float64-batched_no_bias_noncontig'),
-        pytest.param('cuda', 'float64', 'vector_input', id='cuda-float64-vector_input'),
-        pytest.param('cuda', 'float64', 'empty_batch', id='cuda-float64-empty_batch'),
-        pytest.param('mps', 'float64', 'bias', id='mps-float64-bias'),
-        pytest.param('mps', 'float64', 'batched_no_bias_noncontig', id='mps-float64-batched_no_bias_noncontig'),
-        pytest.param('mps', 'float64', 'vector_input', id='mps-float64-vector_input'),
-        pytest.param('mps', 'float64', 'empty_batch', id='mps-float64-empty_batch'),
-        pytest.param('xpu', 'float64', 'bias', id='xpu-float64-bias'),
-        pytest.param('xpu', 'float64', 'batched_no_bias_noncontig', id='xpu-float64-batched_no_bias_noncontig'),
-        pytest.param('xpu', 'float64', 'vector_input', id='xpu-float64-vector_input'),
-        pytest.param('xpu', 'float64', 'empty_batch', id='xpu-float64-empty_batch'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'bias', id='cpu-float32-bias'),
-        pytest.param('cpu', 'float32', 'batched_no_bias_noncontig', id='cpu-float32-batched_no_bias_noncontig'),
-        pytest.param('cpu', 'float32', 'vector_input', id='cpu-float32-vector_input'),
-        pytest.param('cpu', 'float32', 'empty_batch', id='cpu-float32-empty_batch'),
-        pytest.param('cpu', 'bfloat16', 'bias', id='cpu-bfloat16-bias'),
-        pytest.param('cpu', 'bfloat16', 'batched_no_bias_noncontig', id='cpu-bfloat16-batched_no_bias_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'vector_input', id='cpu-bfloat16-vector_input'),
-        pytest.param('cpu', 'bfloat16', 'empty_batch', id='cpu-bfloat16-empty_batch'),
-        pytest.param('cuda', 'float32', 'bias', id='cuda-float32-bias'),
-        pytest.param('cuda', 'float32', 'batched_no_bias_noncontig', id='cuda-float32-batched_no_bias_noncontig'),
-        pytest.param('cuda', 'float32', 'vector_input', id='cuda-float32-vector_input'),
-        pytest.param('cuda', 'float32', 'empty_batch', id='cuda-float32-empty_batch'),
-        pytest.param('cuda', 'bfloat16', 'bias', id='cuda-bfloat16-bias'),
-        pytest.param('cuda', 'bfloat16', 'batched_no_bias_noncontig', id='cuda-bfloat16-batched_no_bias_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'vector_input', id='cuda-bfloat16-vector_input'),
-        pytest.param('cuda', 'bfloat16', 'empty_batch', id='cuda-bfloat16-empty_batch'),
-        pytest.param('mps', 'float32', 'bias', id='mps-float32-bias'),
-        pytest.param('mps', 'float32', 'batched_no_bias_noncontig', id='mps-float32-batched_no_bias_noncontig'),
-        pytest.param('mps', 'float32', 'vector_input', id='mps-float32-vector_input'),
-        pytest.param('mps', 'float32', 'empty_batch', id='mps-float32-empty_batch'),
-        pytest.param('mps', 'bfloat16', 'bias', id='mps-bfloat16-bias'),
-        pytest.param('mps', 'bfloat16', 'batched_no_bias_noncontig', id='mps-bfloat16-batched_no_bias_noncontig'),
-        pytest.param('mps', 'bfloat16', 'vector_input', id='mps-bfloat16-vector_input'),
-        pytest.param('mps', 'bfloat16', 'empty_batch', id='mps-bfloat16-empty_batch'),
-        pytest.param('xpu', 'float32', 'bias', id='xpu-float32-bias'),
-        pytest.param('xpu', 'float32', 'batched_no_bias_noncontig', id='xpu-float32-batched_no_bias_noncontig'),
-        pytest.param('xpu', 'float32', 'vector_input', id='xpu-float32-vector_input'),
-        pytest.param('xpu', 'float32', 'empty_batch', id='xpu-float32-empty_batch'),
-        pytest.param('xpu', 'bfloat16', 'bias', id='xpu-bfloat16-bias'),
-        pytest.param('xpu', 'bfloat16', 'batched_no_bias_noncontig', id='xpu-bfloat16-batched_no_bias_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'vector_input', id='xpu-bfloat16-vector_input'),
-        pytest.param('xpu', 'bfloat16', 'empty_batch', id='xpu-bfloat16-empty_batch'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

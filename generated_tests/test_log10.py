@@ -5,105 +5,51 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/unary.yaml"
 SPEC = OpSpec(
-    name='log10',
-    op='torch.log10',
-    source='op_specs/unary.yaml',
-    sha256='3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4',
+    name="log10",
+    op="torch.log10",
+    source=SOURCE,
+    sha256="3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4",
     samples=(
         Sample(
-            'magnitudes',
-            args=(TensorArg(shape=(3, 4), low=100.0, high=10000.0),),
-            location=Location('op_specs/unary.yaml', 153, 9),
+            "magnitudes", args=(TensorArg(shape=(3, 4), low=100.0, high=10000.0),), location=Location(SOURCE, 153, 9)
         ),
         Sample(
-            'noncontig',
+            "noncontig",
             args=(TensorArg(shape=(2, 5), low=100.0, high=10000.0, noncontiguous=True),),
-            location=Location('op_specs/unary.yaml', 155, 9),
+            location=Location(SOURCE, 155, 9),
         ),
     ),
-    gradcheck=GradcheckFlags(
-        eps=0.001,
-        atol=1e-13,
-        rtol=1e-06,
-        check_forward_ad=True,
-        check_batched_forward_grad=True,
-    ),
+    gradcheck=GradcheckFlags(eps=0.001, atol=1e-13, rtol=1e-06, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/unary.yaml', 145, 5),
+    location=Location(SOURCE, 145, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'magnitudes', id='cpu-float64-magnitudes'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'magnitudes', id='cuda-float64-magnitudes'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'magnitudes', id='mps-float64-magnitudes'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'magnitudes', id='xpu-float64-magnitudes'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'magnitudes', id='cpu-float64-magnitudes'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'magnitudes', id='cuda-float64-magnitudes'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'magnitudes', id='mps-float64-magnitudes'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'magnitudes', id='xpu-float64-magnitudes'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'magnitudes', id='cpu-float64-magnitudes'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'magnitudes', id='cuda-float64-magnitudes'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'magnitudes', id='mps-float64-magnitudes'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'magnitudes', id='xpu-float64-magnitudes'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'magnitudes', id='cpu-float64-magnitudes'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'magnitudes', id='cuda-float64-magnitudes'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('mps', 'float64', 'magnitudes', id='mps-float64-magnitudes'),
-        pytest.param('mps', 'float64', 'noncontig', id='mps-float64-noncontig'),
-        pytest.param('xpu', 'float64', 'magnitudes', id='xpu-float64-magnitudes'),
-        pytest.param('xpu', 'float64', 'noncontig', id='xpu-float64-noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

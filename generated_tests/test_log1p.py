@@ -5,99 +5,49 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/unary.yaml"
 SPEC = OpSpec(
-    name='log1p',
-    op='torch.log1p',
-    source='op_specs/unary.yaml',
-    sha256='3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4',
+    name="log1p",
+    op="torch.log1p",
+    source=SOURCE,
+    sha256="3f2b8928f1e76c41bf02163927df2daae485f697c42ceb50b4de64c912e4b3b4",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(6,), low=-0.5, high=3.0),), location=Location(SOURCE, 123, 9)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(6,), low=-0.5, high=3.0),),
-            location=Location('op_specs/unary.yaml', 123, 9),
-        ),
-        Sample(
-            'matrix_noncontig',
+            "matrix_noncontig",
             args=(TensorArg(shape=(3, 4), low=-0.5, high=3.0, noncontiguous=True),),
-            location=Location('op_specs/unary.yaml', 125, 9),
+            location=Location(SOURCE, 125, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/unary.yaml', 120, 5),
+    location=Location(SOURCE, 120, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

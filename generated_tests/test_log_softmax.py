@@ -5,188 +5,64 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import DtypeArg, GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='log_softmax',
-    op='torch.nn.functional.log_softmax',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="log_softmax",
+    op="torch.nn.functional.log_softmax",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
+        Sample("rows", args=(TensorArg(shape=(3, 5)),), kwargs=(("dim", -1),), location=Location(SOURCE, 15, 9)),
         Sample(
-            'rows',
-            args=(TensorArg(shape=(3, 5)),),
-            kwargs=(('dim', -1),),
-            location=Location('op_specs/nn_functional.yaml', 15, 9),
-        ),
-        Sample(
-            'dim0_noncontig',
+            "dim0_noncontig",
             args=(TensorArg(shape=(4, 3), low=-4.0, high=4.0, noncontiguous=True),),
-            kwargs=(('dim', 0),),
-            location=Location('op_specs/nn_functional.yaml', 18, 9),
+            kwargs=(("dim", 0),),
+            location=Location(SOURCE, 18, 9),
         ),
         Sample(
-            'dtype_kwarg',
+            "dtype_kwarg",
             args=(TensorArg(shape=(2, 3, 4)),),
-            kwargs=(('dim', 1), ('dtype', DtypeArg('float64'))),
-            location=Location('op_specs/nn_functional.yaml', 21, 9),
+            kwargs=(("dim", 1), ("dtype", DtypeArg("float64"))),
+            location=Location(SOURCE, 21, 9),
         ),
-        Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()),),
-            kwargs=(('dim', 0),),
-            location=Location('op_specs/nn_functional.yaml', 24, 9),
-        ),
+        Sample("zero_dim", args=(TensorArg(shape=()),), kwargs=(("dim", 0),), location=Location(SOURCE, 24, 9)),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/nn_functional.yaml', 13, 5),
+    location=Location(SOURCE, 13, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'rows', id='cpu-float32-rows'),
-        pytest.param('cpu', 'float32', 'dim0_noncontig', id='cpu-float32-dim0_noncontig'),
-        pytest.param('cpu', 'float32', 'dtype_kwarg', id='cpu-float32-dtype_kwarg'),
-        pytest.param('cpu', 'float32', 'zero_dim', id='cpu-float32-zero_dim'),
-        pytest.param('cpu', 'bfloat16', 'rows', id='cpu-bfloat16-rows'),
-        pytest.param('cpu', 'bfloat16', 'dim0_noncontig', id='cpu-bfloat16-dim0_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'dtype_kwarg', id='cpu-bfloat16-dtype_kwarg'),
-        pytest.param('cpu', 'bfloat16', 'zero_dim', id='cpu-bfloat16-zero_dim'),
-        pytest.param('cuda', 'float32', 'rows', id='cuda-float32-rows'),
-        pytest.param('cuda', 'float32', 'dim0_noncontig', id='cuda-float32-dim0_noncontig'),
-        pytest.param('cuda', 'float32', 'dtype_kwarg', id='cuda-float32-dtype_kwarg'),
-        pytest.param('cuda', 'float32', 'zero_dim', id='cuda-float32-zero_dim'),
-        pytest.param('cuda', 'bfloat16', 'rows', id='cuda-bfloat16-rows'),
-        pytest.param('cuda', 'bfloat16', 'dim0_noncontig', id='cuda-bfloat16-dim0_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'dtype_kwarg', id='cuda-bfloat16-dtype_kwarg'),
-        pytest.param('cuda', 'bfloat16', 'zero_dim', id='cuda-bfloat16-zero_dim'),
-        pytest.param('mps', 'float32', 'rows', id='mps-float32-rows'),
-        pytest.param('mps', 'float32', 'dim0_noncontig', id='mps-float32-dim0_noncontig'),
-        pytest.param('mps', 'float32', 'dtype_kwarg', id='mps-float32-dtype_kwarg'),
-        pytest.param('mps', 'float32', 'zero_dim', id='mps-float32-zero_dim'),
-        pytest.param('mps', 'bfloat16', 'rows', id='mps-bfloat16-rows'),
-        pytest.param('mps', 'bfloat16', 'dim0_noncontig', id='mps-bfloat16-dim0_noncontig'),
-        pytest.param('mps', 'bfloat16', 'dtype_kwarg', id='mps-bfloat16-dtype_kwarg'),
-        pytest.param('mps', 'bfloat16', 'zero_dim', id='mps-bfloat16-zero_dim'),
-        pytest.param('xpu', 'float32', 'rows', id='xpu-float32-rows'),
-        pytest.param('xpu', 'float32', 'dim0_noncontig', id='xpu-float32-dim0_noncontig'),
-        pytest.param('xpu', 'float32', 'dtype_kwarg', id='xpu-float32-dtype_kwarg'),
-        pytest.param('xpu', 'float32', 'zero_dim', id='xpu-float32-zero_dim'),
-        pytest.param('xpu', 'bfloat16', 'rows', id='xpu-bfloat16-rows'),
-        pytest.param('xpu', 'bfloat16', 'dim0_noncontig', id='xpu-bfloat16-dim0_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'dtype_kwarg', id='xpu-bfloat16-dtype_kwarg'),
-        pytest.param('xpu', 'bfloat16', 'zero_dim', id='xpu-bfloat16-zero_dim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,121 +5,56 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='logaddexp',
-    op='torch.logaddexp',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="logaddexp",
+    op="torch.logaddexp",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'broadcast',
-            args=(
-                TensorArg(shape=(3, 1), low=-5.0, high=5.0),
-                TensorArg(shape=(1, 4), low=-5.0, high=5.0),
-            ),
-            location=Location('op_specs/binary.yaml', 125, 9),
+            "broadcast",
+            args=(TensorArg(shape=(3, 1), low=-5.0, high=5.0), TensorArg(shape=(1, 4), low=-5.0, high=5.0)),
+            location=Location(SOURCE, 125, 9),
         ),
-        Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()), TensorArg(shape=(4,))),
-            location=Location('op_specs/binary.yaml', 127, 9),
-        ),
+        Sample("zero_dim", args=(TensorArg(shape=()), TensorArg(shape=(4,))), location=Location(SOURCE, 127, 9)),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 122, 5),
+    location=Location(SOURCE, 122, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'broadcast', id='cpu-float32-broadcast'),
-        pytest.param('cpu', 'float32', 'zero_dim', id='cpu-float32-zero_dim'),
-        pytest.param('cuda', 'float32', 'broadcast', id='cuda-float32-broadcast'),
-        pytest.param('cuda', 'float32', 'zero_dim', id='cuda-float32-zero_dim'),
-        pytest.param('mps', 'float32', 'broadcast', id='mps-float32-broadcast'),
-        pytest.param('mps', 'float32', 'zero_dim', id='mps-float32-zero_dim'),
-        pytest.param('xpu', 'float32', 'broadcast', id='xpu-float32-broadcast'),
-        pytest.param('xpu', 'float32', 'zero_dim', id='xpu-float32-zero_dim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,118 +5,54 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/cumulative.yaml"
 SPEC = OpSpec(
-    name='logcumsumexp',
-    op='torch.logcumsumexp',
-    source='op_specs/cumulative.yaml',
-    sha256='cdd9ed9d29f615b67813a16d376024917d5cf33edfda615f6f1c14a4acb774e1',
+    name="logcumsumexp",
+    op="torch.logcumsumexp",
+    source=SOURCE,
+    sha256="cdd9ed9d29f615b67813a16d376024917d5cf33edfda615f6f1c14a4acb774e1",
     samples=(
+        Sample("dim1", args=(TensorArg(shape=(3, 5), low=-5.0, high=5.0), 1), location=Location(SOURCE, 45, 9)),
         Sample(
-            'dim1',
-            args=(TensorArg(shape=(3, 5), low=-5.0, high=5.0), 1),
-            location=Location('op_specs/cumulative.yaml', 45, 9),
-        ),
-        Sample(
-            'dim0_noncontig',
-            args=(TensorArg(shape=(4, 3), noncontiguous=True), 0),
-            location=Location('op_specs/cumulative.yaml', 47, 9),
+            "dim0_noncontig", args=(TensorArg(shape=(4, 3), noncontiguous=True), 0), location=Location(SOURCE, 47, 9)
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/cumulative.yaml', 42, 5),
+    location=Location(SOURCE, 42, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'dim0_noncontig', id='cpu-float64-dim0_noncontig'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'dim0_noncontig', id='cuda-float64-dim0_noncontig'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'dim0_noncontig', id='mps-float64-dim0_noncontig'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'dim0_noncontig', id='xpu-float64-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim1', id='cpu-float32-dim1'),
-        pytest.param('cpu', 'float32', 'dim0_noncontig', id='cpu-float32-dim0_noncontig'),
-        pytest.param('cuda', 'float32', 'dim1', id='cuda-float32-dim1'),
-        pytest.param('cuda', 'float32', 'dim0_noncontig', id='cuda-float32-dim0_noncontig'),
-        pytest.param('mps', 'float32', 'dim1', id='mps-float32-dim1'),
-        pytest.param('mps', 'float32', 'dim0_noncontig', id='mps-float32-dim0_noncontig'),
-        pytest.param('xpu', 'float32', 'dim1', id='xpu-float32-dim1'),
-        pytest.param('xpu', 'float32', 'dim0_noncontig', id='xpu-float32-dim0_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,134 +5,76 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
-from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, ToleranceRule, Where
+from opcheck.spec.model import (
+    GradcheckFlags,
+    GradgradcheckFlags,
+    Location,
+    OpSpec,
+    Sample,
+    TensorArg,
+    ToleranceRule,
+    Where,
+)
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='logsigmoid',
-    op='torch.nn.functional.logsigmoid',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="logsigmoid",
+    op="torch.nn.functional.logsigmoid",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
+        Sample("wide_range", args=(TensorArg(shape=(12,), low=-30.0, high=30.0),), location=Location(SOURCE, 58, 9)),
         Sample(
-            'wide_range',
-            args=(TensorArg(shape=(12,), low=-30.0, high=30.0),),
-            location=Location('op_specs/nn_functional.yaml', 58, 9),
-        ),
-        Sample(
-            'matrix_noncontig',
+            "matrix_noncontig",
             args=(TensorArg(shape=(3, 4), low=-30.0, high=30.0, noncontiguous=True),),
-            location=Location('op_specs/nn_functional.yaml', 60, 9),
+            location=Location(SOURCE, 60, 9),
         ),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(atol=1e-15, rtol=1e-05, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
     tolerances=(
         ToleranceRule(
-            where=Where(check=('gradgradcheck', 'fwgrad_bwgrad')),
+            where=Where(check=("gradgradcheck", "fwgrad_bwgrad")),
             atol=3e-10,
-            reason='the second derivative is a finite difference of the first, which is ~1 for x << 0, so it carries a rounding error of up to ulp(1)/(2·eps) = 1.1e-10 (measured 2.5e-11)',
-            location=Location('op_specs/nn_functional.yaml', 53, 9),
+            reason=(
+                "the second derivative is a finite difference of the first, which is ~1 for x << 0, so it carries a "
+                "rounding error of up to ulp(1)/(2·eps) = 1.1e-10 (measured 2.5e-11)"
+            ),
+            location=Location(SOURCE, 53, 9),
         ),
     ),
-    location=Location('op_specs/nn_functional.yaml', 47, 5),
+    location=Location(SOURCE, 47, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'wide_range', id='cpu-float64-wide_range'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'wide_range', id='cuda-float64-wide_range'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'wide_range', id='mps-float64-wide_range'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'wide_range', id='xpu-float64-wide_range'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'wide_range', id='cpu-float64-wide_range'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'wide_range', id='cuda-float64-wide_range'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'wide_range', id='mps-float64-wide_range'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'wide_range', id='xpu-float64-wide_range'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'wide_range', id='cpu-float64-wide_range'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'wide_range', id='cuda-float64-wide_range'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'wide_range', id='mps-float64-wide_range'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'wide_range', id='xpu-float64-wide_range'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'wide_range', id='cpu-float64-wide_range'),
-        pytest.param('cpu', 'float64', 'matrix_noncontig', id='cpu-float64-matrix_noncontig'),
-        pytest.param('cuda', 'float64', 'wide_range', id='cuda-float64-wide_range'),
-        pytest.param('cuda', 'float64', 'matrix_noncontig', id='cuda-float64-matrix_noncontig'),
-        pytest.param('mps', 'float64', 'wide_range', id='mps-float64-wide_range'),
-        pytest.param('mps', 'float64', 'matrix_noncontig', id='mps-float64-matrix_noncontig'),
-        pytest.param('xpu', 'float64', 'wide_range', id='xpu-float64-wide_range'),
-        pytest.param('xpu', 'float64', 'matrix_noncontig', id='xpu-float64-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'wide_range', id='cpu-float32-wide_range'),
-        pytest.param('cpu', 'float32', 'matrix_noncontig', id='cpu-float32-matrix_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'wide_range', id='cpu-bfloat16-wide_range'),
-        pytest.param('cpu', 'bfloat16', 'matrix_noncontig', id='cpu-bfloat16-matrix_noncontig'),
-        pytest.param('cuda', 'float32', 'wide_range', id='cuda-float32-wide_range'),
-        pytest.param('cuda', 'float32', 'matrix_noncontig', id='cuda-float32-matrix_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'wide_range', id='cuda-bfloat16-wide_range'),
-        pytest.param('cuda', 'bfloat16', 'matrix_noncontig', id='cuda-bfloat16-matrix_noncontig'),
-        pytest.param('mps', 'float32', 'wide_range', id='mps-float32-wide_range'),
-        pytest.param('mps', 'float32', 'matrix_noncontig', id='mps-float32-matrix_noncontig'),
-        pytest.param('mps', 'bfloat16', 'wide_range', id='mps-bfloat16-wide_range'),
-        pytest.param('mps', 'bfloat16', 'matrix_noncontig', id='mps-bfloat16-matrix_noncontig'),
-        pytest.param('xpu', 'float32', 'wide_range', id='xpu-float32-wide_range'),
-        pytest.param('xpu', 'float32', 'matrix_noncontig', id='xpu-float32-matrix_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'wide_range', id='xpu-bfloat16-wide_range'),
-        pytest.param('xpu', 'bfloat16', 'matrix_noncontig', id='xpu-bfloat16-matrix_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,100 +5,50 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg, TupleArg
 
+SOURCE = "op_specs/logsumexp.yaml"
 SPEC = OpSpec(
-    name='logsumexp',
-    op='torch.logsumexp',
-    source='op_specs/logsumexp.yaml',
-    sha256='8de9ae63a2768e5b36aefdc8de9c134dcbac4bcdb273aea11b2dd2897a853d95',
+    name="logsumexp",
+    op="torch.logsumexp",
+    source=SOURCE,
+    sha256="8de9ae63a2768e5b36aefdc8de9c134dcbac4bcdb273aea11b2dd2897a853d95",
     samples=(
+        Sample("last_dim", args=(TensorArg(shape=(3, 5)), -1), location=Location(SOURCE, 5, 5)),
         Sample(
-            'last_dim',
-            args=(TensorArg(shape=(3, 5)), -1),
-            location=Location('op_specs/logsumexp.yaml', 5, 5),
-        ),
-        Sample(
-            'keepdim_tuple',
+            "keepdim_tuple",
             args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(0, 2))),
-            kwargs=(('keepdim', True),),
-            location=Location('op_specs/logsumexp.yaml', 7, 5),
+            kwargs=(("keepdim", True),),
+            location=Location(SOURCE, 7, 5),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
-    location=Location('op_specs/logsumexp.yaml', 2, 1),
+    location=Location(SOURCE, 2, 1),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'last_dim', id='cpu-float64-last_dim'),
-        pytest.param('cpu', 'float64', 'keepdim_tuple', id='cpu-float64-keepdim_tuple'),
-        pytest.param('cuda', 'float64', 'last_dim', id='cuda-float64-last_dim'),
-        pytest.param('cuda', 'float64', 'keepdim_tuple', id='cuda-float64-keepdim_tuple'),
-        pytest.param('mps', 'float64', 'last_dim', id='mps-float64-last_dim'),
-        pytest.param('mps', 'float64', 'keepdim_tuple', id='mps-float64-keepdim_tuple'),
-        pytest.param('xpu', 'float64', 'last_dim', id='xpu-float64-last_dim'),
-        pytest.param('xpu', 'float64', 'keepdim_tuple', id='xpu-float64-keepdim_tuple'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'last_dim', id='cpu-float64-last_dim'),
-        pytest.param('cpu', 'float64', 'keepdim_tuple', id='cpu-float64-keepdim_tuple'),
-        pytest.param('cuda', 'float64', 'last_dim', id='cuda-float64-last_dim'),
-        pytest.param('cuda', 'float64', 'keepdim_tuple', id='cuda-float64-keepdim_tuple'),
-        pytest.param('mps', 'float64', 'last_dim', id='mps-float64-last_dim'),
-        pytest.param('mps', 'float64', 'keepdim_tuple', id='mps-float64-keepdim_tuple'),
-        pytest.param('xpu', 'float64', 'last_dim', id='xpu-float64-last_dim'),
-        pytest.param('xpu', 'float64', 'keepdim_tuple', id='xpu-float64-keepdim_tuple'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'last_dim', id='cpu-float64-last_dim'),
-        pytest.param('cpu', 'float64', 'keepdim_tuple', id='cpu-float64-keepdim_tuple'),
-        pytest.param('cuda', 'float64', 'last_dim', id='cuda-float64-last_dim'),
-        pytest.param('cuda', 'float64', 'keepdim_tuple', id='cuda-float64-keepdim_tuple'),
-        pytest.param('mps', 'float64', 'last_dim', id='mps-float64-last_dim'),
-        pytest.param('mps', 'float64', 'keepdim_tuple', id='mps-float64-keepdim_tuple'),
-        pytest.param('xpu', 'float64', 'last_dim', id='xpu-float64-last_dim'),
-        pytest.param('xpu', 'float64', 'keepdim_tuple', id='xpu-float64-keepdim_tuple'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'last_dim', id='cpu-float32-last_dim'),
-        pytest.param('cpu', 'float32', 'keepdim_tuple', id='cpu-float32-keepdim_tuple'),
-        pytest.param('cuda', 'float32', 'last_dim', id='cuda-float32-last_dim'),
-        pytest.param('cuda', 'float32', 'keepdim_tuple', id='cuda-float32-keepdim_tuple'),
-        pytest.param('mps', 'float32', 'last_dim', id='mps-float32-last_dim'),
-        pytest.param('mps', 'float32', 'keepdim_tuple', id='mps-float32-keepdim_tuple'),
-        pytest.param('xpu', 'float32', 'last_dim', id='xpu-float32-last_dim'),
-        pytest.param('xpu', 'float32', 'keepdim_tuple', id='xpu-float32-keepdim_tuple'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

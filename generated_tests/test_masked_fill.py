@@ -5,155 +5,73 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='masked_fill',
-    op='torch.masked_fill',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="masked_fill",
+    op="torch.masked_fill",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'python_value',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), dtype='bool'), -1.5),
-            location=Location('op_specs/indexing.yaml', 97, 9),
+            "python_value",
+            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4), dtype="bool"), -1.5),
+            location=Location(SOURCE, 97, 9),
         ),
         Sample(
-            'tensor_value_broadcast_mask',
+            "tensor_value_broadcast_mask",
             args=(
                 TensorArg(shape=(3, 4), noncontiguous=True),
-                TensorArg(shape=(4,), dtype='bool'),
+                TensorArg(shape=(4,), dtype="bool"),
                 TensorArg(shape=()),
             ),
-            location=Location('op_specs/indexing.yaml', 100, 9),
+            location=Location(SOURCE, 100, 9),
         ),
         Sample(
-            'all_masked',
+            "all_masked",
             args=(
                 TensorArg(shape=(2, 3)),
-                TensorArg(
-                    shape=(2, 3),
-                    dtype='bool',
-                    values=((True, True, True), (True, True, True)),
-                ),
+                TensorArg(shape=(2, 3), dtype="bool", values=((True, True, True), (True, True, True))),
                 0.0,
             ),
-            location=Location('op_specs/indexing.yaml', 102, 9),
+            location=Location(SOURCE, 102, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/indexing.yaml', 94, 5),
+    location=Location(SOURCE, 94, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'python_value', id='cpu-float64-python_value'),
-        pytest.param('cpu', 'float64', 'tensor_value_broadcast_mask', id='cpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('cpu', 'float64', 'all_masked', id='cpu-float64-all_masked'),
-        pytest.param('cuda', 'float64', 'python_value', id='cuda-float64-python_value'),
-        pytest.param('cuda', 'float64', 'tensor_value_broadcast_mask', id='cuda-float64-tensor_value_broadcast_mask'),
-        pytest.param('cuda', 'float64', 'all_masked', id='cuda-float64-all_masked'),
-        pytest.param('mps', 'float64', 'python_value', id='mps-float64-python_value'),
-        pytest.param('mps', 'float64', 'tensor_value_broadcast_mask', id='mps-float64-tensor_value_broadcast_mask'),
-        pytest.param('mps', 'float64', 'all_masked', id='mps-float64-all_masked'),
-        pytest.param('xpu', 'float64', 'python_value', id='xpu-float64-python_value'),
-        pytest.param('xpu', 'float64', 'tensor_value_broadcast_mask', id='xpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('xpu', 'float64', 'all_masked', id='xpu-float64-all_masked'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'python_value', id='cpu-float64-python_value'),
-        pytest.param('cpu', 'float64', 'tensor_value_broadcast_mask', id='cpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('cpu', 'float64', 'all_masked', id='cpu-float64-all_masked'),
-        pytest.param('cuda', 'float64', 'python_value', id='cuda-float64-python_value'),
-        pytest.param('cuda', 'float64', 'tensor_value_broadcast_mask', id='cuda-float64-tensor_value_broadcast_mask'),
-        pytest.param('cuda', 'float64', 'all_masked', id='cuda-float64-all_masked'),
-        pytest.param('mps', 'float64', 'python_value', id='mps-float64-python_value'),
-        pytest.param('mps', 'float64', 'tensor_value_broadcast_mask', id='mps-float64-tensor_value_broadcast_mask'),
-        pytest.param('mps', 'float64', 'all_masked', id='mps-float64-all_masked'),
-        pytest.param('xpu', 'float64', 'python_value', id='xpu-float64-python_value'),
-        pytest.param('xpu', 'float64', 'tensor_value_broadcast_mask', id='xpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('xpu', 'float64', 'all_masked', id='xpu-float64-all_masked'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'python_value', id='cpu-float64-python_value'),
-        pytest.param('cpu', 'float64', 'tensor_value_broadcast_mask', id='cpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('cpu', 'float64', 'all_masked', id='cpu-float64-all_masked'),
-        pytest.param('cuda', 'float64', 'python_value', id='cuda-float64-python_value'),
-        pytest.param('cuda', 'float64', 'tensor_value_broadcast_mask', id='cuda-float64-tensor_value_broadcast_mask'),
-        pytest.param('cuda', 'float64', 'all_masked', id='cuda-float64-all_masked'),
-        pytest.param('mps', 'float64', 'python_value', id='mps-float64-python_value'),
-        pytest.param('mps', 'float64', 'tensor_value_broadcast_mask', id='mps-float64-tensor_value_broadcast_mask'),
-        pytest.param('mps', 'float64', 'all_masked', id='mps-float64-all_masked'),
-        pytest.param('xpu', 'float64', 'python_value', id='xpu-float64-python_value'),
-        pytest.param('xpu', 'float64', 'tensor_value_broadcast_mask', id='xpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('xpu', 'float64', 'all_masked', id='xpu-float64-all_masked'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'python_value', id='cpu-float64-python_value'),
-        pytest.param('cpu', 'float64', 'tensor_value_broadcast_mask', id='cpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('cpu', 'float64', 'all_masked', id='cpu-float64-all_masked'),
-        pytest.param('cuda', 'float64', 'python_value', id='cuda-float64-python_value'),
-        pytest.param('cuda', 'float64', 'tensor_value_broadcast_mask', id='cuda-float64-tensor_value_broadcast_mask'),
-        pytest.param('cuda', 'float64', 'all_masked', id='cuda-float64-all_masked'),
-        pytest.param('mps', 'float64', 'python_value', id='mps-float64-python_value'),
-        pytest.param('mps', 'float64', 'tensor_value_broadcast_mask', id='mps-float64-tensor_value_broadcast_mask'),
-        pytest.param('mps', 'float64', 'all_masked', id='mps-float64-all_masked'),
-        pytest.param('xpu', 'float64', 'python_value', id='xpu-float64-python_value'),
-        pytest.param('xpu', 'float64', 'tensor_value_broadcast_mask', id='xpu-float64-tensor_value_broadcast_mask'),
-        pytest.param('xpu', 'float64', 'all_masked', id='xpu-float64-all_masked'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'python_value', id='cpu-float32-python_value'),
-        pytest.param('cpu', 'float32', 'tensor_value_broadcast_mask', id='cpu-float32-tensor_value_broadcast_mask'),
-        pytest.param('cpu', 'float32', 'all_masked', id='cpu-float32-all_masked'),
-        pytest.param('cuda', 'float32', 'python_value', id='cuda-float32-python_value'),
-        pytest.param('cuda', 'float32', 'tensor_value_broadcast_mask', id='cuda-float32-tensor_value_broadcast_mask'),
-        pytest.param('cuda', 'float32', 'all_masked', id='cuda-float32-all_masked'),
-        pytest.param('mps', 'float32', 'python_value', id='mps-float32-python_value'),
-        pytest.param('mps', 'float32', 'tensor_value_broadcast_mask', id='mps-float32-tensor_value_broadcast_mask'),
-        pytest.param('mps', 'float32', 'all_masked', id='mps-float32-all_masked'),
-        pytest.param('xpu', 'float32', 'python_value', id='xpu-float32-python_value'),
-        pytest.param('xpu', 'float32', 'tensor_value_broadcast_mask', id='xpu-float32-tensor_value_broadcast_mask'),
-        pytest.param('xpu', 'float32', 'all_masked', id='xpu-float32-all_masked'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,190 +5,56 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/matmul.yaml"
 SPEC = OpSpec(
-    name='matmul',
-    op='torch.matmul',
-    source='op_specs/matmul.yaml',
-    sha256='2e5562f3385bb43baf627a39d10baa8af563ea54a5728309ce2d4db9164440ac',
+    name="matmul",
+    op="torch.matmul",
+    source=SOURCE,
+    sha256="2e5562f3385bb43baf627a39d10baa8af563ea54a5728309ce2d4db9164440ac",
     samples=(
+        Sample("mm", args=(TensorArg(shape=(3, 4)), TensorArg(shape=(4, 2))), location=Location(SOURCE, 6, 5)),
+        Sample("mv", args=(TensorArg(shape=(3, 4)), TensorArg(shape=(4,))), location=Location(SOURCE, 8, 5)),
         Sample(
-            'mm',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(4, 2))),
-            location=Location('op_specs/matmul.yaml', 6, 5),
-        ),
-        Sample(
-            'mv',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(4,))),
-            location=Location('op_specs/matmul.yaml', 8, 5),
-        ),
-        Sample(
-            'batched_broadcast',
+            "batched_broadcast",
             args=(TensorArg(shape=(2, 3, 4)), TensorArg(shape=(4, 5))),
-            location=Location('op_specs/matmul.yaml', 10, 5),
+            location=Location(SOURCE, 10, 5),
         ),
         Sample(
-            'noncontig_lhs',
+            "noncontig_lhs",
             args=(TensorArg(shape=(3, 4), noncontiguous=True), TensorArg(shape=(4, 2))),
-            location=Location('op_specs/matmul.yaml', 12, 5),
+            location=Location(SOURCE, 12, 5),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32',),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
-    location=Location('op_specs/matmul.yaml', 2, 1),
+    location=Location(SOURCE, 2, 1),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mm', id='cpu-float64-mm'),
-        pytest.param('cpu', 'float64', 'mv', id='cpu-float64-mv'),
-        pytest.param('cpu', 'float64', 'batched_broadcast', id='cpu-float64-batched_broadcast'),
-        pytest.param('cpu', 'float64', 'noncontig_lhs', id='cpu-float64-noncontig_lhs'),
-        pytest.param('cpu', 'complex128', 'mm', id='cpu-complex128-mm'),
-        pytest.param('cpu', 'complex128', 'mv', id='cpu-complex128-mv'),
-        pytest.param('cpu', 'complex128', 'batched_broadcast', id='cpu-complex128-batched_broadcast'),
-        pytest.param('cpu', 'complex128', 'noncontig_lhs', id='cpu-complex128-noncontig_lhs'),
-        pytest.param('cuda', 'float64', 'mm', id='cuda-float64-mm'),
-        pytest.param('cuda', 'float64', 'mv', id='cuda-float64-mv'),
-        pytest.param('cuda', 'float64', 'batched_broadcast', id='cuda-float64-batched_broadcast'),
-        pytest.param('cuda', 'float64', 'noncontig_lhs', id='cuda-float64-noncontig_lhs'),
-        pytest.param('cuda', 'complex128', 'mm', id='cuda-complex128-mm'),
-        pytest.param('cuda', 'complex128', 'mv', id='cuda-complex128-mv'),
-        pytest.param('cuda', 'complex128', 'batched_broadcast', id='cuda-complex128-batched_broadcast'),
-        pytest.param('cuda', 'complex128', 'noncontig_lhs', id='cuda-complex128-noncontig_lhs'),
-        pytest.param('mps', 'float64', 'mm', id='mps-float64-mm'),
-        pytest.param('mps', 'float64', 'mv', id='mps-float64-mv'),
-        pytest.param('mps', 'float64', 'batched_broadcast', id='mps-float64-batched_broadcast'),
-        pytest.param('mps', 'float64', 'noncontig_lhs', id='mps-float64-noncontig_lhs'),
-        pytest.param('mps', 'complex128', 'mm', id='mps-complex128-mm'),
-        pytest.param('mps', 'complex128', 'mv', id='mps-complex128-mv'),
-        pytest.param('mps', 'complex128', 'batched_broadcast', id='mps-complex128-batched_broadcast'),
-        pytest.param('mps', 'complex128', 'noncontig_lhs', id='mps-complex128-noncontig_lhs'),
-        pytest.param('xpu', 'float64', 'mm', id='xpu-float64-mm'),
-        pytest.param('xpu', 'float64', 'mv', id='xpu-float64-mv'),
-        pytest.param('xpu', 'float64', 'batched_broadcast', id='xpu-float64-batched_broadcast'),
-        pytest.param('xpu', 'float64', 'noncontig_lhs', id='xpu-float64-noncontig_lhs'),
-        pytest.param('xpu', 'complex128', 'mm', id='xpu-complex128-mm'),
-        pytest.param('xpu', 'complex128', 'mv', id='xpu-complex128-mv'),
-        pytest.param('xpu', 'complex128', 'batched_broadcast', id='xpu-complex128-batched_broadcast'),
-        pytest.param('xpu', 'complex128', 'noncontig_lhs', id='xpu-complex128-noncontig_lhs'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mm', id='cpu-float64-mm'),
-        pytest.param('cpu', 'float64', 'mv', id='cpu-float64-mv'),
-        pytest.param('cpu', 'float64', 'batched_broadcast', id='cpu-float64-batched_broadcast'),
-        pytest.param('cpu', 'float64', 'noncontig_lhs', id='cpu-float64-noncontig_lhs'),
-        pytest.param('cpu', 'complex128', 'mm', id='cpu-complex128-mm'),
-        pytest.param('cpu', 'complex128', 'mv', id='cpu-complex128-mv'),
-        pytest.param('cpu', 'complex128', 'batched_broadcast', id='cpu-complex128-batched_broadcast'),
-        pytest.param('cpu', 'complex128', 'noncontig_lhs', id='cpu-complex128-noncontig_lhs'),
-        pytest.param('cuda', 'float64', 'mm', id='cuda-float64-mm'),
-        pytest.param('cuda', 'float64', 'mv', id='cuda-float64-mv'),
-        pytest.param('cuda', 'float64', 'batched_broadcast', id='cuda-float64-batched_broadcast'),
-        pytest.param('cuda', 'float64', 'noncontig_lhs', id='cuda-float64-noncontig_lhs'),
-        pytest.param('cuda', 'complex128', 'mm', id='cuda-complex128-mm'),
-        pytest.param('cuda', 'complex128', 'mv', id='cuda-complex128-mv'),
-        pytest.param('cuda', 'complex128', 'batched_broadcast', id='cuda-complex128-batched_broadcast'),
-        pytest.param('cuda', 'complex128', 'noncontig_lhs', id='cuda-complex128-noncontig_lhs'),
-        pytest.param('mps', 'float64', 'mm', id='mps-float64-mm'),
-        pytest.param('mps', 'float64', 'mv', id='mps-float64-mv'),
-        pytest.param('mps', 'float64', 'batched_broadcast', id='mps-float64-batched_broadcast'),
-        pytest.param('mps', 'float64', 'noncontig_lhs', id='mps-float64-noncontig_lhs'),
-        pytest.param('mps', 'complex128', 'mm', id='mps-complex128-mm'),
-        pytest.param('mps', 'complex128', 'mv', id='mps-complex128-mv'),
-        pytest.param('mps', 'complex128', 'batched_broadcast', id='mps-complex128-batched_broadcast'),
-        pytest.param('mps', 'complex128', 'noncontig_lhs', id='mps-complex128-noncontig_lhs'),
-        pytest.param('xpu', 'float64', 'mm', id='xpu-float64-mm'),
-        pytest.param('xpu', 'float64', 'mv', id='xpu-float64-mv'),
-        pytest.param('xpu', 'float64', 'batched_broadcast', id='xpu-float64-batched_broadcast'),
-        pytest.param('xpu', 'float64', 'noncontig_lhs', id='xpu-float64-noncontig_lhs'),
-        pytest.param('xpu', 'complex128', 'mm', id='xpu-complex128-mm'),
-        pytest.param('xpu', 'complex128', 'mv', id='xpu-complex128-mv'),
-        pytest.param('xpu', 'complex128', 'batched_broadcast', id='xpu-complex128-batched_broadcast'),
-        pytest.param('xpu', 'complex128', 'noncontig_lhs', id='xpu-complex128-noncontig_lhs'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mm', id='cpu-float64-mm'),
-        pytest.param('cpu', 'float64', 'mv', id='cpu-float64-mv'),
-        pytest.param('cpu', 'float64', 'batched_broadcast', id='cpu-float64-batched_broadcast'),
-        pytest.param('cpu', 'float64', 'noncontig_lhs', id='cpu-float64-noncontig_lhs'),
-        pytest.param('cpu', 'complex128', 'mm', id='cpu-complex128-mm'),
-        pytest.param('cpu', 'complex128', 'mv', id='cpu-complex128-mv'),
-        pytest.param('cpu', 'complex128', 'batched_broadcast', id='cpu-complex128-batched_broadcast'),
-        pytest.param('cpu', 'complex128', 'noncontig_lhs', id='cpu-complex128-noncontig_lhs'),
-        pytest.param('cuda', 'float64', 'mm', id='cuda-float64-mm'),
-        pytest.param('cuda', 'float64', 'mv', id='cuda-float64-mv'),
-        pytest.param('cuda', 'float64', 'batched_broadcast', id='cuda-float64-batched_broadcast'),
-        pytest.param('cuda', 'float64', 'noncontig_lhs', id='cuda-float64-noncontig_lhs'),
-        pytest.param('cuda', 'complex128', 'mm', id='cuda-complex128-mm'),
-        pytest.param('cuda', 'complex128', 'mv', id='cuda-complex128-mv'),
-        pytest.param('cuda', 'complex128', 'batched_broadcast', id='cuda-complex128-batched_broadcast'),
-        pytest.param('cuda', 'complex128', 'noncontig_lhs', id='cuda-complex128-noncontig_lhs'),
-        pytest.param('mps', 'float64', 'mm', id='mps-float64-mm'),
-        pytest.param('mps', 'float64', 'mv', id='mps-float64-mv'),
-        pytest.param('mps', 'float64', 'batched_broadcast', id='mps-float64-batched_broadcast'),
-        pytest.param('mps', 'float64', 'noncontig_lhs', id='mps-float64-noncontig_lhs'),
-        pytest.param('mps', 'complex128', 'mm', id='mps-complex128-mm'),
-        pytest.param('mps', 'complex128', 'mv', id='mps-complex128-mv'),
-        pytest.param('mps', 'complex128', 'batched_broadcast', id='mps-complex128-batched_broadcast'),
-        pytest.param('mps', 'complex128', 'noncontig_lhs', id='mps-complex128-noncontig_lhs'),
-        pytest.param('xpu', 'float64', 'mm', id='xpu-float64-mm'),
-        pytest.param('xpu', 'float64', 'mv', id='xpu-float64-mv'),
-        pytest.param('xpu', 'float64', 'batched_broadcast', id='xpu-float64-batched_broadcast'),
-        pytest.param('xpu', 'float64', 'noncontig_lhs', id='xpu-float64-noncontig_lhs'),
-        pytest.param('xpu', 'complex128', 'mm', id='xpu-complex128-mm'),
-        pytest.param('xpu', 'complex128', 'mv', id='xpu-complex128-mv'),
-        pytest.param('xpu', 'complex128', 'batched_broadcast', id='xpu-complex128-batched_broadcast'),
-        pytest.param('xpu', 'complex128', 'noncontig_lhs', id='xpu-complex128-noncontig_lhs'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'mm', id='cpu-float32-mm'),
-        pytest.param('cpu', 'float32', 'mv', id='cpu-float32-mv'),
-        pytest.param('cpu', 'float32', 'batched_broadcast', id='cpu-float32-batched_broadcast'),
-        pytest.param('cpu', 'float32', 'noncontig_lhs', id='cpu-float32-noncontig_lhs'),
-        pytest.param('cuda', 'float32', 'mm', id='cuda-float32-mm'),
-        pytest.param('cuda', 'float32', 'mv', id='cuda-float32-mv'),
-        pytest.param('cuda', 'float32', 'batched_broadcast', id='cuda-float32-batched_broadcast'),
-        pytest.param('cuda', 'float32', 'noncontig_lhs', id='cuda-float32-noncontig_lhs'),
-        pytest.param('mps', 'float32', 'mm', id='mps-float32-mm'),
-        pytest.param('mps', 'float32', 'mv', id='mps-float32-mv'),
-        pytest.param('mps', 'float32', 'batched_broadcast', id='mps-float32-batched_broadcast'),
-        pytest.param('mps', 'float32', 'noncontig_lhs', id='mps-float32-noncontig_lhs'),
-        pytest.param('xpu', 'float32', 'mm', id='xpu-float32-mm'),
-        pytest.param('xpu', 'float32', 'mv', id='xpu-float32-mv'),
-        pytest.param('xpu', 'float32', 'batched_broadcast', id='xpu-float32-batched_broadcast'),
-        pytest.param('xpu', 'float32', 'noncontig_lhs', id='xpu-float32-noncontig_lhs'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

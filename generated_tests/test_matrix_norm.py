@@ -5,254 +5,83 @@
 
 import pytest
 
+from opcheck.parametrize import grid, skip
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, Sample, TensorArg, Where
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='matrix_norm',
-    op='torch.linalg.matrix_norm',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="matrix_norm",
+    op="torch.linalg.matrix_norm",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("fro", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 155, 9)),
+        Sample("nuclear", generator="examples.catalog:distinct_singular_values", location=Location(SOURCE, 159, 9)),
         Sample(
-            'fro',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/linalg.yaml', 155, 9),
-        ),
-        Sample(
-            'nuclear',
-            generator='examples.catalog:distinct_singular_values',
-            location=Location('op_specs/linalg.yaml', 159, 9),
-        ),
-        Sample(
-            'nuclear_kwarg_batched',
+            "nuclear_kwarg_batched",
             args=(TensorArg(shape=(2, 4, 3)),),
-            kwargs=(('ord', 'nuc'),),
-            location=Location('op_specs/linalg.yaml', 161, 9),
+            kwargs=(("ord", "nuc"),),
+            location=Location(SOURCE, 161, 9),
         ),
         Sample(
-            'spectral_dim',
+            "spectral_dim",
             args=(TensorArg(shape=(3, 4, 2)),),
-            kwargs=(('ord', 2), ('dim', (0, 1))),
-            location=Location('op_specs/linalg.yaml', 164, 9),
+            kwargs=(("ord", 2), ("dim", (0, 1))),
+            location=Location(SOURCE, 164, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32',),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
     skips=(
         Rule(
-            where=Where(device=('mps',), check=('lowprec',)),
-            reason="not implemented on MPS - torch's own MPS tests list linalg.matrix_norm float32 as unimplemented (UNIMPLEMENTED_XFAILLIST in torch/testing/_internal/common_mps.py)",
-            location=Location('op_specs/linalg.yaml', 151, 9),
+            where=Where(device=("mps",), check=("lowprec",)),
+            reason=(
+                "not implemented on MPS - torch's own MPS tests list linalg.matrix_norm float32 as unimplemented "
+                "(UNIMPLEMENTED_XFAILLIST in torch/testing/_internal/common_mps.py)"
+            ),
+            location=Location(SOURCE, 151, 9),
         ),
     ),
-    location=Location('op_specs/linalg.yaml', 148, 5),
+    location=Location(SOURCE, 148, 5),
 )
+
+SKIP_0 = skip(SPEC.skips[0])
+MARKED = {
+    "test_lowprec[mps-float32-fro]": SKIP_0,
+    "test_lowprec[mps-float32-nuclear]": SKIP_0,
+    "test_lowprec[mps-float32-nuclear_kwarg_batched]": SKIP_0,
+    "test_lowprec[mps-float32-spectral_dim]": SKIP_0,
+}
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro', id='cpu-float64-fro'),
-        pytest.param('cpu', 'float64', 'nuclear', id='cpu-float64-nuclear'),
-        pytest.param('cpu', 'float64', 'nuclear_kwarg_batched', id='cpu-float64-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'float64', 'spectral_dim', id='cpu-float64-spectral_dim'),
-        pytest.param('cpu', 'complex128', 'fro', id='cpu-complex128-fro'),
-        pytest.param('cpu', 'complex128', 'nuclear', id='cpu-complex128-nuclear'),
-        pytest.param('cpu', 'complex128', 'nuclear_kwarg_batched', id='cpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'complex128', 'spectral_dim', id='cpu-complex128-spectral_dim'),
-        pytest.param('cuda', 'float64', 'fro', id='cuda-float64-fro'),
-        pytest.param('cuda', 'float64', 'nuclear', id='cuda-float64-nuclear'),
-        pytest.param('cuda', 'float64', 'nuclear_kwarg_batched', id='cuda-float64-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'float64', 'spectral_dim', id='cuda-float64-spectral_dim'),
-        pytest.param('cuda', 'complex128', 'fro', id='cuda-complex128-fro'),
-        pytest.param('cuda', 'complex128', 'nuclear', id='cuda-complex128-nuclear'),
-        pytest.param('cuda', 'complex128', 'nuclear_kwarg_batched', id='cuda-complex128-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'complex128', 'spectral_dim', id='cuda-complex128-spectral_dim'),
-        pytest.param('mps', 'float64', 'fro', id='mps-float64-fro'),
-        pytest.param('mps', 'float64', 'nuclear', id='mps-float64-nuclear'),
-        pytest.param('mps', 'float64', 'nuclear_kwarg_batched', id='mps-float64-nuclear_kwarg_batched'),
-        pytest.param('mps', 'float64', 'spectral_dim', id='mps-float64-spectral_dim'),
-        pytest.param('mps', 'complex128', 'fro', id='mps-complex128-fro'),
-        pytest.param('mps', 'complex128', 'nuclear', id='mps-complex128-nuclear'),
-        pytest.param('mps', 'complex128', 'nuclear_kwarg_batched', id='mps-complex128-nuclear_kwarg_batched'),
-        pytest.param('mps', 'complex128', 'spectral_dim', id='mps-complex128-spectral_dim'),
-        pytest.param('xpu', 'float64', 'fro', id='xpu-float64-fro'),
-        pytest.param('xpu', 'float64', 'nuclear', id='xpu-float64-nuclear'),
-        pytest.param('xpu', 'float64', 'nuclear_kwarg_batched', id='xpu-float64-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'float64', 'spectral_dim', id='xpu-float64-spectral_dim'),
-        pytest.param('xpu', 'complex128', 'fro', id='xpu-complex128-fro'),
-        pytest.param('xpu', 'complex128', 'nuclear', id='xpu-complex128-nuclear'),
-        pytest.param('xpu', 'complex128', 'nuclear_kwarg_batched', id='xpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'complex128', 'spectral_dim', id='xpu-complex128-spectral_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro', id='cpu-float64-fro'),
-        pytest.param('cpu', 'float64', 'nuclear', id='cpu-float64-nuclear'),
-        pytest.param('cpu', 'float64', 'nuclear_kwarg_batched', id='cpu-float64-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'float64', 'spectral_dim', id='cpu-float64-spectral_dim'),
-        pytest.param('cpu', 'complex128', 'fro', id='cpu-complex128-fro'),
-        pytest.param('cpu', 'complex128', 'nuclear', id='cpu-complex128-nuclear'),
-        pytest.param('cpu', 'complex128', 'nuclear_kwarg_batched', id='cpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'complex128', 'spectral_dim', id='cpu-complex128-spectral_dim'),
-        pytest.param('cuda', 'float64', 'fro', id='cuda-float64-fro'),
-        pytest.param('cuda', 'float64', 'nuclear', id='cuda-float64-nuclear'),
-        pytest.param('cuda', 'float64', 'nuclear_kwarg_batched', id='cuda-float64-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'float64', 'spectral_dim', id='cuda-float64-spectral_dim'),
-        pytest.param('cuda', 'complex128', 'fro', id='cuda-complex128-fro'),
-        pytest.param('cuda', 'complex128', 'nuclear', id='cuda-complex128-nuclear'),
-        pytest.param('cuda', 'complex128', 'nuclear_kwarg_batched', id='cuda-complex128-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'complex128', 'spectral_dim', id='cuda-complex128-spectral_dim'),
-        pytest.param('mps', 'float64', 'fro', id='mps-float64-fro'),
-        pytest.param('mps', 'float64', 'nuclear', id='mps-float64-nuclear'),
-        pytest.param('mps', 'float64', 'nuclear_kwarg_batched', id='mps-float64-nuclear_kwarg_batched'),
-        pytest.param('mps', 'float64', 'spectral_dim', id='mps-float64-spectral_dim'),
-        pytest.param('mps', 'complex128', 'fro', id='mps-complex128-fro'),
-        pytest.param('mps', 'complex128', 'nuclear', id='mps-complex128-nuclear'),
-        pytest.param('mps', 'complex128', 'nuclear_kwarg_batched', id='mps-complex128-nuclear_kwarg_batched'),
-        pytest.param('mps', 'complex128', 'spectral_dim', id='mps-complex128-spectral_dim'),
-        pytest.param('xpu', 'float64', 'fro', id='xpu-float64-fro'),
-        pytest.param('xpu', 'float64', 'nuclear', id='xpu-float64-nuclear'),
-        pytest.param('xpu', 'float64', 'nuclear_kwarg_batched', id='xpu-float64-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'float64', 'spectral_dim', id='xpu-float64-spectral_dim'),
-        pytest.param('xpu', 'complex128', 'fro', id='xpu-complex128-fro'),
-        pytest.param('xpu', 'complex128', 'nuclear', id='xpu-complex128-nuclear'),
-        pytest.param('xpu', 'complex128', 'nuclear_kwarg_batched', id='xpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'complex128', 'spectral_dim', id='xpu-complex128-spectral_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro', id='cpu-float64-fro'),
-        pytest.param('cpu', 'float64', 'nuclear', id='cpu-float64-nuclear'),
-        pytest.param('cpu', 'float64', 'nuclear_kwarg_batched', id='cpu-float64-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'float64', 'spectral_dim', id='cpu-float64-spectral_dim'),
-        pytest.param('cpu', 'complex128', 'fro', id='cpu-complex128-fro'),
-        pytest.param('cpu', 'complex128', 'nuclear', id='cpu-complex128-nuclear'),
-        pytest.param('cpu', 'complex128', 'nuclear_kwarg_batched', id='cpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'complex128', 'spectral_dim', id='cpu-complex128-spectral_dim'),
-        pytest.param('cuda', 'float64', 'fro', id='cuda-float64-fro'),
-        pytest.param('cuda', 'float64', 'nuclear', id='cuda-float64-nuclear'),
-        pytest.param('cuda', 'float64', 'nuclear_kwarg_batched', id='cuda-float64-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'float64', 'spectral_dim', id='cuda-float64-spectral_dim'),
-        pytest.param('cuda', 'complex128', 'fro', id='cuda-complex128-fro'),
-        pytest.param('cuda', 'complex128', 'nuclear', id='cuda-complex128-nuclear'),
-        pytest.param('cuda', 'complex128', 'nuclear_kwarg_batched', id='cuda-complex128-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'complex128', 'spectral_dim', id='cuda-complex128-spectral_dim'),
-        pytest.param('mps', 'float64', 'fro', id='mps-float64-fro'),
-        pytest.param('mps', 'float64', 'nuclear', id='mps-float64-nuclear'),
-        pytest.param('mps', 'float64', 'nuclear_kwarg_batched', id='mps-float64-nuclear_kwarg_batched'),
-        pytest.param('mps', 'float64', 'spectral_dim', id='mps-float64-spectral_dim'),
-        pytest.param('mps', 'complex128', 'fro', id='mps-complex128-fro'),
-        pytest.param('mps', 'complex128', 'nuclear', id='mps-complex128-nuclear'),
-        pytest.param('mps', 'complex128', 'nuclear_kwarg_batched', id='mps-complex128-nuclear_kwarg_batched'),
-        pytest.param('mps', 'complex128', 'spectral_dim', id='mps-complex128-spectral_dim'),
-        pytest.param('xpu', 'float64', 'fro', id='xpu-float64-fro'),
-        pytest.param('xpu', 'float64', 'nuclear', id='xpu-float64-nuclear'),
-        pytest.param('xpu', 'float64', 'nuclear_kwarg_batched', id='xpu-float64-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'float64', 'spectral_dim', id='xpu-float64-spectral_dim'),
-        pytest.param('xpu', 'complex128', 'fro', id='xpu-complex128-fro'),
-        pytest.param('xpu', 'complex128', 'nuclear', id='xpu-complex128-nuclear'),
-        pytest.param('xpu', 'complex128', 'nuclear_kwarg_batched', id='xpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'complex128', 'spectral_dim', id='xpu-complex128-spectral_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro', id='cpu-float64-fro'),
-        pytest.param('cpu', 'float64', 'nuclear', id='cpu-float64-nuclear'),
-        pytest.param('cpu', 'float64', 'nuclear_kwarg_batched', id='cpu-float64-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'float64', 'spectral_dim', id='cpu-float64-spectral_dim'),
-        pytest.param('cpu', 'complex128', 'fro', id='cpu-complex128-fro'),
-        pytest.param('cpu', 'complex128', 'nuclear', id='cpu-complex128-nuclear'),
-        pytest.param('cpu', 'complex128', 'nuclear_kwarg_batched', id='cpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'complex128', 'spectral_dim', id='cpu-complex128-spectral_dim'),
-        pytest.param('cuda', 'float64', 'fro', id='cuda-float64-fro'),
-        pytest.param('cuda', 'float64', 'nuclear', id='cuda-float64-nuclear'),
-        pytest.param('cuda', 'float64', 'nuclear_kwarg_batched', id='cuda-float64-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'float64', 'spectral_dim', id='cuda-float64-spectral_dim'),
-        pytest.param('cuda', 'complex128', 'fro', id='cuda-complex128-fro'),
-        pytest.param('cuda', 'complex128', 'nuclear', id='cuda-complex128-nuclear'),
-        pytest.param('cuda', 'complex128', 'nuclear_kwarg_batched', id='cuda-complex128-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'complex128', 'spectral_dim', id='cuda-complex128-spectral_dim'),
-        pytest.param('mps', 'float64', 'fro', id='mps-float64-fro'),
-        pytest.param('mps', 'float64', 'nuclear', id='mps-float64-nuclear'),
-        pytest.param('mps', 'float64', 'nuclear_kwarg_batched', id='mps-float64-nuclear_kwarg_batched'),
-        pytest.param('mps', 'float64', 'spectral_dim', id='mps-float64-spectral_dim'),
-        pytest.param('mps', 'complex128', 'fro', id='mps-complex128-fro'),
-        pytest.param('mps', 'complex128', 'nuclear', id='mps-complex128-nuclear'),
-        pytest.param('mps', 'complex128', 'nuclear_kwarg_batched', id='mps-complex128-nuclear_kwarg_batched'),
-        pytest.param('mps', 'complex128', 'spectral_dim', id='mps-complex128-spectral_dim'),
-        pytest.param('xpu', 'float64', 'fro', id='xpu-float64-fro'),
-        pytest.param('xpu', 'float64', 'nuclear', id='xpu-float64-nuclear'),
-        pytest.param('xpu', 'float64', 'nuclear_kwarg_batched', id='xpu-float64-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'float64', 'spectral_dim', id='xpu-float64-spectral_dim'),
-        pytest.param('xpu', 'complex128', 'fro', id='xpu-complex128-fro'),
-        pytest.param('xpu', 'complex128', 'nuclear', id='xpu-complex128-nuclear'),
-        pytest.param('xpu', 'complex128', 'nuclear_kwarg_batched', id='xpu-complex128-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'complex128', 'spectral_dim', id='xpu-complex128-spectral_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'fro', id='cpu-float32-fro'),
-        pytest.param('cpu', 'float32', 'nuclear', id='cpu-float32-nuclear'),
-        pytest.param('cpu', 'float32', 'nuclear_kwarg_batched', id='cpu-float32-nuclear_kwarg_batched'),
-        pytest.param('cpu', 'float32', 'spectral_dim', id='cpu-float32-spectral_dim'),
-        pytest.param('cuda', 'float32', 'fro', id='cuda-float32-fro'),
-        pytest.param('cuda', 'float32', 'nuclear', id='cuda-float32-nuclear'),
-        pytest.param('cuda', 'float32', 'nuclear_kwarg_batched', id='cuda-float32-nuclear_kwarg_batched'),
-        pytest.param('cuda', 'float32', 'spectral_dim', id='cuda-float32-spectral_dim'),
-        pytest.param(
-            'mps', 'float32', 'fro', id='mps-float32-fro',
-            marks=pytest.mark.skip(reason="not implemented on MPS - torch's own MPS tests list linalg.matrix_norm float32 as unimplemented (UNIMPLEMENTED_XFAILLIST in torch/testing/_internal/common_mps.py) (op_specs/linalg.yaml:151:9)"),
-        ),
-        pytest.param(
-            'mps', 'float32', 'nuclear', id='mps-float32-nuclear',
-            marks=pytest.mark.skip(reason="not implemented on MPS - torch's own MPS tests list linalg.matrix_norm float32 as unimplemented (UNIMPLEMENTED_XFAILLIST in torch/testing/_internal/common_mps.py) (op_specs/linalg.yaml:151:9)"),
-        ),
-        pytest.param(
-            'mps', 'float32', 'nuclear_kwarg_batched', id='mps-float32-nuclear_kwarg_batched',
-            marks=pytest.mark.skip(reason="not implemented on MPS - torch's own MPS tests list linalg.matrix_norm float32 as unimplemented (UNIMPLEMENTED_XFAILLIST in torch/testing/_internal/common_mps.py) (op_specs/linalg.yaml:151:9)"),
-        ),
-        pytest.param(
-            'mps', 'float32', 'spectral_dim', id='mps-float32-spectral_dim',
-            marks=pytest.mark.skip(reason="not implemented on MPS - torch's own MPS tests list linalg.matrix_norm float32 as unimplemented (UNIMPLEMENTED_XFAILLIST in torch/testing/_internal/common_mps.py) (op_specs/linalg.yaml:151:9)"),
-        ),
-        pytest.param('xpu', 'float32', 'fro', id='xpu-float32-fro'),
-        pytest.param('xpu', 'float32', 'nuclear', id='xpu-float32-nuclear'),
-        pytest.param('xpu', 'float32', 'nuclear_kwarg_batched', id='xpu-float32-nuclear_kwarg_batched'),
-        pytest.param('xpu', 'float32', 'spectral_dim', id='xpu-float32-spectral_dim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",), marked=MARKED)
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

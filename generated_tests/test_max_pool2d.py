@@ -5,146 +5,68 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/multi_output.yaml"
 SPEC = OpSpec(
-    name='max_pool2d',
-    op='torch.nn.functional.max_pool2d',
-    source='op_specs/multi_output.yaml',
-    sha256='08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1',
+    name="max_pool2d",
+    op="torch.nn.functional.max_pool2d",
+    source=SOURCE,
+    sha256="08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1",
     samples=(
         Sample(
-            'with_indices',
+            "with_indices",
             args=(TensorArg(shape=(1, 2, 4, 4)), 2),
-            kwargs=(('return_indices', True),),
-            location=Location('op_specs/multi_output.yaml', 73, 9),
+            kwargs=(("return_indices", True),),
+            location=Location(SOURCE, 73, 9),
         ),
         Sample(
-            'stride_padding_noncontig',
+            "stride_padding_noncontig",
             args=(TensorArg(shape=(2, 1, 5, 5), noncontiguous=True), 3),
-            kwargs=(('stride', 2), ('padding', 1), ('return_indices', True)),
-            location=Location('op_specs/multi_output.yaml', 76, 9),
+            kwargs=(("stride", 2), ("padding", 1), ("return_indices", True)),
+            location=Location(SOURCE, 76, 9),
         ),
         Sample(
-            'ceil_mode_values_only',
+            "ceil_mode_values_only",
             args=(TensorArg(shape=(1, 1, 5, 4)), 2),
-            kwargs=(('ceil_mode', True),),
-            location=Location('op_specs/multi_output.yaml', 79, 9),
+            kwargs=(("ceil_mode", True),),
+            location=Location(SOURCE, 79, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
-    gradcheck=GradcheckFlags(fast_mode='true', check_forward_ad=True),
+    lowprec_dtypes=("float32",),
+    gradcheck=GradcheckFlags(fast_mode="true", check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/multi_output.yaml', 67, 5),
+    location=Location(SOURCE, 67, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'with_indices', id='cpu-float64-with_indices'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cpu', 'float64', 'ceil_mode_values_only', id='cpu-float64-ceil_mode_values_only'),
-        pytest.param('cuda', 'float64', 'with_indices', id='cuda-float64-with_indices'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'ceil_mode_values_only', id='cuda-float64-ceil_mode_values_only'),
-        pytest.param('mps', 'float64', 'with_indices', id='mps-float64-with_indices'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'ceil_mode_values_only', id='mps-float64-ceil_mode_values_only'),
-        pytest.param('xpu', 'float64', 'with_indices', id='xpu-float64-with_indices'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'ceil_mode_values_only', id='xpu-float64-ceil_mode_values_only'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'with_indices', id='cpu-float64-with_indices'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cpu', 'float64', 'ceil_mode_values_only', id='cpu-float64-ceil_mode_values_only'),
-        pytest.param('cuda', 'float64', 'with_indices', id='cuda-float64-with_indices'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'ceil_mode_values_only', id='cuda-float64-ceil_mode_values_only'),
-        pytest.param('mps', 'float64', 'with_indices', id='mps-float64-with_indices'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'ceil_mode_values_only', id='mps-float64-ceil_mode_values_only'),
-        pytest.param('xpu', 'float64', 'with_indices', id='xpu-float64-with_indices'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'ceil_mode_values_only', id='xpu-float64-ceil_mode_values_only'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'with_indices', id='cpu-float64-with_indices'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cpu', 'float64', 'ceil_mode_values_only', id='cpu-float64-ceil_mode_values_only'),
-        pytest.param('cuda', 'float64', 'with_indices', id='cuda-float64-with_indices'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'ceil_mode_values_only', id='cuda-float64-ceil_mode_values_only'),
-        pytest.param('mps', 'float64', 'with_indices', id='mps-float64-with_indices'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'ceil_mode_values_only', id='mps-float64-ceil_mode_values_only'),
-        pytest.param('xpu', 'float64', 'with_indices', id='xpu-float64-with_indices'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'ceil_mode_values_only', id='xpu-float64-ceil_mode_values_only'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'with_indices', id='cpu-float64-with_indices'),
-        pytest.param('cpu', 'float64', 'stride_padding_noncontig', id='cpu-float64-stride_padding_noncontig'),
-        pytest.param('cpu', 'float64', 'ceil_mode_values_only', id='cpu-float64-ceil_mode_values_only'),
-        pytest.param('cuda', 'float64', 'with_indices', id='cuda-float64-with_indices'),
-        pytest.param('cuda', 'float64', 'stride_padding_noncontig', id='cuda-float64-stride_padding_noncontig'),
-        pytest.param('cuda', 'float64', 'ceil_mode_values_only', id='cuda-float64-ceil_mode_values_only'),
-        pytest.param('mps', 'float64', 'with_indices', id='mps-float64-with_indices'),
-        pytest.param('mps', 'float64', 'stride_padding_noncontig', id='mps-float64-stride_padding_noncontig'),
-        pytest.param('mps', 'float64', 'ceil_mode_values_only', id='mps-float64-ceil_mode_values_only'),
-        pytest.param('xpu', 'float64', 'with_indices', id='xpu-float64-with_indices'),
-        pytest.param('xpu', 'float64', 'stride_padding_noncontig', id='xpu-float64-stride_padding_noncontig'),
-        pytest.param('xpu', 'float64', 'ceil_mode_values_only', id='xpu-float64-ceil_mode_values_only'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'with_indices', id='cpu-float32-with_indices'),
-        pytest.param('cpu', 'float32', 'stride_padding_noncontig', id='cpu-float32-stride_padding_noncontig'),
-        pytest.param('cpu', 'float32', 'ceil_mode_values_only', id='cpu-float32-ceil_mode_values_only'),
-        pytest.param('cuda', 'float32', 'with_indices', id='cuda-float32-with_indices'),
-        pytest.param('cuda', 'float32', 'stride_padding_noncontig', id='cuda-float32-stride_padding_noncontig'),
-        pytest.param('cuda', 'float32', 'ceil_mode_values_only', id='cuda-float32-ceil_mode_values_only'),
-        pytest.param('mps', 'float32', 'with_indices', id='mps-float32-with_indices'),
-        pytest.param('mps', 'float32', 'stride_padding_noncontig', id='mps-float32-stride_padding_noncontig'),
-        pytest.param('mps', 'float32', 'ceil_mode_values_only', id='mps-float32-ceil_mode_values_only'),
-        pytest.param('xpu', 'float32', 'with_indices', id='xpu-float32-with_indices'),
-        pytest.param('xpu', 'float32', 'stride_padding_noncontig', id='xpu-float32-stride_padding_noncontig'),
-        pytest.param('xpu', 'float32', 'ceil_mode_values_only', id='xpu-float32-ceil_mode_values_only'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

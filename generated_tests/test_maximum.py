@@ -5,152 +5,71 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='maximum',
-    op='torch.maximum',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="maximum",
+    op="torch.maximum",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'disjoint_ranges',
-            args=(
-                TensorArg(shape=(3, 4), low=0.5, high=2.0),
-                TensorArg(shape=(3, 4), low=-2.0, high=0.0),
-            ),
-            location=Location('op_specs/binary.yaml', 98, 9),
+            "disjoint_ranges",
+            args=(TensorArg(shape=(3, 4), low=0.5, high=2.0), TensorArg(shape=(3, 4), low=-2.0, high=0.0)),
+            location=Location(SOURCE, 98, 9),
         ),
         Sample(
-            'broadcast_mixed_winners',
+            "broadcast_mixed_winners",
             args=(
                 TensorArg(shape=(2, 3), values=((1.0, -1.0, 0.5), (-2.0, 2.0, 0.0))),
                 TensorArg(shape=(3,), values=(0.0, 0.0, 1.5)),
             ),
-            location=Location('op_specs/binary.yaml', 100, 9),
+            location=Location(SOURCE, 100, 9),
         ),
         Sample(
-            'zero_dim_noncontig',
+            "zero_dim_noncontig",
             args=(
                 TensorArg(shape=(), low=1.0, high=2.0),
                 TensorArg(shape=(2, 3), low=-2.0, high=0.0, noncontiguous=True),
             ),
-            location=Location('op_specs/binary.yaml', 104, 9),
+            location=Location(SOURCE, 104, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 93, 5),
+    location=Location(SOURCE, 93, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'disjoint_ranges', id='cpu-float64-disjoint_ranges'),
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cpu', 'float64', 'zero_dim_noncontig', id='cpu-float64-zero_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'disjoint_ranges', id='cuda-float64-disjoint_ranges'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'zero_dim_noncontig', id='cuda-float64-zero_dim_noncontig'),
-        pytest.param('mps', 'float64', 'disjoint_ranges', id='mps-float64-disjoint_ranges'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'zero_dim_noncontig', id='mps-float64-zero_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'disjoint_ranges', id='xpu-float64-disjoint_ranges'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'zero_dim_noncontig', id='xpu-float64-zero_dim_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'disjoint_ranges', id='cpu-float64-disjoint_ranges'),
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cpu', 'float64', 'zero_dim_noncontig', id='cpu-float64-zero_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'disjoint_ranges', id='cuda-float64-disjoint_ranges'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'zero_dim_noncontig', id='cuda-float64-zero_dim_noncontig'),
-        pytest.param('mps', 'float64', 'disjoint_ranges', id='mps-float64-disjoint_ranges'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'zero_dim_noncontig', id='mps-float64-zero_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'disjoint_ranges', id='xpu-float64-disjoint_ranges'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'zero_dim_noncontig', id='xpu-float64-zero_dim_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'disjoint_ranges', id='cpu-float64-disjoint_ranges'),
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cpu', 'float64', 'zero_dim_noncontig', id='cpu-float64-zero_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'disjoint_ranges', id='cuda-float64-disjoint_ranges'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'zero_dim_noncontig', id='cuda-float64-zero_dim_noncontig'),
-        pytest.param('mps', 'float64', 'disjoint_ranges', id='mps-float64-disjoint_ranges'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'zero_dim_noncontig', id='mps-float64-zero_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'disjoint_ranges', id='xpu-float64-disjoint_ranges'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'zero_dim_noncontig', id='xpu-float64-zero_dim_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'disjoint_ranges', id='cpu-float64-disjoint_ranges'),
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cpu', 'float64', 'zero_dim_noncontig', id='cpu-float64-zero_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'disjoint_ranges', id='cuda-float64-disjoint_ranges'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'zero_dim_noncontig', id='cuda-float64-zero_dim_noncontig'),
-        pytest.param('mps', 'float64', 'disjoint_ranges', id='mps-float64-disjoint_ranges'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'zero_dim_noncontig', id='mps-float64-zero_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'disjoint_ranges', id='xpu-float64-disjoint_ranges'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'zero_dim_noncontig', id='xpu-float64-zero_dim_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'disjoint_ranges', id='cpu-float32-disjoint_ranges'),
-        pytest.param('cpu', 'float32', 'broadcast_mixed_winners', id='cpu-float32-broadcast_mixed_winners'),
-        pytest.param('cpu', 'float32', 'zero_dim_noncontig', id='cpu-float32-zero_dim_noncontig'),
-        pytest.param('cuda', 'float32', 'disjoint_ranges', id='cuda-float32-disjoint_ranges'),
-        pytest.param('cuda', 'float32', 'broadcast_mixed_winners', id='cuda-float32-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float32', 'zero_dim_noncontig', id='cuda-float32-zero_dim_noncontig'),
-        pytest.param('mps', 'float32', 'disjoint_ranges', id='mps-float32-disjoint_ranges'),
-        pytest.param('mps', 'float32', 'broadcast_mixed_winners', id='mps-float32-broadcast_mixed_winners'),
-        pytest.param('mps', 'float32', 'zero_dim_noncontig', id='mps-float32-zero_dim_noncontig'),
-        pytest.param('xpu', 'float32', 'disjoint_ranges', id='xpu-float32-disjoint_ranges'),
-        pytest.param('xpu', 'float32', 'broadcast_mixed_winners', id='xpu-float32-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float32', 'zero_dim_noncontig', id='xpu-float32-zero_dim_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,209 +5,61 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='mean',
-    op='torch.mean',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="mean",
+    op="torch.mean",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("all", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 37, 9)),
         Sample(
-            'all',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/reductions.yaml', 37, 9),
-        ),
-        Sample(
-            'dim_keepdim',
+            "dim_keepdim",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True),),
-            kwargs=(('dim', (0, 2)), ('keepdim', True)),
-            location=Location('op_specs/reductions.yaml', 39, 9),
+            kwargs=(("dim", (0, 2)), ("keepdim", True)),
+            location=Location(SOURCE, 39, 9),
         ),
-        Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()),),
-            location=Location('op_specs/reductions.yaml', 42, 9),
-        ),
+        Sample("zero_dim", args=(TensorArg(shape=()),), location=Location(SOURCE, 42, 9)),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 32, 5),
+    location=Location(SOURCE, 32, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim', id='cpu-float64-dim_keepdim'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_keepdim', id='cpu-complex128-dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim', id='cuda-float64-dim_keepdim'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_keepdim', id='cuda-complex128-dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim', id='mps-float64-dim_keepdim'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_keepdim', id='mps-complex128-dim_keepdim'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim', id='xpu-float64-dim_keepdim'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_keepdim', id='xpu-complex128-dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim', id='cpu-float64-dim_keepdim'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_keepdim', id='cpu-complex128-dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim', id='cuda-float64-dim_keepdim'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_keepdim', id='cuda-complex128-dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim', id='mps-float64-dim_keepdim'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_keepdim', id='mps-complex128-dim_keepdim'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim', id='xpu-float64-dim_keepdim'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_keepdim', id='xpu-complex128-dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim', id='cpu-float64-dim_keepdim'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_keepdim', id='cpu-complex128-dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim', id='cuda-float64-dim_keepdim'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_keepdim', id='cuda-complex128-dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim', id='mps-float64-dim_keepdim'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_keepdim', id='mps-complex128-dim_keepdim'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim', id='xpu-float64-dim_keepdim'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_keepdim', id='xpu-complex128-dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim', id='cpu-float64-dim_keepdim'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_keepdim', id='cpu-complex128-dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim', id='cuda-float64-dim_keepdim'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_keepdim', id='cuda-complex128-dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim', id='mps-float64-dim_keepdim'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_keepdim', id='mps-complex128-dim_keepdim'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim', id='xpu-float64-dim_keepdim'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_keepdim', id='xpu-complex128-dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'all', id='cpu-float32-all'),
-        pytest.param('cpu', 'float32', 'dim_keepdim', id='cpu-float32-dim_keepdim'),
-        pytest.param('cpu', 'float32', 'zero_dim', id='cpu-float32-zero_dim'),
-        pytest.param('cpu', 'bfloat16', 'all', id='cpu-bfloat16-all'),
-        pytest.param('cpu', 'bfloat16', 'dim_keepdim', id='cpu-bfloat16-dim_keepdim'),
-        pytest.param('cpu', 'bfloat16', 'zero_dim', id='cpu-bfloat16-zero_dim'),
-        pytest.param('cuda', 'float32', 'all', id='cuda-float32-all'),
-        pytest.param('cuda', 'float32', 'dim_keepdim', id='cuda-float32-dim_keepdim'),
-        pytest.param('cuda', 'float32', 'zero_dim', id='cuda-float32-zero_dim'),
-        pytest.param('cuda', 'bfloat16', 'all', id='cuda-bfloat16-all'),
-        pytest.param('cuda', 'bfloat16', 'dim_keepdim', id='cuda-bfloat16-dim_keepdim'),
-        pytest.param('cuda', 'bfloat16', 'zero_dim', id='cuda-bfloat16-zero_dim'),
-        pytest.param('mps', 'float32', 'all', id='mps-float32-all'),
-        pytest.param('mps', 'float32', 'dim_keepdim', id='mps-float32-dim_keepdim'),
-        pytest.param('mps', 'float32', 'zero_dim', id='mps-float32-zero_dim'),
-        pytest.param('mps', 'bfloat16', 'all', id='mps-bfloat16-all'),
-        pytest.param('mps', 'bfloat16', 'dim_keepdim', id='mps-bfloat16-dim_keepdim'),
-        pytest.param('mps', 'bfloat16', 'zero_dim', id='mps-bfloat16-zero_dim'),
-        pytest.param('xpu', 'float32', 'all', id='xpu-float32-all'),
-        pytest.param('xpu', 'float32', 'dim_keepdim', id='xpu-float32-dim_keepdim'),
-        pytest.param('xpu', 'float32', 'zero_dim', id='xpu-float32-zero_dim'),
-        pytest.param('xpu', 'bfloat16', 'all', id='xpu-bfloat16-all'),
-        pytest.param('xpu', 'bfloat16', 'dim_keepdim', id='xpu-bfloat16-dim_keepdim'),
-        pytest.param('xpu', 'bfloat16', 'zero_dim', id='xpu-bfloat16-zero_dim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,81 +5,51 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='minimum',
-    op='torch.minimum',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="minimum",
+    op="torch.minimum",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'broadcast_mixed_winners',
+            "broadcast_mixed_winners",
             args=(
                 TensorArg(shape=(2, 3), values=((1.0, -1.0, 0.5), (-2.0, 2.0, 0.0))),
                 TensorArg(shape=(2, 1), values=((0.0,), (0.5,))),
             ),
-            location=Location('op_specs/binary.yaml', 109, 9),
+            location=Location(SOURCE, 109, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 107, 5),
+    location=Location(SOURCE, 107, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_mixed_winners', id='cpu-float64-broadcast_mixed_winners'),
-        pytest.param('cuda', 'float64', 'broadcast_mixed_winners', id='cuda-float64-broadcast_mixed_winners'),
-        pytest.param('mps', 'float64', 'broadcast_mixed_winners', id='mps-float64-broadcast_mixed_winners'),
-        pytest.param('xpu', 'float64', 'broadcast_mixed_winners', id='xpu-float64-broadcast_mixed_winners'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

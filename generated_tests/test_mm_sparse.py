@@ -5,110 +5,64 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/sparse.yaml"
 SPEC = OpSpec(
-    name='mm_sparse',
-    op='torch.mm',
-    source='op_specs/sparse.yaml',
-    sha256='13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b',
+    name="mm_sparse",
+    op="torch.mm",
+    source=SOURCE,
+    sha256="13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b",
     samples=(
         Sample(
-            'csr',
-            args=(TensorArg(shape=(4, 6), layout='sparse_csr'), TensorArg(shape=(6, 3))),
-            location=Location('op_specs/sparse.yaml', 35, 9),
+            "csr",
+            args=(TensorArg(shape=(4, 6), layout="sparse_csr"), TensorArg(shape=(6, 3))),
+            location=Location(SOURCE, 35, 9),
         ),
         Sample(
-            'csr_64x64',
-            args=(TensorArg(shape=(64, 64), layout='sparse_csr', density=0.05), TensorArg(shape=(64, 8))),
-            location=Location('op_specs/sparse.yaml', 37, 9),
+            "csr_64x64",
+            args=(TensorArg(shape=(64, 64), layout="sparse_csr", density=0.05), TensorArg(shape=(64, 8))),
+            location=Location(SOURCE, 37, 9),
         ),
         Sample(
-            'csc',
-            args=(TensorArg(shape=(6, 8), layout='sparse_csc', nnz=12), TensorArg(shape=(8, 4))),
-            location=Location('op_specs/sparse.yaml', 39, 9),
+            "csc",
+            args=(TensorArg(shape=(6, 8), layout="sparse_csc", nnz=12), TensorArg(shape=(8, 4))),
+            location=Location(SOURCE, 39, 9),
         ),
         Sample(
-            'coo',
-            args=(TensorArg(shape=(6, 8), layout='sparse_coo', density=0.25), TensorArg(shape=(8, 4))),
-            location=Location('op_specs/sparse.yaml', 41, 9),
+            "coo",
+            args=(TensorArg(shape=(6, 8), layout="sparse_coo", density=0.25), TensorArg(shape=(8, 4))),
+            location=Location(SOURCE, 41, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
-    devices=('cpu', 'cuda'),
+    lowprec_dtypes=("float32",),
+    devices=("cpu", "cuda"),
     supports_forward_ad=False,
-    location=Location('op_specs/sparse.yaml', 30, 5),
+    location=Location(SOURCE, 30, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'csr_64x64', id='cpu-float64-csr_64x64'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'csr_64x64', id='cuda-float64-csr_64x64'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'csr_64x64', id='cpu-float64-csr_64x64'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'csr_64x64', id='cuda-float64-csr_64x64'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'csr_64x64', id='cpu-float64-csr_64x64'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'csr_64x64', id='cuda-float64-csr_64x64'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'csr', id='cpu-float32-csr'),
-        pytest.param('cpu', 'float32', 'csr_64x64', id='cpu-float32-csr_64x64'),
-        pytest.param('cpu', 'float32', 'csc', id='cpu-float32-csc'),
-        pytest.param('cpu', 'float32', 'coo', id='cpu-float32-coo'),
-        pytest.param('cuda', 'float32', 'csr', id='cuda-float32-csr'),
-        pytest.param('cuda', 'float32', 'csr_64x64', id='cuda-float32-csr_64x64'),
-        pytest.param('cuda', 'float32', 'csc', id='cuda-float32-csc'),
-        pytest.param('cuda', 'float32', 'coo', id='cuda-float32-coo'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,145 +5,63 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/losses.yaml"
 SPEC = OpSpec(
-    name='mse_loss',
-    op='torch.nn.functional.mse_loss',
-    source='op_specs/losses.yaml',
-    sha256='8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6',
+    name="mse_loss",
+    op="torch.nn.functional.mse_loss",
+    source=SOURCE,
+    sha256="8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6",
     samples=(
+        Sample("mean", args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4))), location=Location(SOURCE, 37, 9)),
         Sample(
-            'mean',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4))),
-            location=Location('op_specs/losses.yaml', 37, 9),
-        ),
-        Sample(
-            'sum_noncontig',
+            "sum_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), TensorArg(shape=(2, 3, 4))),
-            kwargs=(('reduction', 'sum'),),
-            location=Location('op_specs/losses.yaml', 39, 9),
+            kwargs=(("reduction", "sum"),),
+            location=Location(SOURCE, 39, 9),
         ),
         Sample(
-            'none_zero_dim',
+            "none_zero_dim",
             args=(TensorArg(shape=()), TensorArg(shape=())),
-            kwargs=(('reduction', 'none'),),
-            location=Location('op_specs/losses.yaml', 42, 9),
+            kwargs=(("reduction", "none"),),
+            location=Location(SOURCE, 42, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/losses.yaml', 35, 5),
+    location=Location(SOURCE, 35, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'sum_noncontig', id='cpu-float64-sum_noncontig'),
-        pytest.param('cpu', 'float64', 'none_zero_dim', id='cpu-float64-none_zero_dim'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'sum_noncontig', id='cuda-float64-sum_noncontig'),
-        pytest.param('cuda', 'float64', 'none_zero_dim', id='cuda-float64-none_zero_dim'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'sum_noncontig', id='mps-float64-sum_noncontig'),
-        pytest.param('mps', 'float64', 'none_zero_dim', id='mps-float64-none_zero_dim'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'sum_noncontig', id='xpu-float64-sum_noncontig'),
-        pytest.param('xpu', 'float64', 'none_zero_dim', id='xpu-float64-none_zero_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'sum_noncontig', id='cpu-float64-sum_noncontig'),
-        pytest.param('cpu', 'float64', 'none_zero_dim', id='cpu-float64-none_zero_dim'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'sum_noncontig', id='cuda-float64-sum_noncontig'),
-        pytest.param('cuda', 'float64', 'none_zero_dim', id='cuda-float64-none_zero_dim'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'sum_noncontig', id='mps-float64-sum_noncontig'),
-        pytest.param('mps', 'float64', 'none_zero_dim', id='mps-float64-none_zero_dim'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'sum_noncontig', id='xpu-float64-sum_noncontig'),
-        pytest.param('xpu', 'float64', 'none_zero_dim', id='xpu-float64-none_zero_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'sum_noncontig', id='cpu-float64-sum_noncontig'),
-        pytest.param('cpu', 'float64', 'none_zero_dim', id='cpu-float64-none_zero_dim'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'sum_noncontig', id='cuda-float64-sum_noncontig'),
-        pytest.param('cuda', 'float64', 'none_zero_dim', id='cuda-float64-none_zero_dim'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'sum_noncontig', id='mps-float64-sum_noncontig'),
-        pytest.param('mps', 'float64', 'none_zero_dim', id='mps-float64-none_zero_dim'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'sum_noncontig', id='xpu-float64-sum_noncontig'),
-        pytest.param('xpu', 'float64', 'none_zero_dim', id='xpu-float64-none_zero_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'mean', id='cpu-float64-mean'),
-        pytest.param('cpu', 'float64', 'sum_noncontig', id='cpu-float64-sum_noncontig'),
-        pytest.param('cpu', 'float64', 'none_zero_dim', id='cpu-float64-none_zero_dim'),
-        pytest.param('cuda', 'float64', 'mean', id='cuda-float64-mean'),
-        pytest.param('cuda', 'float64', 'sum_noncontig', id='cuda-float64-sum_noncontig'),
-        pytest.param('cuda', 'float64', 'none_zero_dim', id='cuda-float64-none_zero_dim'),
-        pytest.param('mps', 'float64', 'mean', id='mps-float64-mean'),
-        pytest.param('mps', 'float64', 'sum_noncontig', id='mps-float64-sum_noncontig'),
-        pytest.param('mps', 'float64', 'none_zero_dim', id='mps-float64-none_zero_dim'),
-        pytest.param('xpu', 'float64', 'mean', id='xpu-float64-mean'),
-        pytest.param('xpu', 'float64', 'sum_noncontig', id='xpu-float64-sum_noncontig'),
-        pytest.param('xpu', 'float64', 'none_zero_dim', id='xpu-float64-none_zero_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'mean', id='cpu-float32-mean'),
-        pytest.param('cpu', 'float32', 'sum_noncontig', id='cpu-float32-sum_noncontig'),
-        pytest.param('cpu', 'float32', 'none_zero_dim', id='cpu-float32-none_zero_dim'),
-        pytest.param('cuda', 'float32', 'mean', id='cuda-float32-mean'),
-        pytest.param('cuda', 'float32', 'sum_noncontig', id='cuda-float32-sum_noncontig'),
-        pytest.param('cuda', 'float32', 'none_zero_dim', id='cuda-float32-none_zero_dim'),
-        pytest.param('mps', 'float32', 'mean', id='mps-float32-mean'),
-        pytest.param('mps', 'float32', 'sum_noncontig', id='mps-float32-sum_noncontig'),
-        pytest.param('mps', 'float32', 'none_zero_dim', id='mps-float32-none_zero_dim'),
-        pytest.param('xpu', 'float32', 'mean', id='xpu-float32-mean'),
-        pytest.param('xpu', 'float32', 'sum_noncontig', id='xpu-float32-sum_noncontig'),
-        pytest.param('xpu', 'float32', 'none_zero_dim', id='xpu-float32-none_zero_dim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,164 +5,44 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/mul.yaml"
 SPEC = OpSpec(
-    name='mul',
-    op='torch.mul',
-    source='op_specs/mul.yaml',
-    sha256='d66169d1fad1a61960b94065782bf635f45afc912b48059babaf447c7cb2cdfe',
+    name="mul",
+    op="torch.mul",
+    source=SOURCE,
+    sha256="d66169d1fad1a61960b94065782bf635f45afc912b48059babaf447c7cb2cdfe",
     samples=(
+        Sample("same_shape", args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4))), location=Location(SOURCE, 5, 5)),
         Sample(
-            'same_shape',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 4))),
-            location=Location('op_specs/mul.yaml', 5, 5),
+            "broadcast_both", args=(TensorArg(shape=(3, 1)), TensorArg(shape=(1, 4))), location=Location(SOURCE, 7, 5)
         ),
-        Sample(
-            'broadcast_both',
-            args=(TensorArg(shape=(3, 1)), TensorArg(shape=(1, 4))),
-            location=Location('op_specs/mul.yaml', 7, 5),
-        ),
-        Sample(
-            'scalar_tensor',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=())),
-            location=Location('op_specs/mul.yaml', 9, 5),
-        ),
-        Sample(
-            'python_scalar',
-            args=(TensorArg(shape=(3, 4)), 2.5),
-            location=Location('op_specs/mul.yaml', 11, 5),
-        ),
+        Sample("scalar_tensor", args=(TensorArg(shape=(3, 4)), TensorArg(shape=())), location=Location(SOURCE, 9, 5)),
+        Sample("python_scalar", args=(TensorArg(shape=(3, 4)), 2.5), location=Location(SOURCE, 11, 5)),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True),
-    location=Location('op_specs/mul.yaml', 2, 1),
+    location=Location(SOURCE, 2, 1),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_both', id='cpu-float64-broadcast_both'),
-        pytest.param('cpu', 'float64', 'scalar_tensor', id='cpu-float64-scalar_tensor'),
-        pytest.param('cpu', 'float64', 'python_scalar', id='cpu-float64-python_scalar'),
-        pytest.param('cpu', 'complex128', 'same_shape', id='cpu-complex128-same_shape'),
-        pytest.param('cpu', 'complex128', 'broadcast_both', id='cpu-complex128-broadcast_both'),
-        pytest.param('cpu', 'complex128', 'scalar_tensor', id='cpu-complex128-scalar_tensor'),
-        pytest.param('cpu', 'complex128', 'python_scalar', id='cpu-complex128-python_scalar'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_both', id='cuda-float64-broadcast_both'),
-        pytest.param('cuda', 'float64', 'scalar_tensor', id='cuda-float64-scalar_tensor'),
-        pytest.param('cuda', 'float64', 'python_scalar', id='cuda-float64-python_scalar'),
-        pytest.param('cuda', 'complex128', 'same_shape', id='cuda-complex128-same_shape'),
-        pytest.param('cuda', 'complex128', 'broadcast_both', id='cuda-complex128-broadcast_both'),
-        pytest.param('cuda', 'complex128', 'scalar_tensor', id='cuda-complex128-scalar_tensor'),
-        pytest.param('cuda', 'complex128', 'python_scalar', id='cuda-complex128-python_scalar'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_both', id='mps-float64-broadcast_both'),
-        pytest.param('mps', 'float64', 'scalar_tensor', id='mps-float64-scalar_tensor'),
-        pytest.param('mps', 'float64', 'python_scalar', id='mps-float64-python_scalar'),
-        pytest.param('mps', 'complex128', 'same_shape', id='mps-complex128-same_shape'),
-        pytest.param('mps', 'complex128', 'broadcast_both', id='mps-complex128-broadcast_both'),
-        pytest.param('mps', 'complex128', 'scalar_tensor', id='mps-complex128-scalar_tensor'),
-        pytest.param('mps', 'complex128', 'python_scalar', id='mps-complex128-python_scalar'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_both', id='xpu-float64-broadcast_both'),
-        pytest.param('xpu', 'float64', 'scalar_tensor', id='xpu-float64-scalar_tensor'),
-        pytest.param('xpu', 'float64', 'python_scalar', id='xpu-float64-python_scalar'),
-        pytest.param('xpu', 'complex128', 'same_shape', id='xpu-complex128-same_shape'),
-        pytest.param('xpu', 'complex128', 'broadcast_both', id='xpu-complex128-broadcast_both'),
-        pytest.param('xpu', 'complex128', 'scalar_tensor', id='xpu-complex128-scalar_tensor'),
-        pytest.param('xpu', 'complex128', 'python_scalar', id='xpu-complex128-python_scalar'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_both', id='cpu-float64-broadcast_both'),
-        pytest.param('cpu', 'float64', 'scalar_tensor', id='cpu-float64-scalar_tensor'),
-        pytest.param('cpu', 'float64', 'python_scalar', id='cpu-float64-python_scalar'),
-        pytest.param('cpu', 'complex128', 'same_shape', id='cpu-complex128-same_shape'),
-        pytest.param('cpu', 'complex128', 'broadcast_both', id='cpu-complex128-broadcast_both'),
-        pytest.param('cpu', 'complex128', 'scalar_tensor', id='cpu-complex128-scalar_tensor'),
-        pytest.param('cpu', 'complex128', 'python_scalar', id='cpu-complex128-python_scalar'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_both', id='cuda-float64-broadcast_both'),
-        pytest.param('cuda', 'float64', 'scalar_tensor', id='cuda-float64-scalar_tensor'),
-        pytest.param('cuda', 'float64', 'python_scalar', id='cuda-float64-python_scalar'),
-        pytest.param('cuda', 'complex128', 'same_shape', id='cuda-complex128-same_shape'),
-        pytest.param('cuda', 'complex128', 'broadcast_both', id='cuda-complex128-broadcast_both'),
-        pytest.param('cuda', 'complex128', 'scalar_tensor', id='cuda-complex128-scalar_tensor'),
-        pytest.param('cuda', 'complex128', 'python_scalar', id='cuda-complex128-python_scalar'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_both', id='mps-float64-broadcast_both'),
-        pytest.param('mps', 'float64', 'scalar_tensor', id='mps-float64-scalar_tensor'),
-        pytest.param('mps', 'float64', 'python_scalar', id='mps-float64-python_scalar'),
-        pytest.param('mps', 'complex128', 'same_shape', id='mps-complex128-same_shape'),
-        pytest.param('mps', 'complex128', 'broadcast_both', id='mps-complex128-broadcast_both'),
-        pytest.param('mps', 'complex128', 'scalar_tensor', id='mps-complex128-scalar_tensor'),
-        pytest.param('mps', 'complex128', 'python_scalar', id='mps-complex128-python_scalar'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_both', id='xpu-float64-broadcast_both'),
-        pytest.param('xpu', 'float64', 'scalar_tensor', id='xpu-float64-scalar_tensor'),
-        pytest.param('xpu', 'float64', 'python_scalar', id='xpu-float64-python_scalar'),
-        pytest.param('xpu', 'complex128', 'same_shape', id='xpu-complex128-same_shape'),
-        pytest.param('xpu', 'complex128', 'broadcast_both', id='xpu-complex128-broadcast_both'),
-        pytest.param('xpu', 'complex128', 'scalar_tensor', id='xpu-complex128-scalar_tensor'),
-        pytest.param('xpu', 'complex128', 'python_scalar', id='xpu-complex128-python_scalar'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'same_shape', id='cpu-float64-same_shape'),
-        pytest.param('cpu', 'float64', 'broadcast_both', id='cpu-float64-broadcast_both'),
-        pytest.param('cpu', 'float64', 'scalar_tensor', id='cpu-float64-scalar_tensor'),
-        pytest.param('cpu', 'float64', 'python_scalar', id='cpu-float64-python_scalar'),
-        pytest.param('cpu', 'complex128', 'same_shape', id='cpu-complex128-same_shape'),
-        pytest.param('cpu', 'complex128', 'broadcast_both', id='cpu-complex128-broadcast_both'),
-        pytest.param('cpu', 'complex128', 'scalar_tensor', id='cpu-complex128-scalar_tensor'),
-        pytest.param('cpu', 'complex128', 'python_scalar', id='cpu-complex128-python_scalar'),
-        pytest.param('cuda', 'float64', 'same_shape', id='cuda-float64-same_shape'),
-        pytest.param('cuda', 'float64', 'broadcast_both', id='cuda-float64-broadcast_both'),
-        pytest.param('cuda', 'float64', 'scalar_tensor', id='cuda-float64-scalar_tensor'),
-        pytest.param('cuda', 'float64', 'python_scalar', id='cuda-float64-python_scalar'),
-        pytest.param('cuda', 'complex128', 'same_shape', id='cuda-complex128-same_shape'),
-        pytest.param('cuda', 'complex128', 'broadcast_both', id='cuda-complex128-broadcast_both'),
-        pytest.param('cuda', 'complex128', 'scalar_tensor', id='cuda-complex128-scalar_tensor'),
-        pytest.param('cuda', 'complex128', 'python_scalar', id='cuda-complex128-python_scalar'),
-        pytest.param('mps', 'float64', 'same_shape', id='mps-float64-same_shape'),
-        pytest.param('mps', 'float64', 'broadcast_both', id='mps-float64-broadcast_both'),
-        pytest.param('mps', 'float64', 'scalar_tensor', id='mps-float64-scalar_tensor'),
-        pytest.param('mps', 'float64', 'python_scalar', id='mps-float64-python_scalar'),
-        pytest.param('mps', 'complex128', 'same_shape', id='mps-complex128-same_shape'),
-        pytest.param('mps', 'complex128', 'broadcast_both', id='mps-complex128-broadcast_both'),
-        pytest.param('mps', 'complex128', 'scalar_tensor', id='mps-complex128-scalar_tensor'),
-        pytest.param('mps', 'complex128', 'python_scalar', id='mps-complex128-python_scalar'),
-        pytest.param('xpu', 'float64', 'same_shape', id='xpu-float64-same_shape'),
-        pytest.param('xpu', 'float64', 'broadcast_both', id='xpu-float64-broadcast_both'),
-        pytest.param('xpu', 'float64', 'scalar_tensor', id='xpu-float64-scalar_tensor'),
-        pytest.param('xpu', 'float64', 'python_scalar', id='xpu-float64-python_scalar'),
-        pytest.param('xpu', 'complex128', 'same_shape', id='xpu-complex128-same_shape'),
-        pytest.param('xpu', 'complex128', 'broadcast_both', id='xpu-complex128-broadcast_both'),
-        pytest.param('xpu', 'complex128', 'scalar_tensor', id='xpu-complex128-scalar_tensor'),
-        pytest.param('xpu', 'complex128', 'python_scalar', id='xpu-complex128-python_scalar'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)

@@ -5,101 +5,39 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='narrow',
-    op='torch.narrow',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="narrow",
+    op="torch.narrow",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("dim0", args=(TensorArg(shape=(5, 3)), 0, 1, 3), location=Location(SOURCE, 71, 9)),
         Sample(
-            'dim0',
-            args=(TensorArg(shape=(5, 3)), 0, 1, 3),
-            location=Location('op_specs/shape.yaml', 71, 9),
-        ),
-        Sample(
-            'dim1_noncontig',
+            "dim1_noncontig",
             args=(TensorArg(shape=(2, 6), noncontiguous=True), -1, 2, 2),
-            location=Location('op_specs/shape.yaml', 73, 9),
+            location=Location(SOURCE, 73, 9),
         ),
-        Sample(
-            'empty_slice',
-            args=(TensorArg(shape=(3, 4)), 1, 2, 0),
-            location=Location('op_specs/shape.yaml', 75, 9),
-        ),
+        Sample("empty_slice", args=(TensorArg(shape=(3, 4)), 1, 2, 0), location=Location(SOURCE, 75, 9)),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(enabled=False, check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 68, 5),
+    location=Location(SOURCE, 68, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'dim1_noncontig', id='cpu-float64-dim1_noncontig'),
-        pytest.param('cpu', 'float64', 'empty_slice', id='cpu-float64-empty_slice'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'dim1_noncontig', id='cpu-complex128-dim1_noncontig'),
-        pytest.param('cpu', 'complex128', 'empty_slice', id='cpu-complex128-empty_slice'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'dim1_noncontig', id='cuda-float64-dim1_noncontig'),
-        pytest.param('cuda', 'float64', 'empty_slice', id='cuda-float64-empty_slice'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'dim1_noncontig', id='cuda-complex128-dim1_noncontig'),
-        pytest.param('cuda', 'complex128', 'empty_slice', id='cuda-complex128-empty_slice'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'dim1_noncontig', id='mps-float64-dim1_noncontig'),
-        pytest.param('mps', 'float64', 'empty_slice', id='mps-float64-empty_slice'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'dim1_noncontig', id='mps-complex128-dim1_noncontig'),
-        pytest.param('mps', 'complex128', 'empty_slice', id='mps-complex128-empty_slice'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'dim1_noncontig', id='xpu-float64-dim1_noncontig'),
-        pytest.param('xpu', 'float64', 'empty_slice', id='xpu-float64-empty_slice'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'dim1_noncontig', id='xpu-complex128-dim1_noncontig'),
-        pytest.param('xpu', 'complex128', 'empty_slice', id='xpu-complex128-empty_slice'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'dim1_noncontig', id='cpu-float64-dim1_noncontig'),
-        pytest.param('cpu', 'float64', 'empty_slice', id='cpu-float64-empty_slice'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'dim1_noncontig', id='cpu-complex128-dim1_noncontig'),
-        pytest.param('cpu', 'complex128', 'empty_slice', id='cpu-complex128-empty_slice'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'dim1_noncontig', id='cuda-float64-dim1_noncontig'),
-        pytest.param('cuda', 'float64', 'empty_slice', id='cuda-float64-empty_slice'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'dim1_noncontig', id='cuda-complex128-dim1_noncontig'),
-        pytest.param('cuda', 'complex128', 'empty_slice', id='cuda-complex128-empty_slice'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'dim1_noncontig', id='mps-float64-dim1_noncontig'),
-        pytest.param('mps', 'float64', 'empty_slice', id='mps-float64-empty_slice'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'dim1_noncontig', id='mps-complex128-dim1_noncontig'),
-        pytest.param('mps', 'complex128', 'empty_slice', id='mps-complex128-empty_slice'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'dim1_noncontig', id='xpu-float64-dim1_noncontig'),
-        pytest.param('xpu', 'float64', 'empty_slice', id='xpu-float64-empty_slice'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'dim1_noncontig', id='xpu-complex128-dim1_noncontig'),
-        pytest.param('xpu', 'complex128', 'empty_slice', id='xpu-complex128-empty_slice'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)

@@ -5,125 +5,61 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/losses.yaml"
 SPEC = OpSpec(
-    name='nll_loss',
-    op='torch.nn.functional.nll_loss',
-    source='op_specs/losses.yaml',
-    sha256='8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6',
+    name="nll_loss",
+    op="torch.nn.functional.nll_loss",
+    source=SOURCE,
+    sha256="8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6",
     samples=(
         Sample(
-            'class_indices',
-            args=(TensorArg(shape=(4, 5)), TensorArg(shape=(4,), dtype='int64', low=0.0, high=5.0)),
-            location=Location('op_specs/losses.yaml', 74, 9),
+            "class_indices",
+            args=(TensorArg(shape=(4, 5)), TensorArg(shape=(4,), dtype="int64", low=0.0, high=5.0)),
+            location=Location(SOURCE, 74, 9),
         ),
         Sample(
-            'weighted_sum',
-            args=(
-                TensorArg(shape=(3, 4), noncontiguous=True),
-                TensorArg(shape=(3,), dtype='int64', low=0.0, high=4.0),
-            ),
-            kwargs=(
-                ('weight', TensorArg(shape=(4,), requires_grad=False, maker='positive')),
-                ('reduction', 'sum'),
-            ),
-            location=Location('op_specs/losses.yaml', 76, 9),
+            "weighted_sum",
+            args=(TensorArg(shape=(3, 4), noncontiguous=True), TensorArg(shape=(3,), dtype="int64", low=0.0, high=4.0)),
+            kwargs=(("weight", TensorArg(shape=(4,), requires_grad=False, maker="positive")), ("reduction", "sum")),
+            location=Location(SOURCE, 76, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/losses.yaml', 72, 5),
+    location=Location(SOURCE, 72, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'weighted_sum', id='cpu-float64-weighted_sum'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'weighted_sum', id='cuda-float64-weighted_sum'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'weighted_sum', id='mps-float64-weighted_sum'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'weighted_sum', id='xpu-float64-weighted_sum'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'weighted_sum', id='cpu-float64-weighted_sum'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'weighted_sum', id='cuda-float64-weighted_sum'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'weighted_sum', id='mps-float64-weighted_sum'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'weighted_sum', id='xpu-float64-weighted_sum'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'weighted_sum', id='cpu-float64-weighted_sum'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'weighted_sum', id='cuda-float64-weighted_sum'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'weighted_sum', id='mps-float64-weighted_sum'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'weighted_sum', id='xpu-float64-weighted_sum'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'class_indices', id='cpu-float64-class_indices'),
-        pytest.param('cpu', 'float64', 'weighted_sum', id='cpu-float64-weighted_sum'),
-        pytest.param('cuda', 'float64', 'class_indices', id='cuda-float64-class_indices'),
-        pytest.param('cuda', 'float64', 'weighted_sum', id='cuda-float64-weighted_sum'),
-        pytest.param('mps', 'float64', 'class_indices', id='mps-float64-class_indices'),
-        pytest.param('mps', 'float64', 'weighted_sum', id='mps-float64-weighted_sum'),
-        pytest.param('xpu', 'float64', 'class_indices', id='xpu-float64-class_indices'),
-        pytest.param('xpu', 'float64', 'weighted_sum', id='xpu-float64-weighted_sum'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'class_indices', id='cpu-float32-class_indices'),
-        pytest.param('cpu', 'float32', 'weighted_sum', id='cpu-float32-weighted_sum'),
-        pytest.param('cuda', 'float32', 'class_indices', id='cuda-float32-class_indices'),
-        pytest.param('cuda', 'float32', 'weighted_sum', id='cuda-float32-weighted_sum'),
-        pytest.param('mps', 'float32', 'class_indices', id='mps-float32-class_indices'),
-        pytest.param('mps', 'float32', 'weighted_sum', id='mps-float32-weighted_sum'),
-        pytest.param('xpu', 'float32', 'class_indices', id='xpu-float32-class_indices'),
-        pytest.param('xpu', 'float32', 'weighted_sum', id='xpu-float32-weighted_sum'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,105 +5,49 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='norm',
-    op='torch.norm',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="norm",
+    op="torch.norm",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("fro_all", args=(TensorArg(shape=(3, 4)),), kwargs=(("p", "fro"),), location=Location(SOURCE, 100, 9)),
         Sample(
-            'fro_all',
-            args=(TensorArg(shape=(3, 4)),),
-            kwargs=(('p', 'fro'),),
-            location=Location('op_specs/reductions.yaml', 100, 9),
-        ),
-        Sample(
-            'p3_dim',
-            args=(TensorArg(shape=(3, 4)),),
-            kwargs=(('p', 3), ('dim', 1)),
-            location=Location('op_specs/reductions.yaml', 103, 9),
+            "p3_dim", args=(TensorArg(shape=(3, 4)),), kwargs=(("p", 3), ("dim", 1)), location=Location(SOURCE, 103, 9)
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 98, 5),
+    location=Location(SOURCE, 98, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro_all', id='cpu-float64-fro_all'),
-        pytest.param('cpu', 'float64', 'p3_dim', id='cpu-float64-p3_dim'),
-        pytest.param('cuda', 'float64', 'fro_all', id='cuda-float64-fro_all'),
-        pytest.param('cuda', 'float64', 'p3_dim', id='cuda-float64-p3_dim'),
-        pytest.param('mps', 'float64', 'fro_all', id='mps-float64-fro_all'),
-        pytest.param('mps', 'float64', 'p3_dim', id='mps-float64-p3_dim'),
-        pytest.param('xpu', 'float64', 'fro_all', id='xpu-float64-fro_all'),
-        pytest.param('xpu', 'float64', 'p3_dim', id='xpu-float64-p3_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro_all', id='cpu-float64-fro_all'),
-        pytest.param('cpu', 'float64', 'p3_dim', id='cpu-float64-p3_dim'),
-        pytest.param('cuda', 'float64', 'fro_all', id='cuda-float64-fro_all'),
-        pytest.param('cuda', 'float64', 'p3_dim', id='cuda-float64-p3_dim'),
-        pytest.param('mps', 'float64', 'fro_all', id='mps-float64-fro_all'),
-        pytest.param('mps', 'float64', 'p3_dim', id='mps-float64-p3_dim'),
-        pytest.param('xpu', 'float64', 'fro_all', id='xpu-float64-fro_all'),
-        pytest.param('xpu', 'float64', 'p3_dim', id='xpu-float64-p3_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro_all', id='cpu-float64-fro_all'),
-        pytest.param('cpu', 'float64', 'p3_dim', id='cpu-float64-p3_dim'),
-        pytest.param('cuda', 'float64', 'fro_all', id='cuda-float64-fro_all'),
-        pytest.param('cuda', 'float64', 'p3_dim', id='cuda-float64-p3_dim'),
-        pytest.param('mps', 'float64', 'fro_all', id='mps-float64-fro_all'),
-        pytest.param('mps', 'float64', 'p3_dim', id='mps-float64-p3_dim'),
-        pytest.param('xpu', 'float64', 'fro_all', id='xpu-float64-fro_all'),
-        pytest.param('xpu', 'float64', 'p3_dim', id='xpu-float64-p3_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'fro_all', id='cpu-float64-fro_all'),
-        pytest.param('cpu', 'float64', 'p3_dim', id='cpu-float64-p3_dim'),
-        pytest.param('cuda', 'float64', 'fro_all', id='cuda-float64-fro_all'),
-        pytest.param('cuda', 'float64', 'p3_dim', id='cuda-float64-p3_dim'),
-        pytest.param('mps', 'float64', 'fro_all', id='mps-float64-fro_all'),
-        pytest.param('mps', 'float64', 'p3_dim', id='mps-float64-p3_dim'),
-        pytest.param('xpu', 'float64', 'fro_all', id='xpu-float64-fro_all'),
-        pytest.param('xpu', 'float64', 'p3_dim', id='xpu-float64-p3_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

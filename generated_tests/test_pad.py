@@ -5,179 +5,93 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
-from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, ToleranceRule, Where
+from opcheck.spec.model import (
+    GradcheckFlags,
+    GradgradcheckFlags,
+    Location,
+    OpSpec,
+    Sample,
+    TensorArg,
+    ToleranceRule,
+    Where,
+)
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='pad',
-    op='torch.nn.functional.pad',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="pad",
+    op="torch.nn.functional.pad",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'constant_value',
+            "constant_value",
             args=(TensorArg(shape=(2, 3), noncontiguous=True), (1, 2)),
-            kwargs=(('value', 0.5),),
-            location=Location('op_specs/layers.yaml', 108, 9),
+            kwargs=(("value", 0.5),),
+            location=Location(SOURCE, 108, 9),
         ),
         Sample(
-            'constant_negative_crops',
+            "constant_negative_crops",
             args=(TensorArg(shape=(2, 3, 4)), (-1, 1, 0, 2)),
-            location=Location('op_specs/layers.yaml', 111, 9),
+            location=Location(SOURCE, 111, 9),
         ),
         Sample(
-            'reflect_2d',
+            "reflect_2d",
             args=(TensorArg(shape=(1, 2, 3, 4)), (2, 1, 1, 2)),
-            kwargs=(('mode', 'reflect'),),
-            location=Location('op_specs/layers.yaml', 113, 9),
+            kwargs=(("mode", "reflect"),),
+            location=Location(SOURCE, 113, 9),
         ),
         Sample(
-            'replicate_1d',
+            "replicate_1d",
             args=(TensorArg(shape=(1, 2, 3)), (2, 2)),
-            kwargs=(('mode', 'replicate'),),
-            location=Location('op_specs/layers.yaml', 116, 9),
+            kwargs=(("mode", "replicate"),),
+            location=Location(SOURCE, 116, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
     tolerances=(
         ToleranceRule(
-            where=Where(device=('cuda',), sample=('reflect_2d', 'replicate_1d')),
+            where=Where(device=("cuda",), sample=("reflect_2d", "replicate_1d")),
             nondet_tol=1e-12,
-            reason="reflection and replication padding's CUDA backward accumulates with atomics (listed as nondeterministic in torch.use_deterministic_algorithms' documentation)",
-            location=Location('op_specs/layers.yaml', 103, 9),
+            reason=(
+                "reflection and replication padding's CUDA backward accumulates with atomics (listed as "
+                "nondeterministic in torch.use_deterministic_algorithms' documentation)"
+            ),
+            location=Location(SOURCE, 103, 9),
         ),
     ),
-    location=Location('op_specs/layers.yaml', 99, 5),
+    location=Location(SOURCE, 99, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'constant_value', id='cpu-float64-constant_value'),
-        pytest.param('cpu', 'float64', 'constant_negative_crops', id='cpu-float64-constant_negative_crops'),
-        pytest.param('cpu', 'float64', 'reflect_2d', id='cpu-float64-reflect_2d'),
-        pytest.param('cpu', 'float64', 'replicate_1d', id='cpu-float64-replicate_1d'),
-        pytest.param('cuda', 'float64', 'constant_value', id='cuda-float64-constant_value'),
-        pytest.param('cuda', 'float64', 'constant_negative_crops', id='cuda-float64-constant_negative_crops'),
-        pytest.param('cuda', 'float64', 'reflect_2d', id='cuda-float64-reflect_2d'),
-        pytest.param('cuda', 'float64', 'replicate_1d', id='cuda-float64-replicate_1d'),
-        pytest.param('mps', 'float64', 'constant_value', id='mps-float64-constant_value'),
-        pytest.param('mps', 'float64', 'constant_negative_crops', id='mps-float64-constant_negative_crops'),
-        pytest.param('mps', 'float64', 'reflect_2d', id='mps-float64-reflect_2d'),
-        pytest.param('mps', 'float64', 'replicate_1d', id='mps-float64-replicate_1d'),
-        pytest.param('xpu', 'float64', 'constant_value', id='xpu-float64-constant_value'),
-        pytest.param('xpu', 'float64', 'constant_negative_crops', id='xpu-float64-constant_negative_crops'),
-        pytest.param('xpu', 'float64', 'reflect_2d', id='xpu-float64-reflect_2d'),
-        pytest.param('xpu', 'float64', 'replicate_1d', id='xpu-float64-replicate_1d'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'constant_value', id='cpu-float64-constant_value'),
-        pytest.param('cpu', 'float64', 'constant_negative_crops', id='cpu-float64-constant_negative_crops'),
-        pytest.param('cpu', 'float64', 'reflect_2d', id='cpu-float64-reflect_2d'),
-        pytest.param('cpu', 'float64', 'replicate_1d', id='cpu-float64-replicate_1d'),
-        pytest.param('cuda', 'float64', 'constant_value', id='cuda-float64-constant_value'),
-        pytest.param('cuda', 'float64', 'constant_negative_crops', id='cuda-float64-constant_negative_crops'),
-        pytest.param('cuda', 'float64', 'reflect_2d', id='cuda-float64-reflect_2d'),
-        pytest.param('cuda', 'float64', 'replicate_1d', id='cuda-float64-replicate_1d'),
-        pytest.param('mps', 'float64', 'constant_value', id='mps-float64-constant_value'),
-        pytest.param('mps', 'float64', 'constant_negative_crops', id='mps-float64-constant_negative_crops'),
-        pytest.param('mps', 'float64', 'reflect_2d', id='mps-float64-reflect_2d'),
-        pytest.param('mps', 'float64', 'replicate_1d', id='mps-float64-replicate_1d'),
-        pytest.param('xpu', 'float64', 'constant_value', id='xpu-float64-constant_value'),
-        pytest.param('xpu', 'float64', 'constant_negative_crops', id='xpu-float64-constant_negative_crops'),
-        pytest.param('xpu', 'float64', 'reflect_2d', id='xpu-float64-reflect_2d'),
-        pytest.param('xpu', 'float64', 'replicate_1d', id='xpu-float64-replicate_1d'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'constant_value', id='cpu-float64-constant_value'),
-        pytest.param('cpu', 'float64', 'constant_negative_crops', id='cpu-float64-constant_negative_crops'),
-        pytest.param('cpu', 'float64', 'reflect_2d', id='cpu-float64-reflect_2d'),
-        pytest.param('cpu', 'float64', 'replicate_1d', id='cpu-float64-replicate_1d'),
-        pytest.param('cuda', 'float64', 'constant_value', id='cuda-float64-constant_value'),
-        pytest.param('cuda', 'float64', 'constant_negative_crops', id='cuda-float64-constant_negative_crops'),
-        pytest.param('cuda', 'float64', 'reflect_2d', id='cuda-float64-reflect_2d'),
-        pytest.param('cuda', 'float64', 'replicate_1d', id='cuda-float64-replicate_1d'),
-        pytest.param('mps', 'float64', 'constant_value', id='mps-float64-constant_value'),
-        pytest.param('mps', 'float64', 'constant_negative_crops', id='mps-float64-constant_negative_crops'),
-        pytest.param('mps', 'float64', 'reflect_2d', id='mps-float64-reflect_2d'),
-        pytest.param('mps', 'float64', 'replicate_1d', id='mps-float64-replicate_1d'),
-        pytest.param('xpu', 'float64', 'constant_value', id='xpu-float64-constant_value'),
-        pytest.param('xpu', 'float64', 'constant_negative_crops', id='xpu-float64-constant_negative_crops'),
-        pytest.param('xpu', 'float64', 'reflect_2d', id='xpu-float64-reflect_2d'),
-        pytest.param('xpu', 'float64', 'replicate_1d', id='xpu-float64-replicate_1d'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'constant_value', id='cpu-float64-constant_value'),
-        pytest.param('cpu', 'float64', 'constant_negative_crops', id='cpu-float64-constant_negative_crops'),
-        pytest.param('cpu', 'float64', 'reflect_2d', id='cpu-float64-reflect_2d'),
-        pytest.param('cpu', 'float64', 'replicate_1d', id='cpu-float64-replicate_1d'),
-        pytest.param('cuda', 'float64', 'constant_value', id='cuda-float64-constant_value'),
-        pytest.param('cuda', 'float64', 'constant_negative_crops', id='cuda-float64-constant_negative_crops'),
-        pytest.param('cuda', 'float64', 'reflect_2d', id='cuda-float64-reflect_2d'),
-        pytest.param('cuda', 'float64', 'replicate_1d', id='cuda-float64-replicate_1d'),
-        pytest.param('mps', 'float64', 'constant_value', id='mps-float64-constant_value'),
-        pytest.param('mps', 'float64', 'constant_negative_crops', id='mps-float64-constant_negative_crops'),
-        pytest.param('mps', 'float64', 'reflect_2d', id='mps-float64-reflect_2d'),
-        pytest.param('mps', 'float64', 'replicate_1d', id='mps-float64-replicate_1d'),
-        pytest.param('xpu', 'float64', 'constant_value', id='xpu-float64-constant_value'),
-        pytest.param('xpu', 'float64', 'constant_negative_crops', id='xpu-float64-constant_negative_crops'),
-        pytest.param('xpu', 'float64', 'reflect_2d', id='xpu-float64-reflect_2d'),
-        pytest.param('xpu', 'float64', 'replicate_1d', id='xpu-float64-replicate_1d'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'constant_value', id='cpu-float32-constant_value'),
-        pytest.param('cpu', 'float32', 'constant_negative_crops', id='cpu-float32-constant_negative_crops'),
-        pytest.param('cpu', 'float32', 'reflect_2d', id='cpu-float32-reflect_2d'),
-        pytest.param('cpu', 'float32', 'replicate_1d', id='cpu-float32-replicate_1d'),
-        pytest.param('cuda', 'float32', 'constant_value', id='cuda-float32-constant_value'),
-        pytest.param('cuda', 'float32', 'constant_negative_crops', id='cuda-float32-constant_negative_crops'),
-        pytest.param('cuda', 'float32', 'reflect_2d', id='cuda-float32-reflect_2d'),
-        pytest.param('cuda', 'float32', 'replicate_1d', id='cuda-float32-replicate_1d'),
-        pytest.param('mps', 'float32', 'constant_value', id='mps-float32-constant_value'),
-        pytest.param('mps', 'float32', 'constant_negative_crops', id='mps-float32-constant_negative_crops'),
-        pytest.param('mps', 'float32', 'reflect_2d', id='mps-float32-reflect_2d'),
-        pytest.param('mps', 'float32', 'replicate_1d', id='mps-float32-replicate_1d'),
-        pytest.param('xpu', 'float32', 'constant_value', id='xpu-float32-constant_value'),
-        pytest.param('xpu', 'float32', 'constant_negative_crops', id='xpu-float32-constant_negative_crops'),
-        pytest.param('xpu', 'float32', 'reflect_2d', id='xpu-float32-reflect_2d'),
-        pytest.param('xpu', 'float32', 'replicate_1d', id='xpu-float32-replicate_1d'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,120 +5,62 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/layers.yaml"
 SPEC = OpSpec(
-    name='pad_circular',
-    op='torch.nn.functional.pad',
-    source='op_specs/layers.yaml',
-    sha256='3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce',
+    name="pad_circular",
+    op="torch.nn.functional.pad",
+    source=SOURCE,
+    sha256="3d740615b4b5e80e7b882dfaf34018bc72259c83c754b92c95a75c44e52d33ce",
     samples=(
         Sample(
-            'circular_1d',
+            "circular_1d",
             args=(TensorArg(shape=(2, 3, 4)), (1, 2)),
-            kwargs=(('mode', 'circular'),),
-            location=Location('op_specs/layers.yaml', 128, 9),
+            kwargs=(("mode", "circular"),),
+            location=Location(SOURCE, 128, 9),
         ),
         Sample(
-            'circular_2d_noncontig',
+            "circular_2d_noncontig",
             args=(TensorArg(shape=(1, 2, 3, 3), noncontiguous=True), (1, 1, 2, 0)),
-            kwargs=(('mode', 'circular'),),
-            location=Location('op_specs/layers.yaml', 131, 9),
+            kwargs=(("mode", "circular"),),
+            location=Location(SOURCE, 131, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_batched_grad=False, check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/layers.yaml', 120, 5),
+    location=Location(SOURCE, 120, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'circular_1d', id='cpu-float64-circular_1d'),
-        pytest.param('cpu', 'float64', 'circular_2d_noncontig', id='cpu-float64-circular_2d_noncontig'),
-        pytest.param('cuda', 'float64', 'circular_1d', id='cuda-float64-circular_1d'),
-        pytest.param('cuda', 'float64', 'circular_2d_noncontig', id='cuda-float64-circular_2d_noncontig'),
-        pytest.param('mps', 'float64', 'circular_1d', id='mps-float64-circular_1d'),
-        pytest.param('mps', 'float64', 'circular_2d_noncontig', id='mps-float64-circular_2d_noncontig'),
-        pytest.param('xpu', 'float64', 'circular_1d', id='xpu-float64-circular_1d'),
-        pytest.param('xpu', 'float64', 'circular_2d_noncontig', id='xpu-float64-circular_2d_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'circular_1d', id='cpu-float64-circular_1d'),
-        pytest.param('cpu', 'float64', 'circular_2d_noncontig', id='cpu-float64-circular_2d_noncontig'),
-        pytest.param('cuda', 'float64', 'circular_1d', id='cuda-float64-circular_1d'),
-        pytest.param('cuda', 'float64', 'circular_2d_noncontig', id='cuda-float64-circular_2d_noncontig'),
-        pytest.param('mps', 'float64', 'circular_1d', id='mps-float64-circular_1d'),
-        pytest.param('mps', 'float64', 'circular_2d_noncontig', id='mps-float64-circular_2d_noncontig'),
-        pytest.param('xpu', 'float64', 'circular_1d', id='xpu-float64-circular_1d'),
-        pytest.param('xpu', 'float64', 'circular_2d_noncontig', id='xpu-float64-circular_2d_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'circular_1d', id='cpu-float64-circular_1d'),
-        pytest.param('cpu', 'float64', 'circular_2d_noncontig', id='cpu-float64-circular_2d_noncontig'),
-        pytest.param('cuda', 'float64', 'circular_1d', id='cuda-float64-circular_1d'),
-        pytest.param('cuda', 'float64', 'circular_2d_noncontig', id='cuda-float64-circular_2d_noncontig'),
-        pytest.param('mps', 'float64', 'circular_1d', id='mps-float64-circular_1d'),
-        pytest.param('mps', 'float64', 'circular_2d_noncontig', id='mps-float64-circular_2d_noncontig'),
-        pytest.param('xpu', 'float64', 'circular_1d', id='xpu-float64-circular_1d'),
-        pytest.param('xpu', 'float64', 'circular_2d_noncontig', id='xpu-float64-circular_2d_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'circular_1d', id='cpu-float64-circular_1d'),
-        pytest.param('cpu', 'float64', 'circular_2d_noncontig', id='cpu-float64-circular_2d_noncontig'),
-        pytest.param('cuda', 'float64', 'circular_1d', id='cuda-float64-circular_1d'),
-        pytest.param('cuda', 'float64', 'circular_2d_noncontig', id='cuda-float64-circular_2d_noncontig'),
-        pytest.param('mps', 'float64', 'circular_1d', id='mps-float64-circular_1d'),
-        pytest.param('mps', 'float64', 'circular_2d_noncontig', id='mps-float64-circular_2d_noncontig'),
-        pytest.param('xpu', 'float64', 'circular_1d', id='xpu-float64-circular_1d'),
-        pytest.param('xpu', 'float64', 'circular_2d_noncontig', id='xpu-float64-circular_2d_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'circular_1d', id='cpu-float32-circular_1d'),
-        pytest.param('cpu', 'float32', 'circular_2d_noncontig', id='cpu-float32-circular_2d_noncontig'),
-        pytest.param('cuda', 'float32', 'circular_1d', id='cuda-float32-circular_1d'),
-        pytest.param('cuda', 'float32', 'circular_2d_noncontig', id='cuda-float32-circular_2d_noncontig'),
-        pytest.param('mps', 'float32', 'circular_1d', id='mps-float32-circular_1d'),
-        pytest.param('mps', 'float32', 'circular_2d_noncontig', id='mps-float32-circular_2d_noncontig'),
-        pytest.param('xpu', 'float32', 'circular_1d', id='xpu-float32-circular_1d'),
-        pytest.param('xpu', 'float32', 'circular_2d_noncontig', id='xpu-float32-circular_2d_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

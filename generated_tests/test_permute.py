@@ -5,80 +5,40 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TupleArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='permute',
-    op='torch.permute',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="permute",
+    op="torch.permute",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
         Sample(
-            'tuple_dims',
-            args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(2, 0, 1))),
-            location=Location('op_specs/shape.yaml', 40, 9),
+            "tuple_dims", args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(2, 0, 1))), location=Location(SOURCE, 40, 9)
         ),
         Sample(
-            'negative_dims_noncontig',
+            "negative_dims_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), (-1, -3, -2)),
-            location=Location('op_specs/shape.yaml', 42, 9),
+            location=Location(SOURCE, 42, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(enabled=False, check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 37, 5),
+    location=Location(SOURCE, 37, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tuple_dims', id='cpu-float64-tuple_dims'),
-        pytest.param('cpu', 'float64', 'negative_dims_noncontig', id='cpu-float64-negative_dims_noncontig'),
-        pytest.param('cpu', 'complex128', 'tuple_dims', id='cpu-complex128-tuple_dims'),
-        pytest.param('cpu', 'complex128', 'negative_dims_noncontig', id='cpu-complex128-negative_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'tuple_dims', id='cuda-float64-tuple_dims'),
-        pytest.param('cuda', 'float64', 'negative_dims_noncontig', id='cuda-float64-negative_dims_noncontig'),
-        pytest.param('cuda', 'complex128', 'tuple_dims', id='cuda-complex128-tuple_dims'),
-        pytest.param('cuda', 'complex128', 'negative_dims_noncontig', id='cuda-complex128-negative_dims_noncontig'),
-        pytest.param('mps', 'float64', 'tuple_dims', id='mps-float64-tuple_dims'),
-        pytest.param('mps', 'float64', 'negative_dims_noncontig', id='mps-float64-negative_dims_noncontig'),
-        pytest.param('mps', 'complex128', 'tuple_dims', id='mps-complex128-tuple_dims'),
-        pytest.param('mps', 'complex128', 'negative_dims_noncontig', id='mps-complex128-negative_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'tuple_dims', id='xpu-float64-tuple_dims'),
-        pytest.param('xpu', 'float64', 'negative_dims_noncontig', id='xpu-float64-negative_dims_noncontig'),
-        pytest.param('xpu', 'complex128', 'tuple_dims', id='xpu-complex128-tuple_dims'),
-        pytest.param('xpu', 'complex128', 'negative_dims_noncontig', id='xpu-complex128-negative_dims_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tuple_dims', id='cpu-float64-tuple_dims'),
-        pytest.param('cpu', 'float64', 'negative_dims_noncontig', id='cpu-float64-negative_dims_noncontig'),
-        pytest.param('cpu', 'complex128', 'tuple_dims', id='cpu-complex128-tuple_dims'),
-        pytest.param('cpu', 'complex128', 'negative_dims_noncontig', id='cpu-complex128-negative_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'tuple_dims', id='cuda-float64-tuple_dims'),
-        pytest.param('cuda', 'float64', 'negative_dims_noncontig', id='cuda-float64-negative_dims_noncontig'),
-        pytest.param('cuda', 'complex128', 'tuple_dims', id='cuda-complex128-tuple_dims'),
-        pytest.param('cuda', 'complex128', 'negative_dims_noncontig', id='cuda-complex128-negative_dims_noncontig'),
-        pytest.param('mps', 'float64', 'tuple_dims', id='mps-float64-tuple_dims'),
-        pytest.param('mps', 'float64', 'negative_dims_noncontig', id='mps-float64-negative_dims_noncontig'),
-        pytest.param('mps', 'complex128', 'tuple_dims', id='mps-complex128-tuple_dims'),
-        pytest.param('mps', 'complex128', 'negative_dims_noncontig', id='mps-complex128-negative_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'tuple_dims', id='xpu-float64-tuple_dims'),
-        pytest.param('xpu', 'float64', 'negative_dims_noncontig', id='xpu-float64-negative_dims_noncontig'),
-        pytest.param('xpu', 'complex128', 'tuple_dims', id='xpu-complex128-tuple_dims'),
-        pytest.param('xpu', 'complex128', 'negative_dims_noncontig', id='xpu-complex128-negative_dims_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)

@@ -5,81 +5,47 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/complex.yaml"
 SPEC = OpSpec(
-    name='polar',
-    op='torch.polar',
-    source='op_specs/complex.yaml',
-    sha256='cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d',
+    name="polar",
+    op="torch.polar",
+    source=SOURCE,
+    sha256="cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d",
     samples=(
         Sample(
-            'broadcast',
-            args=(TensorArg(shape=(3, 4), maker='positive'), TensorArg(shape=(4,), low=-3.0, high=3.0)),
-            location=Location('op_specs/complex.yaml', 48, 9),
+            "broadcast",
+            args=(TensorArg(shape=(3, 4), maker="positive"), TensorArg(shape=(4,), low=-3.0, high=3.0)),
+            location=Location(SOURCE, 48, 9),
         ),
         Sample(
-            'zero_dim_angle',
-            args=(TensorArg(shape=(5,), noncontiguous=True, maker='positive'), TensorArg(shape=())),
-            location=Location('op_specs/complex.yaml', 50, 9),
+            "zero_dim_angle",
+            args=(TensorArg(shape=(5,), noncontiguous=True, maker="positive"), TensorArg(shape=())),
+            location=Location(SOURCE, 50, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True),
-    location=Location('op_specs/complex.yaml', 41, 5),
+    location=Location(SOURCE, 41, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim_angle', id='cpu-float64-zero_dim_angle'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim_angle', id='cuda-float64-zero_dim_angle'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim_angle', id='mps-float64-zero_dim_angle'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim_angle', id='xpu-float64-zero_dim_angle'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim_angle', id='cpu-float64-zero_dim_angle'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim_angle', id='cuda-float64-zero_dim_angle'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim_angle', id='mps-float64-zero_dim_angle'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim_angle', id='xpu-float64-zero_dim_angle'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim_angle', id='cpu-float64-zero_dim_angle'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim_angle', id='cuda-float64-zero_dim_angle'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim_angle', id='mps-float64-zero_dim_angle'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim_angle', id='xpu-float64-zero_dim_angle'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)

@@ -5,221 +5,73 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='pow',
-    op='torch.pow',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="pow",
+    op="torch.pow",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'tensor_exponent',
-            args=(TensorArg(shape=(3, 4), maker='positive'), TensorArg(shape=(3, 4))),
-            location=Location('op_specs/binary.yaml', 67, 9),
+            "tensor_exponent",
+            args=(TensorArg(shape=(3, 4), maker="positive"), TensorArg(shape=(3, 4))),
+            location=Location(SOURCE, 67, 9),
         ),
         Sample(
-            'broadcast_exponent',
+            "broadcast_exponent",
             args=(
-                TensorArg(shape=(2, 3, 4), noncontiguous=True, maker='positive'),
+                TensorArg(shape=(2, 3, 4), noncontiguous=True, maker="positive"),
                 TensorArg(shape=(4,), low=-1.0, high=3.0),
             ),
-            location=Location('op_specs/binary.yaml', 69, 9),
+            location=Location(SOURCE, 69, 9),
         ),
         Sample(
-            'python_exponent',
-            args=(TensorArg(shape=(3, 4), maker='positive'), 2.5),
-            location=Location('op_specs/binary.yaml', 71, 9),
+            "python_exponent", args=(TensorArg(shape=(3, 4), maker="positive"), 2.5), location=Location(SOURCE, 71, 9)
         ),
+        Sample("integer_exponent_any_sign", args=(TensorArg(shape=(3, 4)), 3), location=Location(SOURCE, 73, 9)),
+        Sample("python_base", args=(2.0, TensorArg(shape=(3, 4))), location=Location(SOURCE, 75, 9)),
         Sample(
-            'integer_exponent_any_sign',
-            args=(TensorArg(shape=(3, 4)), 3),
-            location=Location('op_specs/binary.yaml', 73, 9),
-        ),
-        Sample(
-            'python_base',
-            args=(2.0, TensorArg(shape=(3, 4))),
-            location=Location('op_specs/binary.yaml', 75, 9),
-        ),
-        Sample(
-            'zero_dim_base',
-            args=(TensorArg(shape=(), maker='positive'), TensorArg(shape=(5,))),
-            location=Location('op_specs/binary.yaml', 77, 9),
+            "zero_dim_base",
+            args=(TensorArg(shape=(), maker="positive"), TensorArg(shape=(5,))),
+            location=Location(SOURCE, 77, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
-    gradcheck=GradcheckFlags(fast_mode='true', check_forward_ad=True, check_batched_forward_grad=True),
+    lowprec_dtypes=("float32",),
+    gradcheck=GradcheckFlags(fast_mode="true", check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 61, 5),
+    location=Location(SOURCE, 61, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_exponent', id='cpu-float64-tensor_exponent'),
-        pytest.param('cpu', 'float64', 'broadcast_exponent', id='cpu-float64-broadcast_exponent'),
-        pytest.param('cpu', 'float64', 'python_exponent', id='cpu-float64-python_exponent'),
-        pytest.param('cpu', 'float64', 'integer_exponent_any_sign', id='cpu-float64-integer_exponent_any_sign'),
-        pytest.param('cpu', 'float64', 'python_base', id='cpu-float64-python_base'),
-        pytest.param('cpu', 'float64', 'zero_dim_base', id='cpu-float64-zero_dim_base'),
-        pytest.param('cuda', 'float64', 'tensor_exponent', id='cuda-float64-tensor_exponent'),
-        pytest.param('cuda', 'float64', 'broadcast_exponent', id='cuda-float64-broadcast_exponent'),
-        pytest.param('cuda', 'float64', 'python_exponent', id='cuda-float64-python_exponent'),
-        pytest.param('cuda', 'float64', 'integer_exponent_any_sign', id='cuda-float64-integer_exponent_any_sign'),
-        pytest.param('cuda', 'float64', 'python_base', id='cuda-float64-python_base'),
-        pytest.param('cuda', 'float64', 'zero_dim_base', id='cuda-float64-zero_dim_base'),
-        pytest.param('mps', 'float64', 'tensor_exponent', id='mps-float64-tensor_exponent'),
-        pytest.param('mps', 'float64', 'broadcast_exponent', id='mps-float64-broadcast_exponent'),
-        pytest.param('mps', 'float64', 'python_exponent', id='mps-float64-python_exponent'),
-        pytest.param('mps', 'float64', 'integer_exponent_any_sign', id='mps-float64-integer_exponent_any_sign'),
-        pytest.param('mps', 'float64', 'python_base', id='mps-float64-python_base'),
-        pytest.param('mps', 'float64', 'zero_dim_base', id='mps-float64-zero_dim_base'),
-        pytest.param('xpu', 'float64', 'tensor_exponent', id='xpu-float64-tensor_exponent'),
-        pytest.param('xpu', 'float64', 'broadcast_exponent', id='xpu-float64-broadcast_exponent'),
-        pytest.param('xpu', 'float64', 'python_exponent', id='xpu-float64-python_exponent'),
-        pytest.param('xpu', 'float64', 'integer_exponent_any_sign', id='xpu-float64-integer_exponent_any_sign'),
-        pytest.param('xpu', 'float64', 'python_base', id='xpu-float64-python_base'),
-        pytest.param('xpu', 'float64', 'zero_dim_base', id='xpu-float64-zero_dim_base'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_exponent', id='cpu-float64-tensor_exponent'),
-        pytest.param('cpu', 'float64', 'broadcast_exponent', id='cpu-float64-broadcast_exponent'),
-        pytest.param('cpu', 'float64', 'python_exponent', id='cpu-float64-python_exponent'),
-        pytest.param('cpu', 'float64', 'integer_exponent_any_sign', id='cpu-float64-integer_exponent_any_sign'),
-        pytest.param('cpu', 'float64', 'python_base', id='cpu-float64-python_base'),
-        pytest.param('cpu', 'float64', 'zero_dim_base', id='cpu-float64-zero_dim_base'),
-        pytest.param('cuda', 'float64', 'tensor_exponent', id='cuda-float64-tensor_exponent'),
-        pytest.param('cuda', 'float64', 'broadcast_exponent', id='cuda-float64-broadcast_exponent'),
-        pytest.param('cuda', 'float64', 'python_exponent', id='cuda-float64-python_exponent'),
-        pytest.param('cuda', 'float64', 'integer_exponent_any_sign', id='cuda-float64-integer_exponent_any_sign'),
-        pytest.param('cuda', 'float64', 'python_base', id='cuda-float64-python_base'),
-        pytest.param('cuda', 'float64', 'zero_dim_base', id='cuda-float64-zero_dim_base'),
-        pytest.param('mps', 'float64', 'tensor_exponent', id='mps-float64-tensor_exponent'),
-        pytest.param('mps', 'float64', 'broadcast_exponent', id='mps-float64-broadcast_exponent'),
-        pytest.param('mps', 'float64', 'python_exponent', id='mps-float64-python_exponent'),
-        pytest.param('mps', 'float64', 'integer_exponent_any_sign', id='mps-float64-integer_exponent_any_sign'),
-        pytest.param('mps', 'float64', 'python_base', id='mps-float64-python_base'),
-        pytest.param('mps', 'float64', 'zero_dim_base', id='mps-float64-zero_dim_base'),
-        pytest.param('xpu', 'float64', 'tensor_exponent', id='xpu-float64-tensor_exponent'),
-        pytest.param('xpu', 'float64', 'broadcast_exponent', id='xpu-float64-broadcast_exponent'),
-        pytest.param('xpu', 'float64', 'python_exponent', id='xpu-float64-python_exponent'),
-        pytest.param('xpu', 'float64', 'integer_exponent_any_sign', id='xpu-float64-integer_exponent_any_sign'),
-        pytest.param('xpu', 'float64', 'python_base', id='xpu-float64-python_base'),
-        pytest.param('xpu', 'float64', 'zero_dim_base', id='xpu-float64-zero_dim_base'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_exponent', id='cpu-float64-tensor_exponent'),
-        pytest.param('cpu', 'float64', 'broadcast_exponent', id='cpu-float64-broadcast_exponent'),
-        pytest.param('cpu', 'float64', 'python_exponent', id='cpu-float64-python_exponent'),
-        pytest.param('cpu', 'float64', 'integer_exponent_any_sign', id='cpu-float64-integer_exponent_any_sign'),
-        pytest.param('cpu', 'float64', 'python_base', id='cpu-float64-python_base'),
-        pytest.param('cpu', 'float64', 'zero_dim_base', id='cpu-float64-zero_dim_base'),
-        pytest.param('cuda', 'float64', 'tensor_exponent', id='cuda-float64-tensor_exponent'),
-        pytest.param('cuda', 'float64', 'broadcast_exponent', id='cuda-float64-broadcast_exponent'),
-        pytest.param('cuda', 'float64', 'python_exponent', id='cuda-float64-python_exponent'),
-        pytest.param('cuda', 'float64', 'integer_exponent_any_sign', id='cuda-float64-integer_exponent_any_sign'),
-        pytest.param('cuda', 'float64', 'python_base', id='cuda-float64-python_base'),
-        pytest.param('cuda', 'float64', 'zero_dim_base', id='cuda-float64-zero_dim_base'),
-        pytest.param('mps', 'float64', 'tensor_exponent', id='mps-float64-tensor_exponent'),
-        pytest.param('mps', 'float64', 'broadcast_exponent', id='mps-float64-broadcast_exponent'),
-        pytest.param('mps', 'float64', 'python_exponent', id='mps-float64-python_exponent'),
-        pytest.param('mps', 'float64', 'integer_exponent_any_sign', id='mps-float64-integer_exponent_any_sign'),
-        pytest.param('mps', 'float64', 'python_base', id='mps-float64-python_base'),
-        pytest.param('mps', 'float64', 'zero_dim_base', id='mps-float64-zero_dim_base'),
-        pytest.param('xpu', 'float64', 'tensor_exponent', id='xpu-float64-tensor_exponent'),
-        pytest.param('xpu', 'float64', 'broadcast_exponent', id='xpu-float64-broadcast_exponent'),
-        pytest.param('xpu', 'float64', 'python_exponent', id='xpu-float64-python_exponent'),
-        pytest.param('xpu', 'float64', 'integer_exponent_any_sign', id='xpu-float64-integer_exponent_any_sign'),
-        pytest.param('xpu', 'float64', 'python_base', id='xpu-float64-python_base'),
-        pytest.param('xpu', 'float64', 'zero_dim_base', id='xpu-float64-zero_dim_base'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_exponent', id='cpu-float64-tensor_exponent'),
-        pytest.param('cpu', 'float64', 'broadcast_exponent', id='cpu-float64-broadcast_exponent'),
-        pytest.param('cpu', 'float64', 'python_exponent', id='cpu-float64-python_exponent'),
-        pytest.param('cpu', 'float64', 'integer_exponent_any_sign', id='cpu-float64-integer_exponent_any_sign'),
-        pytest.param('cpu', 'float64', 'python_base', id='cpu-float64-python_base'),
-        pytest.param('cpu', 'float64', 'zero_dim_base', id='cpu-float64-zero_dim_base'),
-        pytest.param('cuda', 'float64', 'tensor_exponent', id='cuda-float64-tensor_exponent'),
-        pytest.param('cuda', 'float64', 'broadcast_exponent', id='cuda-float64-broadcast_exponent'),
-        pytest.param('cuda', 'float64', 'python_exponent', id='cuda-float64-python_exponent'),
-        pytest.param('cuda', 'float64', 'integer_exponent_any_sign', id='cuda-float64-integer_exponent_any_sign'),
-        pytest.param('cuda', 'float64', 'python_base', id='cuda-float64-python_base'),
-        pytest.param('cuda', 'float64', 'zero_dim_base', id='cuda-float64-zero_dim_base'),
-        pytest.param('mps', 'float64', 'tensor_exponent', id='mps-float64-tensor_exponent'),
-        pytest.param('mps', 'float64', 'broadcast_exponent', id='mps-float64-broadcast_exponent'),
-        pytest.param('mps', 'float64', 'python_exponent', id='mps-float64-python_exponent'),
-        pytest.param('mps', 'float64', 'integer_exponent_any_sign', id='mps-float64-integer_exponent_any_sign'),
-        pytest.param('mps', 'float64', 'python_base', id='mps-float64-python_base'),
-        pytest.param('mps', 'float64', 'zero_dim_base', id='mps-float64-zero_dim_base'),
-        pytest.param('xpu', 'float64', 'tensor_exponent', id='xpu-float64-tensor_exponent'),
-        pytest.param('xpu', 'float64', 'broadcast_exponent', id='xpu-float64-broadcast_exponent'),
-        pytest.param('xpu', 'float64', 'python_exponent', id='xpu-float64-python_exponent'),
-        pytest.param('xpu', 'float64', 'integer_exponent_any_sign', id='xpu-float64-integer_exponent_any_sign'),
-        pytest.param('xpu', 'float64', 'python_base', id='xpu-float64-python_base'),
-        pytest.param('xpu', 'float64', 'zero_dim_base', id='xpu-float64-zero_dim_base'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'tensor_exponent', id='cpu-float32-tensor_exponent'),
-        pytest.param('cpu', 'float32', 'broadcast_exponent', id='cpu-float32-broadcast_exponent'),
-        pytest.param('cpu', 'float32', 'python_exponent', id='cpu-float32-python_exponent'),
-        pytest.param('cpu', 'float32', 'integer_exponent_any_sign', id='cpu-float32-integer_exponent_any_sign'),
-        pytest.param('cpu', 'float32', 'python_base', id='cpu-float32-python_base'),
-        pytest.param('cpu', 'float32', 'zero_dim_base', id='cpu-float32-zero_dim_base'),
-        pytest.param('cuda', 'float32', 'tensor_exponent', id='cuda-float32-tensor_exponent'),
-        pytest.param('cuda', 'float32', 'broadcast_exponent', id='cuda-float32-broadcast_exponent'),
-        pytest.param('cuda', 'float32', 'python_exponent', id='cuda-float32-python_exponent'),
-        pytest.param('cuda', 'float32', 'integer_exponent_any_sign', id='cuda-float32-integer_exponent_any_sign'),
-        pytest.param('cuda', 'float32', 'python_base', id='cuda-float32-python_base'),
-        pytest.param('cuda', 'float32', 'zero_dim_base', id='cuda-float32-zero_dim_base'),
-        pytest.param('mps', 'float32', 'tensor_exponent', id='mps-float32-tensor_exponent'),
-        pytest.param('mps', 'float32', 'broadcast_exponent', id='mps-float32-broadcast_exponent'),
-        pytest.param('mps', 'float32', 'python_exponent', id='mps-float32-python_exponent'),
-        pytest.param('mps', 'float32', 'integer_exponent_any_sign', id='mps-float32-integer_exponent_any_sign'),
-        pytest.param('mps', 'float32', 'python_base', id='mps-float32-python_base'),
-        pytest.param('mps', 'float32', 'zero_dim_base', id='mps-float32-zero_dim_base'),
-        pytest.param('xpu', 'float32', 'tensor_exponent', id='xpu-float32-tensor_exponent'),
-        pytest.param('xpu', 'float32', 'broadcast_exponent', id='xpu-float32-broadcast_exponent'),
-        pytest.param('xpu', 'float32', 'python_exponent', id='xpu-float32-python_exponent'),
-        pytest.param('xpu', 'float32', 'integer_exponent_any_sign', id='xpu-float32-integer_exponent_any_sign'),
-        pytest.param('xpu', 'float32', 'python_base', id='xpu-float32-python_base'),
-        pytest.param('xpu', 'float32', 'zero_dim_base', id='xpu-float32-zero_dim_base'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

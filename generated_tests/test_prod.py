@@ -5,285 +5,76 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='prod',
-    op='torch.prod',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="prod",
+    op="torch.prod",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("all", args=(TensorArg(shape=(3, 4), low=0.5, high=1.5),), location=Location(SOURCE, 51, 9)),
         Sample(
-            'all',
-            args=(TensorArg(shape=(3, 4), low=0.5, high=1.5),),
-            location=Location('op_specs/reductions.yaml', 51, 9),
+            "dim_noncontig", args=(TensorArg(shape=(3, 4), noncontiguous=True), 1), location=Location(SOURCE, 53, 9)
         ),
         Sample(
-            'dim_noncontig',
-            args=(TensorArg(shape=(3, 4), noncontiguous=True), 1),
-            location=Location('op_specs/reductions.yaml', 53, 9),
-        ),
-        Sample(
-            'zeros_dim',
+            "zeros_dim",
             args=(
-                TensorArg(
-                    shape=(3, 4),
-                    values=((1.5, 0.0, -2.0, 0.5), (0.0, 3.0, 0.0, 1.0), (1.0, -1.0, 2.0, 0.5)),
-                ),
+                TensorArg(shape=(3, 4), values=((1.5, 0.0, -2.0, 0.5), (0.0, 3.0, 0.0, 1.0), (1.0, -1.0, 2.0, 0.5))),
                 1,
             ),
-            location=Location('op_specs/reductions.yaml', 58, 9),
+            location=Location(SOURCE, 58, 9),
         ),
         Sample(
-            'one_zero_all',
+            "one_zero_all",
             args=(TensorArg(shape=(2, 3), values=((1.5, -0.5, 2.0), (0.0, 1.2, 0.8))),),
-            location=Location('op_specs/reductions.yaml', 62, 9),
+            location=Location(SOURCE, 62, 9),
         ),
         Sample(
-            'keepdim',
+            "keepdim",
             args=(TensorArg(shape=(2, 3, 2)),),
-            kwargs=(('dim', 0), ('keepdim', True)),
-            location=Location('op_specs/reductions.yaml', 64, 9),
+            kwargs=(("dim", 0), ("keepdim", True)),
+            location=Location(SOURCE, 64, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32',),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 45, 5),
+    location=Location(SOURCE, 45, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_noncontig', id='cpu-float64-dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zeros_dim', id='cpu-float64-zeros_dim'),
-        pytest.param('cpu', 'float64', 'one_zero_all', id='cpu-float64-one_zero_all'),
-        pytest.param('cpu', 'float64', 'keepdim', id='cpu-float64-keepdim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_noncontig', id='cpu-complex128-dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros_dim', id='cpu-complex128-zeros_dim'),
-        pytest.param('cpu', 'complex128', 'one_zero_all', id='cpu-complex128-one_zero_all'),
-        pytest.param('cpu', 'complex128', 'keepdim', id='cpu-complex128-keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_noncontig', id='cuda-float64-dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zeros_dim', id='cuda-float64-zeros_dim'),
-        pytest.param('cuda', 'float64', 'one_zero_all', id='cuda-float64-one_zero_all'),
-        pytest.param('cuda', 'float64', 'keepdim', id='cuda-float64-keepdim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_noncontig', id='cuda-complex128-dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros_dim', id='cuda-complex128-zeros_dim'),
-        pytest.param('cuda', 'complex128', 'one_zero_all', id='cuda-complex128-one_zero_all'),
-        pytest.param('cuda', 'complex128', 'keepdim', id='cuda-complex128-keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_noncontig', id='mps-float64-dim_noncontig'),
-        pytest.param('mps', 'float64', 'zeros_dim', id='mps-float64-zeros_dim'),
-        pytest.param('mps', 'float64', 'one_zero_all', id='mps-float64-one_zero_all'),
-        pytest.param('mps', 'float64', 'keepdim', id='mps-float64-keepdim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_noncontig', id='mps-complex128-dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zeros_dim', id='mps-complex128-zeros_dim'),
-        pytest.param('mps', 'complex128', 'one_zero_all', id='mps-complex128-one_zero_all'),
-        pytest.param('mps', 'complex128', 'keepdim', id='mps-complex128-keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_noncontig', id='xpu-float64-dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zeros_dim', id='xpu-float64-zeros_dim'),
-        pytest.param('xpu', 'float64', 'one_zero_all', id='xpu-float64-one_zero_all'),
-        pytest.param('xpu', 'float64', 'keepdim', id='xpu-float64-keepdim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_noncontig', id='xpu-complex128-dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros_dim', id='xpu-complex128-zeros_dim'),
-        pytest.param('xpu', 'complex128', 'one_zero_all', id='xpu-complex128-one_zero_all'),
-        pytest.param('xpu', 'complex128', 'keepdim', id='xpu-complex128-keepdim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_noncontig', id='cpu-float64-dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zeros_dim', id='cpu-float64-zeros_dim'),
-        pytest.param('cpu', 'float64', 'one_zero_all', id='cpu-float64-one_zero_all'),
-        pytest.param('cpu', 'float64', 'keepdim', id='cpu-float64-keepdim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_noncontig', id='cpu-complex128-dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros_dim', id='cpu-complex128-zeros_dim'),
-        pytest.param('cpu', 'complex128', 'one_zero_all', id='cpu-complex128-one_zero_all'),
-        pytest.param('cpu', 'complex128', 'keepdim', id='cpu-complex128-keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_noncontig', id='cuda-float64-dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zeros_dim', id='cuda-float64-zeros_dim'),
-        pytest.param('cuda', 'float64', 'one_zero_all', id='cuda-float64-one_zero_all'),
-        pytest.param('cuda', 'float64', 'keepdim', id='cuda-float64-keepdim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_noncontig', id='cuda-complex128-dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros_dim', id='cuda-complex128-zeros_dim'),
-        pytest.param('cuda', 'complex128', 'one_zero_all', id='cuda-complex128-one_zero_all'),
-        pytest.param('cuda', 'complex128', 'keepdim', id='cuda-complex128-keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_noncontig', id='mps-float64-dim_noncontig'),
-        pytest.param('mps', 'float64', 'zeros_dim', id='mps-float64-zeros_dim'),
-        pytest.param('mps', 'float64', 'one_zero_all', id='mps-float64-one_zero_all'),
-        pytest.param('mps', 'float64', 'keepdim', id='mps-float64-keepdim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_noncontig', id='mps-complex128-dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zeros_dim', id='mps-complex128-zeros_dim'),
-        pytest.param('mps', 'complex128', 'one_zero_all', id='mps-complex128-one_zero_all'),
-        pytest.param('mps', 'complex128', 'keepdim', id='mps-complex128-keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_noncontig', id='xpu-float64-dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zeros_dim', id='xpu-float64-zeros_dim'),
-        pytest.param('xpu', 'float64', 'one_zero_all', id='xpu-float64-one_zero_all'),
-        pytest.param('xpu', 'float64', 'keepdim', id='xpu-float64-keepdim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_noncontig', id='xpu-complex128-dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros_dim', id='xpu-complex128-zeros_dim'),
-        pytest.param('xpu', 'complex128', 'one_zero_all', id='xpu-complex128-one_zero_all'),
-        pytest.param('xpu', 'complex128', 'keepdim', id='xpu-complex128-keepdim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_noncontig', id='cpu-float64-dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zeros_dim', id='cpu-float64-zeros_dim'),
-        pytest.param('cpu', 'float64', 'one_zero_all', id='cpu-float64-one_zero_all'),
-        pytest.param('cpu', 'float64', 'keepdim', id='cpu-float64-keepdim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_noncontig', id='cpu-complex128-dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros_dim', id='cpu-complex128-zeros_dim'),
-        pytest.param('cpu', 'complex128', 'one_zero_all', id='cpu-complex128-one_zero_all'),
-        pytest.param('cpu', 'complex128', 'keepdim', id='cpu-complex128-keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_noncontig', id='cuda-float64-dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zeros_dim', id='cuda-float64-zeros_dim'),
-        pytest.param('cuda', 'float64', 'one_zero_all', id='cuda-float64-one_zero_all'),
-        pytest.param('cuda', 'float64', 'keepdim', id='cuda-float64-keepdim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_noncontig', id='cuda-complex128-dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros_dim', id='cuda-complex128-zeros_dim'),
-        pytest.param('cuda', 'complex128', 'one_zero_all', id='cuda-complex128-one_zero_all'),
-        pytest.param('cuda', 'complex128', 'keepdim', id='cuda-complex128-keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_noncontig', id='mps-float64-dim_noncontig'),
-        pytest.param('mps', 'float64', 'zeros_dim', id='mps-float64-zeros_dim'),
-        pytest.param('mps', 'float64', 'one_zero_all', id='mps-float64-one_zero_all'),
-        pytest.param('mps', 'float64', 'keepdim', id='mps-float64-keepdim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_noncontig', id='mps-complex128-dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zeros_dim', id='mps-complex128-zeros_dim'),
-        pytest.param('mps', 'complex128', 'one_zero_all', id='mps-complex128-one_zero_all'),
-        pytest.param('mps', 'complex128', 'keepdim', id='mps-complex128-keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_noncontig', id='xpu-float64-dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zeros_dim', id='xpu-float64-zeros_dim'),
-        pytest.param('xpu', 'float64', 'one_zero_all', id='xpu-float64-one_zero_all'),
-        pytest.param('xpu', 'float64', 'keepdim', id='xpu-float64-keepdim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_noncontig', id='xpu-complex128-dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros_dim', id='xpu-complex128-zeros_dim'),
-        pytest.param('xpu', 'complex128', 'one_zero_all', id='xpu-complex128-one_zero_all'),
-        pytest.param('xpu', 'complex128', 'keepdim', id='xpu-complex128-keepdim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_noncontig', id='cpu-float64-dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zeros_dim', id='cpu-float64-zeros_dim'),
-        pytest.param('cpu', 'float64', 'one_zero_all', id='cpu-float64-one_zero_all'),
-        pytest.param('cpu', 'float64', 'keepdim', id='cpu-float64-keepdim'),
-        pytest.param('cpu', 'complex128', 'all', id='cpu-complex128-all'),
-        pytest.param('cpu', 'complex128', 'dim_noncontig', id='cpu-complex128-dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zeros_dim', id='cpu-complex128-zeros_dim'),
-        pytest.param('cpu', 'complex128', 'one_zero_all', id='cpu-complex128-one_zero_all'),
-        pytest.param('cpu', 'complex128', 'keepdim', id='cpu-complex128-keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_noncontig', id='cuda-float64-dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zeros_dim', id='cuda-float64-zeros_dim'),
-        pytest.param('cuda', 'float64', 'one_zero_all', id='cuda-float64-one_zero_all'),
-        pytest.param('cuda', 'float64', 'keepdim', id='cuda-float64-keepdim'),
-        pytest.param('cuda', 'complex128', 'all', id='cuda-complex128-all'),
-        pytest.param('cuda', 'complex128', 'dim_noncontig', id='cuda-complex128-dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zeros_dim', id='cuda-complex128-zeros_dim'),
-        pytest.param('cuda', 'complex128', 'one_zero_all', id='cuda-complex128-one_zero_all'),
-        pytest.param('cuda', 'complex128', 'keepdim', id='cuda-complex128-keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_noncontig', id='mps-float64-dim_noncontig'),
-        pytest.param('mps', 'float64', 'zeros_dim', id='mps-float64-zeros_dim'),
-        pytest.param('mps', 'float64', 'one_zero_all', id='mps-float64-one_zero_all'),
-        pytest.param('mps', 'float64', 'keepdim', id='mps-float64-keepdim'),
-        pytest.param('mps', 'complex128', 'all', id='mps-complex128-all'),
-        pytest.param('mps', 'complex128', 'dim_noncontig', id='mps-complex128-dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zeros_dim', id='mps-complex128-zeros_dim'),
-        pytest.param('mps', 'complex128', 'one_zero_all', id='mps-complex128-one_zero_all'),
-        pytest.param('mps', 'complex128', 'keepdim', id='mps-complex128-keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_noncontig', id='xpu-float64-dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zeros_dim', id='xpu-float64-zeros_dim'),
-        pytest.param('xpu', 'float64', 'one_zero_all', id='xpu-float64-one_zero_all'),
-        pytest.param('xpu', 'float64', 'keepdim', id='xpu-float64-keepdim'),
-        pytest.param('xpu', 'complex128', 'all', id='xpu-complex128-all'),
-        pytest.param('xpu', 'complex128', 'dim_noncontig', id='xpu-complex128-dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zeros_dim', id='xpu-complex128-zeros_dim'),
-        pytest.param('xpu', 'complex128', 'one_zero_all', id='xpu-complex128-one_zero_all'),
-        pytest.param('xpu', 'complex128', 'keepdim', id='xpu-complex128-keepdim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'all', id='cpu-float32-all'),
-        pytest.param('cpu', 'float32', 'dim_noncontig', id='cpu-float32-dim_noncontig'),
-        pytest.param('cpu', 'float32', 'zeros_dim', id='cpu-float32-zeros_dim'),
-        pytest.param('cpu', 'float32', 'one_zero_all', id='cpu-float32-one_zero_all'),
-        pytest.param('cpu', 'float32', 'keepdim', id='cpu-float32-keepdim'),
-        pytest.param('cuda', 'float32', 'all', id='cuda-float32-all'),
-        pytest.param('cuda', 'float32', 'dim_noncontig', id='cuda-float32-dim_noncontig'),
-        pytest.param('cuda', 'float32', 'zeros_dim', id='cuda-float32-zeros_dim'),
-        pytest.param('cuda', 'float32', 'one_zero_all', id='cuda-float32-one_zero_all'),
-        pytest.param('cuda', 'float32', 'keepdim', id='cuda-float32-keepdim'),
-        pytest.param('mps', 'float32', 'all', id='mps-float32-all'),
-        pytest.param('mps', 'float32', 'dim_noncontig', id='mps-float32-dim_noncontig'),
-        pytest.param('mps', 'float32', 'zeros_dim', id='mps-float32-zeros_dim'),
-        pytest.param('mps', 'float32', 'one_zero_all', id='mps-float32-one_zero_all'),
-        pytest.param('mps', 'float32', 'keepdim', id='mps-float32-keepdim'),
-        pytest.param('xpu', 'float32', 'all', id='xpu-float32-all'),
-        pytest.param('xpu', 'float32', 'dim_noncontig', id='xpu-float32-dim_noncontig'),
-        pytest.param('xpu', 'float32', 'zeros_dim', id='xpu-float32-zeros_dim'),
-        pytest.param('xpu', 'float32', 'one_zero_all', id='xpu-float32-one_zero_all'),
-        pytest.param('xpu', 'float32', 'keepdim', id='xpu-float32-keepdim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,170 +5,52 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='qr',
-    op='torch.linalg.qr',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="qr",
+    op="torch.linalg.qr",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("tall", args=(TensorArg(shape=(4, 3)),), location=Location(SOURCE, 118, 9)),
+        Sample("square_batched", args=(TensorArg(shape=(2, 3, 3), maker="spd"),), location=Location(SOURCE, 120, 9)),
         Sample(
-            'tall',
-            args=(TensorArg(shape=(4, 3)),),
-            location=Location('op_specs/linalg.yaml', 118, 9),
-        ),
-        Sample(
-            'square_batched',
-            args=(TensorArg(shape=(2, 3, 3), maker='spd'),),
-            location=Location('op_specs/linalg.yaml', 120, 9),
-        ),
-        Sample(
-            'complete_square',
+            "complete_square",
             args=(TensorArg(shape=(3, 3)),),
-            kwargs=(('mode', 'complete'),),
-            location=Location('op_specs/linalg.yaml', 122, 9),
+            kwargs=(("mode", "complete"),),
+            location=Location(SOURCE, 122, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 114, 5),
+    location=Location(SOURCE, 114, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tall', id='cpu-float64-tall'),
-        pytest.param('cpu', 'float64', 'square_batched', id='cpu-float64-square_batched'),
-        pytest.param('cpu', 'float64', 'complete_square', id='cpu-float64-complete_square'),
-        pytest.param('cpu', 'complex128', 'tall', id='cpu-complex128-tall'),
-        pytest.param('cpu', 'complex128', 'square_batched', id='cpu-complex128-square_batched'),
-        pytest.param('cpu', 'complex128', 'complete_square', id='cpu-complex128-complete_square'),
-        pytest.param('cuda', 'float64', 'tall', id='cuda-float64-tall'),
-        pytest.param('cuda', 'float64', 'square_batched', id='cuda-float64-square_batched'),
-        pytest.param('cuda', 'float64', 'complete_square', id='cuda-float64-complete_square'),
-        pytest.param('cuda', 'complex128', 'tall', id='cuda-complex128-tall'),
-        pytest.param('cuda', 'complex128', 'square_batched', id='cuda-complex128-square_batched'),
-        pytest.param('cuda', 'complex128', 'complete_square', id='cuda-complex128-complete_square'),
-        pytest.param('mps', 'float64', 'tall', id='mps-float64-tall'),
-        pytest.param('mps', 'float64', 'square_batched', id='mps-float64-square_batched'),
-        pytest.param('mps', 'float64', 'complete_square', id='mps-float64-complete_square'),
-        pytest.param('mps', 'complex128', 'tall', id='mps-complex128-tall'),
-        pytest.param('mps', 'complex128', 'square_batched', id='mps-complex128-square_batched'),
-        pytest.param('mps', 'complex128', 'complete_square', id='mps-complex128-complete_square'),
-        pytest.param('xpu', 'float64', 'tall', id='xpu-float64-tall'),
-        pytest.param('xpu', 'float64', 'square_batched', id='xpu-float64-square_batched'),
-        pytest.param('xpu', 'float64', 'complete_square', id='xpu-float64-complete_square'),
-        pytest.param('xpu', 'complex128', 'tall', id='xpu-complex128-tall'),
-        pytest.param('xpu', 'complex128', 'square_batched', id='xpu-complex128-square_batched'),
-        pytest.param('xpu', 'complex128', 'complete_square', id='xpu-complex128-complete_square'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tall', id='cpu-float64-tall'),
-        pytest.param('cpu', 'float64', 'square_batched', id='cpu-float64-square_batched'),
-        pytest.param('cpu', 'float64', 'complete_square', id='cpu-float64-complete_square'),
-        pytest.param('cpu', 'complex128', 'tall', id='cpu-complex128-tall'),
-        pytest.param('cpu', 'complex128', 'square_batched', id='cpu-complex128-square_batched'),
-        pytest.param('cpu', 'complex128', 'complete_square', id='cpu-complex128-complete_square'),
-        pytest.param('cuda', 'float64', 'tall', id='cuda-float64-tall'),
-        pytest.param('cuda', 'float64', 'square_batched', id='cuda-float64-square_batched'),
-        pytest.param('cuda', 'float64', 'complete_square', id='cuda-float64-complete_square'),
-        pytest.param('cuda', 'complex128', 'tall', id='cuda-complex128-tall'),
-        pytest.param('cuda', 'complex128', 'square_batched', id='cuda-complex128-square_batched'),
-        pytest.param('cuda', 'complex128', 'complete_square', id='cuda-complex128-complete_square'),
-        pytest.param('mps', 'float64', 'tall', id='mps-float64-tall'),
-        pytest.param('mps', 'float64', 'square_batched', id='mps-float64-square_batched'),
-        pytest.param('mps', 'float64', 'complete_square', id='mps-float64-complete_square'),
-        pytest.param('mps', 'complex128', 'tall', id='mps-complex128-tall'),
-        pytest.param('mps', 'complex128', 'square_batched', id='mps-complex128-square_batched'),
-        pytest.param('mps', 'complex128', 'complete_square', id='mps-complex128-complete_square'),
-        pytest.param('xpu', 'float64', 'tall', id='xpu-float64-tall'),
-        pytest.param('xpu', 'float64', 'square_batched', id='xpu-float64-square_batched'),
-        pytest.param('xpu', 'float64', 'complete_square', id='xpu-float64-complete_square'),
-        pytest.param('xpu', 'complex128', 'tall', id='xpu-complex128-tall'),
-        pytest.param('xpu', 'complex128', 'square_batched', id='xpu-complex128-square_batched'),
-        pytest.param('xpu', 'complex128', 'complete_square', id='xpu-complex128-complete_square'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tall', id='cpu-float64-tall'),
-        pytest.param('cpu', 'float64', 'square_batched', id='cpu-float64-square_batched'),
-        pytest.param('cpu', 'float64', 'complete_square', id='cpu-float64-complete_square'),
-        pytest.param('cpu', 'complex128', 'tall', id='cpu-complex128-tall'),
-        pytest.param('cpu', 'complex128', 'square_batched', id='cpu-complex128-square_batched'),
-        pytest.param('cpu', 'complex128', 'complete_square', id='cpu-complex128-complete_square'),
-        pytest.param('cuda', 'float64', 'tall', id='cuda-float64-tall'),
-        pytest.param('cuda', 'float64', 'square_batched', id='cuda-float64-square_batched'),
-        pytest.param('cuda', 'float64', 'complete_square', id='cuda-float64-complete_square'),
-        pytest.param('cuda', 'complex128', 'tall', id='cuda-complex128-tall'),
-        pytest.param('cuda', 'complex128', 'square_batched', id='cuda-complex128-square_batched'),
-        pytest.param('cuda', 'complex128', 'complete_square', id='cuda-complex128-complete_square'),
-        pytest.param('mps', 'float64', 'tall', id='mps-float64-tall'),
-        pytest.param('mps', 'float64', 'square_batched', id='mps-float64-square_batched'),
-        pytest.param('mps', 'float64', 'complete_square', id='mps-float64-complete_square'),
-        pytest.param('mps', 'complex128', 'tall', id='mps-complex128-tall'),
-        pytest.param('mps', 'complex128', 'square_batched', id='mps-complex128-square_batched'),
-        pytest.param('mps', 'complex128', 'complete_square', id='mps-complex128-complete_square'),
-        pytest.param('xpu', 'float64', 'tall', id='xpu-float64-tall'),
-        pytest.param('xpu', 'float64', 'square_batched', id='xpu-float64-square_batched'),
-        pytest.param('xpu', 'float64', 'complete_square', id='xpu-float64-complete_square'),
-        pytest.param('xpu', 'complex128', 'tall', id='xpu-complex128-tall'),
-        pytest.param('xpu', 'complex128', 'square_batched', id='xpu-complex128-square_batched'),
-        pytest.param('xpu', 'complex128', 'complete_square', id='xpu-complex128-complete_square'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tall', id='cpu-float64-tall'),
-        pytest.param('cpu', 'float64', 'square_batched', id='cpu-float64-square_batched'),
-        pytest.param('cpu', 'float64', 'complete_square', id='cpu-float64-complete_square'),
-        pytest.param('cpu', 'complex128', 'tall', id='cpu-complex128-tall'),
-        pytest.param('cpu', 'complex128', 'square_batched', id='cpu-complex128-square_batched'),
-        pytest.param('cpu', 'complex128', 'complete_square', id='cpu-complex128-complete_square'),
-        pytest.param('cuda', 'float64', 'tall', id='cuda-float64-tall'),
-        pytest.param('cuda', 'float64', 'square_batched', id='cuda-float64-square_batched'),
-        pytest.param('cuda', 'float64', 'complete_square', id='cuda-float64-complete_square'),
-        pytest.param('cuda', 'complex128', 'tall', id='cuda-complex128-tall'),
-        pytest.param('cuda', 'complex128', 'square_batched', id='cuda-complex128-square_batched'),
-        pytest.param('cuda', 'complex128', 'complete_square', id='cuda-complex128-complete_square'),
-        pytest.param('mps', 'float64', 'tall', id='mps-float64-tall'),
-        pytest.param('mps', 'float64', 'square_batched', id='mps-float64-square_batched'),
-        pytest.param('mps', 'float64', 'complete_square', id='mps-float64-complete_square'),
-        pytest.param('mps', 'complex128', 'tall', id='mps-complex128-tall'),
-        pytest.param('mps', 'complex128', 'square_batched', id='mps-complex128-square_batched'),
-        pytest.param('mps', 'complex128', 'complete_square', id='mps-complex128-complete_square'),
-        pytest.param('xpu', 'float64', 'tall', id='xpu-float64-tall'),
-        pytest.param('xpu', 'float64', 'square_batched', id='xpu-float64-square_batched'),
-        pytest.param('xpu', 'float64', 'complete_square', id='xpu-float64-complete_square'),
-        pytest.param('xpu', 'complex128', 'tall', id='xpu-complex128-tall'),
-        pytest.param('xpu', 'complex128', 'square_batched', id='xpu-complex128-square_batched'),
-        pytest.param('xpu', 'complex128', 'complete_square', id='xpu-complex128-complete_square'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,122 +5,42 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TupleArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='reshape',
-    op='torch.reshape',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="reshape",
+    op="torch.reshape",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
         Sample(
-            'infer_dim',
-            args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(-1, 4))),
-            location=Location('op_specs/shape.yaml', 48, 9),
+            "infer_dim", args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(-1, 4))), location=Location(SOURCE, 48, 9)
         ),
         Sample(
-            'noncontig_copies',
+            "noncontig_copies",
             args=(TensorArg(shape=(3, 4), noncontiguous=True), TupleArg(items=(2, 6))),
-            location=Location('op_specs/shape.yaml', 50, 9),
+            location=Location(SOURCE, 50, 9),
         ),
-        Sample(
-            'to_zero_dim',
-            args=(TensorArg(shape=(1, 1)), TupleArg(items=())),
-            location=Location('op_specs/shape.yaml', 52, 9),
-        ),
-        Sample(
-            'empty',
-            args=(TensorArg(shape=(0, 3)), TupleArg(items=(3, 0))),
-            location=Location('op_specs/shape.yaml', 54, 9),
-        ),
+        Sample("to_zero_dim", args=(TensorArg(shape=(1, 1)), TupleArg(items=())), location=Location(SOURCE, 52, 9)),
+        Sample("empty", args=(TensorArg(shape=(0, 3)), TupleArg(items=(3, 0))), location=Location(SOURCE, 54, 9)),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(enabled=False, check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 45, 5),
+    location=Location(SOURCE, 45, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'infer_dim', id='cpu-float64-infer_dim'),
-        pytest.param('cpu', 'float64', 'noncontig_copies', id='cpu-float64-noncontig_copies'),
-        pytest.param('cpu', 'float64', 'to_zero_dim', id='cpu-float64-to_zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cpu', 'complex128', 'infer_dim', id='cpu-complex128-infer_dim'),
-        pytest.param('cpu', 'complex128', 'noncontig_copies', id='cpu-complex128-noncontig_copies'),
-        pytest.param('cpu', 'complex128', 'to_zero_dim', id='cpu-complex128-to_zero_dim'),
-        pytest.param('cpu', 'complex128', 'empty', id='cpu-complex128-empty'),
-        pytest.param('cuda', 'float64', 'infer_dim', id='cuda-float64-infer_dim'),
-        pytest.param('cuda', 'float64', 'noncontig_copies', id='cuda-float64-noncontig_copies'),
-        pytest.param('cuda', 'float64', 'to_zero_dim', id='cuda-float64-to_zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('cuda', 'complex128', 'infer_dim', id='cuda-complex128-infer_dim'),
-        pytest.param('cuda', 'complex128', 'noncontig_copies', id='cuda-complex128-noncontig_copies'),
-        pytest.param('cuda', 'complex128', 'to_zero_dim', id='cuda-complex128-to_zero_dim'),
-        pytest.param('cuda', 'complex128', 'empty', id='cuda-complex128-empty'),
-        pytest.param('mps', 'float64', 'infer_dim', id='mps-float64-infer_dim'),
-        pytest.param('mps', 'float64', 'noncontig_copies', id='mps-float64-noncontig_copies'),
-        pytest.param('mps', 'float64', 'to_zero_dim', id='mps-float64-to_zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('mps', 'complex128', 'infer_dim', id='mps-complex128-infer_dim'),
-        pytest.param('mps', 'complex128', 'noncontig_copies', id='mps-complex128-noncontig_copies'),
-        pytest.param('mps', 'complex128', 'to_zero_dim', id='mps-complex128-to_zero_dim'),
-        pytest.param('mps', 'complex128', 'empty', id='mps-complex128-empty'),
-        pytest.param('xpu', 'float64', 'infer_dim', id='xpu-float64-infer_dim'),
-        pytest.param('xpu', 'float64', 'noncontig_copies', id='xpu-float64-noncontig_copies'),
-        pytest.param('xpu', 'float64', 'to_zero_dim', id='xpu-float64-to_zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-        pytest.param('xpu', 'complex128', 'infer_dim', id='xpu-complex128-infer_dim'),
-        pytest.param('xpu', 'complex128', 'noncontig_copies', id='xpu-complex128-noncontig_copies'),
-        pytest.param('xpu', 'complex128', 'to_zero_dim', id='xpu-complex128-to_zero_dim'),
-        pytest.param('xpu', 'complex128', 'empty', id='xpu-complex128-empty'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'infer_dim', id='cpu-float64-infer_dim'),
-        pytest.param('cpu', 'float64', 'noncontig_copies', id='cpu-float64-noncontig_copies'),
-        pytest.param('cpu', 'float64', 'to_zero_dim', id='cpu-float64-to_zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cpu', 'complex128', 'infer_dim', id='cpu-complex128-infer_dim'),
-        pytest.param('cpu', 'complex128', 'noncontig_copies', id='cpu-complex128-noncontig_copies'),
-        pytest.param('cpu', 'complex128', 'to_zero_dim', id='cpu-complex128-to_zero_dim'),
-        pytest.param('cpu', 'complex128', 'empty', id='cpu-complex128-empty'),
-        pytest.param('cuda', 'float64', 'infer_dim', id='cuda-float64-infer_dim'),
-        pytest.param('cuda', 'float64', 'noncontig_copies', id='cuda-float64-noncontig_copies'),
-        pytest.param('cuda', 'float64', 'to_zero_dim', id='cuda-float64-to_zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('cuda', 'complex128', 'infer_dim', id='cuda-complex128-infer_dim'),
-        pytest.param('cuda', 'complex128', 'noncontig_copies', id='cuda-complex128-noncontig_copies'),
-        pytest.param('cuda', 'complex128', 'to_zero_dim', id='cuda-complex128-to_zero_dim'),
-        pytest.param('cuda', 'complex128', 'empty', id='cuda-complex128-empty'),
-        pytest.param('mps', 'float64', 'infer_dim', id='mps-float64-infer_dim'),
-        pytest.param('mps', 'float64', 'noncontig_copies', id='mps-float64-noncontig_copies'),
-        pytest.param('mps', 'float64', 'to_zero_dim', id='mps-float64-to_zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('mps', 'complex128', 'infer_dim', id='mps-complex128-infer_dim'),
-        pytest.param('mps', 'complex128', 'noncontig_copies', id='mps-complex128-noncontig_copies'),
-        pytest.param('mps', 'complex128', 'to_zero_dim', id='mps-complex128-to_zero_dim'),
-        pytest.param('mps', 'complex128', 'empty', id='mps-complex128-empty'),
-        pytest.param('xpu', 'float64', 'infer_dim', id='xpu-float64-infer_dim'),
-        pytest.param('xpu', 'float64', 'noncontig_copies', id='xpu-float64-noncontig_copies'),
-        pytest.param('xpu', 'float64', 'to_zero_dim', id='xpu-float64-to_zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-        pytest.param('xpu', 'complex128', 'infer_dim', id='xpu-complex128-infer_dim'),
-        pytest.param('xpu', 'complex128', 'noncontig_copies', id='xpu-complex128-noncontig_copies'),
-        pytest.param('xpu', 'complex128', 'to_zero_dim', id='xpu-complex128-to_zero_dim'),
-        pytest.param('xpu', 'complex128', 'empty', id='xpu-complex128-empty'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)

@@ -5,100 +5,45 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/complex.yaml"
 SPEC = OpSpec(
-    name='rfft',
-    op='torch.fft.rfft',
-    source='op_specs/complex.yaml',
-    sha256='cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d',
+    name="rfft",
+    op="torch.fft.rfft",
+    source=SOURCE,
+    sha256="cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d",
     samples=(
-        Sample(
-            'even_length',
-            args=(TensorArg(shape=(2, 6)),),
-            location=Location('op_specs/complex.yaml', 83, 9),
-        ),
-        Sample(
-            'odd_padded',
-            args=(TensorArg(shape=(5,)),),
-            kwargs=(('n', 7),),
-            location=Location('op_specs/complex.yaml', 85, 9),
-        ),
+        Sample("even_length", args=(TensorArg(shape=(2, 6)),), location=Location(SOURCE, 83, 9)),
+        Sample("odd_padded", args=(TensorArg(shape=(5,)),), kwargs=(("n", 7),), location=Location(SOURCE, 85, 9)),
     ),
     gradcheck=GradcheckFlags(check_batched_grad=False, check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/complex.yaml', 75, 5),
+    location=Location(SOURCE, 75, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'even_length', id='cpu-float64-even_length'),
-        pytest.param('cpu', 'float64', 'odd_padded', id='cpu-float64-odd_padded'),
-        pytest.param('cuda', 'float64', 'even_length', id='cuda-float64-even_length'),
-        pytest.param('cuda', 'float64', 'odd_padded', id='cuda-float64-odd_padded'),
-        pytest.param('mps', 'float64', 'even_length', id='mps-float64-even_length'),
-        pytest.param('mps', 'float64', 'odd_padded', id='mps-float64-odd_padded'),
-        pytest.param('xpu', 'float64', 'even_length', id='xpu-float64-even_length'),
-        pytest.param('xpu', 'float64', 'odd_padded', id='xpu-float64-odd_padded'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'even_length', id='cpu-float64-even_length'),
-        pytest.param('cpu', 'float64', 'odd_padded', id='cpu-float64-odd_padded'),
-        pytest.param('cuda', 'float64', 'even_length', id='cuda-float64-even_length'),
-        pytest.param('cuda', 'float64', 'odd_padded', id='cuda-float64-odd_padded'),
-        pytest.param('mps', 'float64', 'even_length', id='mps-float64-even_length'),
-        pytest.param('mps', 'float64', 'odd_padded', id='mps-float64-odd_padded'),
-        pytest.param('xpu', 'float64', 'even_length', id='xpu-float64-even_length'),
-        pytest.param('xpu', 'float64', 'odd_padded', id='xpu-float64-odd_padded'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'even_length', id='cpu-float64-even_length'),
-        pytest.param('cpu', 'float64', 'odd_padded', id='cpu-float64-odd_padded'),
-        pytest.param('cuda', 'float64', 'even_length', id='cuda-float64-even_length'),
-        pytest.param('cuda', 'float64', 'odd_padded', id='cuda-float64-odd_padded'),
-        pytest.param('mps', 'float64', 'even_length', id='mps-float64-even_length'),
-        pytest.param('mps', 'float64', 'odd_padded', id='mps-float64-odd_padded'),
-        pytest.param('xpu', 'float64', 'even_length', id='xpu-float64-even_length'),
-        pytest.param('xpu', 'float64', 'odd_padded', id='xpu-float64-odd_padded'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'even_length', id='cpu-float64-even_length'),
-        pytest.param('cpu', 'float64', 'odd_padded', id='cpu-float64-odd_padded'),
-        pytest.param('cuda', 'float64', 'even_length', id='cuda-float64-even_length'),
-        pytest.param('cuda', 'float64', 'odd_padded', id='cuda-float64-odd_padded'),
-        pytest.param('mps', 'float64', 'even_length', id='mps-float64-even_length'),
-        pytest.param('mps', 'float64', 'odd_padded', id='mps-float64-odd_padded'),
-        pytest.param('xpu', 'float64', 'even_length', id='xpu-float64-even_length'),
-        pytest.param('xpu', 'float64', 'odd_padded', id='xpu-float64-odd_padded'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

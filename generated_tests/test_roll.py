@@ -5,136 +5,50 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TupleArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='roll',
-    op='torch.roll',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="roll",
+    op="torch.roll",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("flattened", args=(TensorArg(shape=(3, 4)), 5), location=Location(SOURCE, 88, 9)),
         Sample(
-            'flattened',
-            args=(TensorArg(shape=(3, 4)), 5),
-            location=Location('op_specs/shape.yaml', 88, 9),
-        ),
-        Sample(
-            'dims_tuple',
-            args=(
-                TensorArg(shape=(2, 3, 4), noncontiguous=True),
-                TupleArg(items=(1, -2)),
-                TupleArg(items=(0, 2)),
-            ),
-            location=Location('op_specs/shape.yaml', 90, 9),
+            "dims_tuple",
+            args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), TupleArg(items=(1, -2)), TupleArg(items=(0, 2))),
+            location=Location(SOURCE, 90, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 86, 5),
+    location=Location(SOURCE, 86, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'flattened', id='cpu-complex128-flattened'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'flattened', id='cuda-complex128-flattened'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'flattened', id='mps-complex128-flattened'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'flattened', id='xpu-complex128-flattened'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'flattened', id='cpu-complex128-flattened'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'flattened', id='cuda-complex128-flattened'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'flattened', id='mps-complex128-flattened'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'flattened', id='xpu-complex128-flattened'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'flattened', id='cpu-complex128-flattened'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'flattened', id='cuda-complex128-flattened'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'flattened', id='mps-complex128-flattened'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'flattened', id='xpu-complex128-flattened'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'flattened', id='cpu-complex128-flattened'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'flattened', id='cuda-complex128-flattened'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'flattened', id='mps-complex128-flattened'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'flattened', id='xpu-complex128-flattened'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,81 +5,39 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/scaled_tanh.yaml"
 SPEC = OpSpec(
-    name='scaled_tanh',
-    op='examples.ops:scaled_tanh',
-    source='op_specs/scaled_tanh.yaml',
-    sha256='5d8020715d918a860223f87771449f21b6f88524502474580fda6b1c1a95ceb7',
+    name="scaled_tanh",
+    op="examples.ops:scaled_tanh",
+    source=SOURCE,
+    sha256="5d8020715d918a860223f87771449f21b6f88524502474580fda6b1c1a95ceb7",
     samples=(
-        Sample(
-            'scale_2',
-            args=(TensorArg(shape=(3, 4)), 2.0),
-            location=Location('op_specs/scaled_tanh.yaml', 8, 5),
-        ),
-        Sample(
-            'scale_half',
-            args=(TensorArg(shape=(5,)), 0.5),
-            location=Location('op_specs/scaled_tanh.yaml', 10, 5),
-        ),
+        Sample("scale_2", args=(TensorArg(shape=(3, 4)), 2.0), location=Location(SOURCE, 8, 5)),
+        Sample("scale_half", args=(TensorArg(shape=(5,)), 0.5), location=Location(SOURCE, 10, 5)),
     ),
     gradcheck=GradcheckFlags(check_batched_grad=False),
     library_opcheck=True,
-    location=Location('op_specs/scaled_tanh.yaml', 5, 1),
+    location=Location(SOURCE, 5, 1),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'scale_2', id='cpu-float64-scale_2'),
-        pytest.param('cpu', 'float64', 'scale_half', id='cpu-float64-scale_half'),
-        pytest.param('cuda', 'float64', 'scale_2', id='cuda-float64-scale_2'),
-        pytest.param('cuda', 'float64', 'scale_half', id='cuda-float64-scale_half'),
-        pytest.param('mps', 'float64', 'scale_2', id='mps-float64-scale_2'),
-        pytest.param('mps', 'float64', 'scale_half', id='mps-float64-scale_half'),
-        pytest.param('xpu', 'float64', 'scale_2', id='xpu-float64-scale_2'),
-        pytest.param('xpu', 'float64', 'scale_half', id='xpu-float64-scale_half'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'scale_2', id='cpu-float64-scale_2'),
-        pytest.param('cpu', 'float64', 'scale_half', id='cpu-float64-scale_half'),
-        pytest.param('cuda', 'float64', 'scale_2', id='cuda-float64-scale_2'),
-        pytest.param('cuda', 'float64', 'scale_half', id='cuda-float64-scale_half'),
-        pytest.param('mps', 'float64', 'scale_2', id='mps-float64-scale_2'),
-        pytest.param('mps', 'float64', 'scale_half', id='mps-float64-scale_half'),
-        pytest.param('xpu', 'float64', 'scale_2', id='xpu-float64-scale_2'),
-        pytest.param('xpu', 'float64', 'scale_half', id='xpu-float64-scale_half'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.library_opcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'scale_2', id='cpu-float64-scale_2'),
-        pytest.param('cpu', 'float64', 'scale_half', id='cpu-float64-scale_half'),
-        pytest.param('cuda', 'float64', 'scale_2', id='cuda-float64-scale_2'),
-        pytest.param('cuda', 'float64', 'scale_half', id='cuda-float64-scale_half'),
-        pytest.param('mps', 'float64', 'scale_2', id='mps-float64-scale_2'),
-        pytest.param('mps', 'float64', 'scale_half', id='mps-float64-scale_half'),
-        pytest.param('xpu', 'float64', 'scale_2', id='xpu-float64-scale_2'),
-        pytest.param('xpu', 'float64', 'scale_half', id='xpu-float64-scale_half'),
-    ],
-)
+@grid(SPEC, "library_opcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_library_opcheck(device, dtype, sample):
-    run_check(SPEC, 'library_opcheck', device, dtype, sample)
+    run_check(SPEC, "library_opcheck", device, dtype, sample)

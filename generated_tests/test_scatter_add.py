@@ -5,186 +5,100 @@
 
 import pytest
 
+from opcheck.parametrize import grid, xfail
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, Sample, TensorArg, Where
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='scatter_add',
-    op='torch.scatter_add',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="scatter_add",
+    op="torch.scatter_add",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'dim0_collisions',
+            "dim0_collisions",
             args=(
                 TensorArg(shape=(3, 4)),
                 0,
-                TensorArg(shape=(2, 4), dtype='int64', values=((0, 1, 2, 0), (0, 1, 0, 2))),
+                TensorArg(shape=(2, 4), dtype="int64", values=((0, 1, 2, 0), (0, 1, 0, 2))),
                 TensorArg(shape=(2, 4)),
             ),
-            location=Location('op_specs/indexing.yaml', 43, 9),
+            location=Location(SOURCE, 43, 9),
         ),
         Sample(
-            'src_larger_than_index',
+            "src_larger_than_index",
             args=(
                 TensorArg(shape=(2, 3)),
                 1,
-                TensorArg(shape=(2, 2), dtype='int64', low=0.0, high=3.0),
+                TensorArg(shape=(2, 2), dtype="int64", low=0.0, high=3.0),
                 TensorArg(shape=(2, 5), noncontiguous=True),
             ),
-            location=Location('op_specs/indexing.yaml', 51, 9),
+            location=Location(SOURCE, 51, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
     expected_failures=(
         Rule(
             where=Where(
-                check=('gradcheck', 'gradgradcheck', 'fwgrad_bwgrad', 'lowprec'),
-                sample=('src_larger_than_index',),
+                check=("gradcheck", "gradgradcheck", "fwgrad_bwgrad", "lowprec"), sample=("src_larger_than_index",)
             ),
-            reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs)',
-            location=Location('op_specs/indexing.yaml', 54, 9),
+            reason=(
+                "ScatterAddBackward0 returns src's gradient in index's shape [2, 2] instead of src's [2, 5] (\"invalid "
+                'gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad '
+                "runs)"
+            ),
+            location=Location(SOURCE, 54, 9),
         ),
     ),
-    location=Location('op_specs/indexing.yaml', 36, 5),
+    location=Location(SOURCE, 36, 5),
 )
+
+XFAIL_0 = xfail(SPEC.expected_failures[0])
+MARKED = {
+    "test_gradcheck[cpu-float64-src_larger_than_index]": XFAIL_0,
+    "test_gradcheck[cuda-float64-src_larger_than_index]": XFAIL_0,
+    "test_gradcheck[xpu-float64-src_larger_than_index]": XFAIL_0,
+    "test_gradgradcheck[cpu-float64-src_larger_than_index]": XFAIL_0,
+    "test_gradgradcheck[cuda-float64-src_larger_than_index]": XFAIL_0,
+    "test_gradgradcheck[xpu-float64-src_larger_than_index]": XFAIL_0,
+    "test_fwgrad_bwgrad[cpu-float64-src_larger_than_index]": XFAIL_0,
+    "test_fwgrad_bwgrad[cuda-float64-src_larger_than_index]": XFAIL_0,
+    "test_fwgrad_bwgrad[xpu-float64-src_larger_than_index]": XFAIL_0,
+    "test_lowprec[cpu-float32-src_larger_than_index]": XFAIL_0,
+    "test_lowprec[cuda-float32-src_larger_than_index]": XFAIL_0,
+    "test_lowprec[mps-float32-src_larger_than_index]": XFAIL_0,
+    "test_lowprec[xpu-float32-src_larger_than_index]": XFAIL_0,
+}
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0_collisions', id='cpu-float64-dim0_collisions'),
-        pytest.param(
-            'cpu', 'float64', 'src_larger_than_index', id='cpu-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('cuda', 'float64', 'dim0_collisions', id='cuda-float64-dim0_collisions'),
-        pytest.param(
-            'cuda', 'float64', 'src_larger_than_index', id='cuda-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('mps', 'float64', 'dim0_collisions', id='mps-float64-dim0_collisions'),
-        pytest.param(
-            'mps', 'float64', 'src_larger_than_index', id='mps-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('xpu', 'float64', 'dim0_collisions', id='xpu-float64-dim0_collisions'),
-        pytest.param(
-            'xpu', 'float64', 'src_larger_than_index', id='xpu-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",), marked=MARKED)
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0_collisions', id='cpu-float64-dim0_collisions'),
-        pytest.param('cpu', 'float64', 'src_larger_than_index', id='cpu-float64-src_larger_than_index'),
-        pytest.param('cuda', 'float64', 'dim0_collisions', id='cuda-float64-dim0_collisions'),
-        pytest.param('cuda', 'float64', 'src_larger_than_index', id='cuda-float64-src_larger_than_index'),
-        pytest.param('mps', 'float64', 'dim0_collisions', id='mps-float64-dim0_collisions'),
-        pytest.param('mps', 'float64', 'src_larger_than_index', id='mps-float64-src_larger_than_index'),
-        pytest.param('xpu', 'float64', 'dim0_collisions', id='xpu-float64-dim0_collisions'),
-        pytest.param('xpu', 'float64', 'src_larger_than_index', id='xpu-float64-src_larger_than_index'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0_collisions', id='cpu-float64-dim0_collisions'),
-        pytest.param(
-            'cpu', 'float64', 'src_larger_than_index', id='cpu-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('cuda', 'float64', 'dim0_collisions', id='cuda-float64-dim0_collisions'),
-        pytest.param(
-            'cuda', 'float64', 'src_larger_than_index', id='cuda-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('mps', 'float64', 'dim0_collisions', id='mps-float64-dim0_collisions'),
-        pytest.param(
-            'mps', 'float64', 'src_larger_than_index', id='mps-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('xpu', 'float64', 'dim0_collisions', id='xpu-float64-dim0_collisions'),
-        pytest.param(
-            'xpu', 'float64', 'src_larger_than_index', id='xpu-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",), marked=MARKED)
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0_collisions', id='cpu-float64-dim0_collisions'),
-        pytest.param(
-            'cpu', 'float64', 'src_larger_than_index', id='cpu-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('cuda', 'float64', 'dim0_collisions', id='cuda-float64-dim0_collisions'),
-        pytest.param(
-            'cuda', 'float64', 'src_larger_than_index', id='cuda-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('mps', 'float64', 'dim0_collisions', id='mps-float64-dim0_collisions'),
-        pytest.param(
-            'mps', 'float64', 'src_larger_than_index', id='mps-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('xpu', 'float64', 'dim0_collisions', id='xpu-float64-dim0_collisions'),
-        pytest.param(
-            'xpu', 'float64', 'src_larger_than_index', id='xpu-float64-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",), marked=MARKED)
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim0_collisions', id='cpu-float32-dim0_collisions'),
-        pytest.param(
-            'cpu', 'float32', 'src_larger_than_index', id='cpu-float32-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('cuda', 'float32', 'dim0_collisions', id='cuda-float32-dim0_collisions'),
-        pytest.param(
-            'cuda', 'float32', 'src_larger_than_index', id='cuda-float32-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('mps', 'float32', 'dim0_collisions', id='mps-float32-dim0_collisions'),
-        pytest.param(
-            'mps', 'float32', 'src_larger_than_index', id='mps-float32-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-        pytest.param('xpu', 'float32', 'dim0_collisions', id='xpu-float32-dim0_collisions'),
-        pytest.param(
-            'xpu', 'float32', 'src_larger_than_index', id='xpu-float32-src_larger_than_index',
-            marks=pytest.mark.xfail(reason='ScatterAddBackward0 returns src\'s gradient in index\'s shape [2, 2] instead of src\'s [2, 5] ("invalid gradient at index 1"); open upstream as pytorch/pytorch#27614 (forward AD is right, so forward_ad runs) (op_specs/indexing.yaml:54:9)', strict=True),
-        ),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",), marked=MARKED)
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,126 +5,56 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/nn_functional.yaml"
 SPEC = OpSpec(
-    name='silu',
-    op='torch.nn.functional.silu',
-    source='op_specs/nn_functional.yaml',
-    sha256='0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4',
+    name="silu",
+    op="torch.nn.functional.silu",
+    source=SOURCE,
+    sha256="0deab6b10ab5c64cd39724b2af07fed21a2b8ab833d9fb0a9933a8e565f0afd4",
     samples=(
+        Sample("vector", args=(TensorArg(shape=(8,), low=-5.0, high=5.0),), location=Location(SOURCE, 42, 9)),
         Sample(
-            'vector',
-            args=(TensorArg(shape=(8,), low=-5.0, high=5.0),),
-            location=Location('op_specs/nn_functional.yaml', 42, 9),
-        ),
-        Sample(
-            'batched_noncontig',
+            "batched_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True),),
-            location=Location('op_specs/nn_functional.yaml', 44, 9),
+            location=Location(SOURCE, 44, 9),
         ),
     ),
-    lowprec_dtypes=('float32', 'float16'),
+    lowprec_dtypes=("float32", "float16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/nn_functional.yaml', 39, 5),
+    location=Location(SOURCE, 39, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'batched_noncontig', id='cpu-float64-batched_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'batched_noncontig', id='cuda-float64-batched_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'batched_noncontig', id='mps-float64-batched_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'batched_noncontig', id='xpu-float64-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'batched_noncontig', id='cpu-float64-batched_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'batched_noncontig', id='cuda-float64-batched_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'batched_noncontig', id='mps-float64-batched_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'batched_noncontig', id='xpu-float64-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'batched_noncontig', id='cpu-float64-batched_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'batched_noncontig', id='cuda-float64-batched_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'batched_noncontig', id='mps-float64-batched_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'batched_noncontig', id='xpu-float64-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'vector', id='cpu-float64-vector'),
-        pytest.param('cpu', 'float64', 'batched_noncontig', id='cpu-float64-batched_noncontig'),
-        pytest.param('cuda', 'float64', 'vector', id='cuda-float64-vector'),
-        pytest.param('cuda', 'float64', 'batched_noncontig', id='cuda-float64-batched_noncontig'),
-        pytest.param('mps', 'float64', 'vector', id='mps-float64-vector'),
-        pytest.param('mps', 'float64', 'batched_noncontig', id='mps-float64-batched_noncontig'),
-        pytest.param('xpu', 'float64', 'vector', id='xpu-float64-vector'),
-        pytest.param('xpu', 'float64', 'batched_noncontig', id='xpu-float64-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'vector', id='cpu-float32-vector'),
-        pytest.param('cpu', 'float32', 'batched_noncontig', id='cpu-float32-batched_noncontig'),
-        pytest.param('cpu', 'float16', 'vector', id='cpu-float16-vector'),
-        pytest.param('cpu', 'float16', 'batched_noncontig', id='cpu-float16-batched_noncontig'),
-        pytest.param('cuda', 'float32', 'vector', id='cuda-float32-vector'),
-        pytest.param('cuda', 'float32', 'batched_noncontig', id='cuda-float32-batched_noncontig'),
-        pytest.param('cuda', 'float16', 'vector', id='cuda-float16-vector'),
-        pytest.param('cuda', 'float16', 'batched_noncontig', id='cuda-float16-batched_noncontig'),
-        pytest.param('mps', 'float32', 'vector', id='mps-float32-vector'),
-        pytest.param('mps', 'float32', 'batched_noncontig', id='mps-float32-batched_noncontig'),
-        pytest.param('mps', 'float16', 'vector', id='mps-float16-vector'),
-        pytest.param('mps', 'float16', 'batched_noncontig', id='mps-float16-batched_noncontig'),
-        pytest.param('xpu', 'float32', 'vector', id='xpu-float32-vector'),
-        pytest.param('xpu', 'float32', 'batched_noncontig', id='xpu-float32-batched_noncontig'),
-        pytest.param('xpu', 'float16', 'vector', id='xpu-float16-vector'),
-        pytest.param('xpu', 'float16', 'batched_noncontig', id='xpu-float16-batched_noncontig'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "float16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

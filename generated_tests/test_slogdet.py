@@ -5,132 +5,50 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='slogdet',
-    op='torch.linalg.slogdet',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="slogdet",
+    op="torch.linalg.slogdet",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
+        Sample("spd", args=(TensorArg(shape=(3, 3), maker="spd"),), location=Location(SOURCE, 70, 9)),
         Sample(
-            'spd',
-            args=(TensorArg(shape=(3, 3), maker='spd'),),
-            location=Location('op_specs/linalg.yaml', 70, 9),
-        ),
-        Sample(
-            'batched_triangular_mixed_sign',
-            args=(TensorArg(shape=(2, 3, 3), maker='upper_triangular'),),
-            location=Location('op_specs/linalg.yaml', 72, 9),
+            "batched_triangular_mixed_sign",
+            args=(TensorArg(shape=(2, 3, 3), maker="upper_triangular"),),
+            location=Location(SOURCE, 72, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 65, 5),
+    location=Location(SOURCE, 65, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_triangular_mixed_sign', id='cpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_triangular_mixed_sign', id='cpu-complex128-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_triangular_mixed_sign', id='cuda-float64-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_triangular_mixed_sign', id='cuda-complex128-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_triangular_mixed_sign', id='mps-float64-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_triangular_mixed_sign', id='mps-complex128-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_triangular_mixed_sign', id='xpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_triangular_mixed_sign', id='xpu-complex128-batched_triangular_mixed_sign'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_triangular_mixed_sign', id='cpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_triangular_mixed_sign', id='cpu-complex128-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_triangular_mixed_sign', id='cuda-float64-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_triangular_mixed_sign', id='cuda-complex128-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_triangular_mixed_sign', id='mps-float64-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_triangular_mixed_sign', id='mps-complex128-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_triangular_mixed_sign', id='xpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_triangular_mixed_sign', id='xpu-complex128-batched_triangular_mixed_sign'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_triangular_mixed_sign', id='cpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_triangular_mixed_sign', id='cpu-complex128-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_triangular_mixed_sign', id='cuda-float64-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_triangular_mixed_sign', id='cuda-complex128-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_triangular_mixed_sign', id='mps-float64-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_triangular_mixed_sign', id='mps-complex128-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_triangular_mixed_sign', id='xpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_triangular_mixed_sign', id='xpu-complex128-batched_triangular_mixed_sign'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'spd', id='cpu-float64-spd'),
-        pytest.param('cpu', 'float64', 'batched_triangular_mixed_sign', id='cpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('cpu', 'complex128', 'spd', id='cpu-complex128-spd'),
-        pytest.param('cpu', 'complex128', 'batched_triangular_mixed_sign', id='cpu-complex128-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'float64', 'spd', id='cuda-float64-spd'),
-        pytest.param('cuda', 'float64', 'batched_triangular_mixed_sign', id='cuda-float64-batched_triangular_mixed_sign'),
-        pytest.param('cuda', 'complex128', 'spd', id='cuda-complex128-spd'),
-        pytest.param('cuda', 'complex128', 'batched_triangular_mixed_sign', id='cuda-complex128-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'float64', 'spd', id='mps-float64-spd'),
-        pytest.param('mps', 'float64', 'batched_triangular_mixed_sign', id='mps-float64-batched_triangular_mixed_sign'),
-        pytest.param('mps', 'complex128', 'spd', id='mps-complex128-spd'),
-        pytest.param('mps', 'complex128', 'batched_triangular_mixed_sign', id='mps-complex128-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'float64', 'spd', id='xpu-float64-spd'),
-        pytest.param('xpu', 'float64', 'batched_triangular_mixed_sign', id='xpu-float64-batched_triangular_mixed_sign'),
-        pytest.param('xpu', 'complex128', 'spd', id='xpu-complex128-spd'),
-        pytest.param('xpu', 'complex128', 'batched_triangular_mixed_sign', id='xpu-complex128-batched_triangular_mixed_sign'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,154 +5,70 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/losses.yaml"
 SPEC = OpSpec(
-    name='smooth_l1_loss',
-    op='torch.nn.functional.smooth_l1_loss',
-    source='op_specs/losses.yaml',
-    sha256='8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6',
+    name="smooth_l1_loss",
+    op="torch.nn.functional.smooth_l1_loss",
+    source=SOURCE,
+    sha256="8289213d288b6a2acb0ab0cffcc5af054d465ce0b9b316de5fb3a325388b81c6",
     samples=(
         Sample(
-            'beta_1',
-            args=(
-                TensorArg(shape=(3, 4), avoid=(-1.0, 1.0), margin=0.3),
-                TensorArg(shape=(3, 4), low=-0.2, high=0.2),
-            ),
-            location=Location('op_specs/losses.yaml', 50, 9),
+            "beta_1",
+            args=(TensorArg(shape=(3, 4), avoid=(-1.0, 1.0), margin=0.3), TensorArg(shape=(3, 4), low=-0.2, high=0.2)),
+            location=Location(SOURCE, 50, 9),
         ),
         Sample(
-            'beta_half_sum',
+            "beta_half_sum",
             args=(
                 TensorArg(shape=(2, 5), noncontiguous=True, avoid=(-0.5, 0.5), margin=0.3),
                 TensorArg(shape=(2, 5), low=-0.2, high=0.2),
             ),
-            kwargs=(('beta', 0.5), ('reduction', 'sum')),
-            location=Location('op_specs/losses.yaml', 52, 9),
+            kwargs=(("beta", 0.5), ("reduction", "sum")),
+            location=Location(SOURCE, 52, 9),
         ),
         Sample(
-            'none',
-            args=(
-                TensorArg(shape=(4,), avoid=(-1.0, 1.0), margin=0.3),
-                TensorArg(shape=(4,), low=-0.2, high=0.2),
-            ),
-            kwargs=(('reduction', 'none'),),
-            location=Location('op_specs/losses.yaml', 55, 9),
+            "none",
+            args=(TensorArg(shape=(4,), avoid=(-1.0, 1.0), margin=0.3), TensorArg(shape=(4,), low=-0.2, high=0.2)),
+            kwargs=(("reduction", "none"),),
+            location=Location(SOURCE, 55, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/losses.yaml', 46, 5),
+    location=Location(SOURCE, 46, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'beta_1', id='cpu-float64-beta_1'),
-        pytest.param('cpu', 'float64', 'beta_half_sum', id='cpu-float64-beta_half_sum'),
-        pytest.param('cpu', 'float64', 'none', id='cpu-float64-none'),
-        pytest.param('cuda', 'float64', 'beta_1', id='cuda-float64-beta_1'),
-        pytest.param('cuda', 'float64', 'beta_half_sum', id='cuda-float64-beta_half_sum'),
-        pytest.param('cuda', 'float64', 'none', id='cuda-float64-none'),
-        pytest.param('mps', 'float64', 'beta_1', id='mps-float64-beta_1'),
-        pytest.param('mps', 'float64', 'beta_half_sum', id='mps-float64-beta_half_sum'),
-        pytest.param('mps', 'float64', 'none', id='mps-float64-none'),
-        pytest.param('xpu', 'float64', 'beta_1', id='xpu-float64-beta_1'),
-        pytest.param('xpu', 'float64', 'beta_half_sum', id='xpu-float64-beta_half_sum'),
-        pytest.param('xpu', 'float64', 'none', id='xpu-float64-none'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'beta_1', id='cpu-float64-beta_1'),
-        pytest.param('cpu', 'float64', 'beta_half_sum', id='cpu-float64-beta_half_sum'),
-        pytest.param('cpu', 'float64', 'none', id='cpu-float64-none'),
-        pytest.param('cuda', 'float64', 'beta_1', id='cuda-float64-beta_1'),
-        pytest.param('cuda', 'float64', 'beta_half_sum', id='cuda-float64-beta_half_sum'),
-        pytest.param('cuda', 'float64', 'none', id='cuda-float64-none'),
-        pytest.param('mps', 'float64', 'beta_1', id='mps-float64-beta_1'),
-        pytest.param('mps', 'float64', 'beta_half_sum', id='mps-float64-beta_half_sum'),
-        pytest.param('mps', 'float64', 'none', id='mps-float64-none'),
-        pytest.param('xpu', 'float64', 'beta_1', id='xpu-float64-beta_1'),
-        pytest.param('xpu', 'float64', 'beta_half_sum', id='xpu-float64-beta_half_sum'),
-        pytest.param('xpu', 'float64', 'none', id='xpu-float64-none'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'beta_1', id='cpu-float64-beta_1'),
-        pytest.param('cpu', 'float64', 'beta_half_sum', id='cpu-float64-beta_half_sum'),
-        pytest.param('cpu', 'float64', 'none', id='cpu-float64-none'),
-        pytest.param('cuda', 'float64', 'beta_1', id='cuda-float64-beta_1'),
-        pytest.param('cuda', 'float64', 'beta_half_sum', id='cuda-float64-beta_half_sum'),
-        pytest.param('cuda', 'float64', 'none', id='cuda-float64-none'),
-        pytest.param('mps', 'float64', 'beta_1', id='mps-float64-beta_1'),
-        pytest.param('mps', 'float64', 'beta_half_sum', id='mps-float64-beta_half_sum'),
-        pytest.param('mps', 'float64', 'none', id='mps-float64-none'),
-        pytest.param('xpu', 'float64', 'beta_1', id='xpu-float64-beta_1'),
-        pytest.param('xpu', 'float64', 'beta_half_sum', id='xpu-float64-beta_half_sum'),
-        pytest.param('xpu', 'float64', 'none', id='xpu-float64-none'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'beta_1', id='cpu-float64-beta_1'),
-        pytest.param('cpu', 'float64', 'beta_half_sum', id='cpu-float64-beta_half_sum'),
-        pytest.param('cpu', 'float64', 'none', id='cpu-float64-none'),
-        pytest.param('cuda', 'float64', 'beta_1', id='cuda-float64-beta_1'),
-        pytest.param('cuda', 'float64', 'beta_half_sum', id='cuda-float64-beta_half_sum'),
-        pytest.param('cuda', 'float64', 'none', id='cuda-float64-none'),
-        pytest.param('mps', 'float64', 'beta_1', id='mps-float64-beta_1'),
-        pytest.param('mps', 'float64', 'beta_half_sum', id='mps-float64-beta_half_sum'),
-        pytest.param('mps', 'float64', 'none', id='mps-float64-none'),
-        pytest.param('xpu', 'float64', 'beta_1', id='xpu-float64-beta_1'),
-        pytest.param('xpu', 'float64', 'beta_half_sum', id='xpu-float64-beta_half_sum'),
-        pytest.param('xpu', 'float64', 'none', id='xpu-float64-none'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'beta_1', id='cpu-float32-beta_1'),
-        pytest.param('cpu', 'float32', 'beta_half_sum', id='cpu-float32-beta_half_sum'),
-        pytest.param('cpu', 'float32', 'none', id='cpu-float32-none'),
-        pytest.param('cuda', 'float32', 'beta_1', id='cuda-float32-beta_1'),
-        pytest.param('cuda', 'float32', 'beta_half_sum', id='cuda-float32-beta_half_sum'),
-        pytest.param('cuda', 'float32', 'none', id='cuda-float32-none'),
-        pytest.param('mps', 'float32', 'beta_1', id='mps-float32-beta_1'),
-        pytest.param('mps', 'float32', 'beta_half_sum', id='mps-float32-beta_half_sum'),
-        pytest.param('mps', 'float32', 'none', id='mps-float32-none'),
-        pytest.param('xpu', 'float32', 'beta_1', id='xpu-float32-beta_1'),
-        pytest.param('xpu', 'float32', 'beta_half_sum', id='xpu-float32-beta_half_sum'),
-        pytest.param('xpu', 'float32', 'none', id='xpu-float32-none'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,158 +5,58 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/softmax.yaml"
 SPEC = OpSpec(
-    name='softmax',
-    op='torch.nn.functional.softmax',
-    source='op_specs/softmax.yaml',
-    sha256='6bd9412ef509c208f5ea9b1de5eb55f36339b9b49800bba2d5cdaf698f635d09',
+    name="softmax",
+    op="torch.nn.functional.softmax",
+    source=SOURCE,
+    sha256="6bd9412ef509c208f5ea9b1de5eb55f36339b9b49800bba2d5cdaf698f635d09",
     samples=(
+        Sample("rows", args=(TensorArg(shape=(3, 5)),), kwargs=(("dim", -1),), location=Location(SOURCE, 5, 5)),
         Sample(
-            'rows',
-            args=(TensorArg(shape=(3, 5)),),
-            kwargs=(('dim', -1),),
-            location=Location('op_specs/softmax.yaml', 5, 5),
-        ),
-        Sample(
-            'cols_noncontig',
+            "cols_noncontig",
             args=(TensorArg(shape=(4, 6), low=-3.0, high=3.0, noncontiguous=True),),
-            kwargs=(('dim', 0),),
-            location=Location('op_specs/softmax.yaml', 8, 5),
+            kwargs=(("dim", 0),),
+            location=Location(SOURCE, 8, 5),
         ),
-        Sample(
-            'batched',
-            args=(TensorArg(shape=(2, 3, 4)),),
-            kwargs=(('dim', 1),),
-            location=Location('op_specs/softmax.yaml', 11, 5),
-        ),
+        Sample("batched", args=(TensorArg(shape=(2, 3, 4)),), kwargs=(("dim", 1),), location=Location(SOURCE, 11, 5)),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/softmax.yaml', 2, 1),
+    location=Location(SOURCE, 2, 1),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'cols_noncontig', id='cpu-float64-cols_noncontig'),
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'cols_noncontig', id='cuda-float64-cols_noncontig'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'cols_noncontig', id='mps-float64-cols_noncontig'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'cols_noncontig', id='xpu-float64-cols_noncontig'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'cols_noncontig', id='cpu-float64-cols_noncontig'),
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'cols_noncontig', id='cuda-float64-cols_noncontig'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'cols_noncontig', id='mps-float64-cols_noncontig'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'cols_noncontig', id='xpu-float64-cols_noncontig'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'cols_noncontig', id='cpu-float64-cols_noncontig'),
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'cols_noncontig', id='cuda-float64-cols_noncontig'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'cols_noncontig', id='mps-float64-cols_noncontig'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'cols_noncontig', id='xpu-float64-cols_noncontig'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'cols_noncontig', id='cpu-float64-cols_noncontig'),
-        pytest.param('cpu', 'float64', 'batched', id='cpu-float64-batched'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'cols_noncontig', id='cuda-float64-cols_noncontig'),
-        pytest.param('cuda', 'float64', 'batched', id='cuda-float64-batched'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'cols_noncontig', id='mps-float64-cols_noncontig'),
-        pytest.param('mps', 'float64', 'batched', id='mps-float64-batched'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'cols_noncontig', id='xpu-float64-cols_noncontig'),
-        pytest.param('xpu', 'float64', 'batched', id='xpu-float64-batched'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'rows', id='cpu-float32-rows'),
-        pytest.param('cpu', 'float32', 'cols_noncontig', id='cpu-float32-cols_noncontig'),
-        pytest.param('cpu', 'float32', 'batched', id='cpu-float32-batched'),
-        pytest.param('cpu', 'bfloat16', 'rows', id='cpu-bfloat16-rows'),
-        pytest.param('cpu', 'bfloat16', 'cols_noncontig', id='cpu-bfloat16-cols_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'batched', id='cpu-bfloat16-batched'),
-        pytest.param('cuda', 'float32', 'rows', id='cuda-float32-rows'),
-        pytest.param('cuda', 'float32', 'cols_noncontig', id='cuda-float32-cols_noncontig'),
-        pytest.param('cuda', 'float32', 'batched', id='cuda-float32-batched'),
-        pytest.param('cuda', 'bfloat16', 'rows', id='cuda-bfloat16-rows'),
-        pytest.param('cuda', 'bfloat16', 'cols_noncontig', id='cuda-bfloat16-cols_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'batched', id='cuda-bfloat16-batched'),
-        pytest.param('mps', 'float32', 'rows', id='mps-float32-rows'),
-        pytest.param('mps', 'float32', 'cols_noncontig', id='mps-float32-cols_noncontig'),
-        pytest.param('mps', 'float32', 'batched', id='mps-float32-batched'),
-        pytest.param('mps', 'bfloat16', 'rows', id='mps-bfloat16-rows'),
-        pytest.param('mps', 'bfloat16', 'cols_noncontig', id='mps-bfloat16-cols_noncontig'),
-        pytest.param('mps', 'bfloat16', 'batched', id='mps-bfloat16-batched'),
-        pytest.param('xpu', 'float32', 'rows', id='xpu-float32-rows'),
-        pytest.param('xpu', 'float32', 'cols_noncontig', id='xpu-float32-cols_noncontig'),
-        pytest.param('xpu', 'float32', 'batched', id='xpu-float32-batched'),
-        pytest.param('xpu', 'bfloat16', 'rows', id='xpu-bfloat16-rows'),
-        pytest.param('xpu', 'bfloat16', 'cols_noncontig', id='xpu-bfloat16-cols_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'batched', id='xpu-bfloat16-batched'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,210 +5,65 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='solve',
-    op='torch.linalg.solve',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="solve",
+    op="torch.linalg.solve",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
         Sample(
-            'matrix_rhs',
-            args=(TensorArg(shape=(3, 3), maker='spd'), TensorArg(shape=(3, 2))),
-            location=Location('op_specs/linalg.yaml', 79, 9),
+            "matrix_rhs",
+            args=(TensorArg(shape=(3, 3), maker="spd"), TensorArg(shape=(3, 2))),
+            location=Location(SOURCE, 79, 9),
         ),
         Sample(
-            'vector_rhs',
-            args=(TensorArg(shape=(3, 3), maker='orthogonal'), TensorArg(shape=(3,))),
-            location=Location('op_specs/linalg.yaml', 81, 9),
+            "vector_rhs",
+            args=(TensorArg(shape=(3, 3), maker="orthogonal"), TensorArg(shape=(3,))),
+            location=Location(SOURCE, 81, 9),
         ),
         Sample(
-            'broadcast_batch',
-            args=(
-                TensorArg(shape=(2, 1, 3, 3), maker='spd'),
-                TensorArg(shape=(4, 3, 2), noncontiguous=True),
-            ),
-            location=Location('op_specs/linalg.yaml', 83, 9),
+            "broadcast_batch",
+            args=(TensorArg(shape=(2, 1, 3, 3), maker="spd"), TensorArg(shape=(4, 3, 2), noncontiguous=True)),
+            location=Location(SOURCE, 83, 9),
         ),
         Sample(
-            'right_side',
-            args=(TensorArg(shape=(3, 3), maker='spd'), TensorArg(shape=(2, 3))),
-            kwargs=(('left', False),),
-            location=Location('op_specs/linalg.yaml', 85, 9),
+            "right_side",
+            args=(TensorArg(shape=(3, 3), maker="spd"), TensorArg(shape=(2, 3))),
+            kwargs=(("left", False),),
+            location=Location(SOURCE, 85, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 75, 5),
+    location=Location(SOURCE, 75, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'matrix_rhs', id='cpu-float64-matrix_rhs'),
-        pytest.param('cpu', 'float64', 'vector_rhs', id='cpu-float64-vector_rhs'),
-        pytest.param('cpu', 'float64', 'broadcast_batch', id='cpu-float64-broadcast_batch'),
-        pytest.param('cpu', 'float64', 'right_side', id='cpu-float64-right_side'),
-        pytest.param('cpu', 'complex128', 'matrix_rhs', id='cpu-complex128-matrix_rhs'),
-        pytest.param('cpu', 'complex128', 'vector_rhs', id='cpu-complex128-vector_rhs'),
-        pytest.param('cpu', 'complex128', 'broadcast_batch', id='cpu-complex128-broadcast_batch'),
-        pytest.param('cpu', 'complex128', 'right_side', id='cpu-complex128-right_side'),
-        pytest.param('cuda', 'float64', 'matrix_rhs', id='cuda-float64-matrix_rhs'),
-        pytest.param('cuda', 'float64', 'vector_rhs', id='cuda-float64-vector_rhs'),
-        pytest.param('cuda', 'float64', 'broadcast_batch', id='cuda-float64-broadcast_batch'),
-        pytest.param('cuda', 'float64', 'right_side', id='cuda-float64-right_side'),
-        pytest.param('cuda', 'complex128', 'matrix_rhs', id='cuda-complex128-matrix_rhs'),
-        pytest.param('cuda', 'complex128', 'vector_rhs', id='cuda-complex128-vector_rhs'),
-        pytest.param('cuda', 'complex128', 'broadcast_batch', id='cuda-complex128-broadcast_batch'),
-        pytest.param('cuda', 'complex128', 'right_side', id='cuda-complex128-right_side'),
-        pytest.param('mps', 'float64', 'matrix_rhs', id='mps-float64-matrix_rhs'),
-        pytest.param('mps', 'float64', 'vector_rhs', id='mps-float64-vector_rhs'),
-        pytest.param('mps', 'float64', 'broadcast_batch', id='mps-float64-broadcast_batch'),
-        pytest.param('mps', 'float64', 'right_side', id='mps-float64-right_side'),
-        pytest.param('mps', 'complex128', 'matrix_rhs', id='mps-complex128-matrix_rhs'),
-        pytest.param('mps', 'complex128', 'vector_rhs', id='mps-complex128-vector_rhs'),
-        pytest.param('mps', 'complex128', 'broadcast_batch', id='mps-complex128-broadcast_batch'),
-        pytest.param('mps', 'complex128', 'right_side', id='mps-complex128-right_side'),
-        pytest.param('xpu', 'float64', 'matrix_rhs', id='xpu-float64-matrix_rhs'),
-        pytest.param('xpu', 'float64', 'vector_rhs', id='xpu-float64-vector_rhs'),
-        pytest.param('xpu', 'float64', 'broadcast_batch', id='xpu-float64-broadcast_batch'),
-        pytest.param('xpu', 'float64', 'right_side', id='xpu-float64-right_side'),
-        pytest.param('xpu', 'complex128', 'matrix_rhs', id='xpu-complex128-matrix_rhs'),
-        pytest.param('xpu', 'complex128', 'vector_rhs', id='xpu-complex128-vector_rhs'),
-        pytest.param('xpu', 'complex128', 'broadcast_batch', id='xpu-complex128-broadcast_batch'),
-        pytest.param('xpu', 'complex128', 'right_side', id='xpu-complex128-right_side'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'matrix_rhs', id='cpu-float64-matrix_rhs'),
-        pytest.param('cpu', 'float64', 'vector_rhs', id='cpu-float64-vector_rhs'),
-        pytest.param('cpu', 'float64', 'broadcast_batch', id='cpu-float64-broadcast_batch'),
-        pytest.param('cpu', 'float64', 'right_side', id='cpu-float64-right_side'),
-        pytest.param('cpu', 'complex128', 'matrix_rhs', id='cpu-complex128-matrix_rhs'),
-        pytest.param('cpu', 'complex128', 'vector_rhs', id='cpu-complex128-vector_rhs'),
-        pytest.param('cpu', 'complex128', 'broadcast_batch', id='cpu-complex128-broadcast_batch'),
-        pytest.param('cpu', 'complex128', 'right_side', id='cpu-complex128-right_side'),
-        pytest.param('cuda', 'float64', 'matrix_rhs', id='cuda-float64-matrix_rhs'),
-        pytest.param('cuda', 'float64', 'vector_rhs', id='cuda-float64-vector_rhs'),
-        pytest.param('cuda', 'float64', 'broadcast_batch', id='cuda-float64-broadcast_batch'),
-        pytest.param('cuda', 'float64', 'right_side', id='cuda-float64-right_side'),
-        pytest.param('cuda', 'complex128', 'matrix_rhs', id='cuda-complex128-matrix_rhs'),
-        pytest.param('cuda', 'complex128', 'vector_rhs', id='cuda-complex128-vector_rhs'),
-        pytest.param('cuda', 'complex128', 'broadcast_batch', id='cuda-complex128-broadcast_batch'),
-        pytest.param('cuda', 'complex128', 'right_side', id='cuda-complex128-right_side'),
-        pytest.param('mps', 'float64', 'matrix_rhs', id='mps-float64-matrix_rhs'),
-        pytest.param('mps', 'float64', 'vector_rhs', id='mps-float64-vector_rhs'),
-        pytest.param('mps', 'float64', 'broadcast_batch', id='mps-float64-broadcast_batch'),
-        pytest.param('mps', 'float64', 'right_side', id='mps-float64-right_side'),
-        pytest.param('mps', 'complex128', 'matrix_rhs', id='mps-complex128-matrix_rhs'),
-        pytest.param('mps', 'complex128', 'vector_rhs', id='mps-complex128-vector_rhs'),
-        pytest.param('mps', 'complex128', 'broadcast_batch', id='mps-complex128-broadcast_batch'),
-        pytest.param('mps', 'complex128', 'right_side', id='mps-complex128-right_side'),
-        pytest.param('xpu', 'float64', 'matrix_rhs', id='xpu-float64-matrix_rhs'),
-        pytest.param('xpu', 'float64', 'vector_rhs', id='xpu-float64-vector_rhs'),
-        pytest.param('xpu', 'float64', 'broadcast_batch', id='xpu-float64-broadcast_batch'),
-        pytest.param('xpu', 'float64', 'right_side', id='xpu-float64-right_side'),
-        pytest.param('xpu', 'complex128', 'matrix_rhs', id='xpu-complex128-matrix_rhs'),
-        pytest.param('xpu', 'complex128', 'vector_rhs', id='xpu-complex128-vector_rhs'),
-        pytest.param('xpu', 'complex128', 'broadcast_batch', id='xpu-complex128-broadcast_batch'),
-        pytest.param('xpu', 'complex128', 'right_side', id='xpu-complex128-right_side'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'matrix_rhs', id='cpu-float64-matrix_rhs'),
-        pytest.param('cpu', 'float64', 'vector_rhs', id='cpu-float64-vector_rhs'),
-        pytest.param('cpu', 'float64', 'broadcast_batch', id='cpu-float64-broadcast_batch'),
-        pytest.param('cpu', 'float64', 'right_side', id='cpu-float64-right_side'),
-        pytest.param('cpu', 'complex128', 'matrix_rhs', id='cpu-complex128-matrix_rhs'),
-        pytest.param('cpu', 'complex128', 'vector_rhs', id='cpu-complex128-vector_rhs'),
-        pytest.param('cpu', 'complex128', 'broadcast_batch', id='cpu-complex128-broadcast_batch'),
-        pytest.param('cpu', 'complex128', 'right_side', id='cpu-complex128-right_side'),
-        pytest.param('cuda', 'float64', 'matrix_rhs', id='cuda-float64-matrix_rhs'),
-        pytest.param('cuda', 'float64', 'vector_rhs', id='cuda-float64-vector_rhs'),
-        pytest.param('cuda', 'float64', 'broadcast_batch', id='cuda-float64-broadcast_batch'),
-        pytest.param('cuda', 'float64', 'right_side', id='cuda-float64-right_side'),
-        pytest.param('cuda', 'complex128', 'matrix_rhs', id='cuda-complex128-matrix_rhs'),
-        pytest.param('cuda', 'complex128', 'vector_rhs', id='cuda-complex128-vector_rhs'),
-        pytest.param('cuda', 'complex128', 'broadcast_batch', id='cuda-complex128-broadcast_batch'),
-        pytest.param('cuda', 'complex128', 'right_side', id='cuda-complex128-right_side'),
-        pytest.param('mps', 'float64', 'matrix_rhs', id='mps-float64-matrix_rhs'),
-        pytest.param('mps', 'float64', 'vector_rhs', id='mps-float64-vector_rhs'),
-        pytest.param('mps', 'float64', 'broadcast_batch', id='mps-float64-broadcast_batch'),
-        pytest.param('mps', 'float64', 'right_side', id='mps-float64-right_side'),
-        pytest.param('mps', 'complex128', 'matrix_rhs', id='mps-complex128-matrix_rhs'),
-        pytest.param('mps', 'complex128', 'vector_rhs', id='mps-complex128-vector_rhs'),
-        pytest.param('mps', 'complex128', 'broadcast_batch', id='mps-complex128-broadcast_batch'),
-        pytest.param('mps', 'complex128', 'right_side', id='mps-complex128-right_side'),
-        pytest.param('xpu', 'float64', 'matrix_rhs', id='xpu-float64-matrix_rhs'),
-        pytest.param('xpu', 'float64', 'vector_rhs', id='xpu-float64-vector_rhs'),
-        pytest.param('xpu', 'float64', 'broadcast_batch', id='xpu-float64-broadcast_batch'),
-        pytest.param('xpu', 'float64', 'right_side', id='xpu-float64-right_side'),
-        pytest.param('xpu', 'complex128', 'matrix_rhs', id='xpu-complex128-matrix_rhs'),
-        pytest.param('xpu', 'complex128', 'vector_rhs', id='xpu-complex128-vector_rhs'),
-        pytest.param('xpu', 'complex128', 'broadcast_batch', id='xpu-complex128-broadcast_batch'),
-        pytest.param('xpu', 'complex128', 'right_side', id='xpu-complex128-right_side'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'matrix_rhs', id='cpu-float64-matrix_rhs'),
-        pytest.param('cpu', 'float64', 'vector_rhs', id='cpu-float64-vector_rhs'),
-        pytest.param('cpu', 'float64', 'broadcast_batch', id='cpu-float64-broadcast_batch'),
-        pytest.param('cpu', 'float64', 'right_side', id='cpu-float64-right_side'),
-        pytest.param('cpu', 'complex128', 'matrix_rhs', id='cpu-complex128-matrix_rhs'),
-        pytest.param('cpu', 'complex128', 'vector_rhs', id='cpu-complex128-vector_rhs'),
-        pytest.param('cpu', 'complex128', 'broadcast_batch', id='cpu-complex128-broadcast_batch'),
-        pytest.param('cpu', 'complex128', 'right_side', id='cpu-complex128-right_side'),
-        pytest.param('cuda', 'float64', 'matrix_rhs', id='cuda-float64-matrix_rhs'),
-        pytest.param('cuda', 'float64', 'vector_rhs', id='cuda-float64-vector_rhs'),
-        pytest.param('cuda', 'float64', 'broadcast_batch', id='cuda-float64-broadcast_batch'),
-        pytest.param('cuda', 'float64', 'right_side', id='cuda-float64-right_side'),
-        pytest.param('cuda', 'complex128', 'matrix_rhs', id='cuda-complex128-matrix_rhs'),
-        pytest.param('cuda', 'complex128', 'vector_rhs', id='cuda-complex128-vector_rhs'),
-        pytest.param('cuda', 'complex128', 'broadcast_batch', id='cuda-complex128-broadcast_batch'),
-        pytest.param('cuda', 'complex128', 'right_side', id='cuda-complex128-right_side'),
-        pytest.param('mps', 'float64', 'matrix_rhs', id='mps-float64-matrix_rhs'),
-        pytest.param('mps', 'float64', 'vector_rhs', id='mps-float64-vector_rhs'),
-        pytest.param('mps', 'float64', 'broadcast_batch', id='mps-float64-broadcast_batch'),
-        pytest.param('mps', 'float64', 'right_side', id='mps-float64-right_side'),
-        pytest.param('mps', 'complex128', 'matrix_rhs', id='mps-complex128-matrix_rhs'),
-        pytest.param('mps', 'complex128', 'vector_rhs', id='mps-complex128-vector_rhs'),
-        pytest.param('mps', 'complex128', 'broadcast_batch', id='mps-complex128-broadcast_batch'),
-        pytest.param('mps', 'complex128', 'right_side', id='mps-complex128-right_side'),
-        pytest.param('xpu', 'float64', 'matrix_rhs', id='xpu-float64-matrix_rhs'),
-        pytest.param('xpu', 'float64', 'vector_rhs', id='xpu-float64-vector_rhs'),
-        pytest.param('xpu', 'float64', 'broadcast_batch', id='xpu-float64-broadcast_batch'),
-        pytest.param('xpu', 'float64', 'right_side', id='xpu-float64-right_side'),
-        pytest.param('xpu', 'complex128', 'matrix_rhs', id='xpu-complex128-matrix_rhs'),
-        pytest.param('xpu', 'complex128', 'vector_rhs', id='xpu-complex128-vector_rhs'),
-        pytest.param('xpu', 'complex128', 'broadcast_batch', id='xpu-complex128-broadcast_batch'),
-        pytest.param('xpu', 'complex128', 'right_side', id='xpu-complex128-right_side'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,175 +5,62 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='solve_triangular',
-    op='torch.linalg.solve_triangular',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="solve_triangular",
+    op="torch.linalg.solve_triangular",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
         Sample(
-            'upper',
-            args=(TensorArg(shape=(3, 3), maker='upper_triangular'), TensorArg(shape=(3, 2))),
-            kwargs=(('upper', True),),
-            location=Location('op_specs/linalg.yaml', 94, 9),
+            "upper",
+            args=(TensorArg(shape=(3, 3), maker="upper_triangular"), TensorArg(shape=(3, 2))),
+            kwargs=(("upper", True),),
+            location=Location(SOURCE, 94, 9),
         ),
         Sample(
-            'lower_unitriangular',
-            args=(TensorArg(shape=(2, 3, 3), maker='lower_triangular'), TensorArg(shape=(2, 3, 4))),
-            kwargs=(('upper', False), ('unitriangular', True)),
-            location=Location('op_specs/linalg.yaml', 97, 9),
+            "lower_unitriangular",
+            args=(TensorArg(shape=(2, 3, 3), maker="lower_triangular"), TensorArg(shape=(2, 3, 4))),
+            kwargs=(("upper", False), ("unitriangular", True)),
+            location=Location(SOURCE, 97, 9),
         ),
         Sample(
-            'lower_right',
-            args=(
-                TensorArg(shape=(3, 3), noncontiguous=True, maker='lower_triangular'),
-                TensorArg(shape=(2, 3)),
-            ),
-            kwargs=(('upper', False), ('left', False)),
-            location=Location('op_specs/linalg.yaml', 100, 9),
+            "lower_right",
+            args=(TensorArg(shape=(3, 3), noncontiguous=True, maker="lower_triangular"), TensorArg(shape=(2, 3))),
+            kwargs=(("upper", False), ("left", False)),
+            location=Location(SOURCE, 100, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 89, 5),
+    location=Location(SOURCE, 89, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'upper', id='cpu-float64-upper'),
-        pytest.param('cpu', 'float64', 'lower_unitriangular', id='cpu-float64-lower_unitriangular'),
-        pytest.param('cpu', 'float64', 'lower_right', id='cpu-float64-lower_right'),
-        pytest.param('cpu', 'complex128', 'upper', id='cpu-complex128-upper'),
-        pytest.param('cpu', 'complex128', 'lower_unitriangular', id='cpu-complex128-lower_unitriangular'),
-        pytest.param('cpu', 'complex128', 'lower_right', id='cpu-complex128-lower_right'),
-        pytest.param('cuda', 'float64', 'upper', id='cuda-float64-upper'),
-        pytest.param('cuda', 'float64', 'lower_unitriangular', id='cuda-float64-lower_unitriangular'),
-        pytest.param('cuda', 'float64', 'lower_right', id='cuda-float64-lower_right'),
-        pytest.param('cuda', 'complex128', 'upper', id='cuda-complex128-upper'),
-        pytest.param('cuda', 'complex128', 'lower_unitriangular', id='cuda-complex128-lower_unitriangular'),
-        pytest.param('cuda', 'complex128', 'lower_right', id='cuda-complex128-lower_right'),
-        pytest.param('mps', 'float64', 'upper', id='mps-float64-upper'),
-        pytest.param('mps', 'float64', 'lower_unitriangular', id='mps-float64-lower_unitriangular'),
-        pytest.param('mps', 'float64', 'lower_right', id='mps-float64-lower_right'),
-        pytest.param('mps', 'complex128', 'upper', id='mps-complex128-upper'),
-        pytest.param('mps', 'complex128', 'lower_unitriangular', id='mps-complex128-lower_unitriangular'),
-        pytest.param('mps', 'complex128', 'lower_right', id='mps-complex128-lower_right'),
-        pytest.param('xpu', 'float64', 'upper', id='xpu-float64-upper'),
-        pytest.param('xpu', 'float64', 'lower_unitriangular', id='xpu-float64-lower_unitriangular'),
-        pytest.param('xpu', 'float64', 'lower_right', id='xpu-float64-lower_right'),
-        pytest.param('xpu', 'complex128', 'upper', id='xpu-complex128-upper'),
-        pytest.param('xpu', 'complex128', 'lower_unitriangular', id='xpu-complex128-lower_unitriangular'),
-        pytest.param('xpu', 'complex128', 'lower_right', id='xpu-complex128-lower_right'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'upper', id='cpu-float64-upper'),
-        pytest.param('cpu', 'float64', 'lower_unitriangular', id='cpu-float64-lower_unitriangular'),
-        pytest.param('cpu', 'float64', 'lower_right', id='cpu-float64-lower_right'),
-        pytest.param('cpu', 'complex128', 'upper', id='cpu-complex128-upper'),
-        pytest.param('cpu', 'complex128', 'lower_unitriangular', id='cpu-complex128-lower_unitriangular'),
-        pytest.param('cpu', 'complex128', 'lower_right', id='cpu-complex128-lower_right'),
-        pytest.param('cuda', 'float64', 'upper', id='cuda-float64-upper'),
-        pytest.param('cuda', 'float64', 'lower_unitriangular', id='cuda-float64-lower_unitriangular'),
-        pytest.param('cuda', 'float64', 'lower_right', id='cuda-float64-lower_right'),
-        pytest.param('cuda', 'complex128', 'upper', id='cuda-complex128-upper'),
-        pytest.param('cuda', 'complex128', 'lower_unitriangular', id='cuda-complex128-lower_unitriangular'),
-        pytest.param('cuda', 'complex128', 'lower_right', id='cuda-complex128-lower_right'),
-        pytest.param('mps', 'float64', 'upper', id='mps-float64-upper'),
-        pytest.param('mps', 'float64', 'lower_unitriangular', id='mps-float64-lower_unitriangular'),
-        pytest.param('mps', 'float64', 'lower_right', id='mps-float64-lower_right'),
-        pytest.param('mps', 'complex128', 'upper', id='mps-complex128-upper'),
-        pytest.param('mps', 'complex128', 'lower_unitriangular', id='mps-complex128-lower_unitriangular'),
-        pytest.param('mps', 'complex128', 'lower_right', id='mps-complex128-lower_right'),
-        pytest.param('xpu', 'float64', 'upper', id='xpu-float64-upper'),
-        pytest.param('xpu', 'float64', 'lower_unitriangular', id='xpu-float64-lower_unitriangular'),
-        pytest.param('xpu', 'float64', 'lower_right', id='xpu-float64-lower_right'),
-        pytest.param('xpu', 'complex128', 'upper', id='xpu-complex128-upper'),
-        pytest.param('xpu', 'complex128', 'lower_unitriangular', id='xpu-complex128-lower_unitriangular'),
-        pytest.param('xpu', 'complex128', 'lower_right', id='xpu-complex128-lower_right'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'upper', id='cpu-float64-upper'),
-        pytest.param('cpu', 'float64', 'lower_unitriangular', id='cpu-float64-lower_unitriangular'),
-        pytest.param('cpu', 'float64', 'lower_right', id='cpu-float64-lower_right'),
-        pytest.param('cpu', 'complex128', 'upper', id='cpu-complex128-upper'),
-        pytest.param('cpu', 'complex128', 'lower_unitriangular', id='cpu-complex128-lower_unitriangular'),
-        pytest.param('cpu', 'complex128', 'lower_right', id='cpu-complex128-lower_right'),
-        pytest.param('cuda', 'float64', 'upper', id='cuda-float64-upper'),
-        pytest.param('cuda', 'float64', 'lower_unitriangular', id='cuda-float64-lower_unitriangular'),
-        pytest.param('cuda', 'float64', 'lower_right', id='cuda-float64-lower_right'),
-        pytest.param('cuda', 'complex128', 'upper', id='cuda-complex128-upper'),
-        pytest.param('cuda', 'complex128', 'lower_unitriangular', id='cuda-complex128-lower_unitriangular'),
-        pytest.param('cuda', 'complex128', 'lower_right', id='cuda-complex128-lower_right'),
-        pytest.param('mps', 'float64', 'upper', id='mps-float64-upper'),
-        pytest.param('mps', 'float64', 'lower_unitriangular', id='mps-float64-lower_unitriangular'),
-        pytest.param('mps', 'float64', 'lower_right', id='mps-float64-lower_right'),
-        pytest.param('mps', 'complex128', 'upper', id='mps-complex128-upper'),
-        pytest.param('mps', 'complex128', 'lower_unitriangular', id='mps-complex128-lower_unitriangular'),
-        pytest.param('mps', 'complex128', 'lower_right', id='mps-complex128-lower_right'),
-        pytest.param('xpu', 'float64', 'upper', id='xpu-float64-upper'),
-        pytest.param('xpu', 'float64', 'lower_unitriangular', id='xpu-float64-lower_unitriangular'),
-        pytest.param('xpu', 'float64', 'lower_right', id='xpu-float64-lower_right'),
-        pytest.param('xpu', 'complex128', 'upper', id='xpu-complex128-upper'),
-        pytest.param('xpu', 'complex128', 'lower_unitriangular', id='xpu-complex128-lower_unitriangular'),
-        pytest.param('xpu', 'complex128', 'lower_right', id='xpu-complex128-lower_right'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'upper', id='cpu-float64-upper'),
-        pytest.param('cpu', 'float64', 'lower_unitriangular', id='cpu-float64-lower_unitriangular'),
-        pytest.param('cpu', 'float64', 'lower_right', id='cpu-float64-lower_right'),
-        pytest.param('cpu', 'complex128', 'upper', id='cpu-complex128-upper'),
-        pytest.param('cpu', 'complex128', 'lower_unitriangular', id='cpu-complex128-lower_unitriangular'),
-        pytest.param('cpu', 'complex128', 'lower_right', id='cpu-complex128-lower_right'),
-        pytest.param('cuda', 'float64', 'upper', id='cuda-float64-upper'),
-        pytest.param('cuda', 'float64', 'lower_unitriangular', id='cuda-float64-lower_unitriangular'),
-        pytest.param('cuda', 'float64', 'lower_right', id='cuda-float64-lower_right'),
-        pytest.param('cuda', 'complex128', 'upper', id='cuda-complex128-upper'),
-        pytest.param('cuda', 'complex128', 'lower_unitriangular', id='cuda-complex128-lower_unitriangular'),
-        pytest.param('cuda', 'complex128', 'lower_right', id='cuda-complex128-lower_right'),
-        pytest.param('mps', 'float64', 'upper', id='mps-float64-upper'),
-        pytest.param('mps', 'float64', 'lower_unitriangular', id='mps-float64-lower_unitriangular'),
-        pytest.param('mps', 'float64', 'lower_right', id='mps-float64-lower_right'),
-        pytest.param('mps', 'complex128', 'upper', id='mps-complex128-upper'),
-        pytest.param('mps', 'complex128', 'lower_unitriangular', id='mps-complex128-lower_unitriangular'),
-        pytest.param('mps', 'complex128', 'lower_right', id='mps-complex128-lower_right'),
-        pytest.param('xpu', 'float64', 'upper', id='xpu-float64-upper'),
-        pytest.param('xpu', 'float64', 'lower_unitriangular', id='xpu-float64-lower_unitriangular'),
-        pytest.param('xpu', 'float64', 'lower_right', id='xpu-float64-lower_right'),
-        pytest.param('xpu', 'complex128', 'upper', id='xpu-complex128-upper'),
-        pytest.param('xpu', 'complex128', 'lower_unitriangular', id='xpu-complex128-lower_unitriangular'),
-        pytest.param('xpu', 'complex128', 'lower_right', id='xpu-complex128-lower_right'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,144 +5,62 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/multi_output.yaml"
 SPEC = OpSpec(
-    name='sort',
-    op='torch.sort',
-    source='op_specs/multi_output.yaml',
-    sha256='08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1',
+    name="sort",
+    op="torch.sort",
+    source=SOURCE,
+    sha256="08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1",
     samples=(
+        Sample("rows", args=(TensorArg(shape=(3, 5)),), location=Location(SOURCE, 41, 9)),
         Sample(
-            'rows',
-            args=(TensorArg(shape=(3, 5)),),
-            location=Location('op_specs/multi_output.yaml', 41, 9),
-        ),
-        Sample(
-            'descending_dim0_stable',
+            "descending_dim0_stable",
             args=(TensorArg(shape=(4, 3), noncontiguous=True),),
-            kwargs=(('dim', 0), ('descending', True), ('stable', True)),
-            location=Location('op_specs/multi_output.yaml', 43, 9),
+            kwargs=(("dim", 0), ("descending", True), ("stable", True)),
+            location=Location(SOURCE, 43, 9),
         ),
         Sample(
-            'explicit_order',
+            "explicit_order",
             args=(TensorArg(shape=(5,), values=(0.5, -1.5, 2.0, -0.5, 1.0)),),
-            location=Location('op_specs/multi_output.yaml', 46, 9),
+            location=Location(SOURCE, 46, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/multi_output.yaml', 39, 5),
+    location=Location(SOURCE, 39, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'descending_dim0_stable', id='cpu-float64-descending_dim0_stable'),
-        pytest.param('cpu', 'float64', 'explicit_order', id='cpu-float64-explicit_order'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'descending_dim0_stable', id='cuda-float64-descending_dim0_stable'),
-        pytest.param('cuda', 'float64', 'explicit_order', id='cuda-float64-explicit_order'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'descending_dim0_stable', id='mps-float64-descending_dim0_stable'),
-        pytest.param('mps', 'float64', 'explicit_order', id='mps-float64-explicit_order'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'descending_dim0_stable', id='xpu-float64-descending_dim0_stable'),
-        pytest.param('xpu', 'float64', 'explicit_order', id='xpu-float64-explicit_order'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'descending_dim0_stable', id='cpu-float64-descending_dim0_stable'),
-        pytest.param('cpu', 'float64', 'explicit_order', id='cpu-float64-explicit_order'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'descending_dim0_stable', id='cuda-float64-descending_dim0_stable'),
-        pytest.param('cuda', 'float64', 'explicit_order', id='cuda-float64-explicit_order'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'descending_dim0_stable', id='mps-float64-descending_dim0_stable'),
-        pytest.param('mps', 'float64', 'explicit_order', id='mps-float64-explicit_order'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'descending_dim0_stable', id='xpu-float64-descending_dim0_stable'),
-        pytest.param('xpu', 'float64', 'explicit_order', id='xpu-float64-explicit_order'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'descending_dim0_stable', id='cpu-float64-descending_dim0_stable'),
-        pytest.param('cpu', 'float64', 'explicit_order', id='cpu-float64-explicit_order'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'descending_dim0_stable', id='cuda-float64-descending_dim0_stable'),
-        pytest.param('cuda', 'float64', 'explicit_order', id='cuda-float64-explicit_order'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'descending_dim0_stable', id='mps-float64-descending_dim0_stable'),
-        pytest.param('mps', 'float64', 'explicit_order', id='mps-float64-explicit_order'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'descending_dim0_stable', id='xpu-float64-descending_dim0_stable'),
-        pytest.param('xpu', 'float64', 'explicit_order', id='xpu-float64-explicit_order'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'descending_dim0_stable', id='cpu-float64-descending_dim0_stable'),
-        pytest.param('cpu', 'float64', 'explicit_order', id='cpu-float64-explicit_order'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'descending_dim0_stable', id='cuda-float64-descending_dim0_stable'),
-        pytest.param('cuda', 'float64', 'explicit_order', id='cuda-float64-explicit_order'),
-        pytest.param('mps', 'float64', 'rows', id='mps-float64-rows'),
-        pytest.param('mps', 'float64', 'descending_dim0_stable', id='mps-float64-descending_dim0_stable'),
-        pytest.param('mps', 'float64', 'explicit_order', id='mps-float64-explicit_order'),
-        pytest.param('xpu', 'float64', 'rows', id='xpu-float64-rows'),
-        pytest.param('xpu', 'float64', 'descending_dim0_stable', id='xpu-float64-descending_dim0_stable'),
-        pytest.param('xpu', 'float64', 'explicit_order', id='xpu-float64-explicit_order'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'rows', id='cpu-float32-rows'),
-        pytest.param('cpu', 'float32', 'descending_dim0_stable', id='cpu-float32-descending_dim0_stable'),
-        pytest.param('cpu', 'float32', 'explicit_order', id='cpu-float32-explicit_order'),
-        pytest.param('cuda', 'float32', 'rows', id='cuda-float32-rows'),
-        pytest.param('cuda', 'float32', 'descending_dim0_stable', id='cuda-float32-descending_dim0_stable'),
-        pytest.param('cuda', 'float32', 'explicit_order', id='cuda-float32-explicit_order'),
-        pytest.param('mps', 'float32', 'rows', id='mps-float32-rows'),
-        pytest.param('mps', 'float32', 'descending_dim0_stable', id='mps-float32-descending_dim0_stable'),
-        pytest.param('mps', 'float32', 'explicit_order', id='mps-float32-explicit_order'),
-        pytest.param('xpu', 'float32', 'rows', id='xpu-float32-rows'),
-        pytest.param('xpu', 'float32', 'descending_dim0_stable', id='xpu-float32-descending_dim0_stable'),
-        pytest.param('xpu', 'float32', 'explicit_order', id='xpu-float32-explicit_order'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,125 +5,63 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/sparse.yaml"
 SPEC = OpSpec(
-    name='sparse_mm',
-    op='torch.sparse.mm',
-    source='op_specs/sparse.yaml',
-    sha256='13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b',
+    name="sparse_mm",
+    op="torch.sparse.mm",
+    source=SOURCE,
+    sha256="13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b",
     samples=(
         Sample(
-            'coo',
-            args=(TensorArg(shape=(6, 8), layout='sparse_coo', density=0.3), TensorArg(shape=(8, 4))),
-            location=Location('op_specs/sparse.yaml', 21, 9),
+            "coo",
+            args=(TensorArg(shape=(6, 8), layout="sparse_coo", density=0.3), TensorArg(shape=(8, 4))),
+            location=Location(SOURCE, 21, 9),
         ),
         Sample(
-            'coo_64x64',
-            args=(TensorArg(shape=(64, 64), layout='sparse_coo', density=0.05), TensorArg(shape=(64, 8))),
-            location=Location('op_specs/sparse.yaml', 23, 9),
+            "coo_64x64",
+            args=(TensorArg(shape=(64, 64), layout="sparse_coo", density=0.05), TensorArg(shape=(64, 8))),
+            location=Location(SOURCE, 23, 9),
         ),
         Sample(
-            'one_element',
-            args=(TensorArg(shape=(5, 5), layout='sparse_coo', nnz=1), TensorArg(shape=(5, 3))),
-            location=Location('op_specs/sparse.yaml', 25, 9),
+            "one_element",
+            args=(TensorArg(shape=(5, 5), layout="sparse_coo", nnz=1), TensorArg(shape=(5, 3))),
+            location=Location(SOURCE, 25, 9),
         ),
         Sample(
-            'explicit_pattern',
+            "explicit_pattern",
             args=(
-                TensorArg(
-                    shape=(3, 3),
-                    values=((1.5, 0, 0), (0, 0, -2), (0.5, 0, 0)),
-                    layout='sparse_coo',
-                ),
+                TensorArg(shape=(3, 3), values=((1.5, 0, 0), (0, 0, -2), (0.5, 0, 0)), layout="sparse_coo"),
                 TensorArg(shape=(3, 2)),
             ),
-            location=Location('op_specs/sparse.yaml', 27, 9),
+            location=Location(SOURCE, 27, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    devices=('cpu', 'cuda'),
+    dtypes=("float64", "complex128"),
+    devices=("cpu", "cuda"),
     gradcheck=GradcheckFlags(check_batched_grad=False, masked=True),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('op_specs/sparse.yaml', 15, 5),
+    location=Location(SOURCE, 15, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'one_element', id='cpu-float64-one_element'),
-        pytest.param('cpu', 'float64', 'explicit_pattern', id='cpu-float64-explicit_pattern'),
-        pytest.param('cpu', 'complex128', 'coo', id='cpu-complex128-coo'),
-        pytest.param('cpu', 'complex128', 'coo_64x64', id='cpu-complex128-coo_64x64'),
-        pytest.param('cpu', 'complex128', 'one_element', id='cpu-complex128-one_element'),
-        pytest.param('cpu', 'complex128', 'explicit_pattern', id='cpu-complex128-explicit_pattern'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'one_element', id='cuda-float64-one_element'),
-        pytest.param('cuda', 'float64', 'explicit_pattern', id='cuda-float64-explicit_pattern'),
-        pytest.param('cuda', 'complex128', 'coo', id='cuda-complex128-coo'),
-        pytest.param('cuda', 'complex128', 'coo_64x64', id='cuda-complex128-coo_64x64'),
-        pytest.param('cuda', 'complex128', 'one_element', id='cuda-complex128-one_element'),
-        pytest.param('cuda', 'complex128', 'explicit_pattern', id='cuda-complex128-explicit_pattern'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'one_element', id='cpu-float64-one_element'),
-        pytest.param('cpu', 'float64', 'explicit_pattern', id='cpu-float64-explicit_pattern'),
-        pytest.param('cpu', 'complex128', 'coo', id='cpu-complex128-coo'),
-        pytest.param('cpu', 'complex128', 'coo_64x64', id='cpu-complex128-coo_64x64'),
-        pytest.param('cpu', 'complex128', 'one_element', id='cpu-complex128-one_element'),
-        pytest.param('cpu', 'complex128', 'explicit_pattern', id='cpu-complex128-explicit_pattern'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'one_element', id='cuda-float64-one_element'),
-        pytest.param('cuda', 'float64', 'explicit_pattern', id='cuda-float64-explicit_pattern'),
-        pytest.param('cuda', 'complex128', 'coo', id='cuda-complex128-coo'),
-        pytest.param('cuda', 'complex128', 'coo_64x64', id='cuda-complex128-coo_64x64'),
-        pytest.param('cuda', 'complex128', 'one_element', id='cuda-complex128-one_element'),
-        pytest.param('cuda', 'complex128', 'explicit_pattern', id='cuda-complex128-explicit_pattern'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda"), dtypes=("float64", "complex128"))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'one_element', id='cpu-float64-one_element'),
-        pytest.param('cpu', 'float64', 'explicit_pattern', id='cpu-float64-explicit_pattern'),
-        pytest.param('cpu', 'complex128', 'coo', id='cpu-complex128-coo'),
-        pytest.param('cpu', 'complex128', 'coo_64x64', id='cpu-complex128-coo_64x64'),
-        pytest.param('cpu', 'complex128', 'one_element', id='cpu-complex128-one_element'),
-        pytest.param('cpu', 'complex128', 'explicit_pattern', id='cpu-complex128-explicit_pattern'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'one_element', id='cuda-float64-one_element'),
-        pytest.param('cuda', 'float64', 'explicit_pattern', id='cuda-float64-explicit_pattern'),
-        pytest.param('cuda', 'complex128', 'coo', id='cuda-complex128-coo'),
-        pytest.param('cuda', 'complex128', 'coo_64x64', id='cuda-complex128-coo_64x64'),
-        pytest.param('cuda', 'complex128', 'one_element', id='cuda-complex128-one_element'),
-        pytest.param('cuda', 'complex128', 'explicit_pattern', id='cuda-complex128-explicit_pattern'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu", "cuda"), dtypes=("float64", "complex128"))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)

@@ -5,82 +5,52 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/sparse.yaml"
 SPEC = OpSpec(
-    name='sparse_sum',
-    op='torch.sparse.sum',
-    source='op_specs/sparse.yaml',
-    sha256='13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b',
+    name="sparse_sum",
+    op="torch.sparse.sum",
+    source=SOURCE,
+    sha256="13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b",
     samples=(
         Sample(
-            'all',
-            args=(TensorArg(shape=(6, 8), layout='sparse_coo', density=0.3),),
-            location=Location('op_specs/sparse.yaml', 94, 9),
+            "all", args=(TensorArg(shape=(6, 8), layout="sparse_coo", density=0.3),), location=Location(SOURCE, 94, 9)
         ),
         Sample(
-            'hybrid_sparse_dims',
-            args=(TensorArg(shape=(6, 8, 3), layout='sparse_coo', dense_dim=1), (0, 1)),
-            location=Location('op_specs/sparse.yaml', 96, 9),
+            "hybrid_sparse_dims",
+            args=(TensorArg(shape=(6, 8, 3), layout="sparse_coo", dense_dim=1), (0, 1)),
+            location=Location(SOURCE, 96, 9),
         ),
         Sample(
-            'three_sparse_dims',
-            args=(TensorArg(shape=(4, 5, 6), layout='sparse_coo', nnz=20),),
-            location=Location('op_specs/sparse.yaml', 98, 9),
+            "three_sparse_dims",
+            args=(TensorArg(shape=(4, 5, 6), layout="sparse_coo", nnz=20),),
+            location=Location(SOURCE, 98, 9),
         ),
     ),
-    devices=('cpu', 'cuda'),
+    devices=("cpu", "cuda"),
     gradcheck=GradcheckFlags(check_batched_grad=False, masked=True),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('op_specs/sparse.yaml', 89, 5),
+    location=Location(SOURCE, 89, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'hybrid_sparse_dims', id='cpu-float64-hybrid_sparse_dims'),
-        pytest.param('cpu', 'float64', 'three_sparse_dims', id='cpu-float64-three_sparse_dims'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'hybrid_sparse_dims', id='cuda-float64-hybrid_sparse_dims'),
-        pytest.param('cuda', 'float64', 'three_sparse_dims', id='cuda-float64-three_sparse_dims'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'hybrid_sparse_dims', id='cpu-float64-hybrid_sparse_dims'),
-        pytest.param('cpu', 'float64', 'three_sparse_dims', id='cpu-float64-three_sparse_dims'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'hybrid_sparse_dims', id='cuda-float64-hybrid_sparse_dims'),
-        pytest.param('cuda', 'float64', 'three_sparse_dims', id='cuda-float64-three_sparse_dims'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'hybrid_sparse_dims', id='cpu-float64-hybrid_sparse_dims'),
-        pytest.param('cpu', 'float64', 'three_sparse_dims', id='cpu-float64-three_sparse_dims'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'hybrid_sparse_dims', id='cuda-float64-hybrid_sparse_dims'),
-        pytest.param('cuda', 'float64', 'three_sparse_dims', id='cuda-float64-three_sparse_dims'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)

@@ -5,91 +5,51 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/sparse.yaml"
 SPEC = OpSpec(
-    name='sparse_values',
-    op='torch.Tensor.values',
-    source='op_specs/sparse.yaml',
-    sha256='13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b',
+    name="sparse_values",
+    op="torch.Tensor.values",
+    source=SOURCE,
+    sha256="13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b",
     samples=(
         Sample(
-            'csr_batched',
-            args=(TensorArg(shape=(2, 6, 8), layout='sparse_csr', nnz=7),),
-            location=Location('op_specs/sparse.yaml', 109, 9),
+            "csr_batched",
+            args=(TensorArg(shape=(2, 6, 8), layout="sparse_csr", nnz=7),),
+            location=Location(SOURCE, 109, 9),
         ),
         Sample(
-            'bsc_batched_hybrid',
-            args=(
-                TensorArg(
-                    shape=(2, 4, 6, 2),
-                    layout='sparse_bsc',
-                    nnz=2,
-                    blocksize=(2, 3),
-                    dense_dim=1,
-                ),
-            ),
-            location=Location('op_specs/sparse.yaml', 111, 9),
+            "bsc_batched_hybrid",
+            args=(TensorArg(shape=(2, 4, 6, 2), layout="sparse_bsc", nnz=2, blocksize=(2, 3), dense_dim=1),),
+            location=Location(SOURCE, 111, 9),
         ),
-        Sample(
-            'csc',
-            args=(TensorArg(shape=(6, 8), layout='sparse_csc'),),
-            location=Location('op_specs/sparse.yaml', 113, 9),
-        ),
+        Sample("csc", args=(TensorArg(shape=(6, 8), layout="sparse_csc"),), location=Location(SOURCE, 113, 9)),
     ),
-    variant='method',
-    devices=('cpu', 'cuda'),
+    variant="method",
+    devices=("cpu", "cuda"),
     gradcheck=GradcheckFlags(check_batched_grad=False, masked=True),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('op_specs/sparse.yaml', 103, 5),
+    location=Location(SOURCE, 103, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'csr_batched', id='cpu-float64-csr_batched'),
-        pytest.param('cpu', 'float64', 'bsc_batched_hybrid', id='cpu-float64-bsc_batched_hybrid'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cuda', 'float64', 'csr_batched', id='cuda-float64-csr_batched'),
-        pytest.param('cuda', 'float64', 'bsc_batched_hybrid', id='cuda-float64-bsc_batched_hybrid'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'csr_batched', id='cpu-float64-csr_batched'),
-        pytest.param('cpu', 'float64', 'bsc_batched_hybrid', id='cpu-float64-bsc_batched_hybrid'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cuda', 'float64', 'csr_batched', id='cuda-float64-csr_batched'),
-        pytest.param('cuda', 'float64', 'bsc_batched_hybrid', id='cuda-float64-bsc_batched_hybrid'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'csr_batched', id='cpu-float64-csr_batched'),
-        pytest.param('cpu', 'float64', 'bsc_batched_hybrid', id='cpu-float64-bsc_batched_hybrid'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cuda', 'float64', 'csr_batched', id='cuda-float64-csr_batched'),
-        pytest.param('cuda', 'float64', 'bsc_batched_hybrid', id='cuda-float64-bsc_batched_hybrid'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)

@@ -5,133 +5,51 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='split',
-    op='torch.split',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="split",
+    op="torch.split",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("equal_chunks", args=(TensorArg(shape=(6, 2)), 2), location=Location(SOURCE, 106, 9)),
         Sample(
-            'equal_chunks',
-            args=(TensorArg(shape=(6, 2)), 2),
-            location=Location('op_specs/shape.yaml', 106, 9),
-        ),
-        Sample(
-            'sizes_dim1',
+            "sizes_dim1",
             args=(TensorArg(shape=(2, 5), noncontiguous=True), (1, 3, 1)),
-            kwargs=(('dim', 1),),
-            location=Location('op_specs/shape.yaml', 108, 9),
+            kwargs=(("dim", 1),),
+            location=Location(SOURCE, 108, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 103, 5),
+    location=Location(SOURCE, 103, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'equal_chunks', id='cpu-float64-equal_chunks'),
-        pytest.param('cpu', 'float64', 'sizes_dim1', id='cpu-float64-sizes_dim1'),
-        pytest.param('cpu', 'complex128', 'equal_chunks', id='cpu-complex128-equal_chunks'),
-        pytest.param('cpu', 'complex128', 'sizes_dim1', id='cpu-complex128-sizes_dim1'),
-        pytest.param('cuda', 'float64', 'equal_chunks', id='cuda-float64-equal_chunks'),
-        pytest.param('cuda', 'float64', 'sizes_dim1', id='cuda-float64-sizes_dim1'),
-        pytest.param('cuda', 'complex128', 'equal_chunks', id='cuda-complex128-equal_chunks'),
-        pytest.param('cuda', 'complex128', 'sizes_dim1', id='cuda-complex128-sizes_dim1'),
-        pytest.param('mps', 'float64', 'equal_chunks', id='mps-float64-equal_chunks'),
-        pytest.param('mps', 'float64', 'sizes_dim1', id='mps-float64-sizes_dim1'),
-        pytest.param('mps', 'complex128', 'equal_chunks', id='mps-complex128-equal_chunks'),
-        pytest.param('mps', 'complex128', 'sizes_dim1', id='mps-complex128-sizes_dim1'),
-        pytest.param('xpu', 'float64', 'equal_chunks', id='xpu-float64-equal_chunks'),
-        pytest.param('xpu', 'float64', 'sizes_dim1', id='xpu-float64-sizes_dim1'),
-        pytest.param('xpu', 'complex128', 'equal_chunks', id='xpu-complex128-equal_chunks'),
-        pytest.param('xpu', 'complex128', 'sizes_dim1', id='xpu-complex128-sizes_dim1'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'equal_chunks', id='cpu-float64-equal_chunks'),
-        pytest.param('cpu', 'float64', 'sizes_dim1', id='cpu-float64-sizes_dim1'),
-        pytest.param('cpu', 'complex128', 'equal_chunks', id='cpu-complex128-equal_chunks'),
-        pytest.param('cpu', 'complex128', 'sizes_dim1', id='cpu-complex128-sizes_dim1'),
-        pytest.param('cuda', 'float64', 'equal_chunks', id='cuda-float64-equal_chunks'),
-        pytest.param('cuda', 'float64', 'sizes_dim1', id='cuda-float64-sizes_dim1'),
-        pytest.param('cuda', 'complex128', 'equal_chunks', id='cuda-complex128-equal_chunks'),
-        pytest.param('cuda', 'complex128', 'sizes_dim1', id='cuda-complex128-sizes_dim1'),
-        pytest.param('mps', 'float64', 'equal_chunks', id='mps-float64-equal_chunks'),
-        pytest.param('mps', 'float64', 'sizes_dim1', id='mps-float64-sizes_dim1'),
-        pytest.param('mps', 'complex128', 'equal_chunks', id='mps-complex128-equal_chunks'),
-        pytest.param('mps', 'complex128', 'sizes_dim1', id='mps-complex128-sizes_dim1'),
-        pytest.param('xpu', 'float64', 'equal_chunks', id='xpu-float64-equal_chunks'),
-        pytest.param('xpu', 'float64', 'sizes_dim1', id='xpu-float64-sizes_dim1'),
-        pytest.param('xpu', 'complex128', 'equal_chunks', id='xpu-complex128-equal_chunks'),
-        pytest.param('xpu', 'complex128', 'sizes_dim1', id='xpu-complex128-sizes_dim1'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'equal_chunks', id='cpu-float64-equal_chunks'),
-        pytest.param('cpu', 'float64', 'sizes_dim1', id='cpu-float64-sizes_dim1'),
-        pytest.param('cpu', 'complex128', 'equal_chunks', id='cpu-complex128-equal_chunks'),
-        pytest.param('cpu', 'complex128', 'sizes_dim1', id='cpu-complex128-sizes_dim1'),
-        pytest.param('cuda', 'float64', 'equal_chunks', id='cuda-float64-equal_chunks'),
-        pytest.param('cuda', 'float64', 'sizes_dim1', id='cuda-float64-sizes_dim1'),
-        pytest.param('cuda', 'complex128', 'equal_chunks', id='cuda-complex128-equal_chunks'),
-        pytest.param('cuda', 'complex128', 'sizes_dim1', id='cuda-complex128-sizes_dim1'),
-        pytest.param('mps', 'float64', 'equal_chunks', id='mps-float64-equal_chunks'),
-        pytest.param('mps', 'float64', 'sizes_dim1', id='mps-float64-sizes_dim1'),
-        pytest.param('mps', 'complex128', 'equal_chunks', id='mps-complex128-equal_chunks'),
-        pytest.param('mps', 'complex128', 'sizes_dim1', id='mps-complex128-sizes_dim1'),
-        pytest.param('xpu', 'float64', 'equal_chunks', id='xpu-float64-equal_chunks'),
-        pytest.param('xpu', 'float64', 'sizes_dim1', id='xpu-float64-sizes_dim1'),
-        pytest.param('xpu', 'complex128', 'equal_chunks', id='xpu-complex128-equal_chunks'),
-        pytest.param('xpu', 'complex128', 'sizes_dim1', id='xpu-complex128-sizes_dim1'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'equal_chunks', id='cpu-float64-equal_chunks'),
-        pytest.param('cpu', 'float64', 'sizes_dim1', id='cpu-float64-sizes_dim1'),
-        pytest.param('cpu', 'complex128', 'equal_chunks', id='cpu-complex128-equal_chunks'),
-        pytest.param('cpu', 'complex128', 'sizes_dim1', id='cpu-complex128-sizes_dim1'),
-        pytest.param('cuda', 'float64', 'equal_chunks', id='cuda-float64-equal_chunks'),
-        pytest.param('cuda', 'float64', 'sizes_dim1', id='cuda-float64-sizes_dim1'),
-        pytest.param('cuda', 'complex128', 'equal_chunks', id='cuda-complex128-equal_chunks'),
-        pytest.param('cuda', 'complex128', 'sizes_dim1', id='cuda-complex128-sizes_dim1'),
-        pytest.param('mps', 'float64', 'equal_chunks', id='mps-float64-equal_chunks'),
-        pytest.param('mps', 'float64', 'sizes_dim1', id='mps-float64-sizes_dim1'),
-        pytest.param('mps', 'complex128', 'equal_chunks', id='mps-complex128-equal_chunks'),
-        pytest.param('mps', 'complex128', 'sizes_dim1', id='mps-complex128-sizes_dim1'),
-        pytest.param('xpu', 'float64', 'equal_chunks', id='xpu-float64-equal_chunks'),
-        pytest.param('xpu', 'float64', 'sizes_dim1', id='xpu-float64-sizes_dim1'),
-        pytest.param('xpu', 'complex128', 'equal_chunks', id='xpu-complex128-equal_chunks'),
-        pytest.param('xpu', 'complex128', 'sizes_dim1', id='xpu-complex128-sizes_dim1'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

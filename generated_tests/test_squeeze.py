@@ -5,132 +5,48 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TupleArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='squeeze',
-    op='torch.squeeze',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="squeeze",
+    op="torch.squeeze",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("all_ones", args=(TensorArg(shape=(1, 3, 1, 2)),), location=Location(SOURCE, 115, 9)),
         Sample(
-            'all_ones',
-            args=(TensorArg(shape=(1, 3, 1, 2)),),
-            location=Location('op_specs/shape.yaml', 115, 9),
-        ),
-        Sample(
-            'dims_tuple',
-            args=(TensorArg(shape=(1, 3, 1)), TupleArg(items=(0, 2))),
-            location=Location('op_specs/shape.yaml', 117, 9),
+            "dims_tuple", args=(TensorArg(shape=(1, 3, 1)), TupleArg(items=(0, 2))), location=Location(SOURCE, 117, 9)
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 112, 5),
+    location=Location(SOURCE, 112, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_ones', id='cpu-float64-all_ones'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'all_ones', id='cpu-complex128-all_ones'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'all_ones', id='cuda-float64-all_ones'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'all_ones', id='cuda-complex128-all_ones'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'all_ones', id='mps-float64-all_ones'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'all_ones', id='mps-complex128-all_ones'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'all_ones', id='xpu-float64-all_ones'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'all_ones', id='xpu-complex128-all_ones'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_ones', id='cpu-float64-all_ones'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'all_ones', id='cpu-complex128-all_ones'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'all_ones', id='cuda-float64-all_ones'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'all_ones', id='cuda-complex128-all_ones'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'all_ones', id='mps-float64-all_ones'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'all_ones', id='mps-complex128-all_ones'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'all_ones', id='xpu-float64-all_ones'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'all_ones', id='xpu-complex128-all_ones'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_ones', id='cpu-float64-all_ones'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'all_ones', id='cpu-complex128-all_ones'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'all_ones', id='cuda-float64-all_ones'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'all_ones', id='cuda-complex128-all_ones'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'all_ones', id='mps-float64-all_ones'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'all_ones', id='mps-complex128-all_ones'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'all_ones', id='xpu-float64-all_ones'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'all_ones', id='xpu-complex128-all_ones'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_ones', id='cpu-float64-all_ones'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'complex128', 'all_ones', id='cpu-complex128-all_ones'),
-        pytest.param('cpu', 'complex128', 'dims_tuple', id='cpu-complex128-dims_tuple'),
-        pytest.param('cuda', 'float64', 'all_ones', id='cuda-float64-all_ones'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'complex128', 'all_ones', id='cuda-complex128-all_ones'),
-        pytest.param('cuda', 'complex128', 'dims_tuple', id='cuda-complex128-dims_tuple'),
-        pytest.param('mps', 'float64', 'all_ones', id='mps-float64-all_ones'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'complex128', 'all_ones', id='mps-complex128-all_ones'),
-        pytest.param('mps', 'complex128', 'dims_tuple', id='mps-complex128-dims_tuple'),
-        pytest.param('xpu', 'float64', 'all_ones', id='xpu-float64-all_ones'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'complex128', 'all_ones', id='xpu-complex128-all_ones'),
-        pytest.param('xpu', 'complex128', 'dims_tuple', id='xpu-complex128-dims_tuple'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,242 +5,72 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TensorListArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='stack',
-    op='torch.stack',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="stack",
+    op="torch.stack",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
         Sample(
-            'dim0',
-            args=(
-                TensorListArg(
-                    items=(TensorArg(shape=(2, 3)), TensorArg(shape=(2, 3)), TensorArg(shape=(2, 3))),
-                ),
-            ),
-            location=Location('op_specs/shape.yaml', 19, 9),
+            "dim0",
+            args=(TensorListArg(items=(TensorArg(shape=(2, 3)), TensorArg(shape=(2, 3)), TensorArg(shape=(2, 3)))),),
+            location=Location(SOURCE, 19, 9),
         ),
         Sample(
-            'last_dim_noncontig',
-            args=(
-                TensorListArg(
-                    items=(TensorArg(shape=(3, 2), noncontiguous=True), TensorArg(shape=(3, 2))),
-                ),
-            ),
-            kwargs=(('dim', -1),),
-            location=Location('op_specs/shape.yaml', 21, 9),
+            "last_dim_noncontig",
+            args=(TensorListArg(items=(TensorArg(shape=(3, 2), noncontiguous=True), TensorArg(shape=(3, 2)))),),
+            kwargs=(("dim", -1),),
+            location=Location(SOURCE, 21, 9),
         ),
         Sample(
-            'zero_dim_items',
+            "zero_dim_items",
             args=(TensorListArg(items=(TensorArg(shape=()), TensorArg(shape=()))),),
-            location=Location('op_specs/shape.yaml', 24, 9),
+            location=Location(SOURCE, 24, 9),
         ),
         Sample(
-            'empty_items',
+            "empty_items",
             args=(TensorListArg(items=(TensorArg(shape=(0, 2)), TensorArg(shape=(0, 2)))), 1),
-            location=Location('op_specs/shape.yaml', 26, 9),
+            location=Location(SOURCE, 26, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32',),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 16, 5),
+    location=Location(SOURCE, 16, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_items', id='cpu-float64-zero_dim_items'),
-        pytest.param('cpu', 'float64', 'empty_items', id='cpu-float64-empty_items'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim_items', id='cpu-complex128-zero_dim_items'),
-        pytest.param('cpu', 'complex128', 'empty_items', id='cpu-complex128-empty_items'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_items', id='cuda-float64-zero_dim_items'),
-        pytest.param('cuda', 'float64', 'empty_items', id='cuda-float64-empty_items'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim_items', id='cuda-complex128-zero_dim_items'),
-        pytest.param('cuda', 'complex128', 'empty_items', id='cuda-complex128-empty_items'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_items', id='mps-float64-zero_dim_items'),
-        pytest.param('mps', 'float64', 'empty_items', id='mps-float64-empty_items'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim_items', id='mps-complex128-zero_dim_items'),
-        pytest.param('mps', 'complex128', 'empty_items', id='mps-complex128-empty_items'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_items', id='xpu-float64-zero_dim_items'),
-        pytest.param('xpu', 'float64', 'empty_items', id='xpu-float64-empty_items'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim_items', id='xpu-complex128-zero_dim_items'),
-        pytest.param('xpu', 'complex128', 'empty_items', id='xpu-complex128-empty_items'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_items', id='cpu-float64-zero_dim_items'),
-        pytest.param('cpu', 'float64', 'empty_items', id='cpu-float64-empty_items'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim_items', id='cpu-complex128-zero_dim_items'),
-        pytest.param('cpu', 'complex128', 'empty_items', id='cpu-complex128-empty_items'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_items', id='cuda-float64-zero_dim_items'),
-        pytest.param('cuda', 'float64', 'empty_items', id='cuda-float64-empty_items'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim_items', id='cuda-complex128-zero_dim_items'),
-        pytest.param('cuda', 'complex128', 'empty_items', id='cuda-complex128-empty_items'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_items', id='mps-float64-zero_dim_items'),
-        pytest.param('mps', 'float64', 'empty_items', id='mps-float64-empty_items'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim_items', id='mps-complex128-zero_dim_items'),
-        pytest.param('mps', 'complex128', 'empty_items', id='mps-complex128-empty_items'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_items', id='xpu-float64-zero_dim_items'),
-        pytest.param('xpu', 'float64', 'empty_items', id='xpu-float64-empty_items'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim_items', id='xpu-complex128-zero_dim_items'),
-        pytest.param('xpu', 'complex128', 'empty_items', id='xpu-complex128-empty_items'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_items', id='cpu-float64-zero_dim_items'),
-        pytest.param('cpu', 'float64', 'empty_items', id='cpu-float64-empty_items'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim_items', id='cpu-complex128-zero_dim_items'),
-        pytest.param('cpu', 'complex128', 'empty_items', id='cpu-complex128-empty_items'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_items', id='cuda-float64-zero_dim_items'),
-        pytest.param('cuda', 'float64', 'empty_items', id='cuda-float64-empty_items'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim_items', id='cuda-complex128-zero_dim_items'),
-        pytest.param('cuda', 'complex128', 'empty_items', id='cuda-complex128-empty_items'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_items', id='mps-float64-zero_dim_items'),
-        pytest.param('mps', 'float64', 'empty_items', id='mps-float64-empty_items'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim_items', id='mps-complex128-zero_dim_items'),
-        pytest.param('mps', 'complex128', 'empty_items', id='mps-complex128-empty_items'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_items', id='xpu-float64-zero_dim_items'),
-        pytest.param('xpu', 'float64', 'empty_items', id='xpu-float64-empty_items'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim_items', id='xpu-complex128-zero_dim_items'),
-        pytest.param('xpu', 'complex128', 'empty_items', id='xpu-complex128-empty_items'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim0', id='cpu-float64-dim0'),
-        pytest.param('cpu', 'float64', 'last_dim_noncontig', id='cpu-float64-last_dim_noncontig'),
-        pytest.param('cpu', 'float64', 'zero_dim_items', id='cpu-float64-zero_dim_items'),
-        pytest.param('cpu', 'float64', 'empty_items', id='cpu-float64-empty_items'),
-        pytest.param('cpu', 'complex128', 'dim0', id='cpu-complex128-dim0'),
-        pytest.param('cpu', 'complex128', 'last_dim_noncontig', id='cpu-complex128-last_dim_noncontig'),
-        pytest.param('cpu', 'complex128', 'zero_dim_items', id='cpu-complex128-zero_dim_items'),
-        pytest.param('cpu', 'complex128', 'empty_items', id='cpu-complex128-empty_items'),
-        pytest.param('cuda', 'float64', 'dim0', id='cuda-float64-dim0'),
-        pytest.param('cuda', 'float64', 'last_dim_noncontig', id='cuda-float64-last_dim_noncontig'),
-        pytest.param('cuda', 'float64', 'zero_dim_items', id='cuda-float64-zero_dim_items'),
-        pytest.param('cuda', 'float64', 'empty_items', id='cuda-float64-empty_items'),
-        pytest.param('cuda', 'complex128', 'dim0', id='cuda-complex128-dim0'),
-        pytest.param('cuda', 'complex128', 'last_dim_noncontig', id='cuda-complex128-last_dim_noncontig'),
-        pytest.param('cuda', 'complex128', 'zero_dim_items', id='cuda-complex128-zero_dim_items'),
-        pytest.param('cuda', 'complex128', 'empty_items', id='cuda-complex128-empty_items'),
-        pytest.param('mps', 'float64', 'dim0', id='mps-float64-dim0'),
-        pytest.param('mps', 'float64', 'last_dim_noncontig', id='mps-float64-last_dim_noncontig'),
-        pytest.param('mps', 'float64', 'zero_dim_items', id='mps-float64-zero_dim_items'),
-        pytest.param('mps', 'float64', 'empty_items', id='mps-float64-empty_items'),
-        pytest.param('mps', 'complex128', 'dim0', id='mps-complex128-dim0'),
-        pytest.param('mps', 'complex128', 'last_dim_noncontig', id='mps-complex128-last_dim_noncontig'),
-        pytest.param('mps', 'complex128', 'zero_dim_items', id='mps-complex128-zero_dim_items'),
-        pytest.param('mps', 'complex128', 'empty_items', id='mps-complex128-empty_items'),
-        pytest.param('xpu', 'float64', 'dim0', id='xpu-float64-dim0'),
-        pytest.param('xpu', 'float64', 'last_dim_noncontig', id='xpu-float64-last_dim_noncontig'),
-        pytest.param('xpu', 'float64', 'zero_dim_items', id='xpu-float64-zero_dim_items'),
-        pytest.param('xpu', 'float64', 'empty_items', id='xpu-float64-empty_items'),
-        pytest.param('xpu', 'complex128', 'dim0', id='xpu-complex128-dim0'),
-        pytest.param('xpu', 'complex128', 'last_dim_noncontig', id='xpu-complex128-last_dim_noncontig'),
-        pytest.param('xpu', 'complex128', 'zero_dim_items', id='xpu-complex128-zero_dim_items'),
-        pytest.param('xpu', 'complex128', 'empty_items', id='xpu-complex128-empty_items'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim0', id='cpu-float32-dim0'),
-        pytest.param('cpu', 'float32', 'last_dim_noncontig', id='cpu-float32-last_dim_noncontig'),
-        pytest.param('cpu', 'float32', 'zero_dim_items', id='cpu-float32-zero_dim_items'),
-        pytest.param('cpu', 'float32', 'empty_items', id='cpu-float32-empty_items'),
-        pytest.param('cuda', 'float32', 'dim0', id='cuda-float32-dim0'),
-        pytest.param('cuda', 'float32', 'last_dim_noncontig', id='cuda-float32-last_dim_noncontig'),
-        pytest.param('cuda', 'float32', 'zero_dim_items', id='cuda-float32-zero_dim_items'),
-        pytest.param('cuda', 'float32', 'empty_items', id='cuda-float32-empty_items'),
-        pytest.param('mps', 'float32', 'dim0', id='mps-float32-dim0'),
-        pytest.param('mps', 'float32', 'last_dim_noncontig', id='mps-float32-last_dim_noncontig'),
-        pytest.param('mps', 'float32', 'zero_dim_items', id='mps-float32-zero_dim_items'),
-        pytest.param('mps', 'float32', 'empty_items', id='mps-float32-empty_items'),
-        pytest.param('xpu', 'float32', 'dim0', id='xpu-float32-dim0'),
-        pytest.param('xpu', 'float32', 'last_dim_noncontig', id='xpu-float32-last_dim_noncontig'),
-        pytest.param('xpu', 'float32', 'zero_dim_items', id='xpu-float32-zero_dim_items'),
-        pytest.param('xpu', 'float32', 'empty_items', id='xpu-float32-empty_items'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,149 +5,65 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='std',
-    op='torch.std',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="std",
+    op="torch.std",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("all", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 124, 9)),
         Sample(
-            'all',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/reductions.yaml', 124, 9),
-        ),
-        Sample(
-            'dim_correction0',
+            "dim_correction0",
             args=(TensorArg(shape=(4, 3), noncontiguous=True),),
-            kwargs=(('dim', 0), ('correction', 0)),
-            location=Location('op_specs/reductions.yaml', 126, 9),
+            kwargs=(("dim", 0), ("correction", 0)),
+            location=Location(SOURCE, 126, 9),
         ),
         Sample(
-            'dims_keepdim',
+            "dims_keepdim",
             args=(TensorArg(shape=(2, 3, 4)),),
-            kwargs=(('dim', (1, 2)), ('keepdim', True)),
-            location=Location('op_specs/reductions.yaml', 129, 9),
+            kwargs=(("dim", (1, 2)), ("keepdim", True)),
+            location=Location(SOURCE, 129, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 120, 5),
+    location=Location(SOURCE, 120, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0', id='cpu-float64-dim_correction0'),
-        pytest.param('cpu', 'float64', 'dims_keepdim', id='cpu-float64-dims_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0', id='cuda-float64-dim_correction0'),
-        pytest.param('cuda', 'float64', 'dims_keepdim', id='cuda-float64-dims_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0', id='mps-float64-dim_correction0'),
-        pytest.param('mps', 'float64', 'dims_keepdim', id='mps-float64-dims_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0', id='xpu-float64-dim_correction0'),
-        pytest.param('xpu', 'float64', 'dims_keepdim', id='xpu-float64-dims_keepdim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0', id='cpu-float64-dim_correction0'),
-        pytest.param('cpu', 'float64', 'dims_keepdim', id='cpu-float64-dims_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0', id='cuda-float64-dim_correction0'),
-        pytest.param('cuda', 'float64', 'dims_keepdim', id='cuda-float64-dims_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0', id='mps-float64-dim_correction0'),
-        pytest.param('mps', 'float64', 'dims_keepdim', id='mps-float64-dims_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0', id='xpu-float64-dim_correction0'),
-        pytest.param('xpu', 'float64', 'dims_keepdim', id='xpu-float64-dims_keepdim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0', id='cpu-float64-dim_correction0'),
-        pytest.param('cpu', 'float64', 'dims_keepdim', id='cpu-float64-dims_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0', id='cuda-float64-dim_correction0'),
-        pytest.param('cuda', 'float64', 'dims_keepdim', id='cuda-float64-dims_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0', id='mps-float64-dim_correction0'),
-        pytest.param('mps', 'float64', 'dims_keepdim', id='mps-float64-dims_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0', id='xpu-float64-dim_correction0'),
-        pytest.param('xpu', 'float64', 'dims_keepdim', id='xpu-float64-dims_keepdim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0', id='cpu-float64-dim_correction0'),
-        pytest.param('cpu', 'float64', 'dims_keepdim', id='cpu-float64-dims_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0', id='cuda-float64-dim_correction0'),
-        pytest.param('cuda', 'float64', 'dims_keepdim', id='cuda-float64-dims_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0', id='mps-float64-dim_correction0'),
-        pytest.param('mps', 'float64', 'dims_keepdim', id='mps-float64-dims_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0', id='xpu-float64-dim_correction0'),
-        pytest.param('xpu', 'float64', 'dims_keepdim', id='xpu-float64-dims_keepdim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'all', id='cpu-float32-all'),
-        pytest.param('cpu', 'float32', 'dim_correction0', id='cpu-float32-dim_correction0'),
-        pytest.param('cpu', 'float32', 'dims_keepdim', id='cpu-float32-dims_keepdim'),
-        pytest.param('cuda', 'float32', 'all', id='cuda-float32-all'),
-        pytest.param('cuda', 'float32', 'dim_correction0', id='cuda-float32-dim_correction0'),
-        pytest.param('cuda', 'float32', 'dims_keepdim', id='cuda-float32-dims_keepdim'),
-        pytest.param('mps', 'float32', 'all', id='mps-float32-all'),
-        pytest.param('mps', 'float32', 'dim_correction0', id='mps-float32-dim_correction0'),
-        pytest.param('mps', 'float32', 'dims_keepdim', id='mps-float32-dims_keepdim'),
-        pytest.param('xpu', 'float32', 'all', id='xpu-float32-all'),
-        pytest.param('xpu', 'float32', 'dim_correction0', id='xpu-float32-dim_correction0'),
-        pytest.param('xpu', 'float32', 'dims_keepdim', id='xpu-float32-dims_keepdim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,119 +5,57 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/multi_output.yaml"
 SPEC = OpSpec(
-    name='std_mean',
-    op='torch.std_mean',
-    source='op_specs/multi_output.yaml',
-    sha256='08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1',
+    name="std_mean",
+    op="torch.std_mean",
+    source=SOURCE,
+    sha256="08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1",
     samples=(
+        Sample("all", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 61, 9)),
         Sample(
-            'all',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/multi_output.yaml', 61, 9),
-        ),
-        Sample(
-            'dim_correction0_keepdim',
+            "dim_correction0_keepdim",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True),),
-            kwargs=(('dim', 2), ('correction', 0), ('keepdim', True)),
-            location=Location('op_specs/multi_output.yaml', 63, 9),
+            kwargs=(("dim", 2), ("correction", 0), ("keepdim", True)),
+            location=Location(SOURCE, 63, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/multi_output.yaml', 58, 5),
+    location=Location(SOURCE, 58, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'all', id='cpu-float32-all'),
-        pytest.param('cpu', 'float32', 'dim_correction0_keepdim', id='cpu-float32-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float32', 'all', id='cuda-float32-all'),
-        pytest.param('cuda', 'float32', 'dim_correction0_keepdim', id='cuda-float32-dim_correction0_keepdim'),
-        pytest.param('mps', 'float32', 'all', id='mps-float32-all'),
-        pytest.param('mps', 'float32', 'dim_correction0_keepdim', id='mps-float32-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float32', 'all', id='xpu-float32-all'),
-        pytest.param('xpu', 'float32', 'dim_correction0_keepdim', id='xpu-float32-dim_correction0_keepdim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,170 +5,54 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='sub',
-    op='torch.sub',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="sub",
+    op="torch.sub",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'broadcast_both',
-            args=(TensorArg(shape=(3, 1)), TensorArg(shape=(1, 4))),
-            location=Location('op_specs/binary.yaml', 36, 9),
+            "broadcast_both", args=(TensorArg(shape=(3, 1)), TensorArg(shape=(1, 4))), location=Location(SOURCE, 36, 9)
         ),
         Sample(
-            'noncontig_alpha',
+            "noncontig_alpha",
             args=(TensorArg(shape=(3, 4), noncontiguous=True), TensorArg(shape=(3, 4))),
-            kwargs=(('alpha', 3),),
-            location=Location('op_specs/binary.yaml', 38, 9),
+            kwargs=(("alpha", 3),),
+            location=Location(SOURCE, 38, 9),
         ),
-        Sample(
-            'zero_dim_self',
-            args=(TensorArg(shape=()), TensorArg(shape=(2, 3))),
-            location=Location('op_specs/binary.yaml', 41, 9),
-        ),
+        Sample("zero_dim_self", args=(TensorArg(shape=()), TensorArg(shape=(2, 3))), location=Location(SOURCE, 41, 9)),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 33, 5),
+    location=Location(SOURCE, 33, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_both', id='cpu-float64-broadcast_both'),
-        pytest.param('cpu', 'float64', 'noncontig_alpha', id='cpu-float64-noncontig_alpha'),
-        pytest.param('cpu', 'float64', 'zero_dim_self', id='cpu-float64-zero_dim_self'),
-        pytest.param('cpu', 'complex128', 'broadcast_both', id='cpu-complex128-broadcast_both'),
-        pytest.param('cpu', 'complex128', 'noncontig_alpha', id='cpu-complex128-noncontig_alpha'),
-        pytest.param('cpu', 'complex128', 'zero_dim_self', id='cpu-complex128-zero_dim_self'),
-        pytest.param('cuda', 'float64', 'broadcast_both', id='cuda-float64-broadcast_both'),
-        pytest.param('cuda', 'float64', 'noncontig_alpha', id='cuda-float64-noncontig_alpha'),
-        pytest.param('cuda', 'float64', 'zero_dim_self', id='cuda-float64-zero_dim_self'),
-        pytest.param('cuda', 'complex128', 'broadcast_both', id='cuda-complex128-broadcast_both'),
-        pytest.param('cuda', 'complex128', 'noncontig_alpha', id='cuda-complex128-noncontig_alpha'),
-        pytest.param('cuda', 'complex128', 'zero_dim_self', id='cuda-complex128-zero_dim_self'),
-        pytest.param('mps', 'float64', 'broadcast_both', id='mps-float64-broadcast_both'),
-        pytest.param('mps', 'float64', 'noncontig_alpha', id='mps-float64-noncontig_alpha'),
-        pytest.param('mps', 'float64', 'zero_dim_self', id='mps-float64-zero_dim_self'),
-        pytest.param('mps', 'complex128', 'broadcast_both', id='mps-complex128-broadcast_both'),
-        pytest.param('mps', 'complex128', 'noncontig_alpha', id='mps-complex128-noncontig_alpha'),
-        pytest.param('mps', 'complex128', 'zero_dim_self', id='mps-complex128-zero_dim_self'),
-        pytest.param('xpu', 'float64', 'broadcast_both', id='xpu-float64-broadcast_both'),
-        pytest.param('xpu', 'float64', 'noncontig_alpha', id='xpu-float64-noncontig_alpha'),
-        pytest.param('xpu', 'float64', 'zero_dim_self', id='xpu-float64-zero_dim_self'),
-        pytest.param('xpu', 'complex128', 'broadcast_both', id='xpu-complex128-broadcast_both'),
-        pytest.param('xpu', 'complex128', 'noncontig_alpha', id='xpu-complex128-noncontig_alpha'),
-        pytest.param('xpu', 'complex128', 'zero_dim_self', id='xpu-complex128-zero_dim_self'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_both', id='cpu-float64-broadcast_both'),
-        pytest.param('cpu', 'float64', 'noncontig_alpha', id='cpu-float64-noncontig_alpha'),
-        pytest.param('cpu', 'float64', 'zero_dim_self', id='cpu-float64-zero_dim_self'),
-        pytest.param('cpu', 'complex128', 'broadcast_both', id='cpu-complex128-broadcast_both'),
-        pytest.param('cpu', 'complex128', 'noncontig_alpha', id='cpu-complex128-noncontig_alpha'),
-        pytest.param('cpu', 'complex128', 'zero_dim_self', id='cpu-complex128-zero_dim_self'),
-        pytest.param('cuda', 'float64', 'broadcast_both', id='cuda-float64-broadcast_both'),
-        pytest.param('cuda', 'float64', 'noncontig_alpha', id='cuda-float64-noncontig_alpha'),
-        pytest.param('cuda', 'float64', 'zero_dim_self', id='cuda-float64-zero_dim_self'),
-        pytest.param('cuda', 'complex128', 'broadcast_both', id='cuda-complex128-broadcast_both'),
-        pytest.param('cuda', 'complex128', 'noncontig_alpha', id='cuda-complex128-noncontig_alpha'),
-        pytest.param('cuda', 'complex128', 'zero_dim_self', id='cuda-complex128-zero_dim_self'),
-        pytest.param('mps', 'float64', 'broadcast_both', id='mps-float64-broadcast_both'),
-        pytest.param('mps', 'float64', 'noncontig_alpha', id='mps-float64-noncontig_alpha'),
-        pytest.param('mps', 'float64', 'zero_dim_self', id='mps-float64-zero_dim_self'),
-        pytest.param('mps', 'complex128', 'broadcast_both', id='mps-complex128-broadcast_both'),
-        pytest.param('mps', 'complex128', 'noncontig_alpha', id='mps-complex128-noncontig_alpha'),
-        pytest.param('mps', 'complex128', 'zero_dim_self', id='mps-complex128-zero_dim_self'),
-        pytest.param('xpu', 'float64', 'broadcast_both', id='xpu-float64-broadcast_both'),
-        pytest.param('xpu', 'float64', 'noncontig_alpha', id='xpu-float64-noncontig_alpha'),
-        pytest.param('xpu', 'float64', 'zero_dim_self', id='xpu-float64-zero_dim_self'),
-        pytest.param('xpu', 'complex128', 'broadcast_both', id='xpu-complex128-broadcast_both'),
-        pytest.param('xpu', 'complex128', 'noncontig_alpha', id='xpu-complex128-noncontig_alpha'),
-        pytest.param('xpu', 'complex128', 'zero_dim_self', id='xpu-complex128-zero_dim_self'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_both', id='cpu-float64-broadcast_both'),
-        pytest.param('cpu', 'float64', 'noncontig_alpha', id='cpu-float64-noncontig_alpha'),
-        pytest.param('cpu', 'float64', 'zero_dim_self', id='cpu-float64-zero_dim_self'),
-        pytest.param('cpu', 'complex128', 'broadcast_both', id='cpu-complex128-broadcast_both'),
-        pytest.param('cpu', 'complex128', 'noncontig_alpha', id='cpu-complex128-noncontig_alpha'),
-        pytest.param('cpu', 'complex128', 'zero_dim_self', id='cpu-complex128-zero_dim_self'),
-        pytest.param('cuda', 'float64', 'broadcast_both', id='cuda-float64-broadcast_both'),
-        pytest.param('cuda', 'float64', 'noncontig_alpha', id='cuda-float64-noncontig_alpha'),
-        pytest.param('cuda', 'float64', 'zero_dim_self', id='cuda-float64-zero_dim_self'),
-        pytest.param('cuda', 'complex128', 'broadcast_both', id='cuda-complex128-broadcast_both'),
-        pytest.param('cuda', 'complex128', 'noncontig_alpha', id='cuda-complex128-noncontig_alpha'),
-        pytest.param('cuda', 'complex128', 'zero_dim_self', id='cuda-complex128-zero_dim_self'),
-        pytest.param('mps', 'float64', 'broadcast_both', id='mps-float64-broadcast_both'),
-        pytest.param('mps', 'float64', 'noncontig_alpha', id='mps-float64-noncontig_alpha'),
-        pytest.param('mps', 'float64', 'zero_dim_self', id='mps-float64-zero_dim_self'),
-        pytest.param('mps', 'complex128', 'broadcast_both', id='mps-complex128-broadcast_both'),
-        pytest.param('mps', 'complex128', 'noncontig_alpha', id='mps-complex128-noncontig_alpha'),
-        pytest.param('mps', 'complex128', 'zero_dim_self', id='mps-complex128-zero_dim_self'),
-        pytest.param('xpu', 'float64', 'broadcast_both', id='xpu-float64-broadcast_both'),
-        pytest.param('xpu', 'float64', 'noncontig_alpha', id='xpu-float64-noncontig_alpha'),
-        pytest.param('xpu', 'float64', 'zero_dim_self', id='xpu-float64-zero_dim_self'),
-        pytest.param('xpu', 'complex128', 'broadcast_both', id='xpu-complex128-broadcast_both'),
-        pytest.param('xpu', 'complex128', 'noncontig_alpha', id='xpu-complex128-noncontig_alpha'),
-        pytest.param('xpu', 'complex128', 'zero_dim_self', id='xpu-complex128-zero_dim_self'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_both', id='cpu-float64-broadcast_both'),
-        pytest.param('cpu', 'float64', 'noncontig_alpha', id='cpu-float64-noncontig_alpha'),
-        pytest.param('cpu', 'float64', 'zero_dim_self', id='cpu-float64-zero_dim_self'),
-        pytest.param('cpu', 'complex128', 'broadcast_both', id='cpu-complex128-broadcast_both'),
-        pytest.param('cpu', 'complex128', 'noncontig_alpha', id='cpu-complex128-noncontig_alpha'),
-        pytest.param('cpu', 'complex128', 'zero_dim_self', id='cpu-complex128-zero_dim_self'),
-        pytest.param('cuda', 'float64', 'broadcast_both', id='cuda-float64-broadcast_both'),
-        pytest.param('cuda', 'float64', 'noncontig_alpha', id='cuda-float64-noncontig_alpha'),
-        pytest.param('cuda', 'float64', 'zero_dim_self', id='cuda-float64-zero_dim_self'),
-        pytest.param('cuda', 'complex128', 'broadcast_both', id='cuda-complex128-broadcast_both'),
-        pytest.param('cuda', 'complex128', 'noncontig_alpha', id='cuda-complex128-noncontig_alpha'),
-        pytest.param('cuda', 'complex128', 'zero_dim_self', id='cuda-complex128-zero_dim_self'),
-        pytest.param('mps', 'float64', 'broadcast_both', id='mps-float64-broadcast_both'),
-        pytest.param('mps', 'float64', 'noncontig_alpha', id='mps-float64-noncontig_alpha'),
-        pytest.param('mps', 'float64', 'zero_dim_self', id='mps-float64-zero_dim_self'),
-        pytest.param('mps', 'complex128', 'broadcast_both', id='mps-complex128-broadcast_both'),
-        pytest.param('mps', 'complex128', 'noncontig_alpha', id='mps-complex128-noncontig_alpha'),
-        pytest.param('mps', 'complex128', 'zero_dim_self', id='mps-complex128-zero_dim_self'),
-        pytest.param('xpu', 'float64', 'broadcast_both', id='xpu-float64-broadcast_both'),
-        pytest.param('xpu', 'float64', 'noncontig_alpha', id='xpu-float64-noncontig_alpha'),
-        pytest.param('xpu', 'float64', 'zero_dim_self', id='xpu-float64-zero_dim_self'),
-        pytest.param('xpu', 'complex128', 'broadcast_both', id='xpu-complex128-broadcast_both'),
-        pytest.param('xpu', 'complex128', 'noncontig_alpha', id='xpu-complex128-noncontig_alpha'),
-        pytest.param('xpu', 'complex128', 'zero_dim_self', id='xpu-complex128-zero_dim_self'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

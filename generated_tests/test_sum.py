@@ -5,272 +5,79 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
-from opcheck.spec.model import DtypeArg, GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg, TupleArg
+from opcheck.spec.model import (
+    DtypeArg,
+    GradcheckFlags,
+    GradgradcheckFlags,
+    Location,
+    OpSpec,
+    Sample,
+    TensorArg,
+    TupleArg,
+)
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='sum',
-    op='torch.sum',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="sum",
+    op="torch.sum",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("all", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 17, 9)),
         Sample(
-            'all',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/reductions.yaml', 17, 9),
-        ),
-        Sample(
-            'dim_keepdim_noncontig',
+            "dim_keepdim_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), 1),
-            kwargs=(('keepdim', True),),
-            location=Location('op_specs/reductions.yaml', 19, 9),
+            kwargs=(("keepdim", True),),
+            location=Location(SOURCE, 19, 9),
         ),
         Sample(
-            'dims_tuple',
-            args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(0, 2))),
-            location=Location('op_specs/reductions.yaml', 22, 9),
+            "dims_tuple", args=(TensorArg(shape=(2, 3, 4)), TupleArg(items=(0, 2))), location=Location(SOURCE, 22, 9)
         ),
         Sample(
-            'dtype_kwarg',
+            "dtype_kwarg",
             args=(TensorArg(shape=(3, 4)),),
-            kwargs=(('dim', -1), ('dtype', DtypeArg('float64'))),
-            location=Location('op_specs/reductions.yaml', 24, 9),
+            kwargs=(("dim", -1), ("dtype", DtypeArg("float64"))),
+            location=Location(SOURCE, 24, 9),
         ),
-        Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()),),
-            location=Location('op_specs/reductions.yaml', 27, 9),
-        ),
-        Sample(
-            'empty',
-            args=(TensorArg(shape=(0, 3)), 0),
-            location=Location('op_specs/reductions.yaml', 29, 9),
-        ),
+        Sample("zero_dim", args=(TensorArg(shape=()),), location=Location(SOURCE, 27, 9)),
+        Sample("empty", args=(TensorArg(shape=(0, 3)), 0), location=Location(SOURCE, 29, 9)),
     ),
-    lowprec_dtypes=('float32', 'float16', 'bfloat16'),
+    lowprec_dtypes=("float32", "float16", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 13, 5),
+    location=Location(SOURCE, 13, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim_noncontig', id='cpu-float64-dim_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim_noncontig', id='cuda-float64-dim_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim_noncontig', id='mps-float64-dim_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim_noncontig', id='xpu-float64-dim_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim_noncontig', id='cpu-float64-dim_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim_noncontig', id='cuda-float64-dim_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim_noncontig', id='mps-float64-dim_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim_noncontig', id='xpu-float64-dim_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim_noncontig', id='cpu-float64-dim_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim_noncontig', id='cuda-float64-dim_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim_noncontig', id='mps-float64-dim_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim_noncontig', id='xpu-float64-dim_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all', id='cpu-float64-all'),
-        pytest.param('cpu', 'float64', 'dim_keepdim_noncontig', id='cpu-float64-dim_keepdim_noncontig'),
-        pytest.param('cpu', 'float64', 'dims_tuple', id='cpu-float64-dims_tuple'),
-        pytest.param('cpu', 'float64', 'dtype_kwarg', id='cpu-float64-dtype_kwarg'),
-        pytest.param('cpu', 'float64', 'zero_dim', id='cpu-float64-zero_dim'),
-        pytest.param('cpu', 'float64', 'empty', id='cpu-float64-empty'),
-        pytest.param('cuda', 'float64', 'all', id='cuda-float64-all'),
-        pytest.param('cuda', 'float64', 'dim_keepdim_noncontig', id='cuda-float64-dim_keepdim_noncontig'),
-        pytest.param('cuda', 'float64', 'dims_tuple', id='cuda-float64-dims_tuple'),
-        pytest.param('cuda', 'float64', 'dtype_kwarg', id='cuda-float64-dtype_kwarg'),
-        pytest.param('cuda', 'float64', 'zero_dim', id='cuda-float64-zero_dim'),
-        pytest.param('cuda', 'float64', 'empty', id='cuda-float64-empty'),
-        pytest.param('mps', 'float64', 'all', id='mps-float64-all'),
-        pytest.param('mps', 'float64', 'dim_keepdim_noncontig', id='mps-float64-dim_keepdim_noncontig'),
-        pytest.param('mps', 'float64', 'dims_tuple', id='mps-float64-dims_tuple'),
-        pytest.param('mps', 'float64', 'dtype_kwarg', id='mps-float64-dtype_kwarg'),
-        pytest.param('mps', 'float64', 'zero_dim', id='mps-float64-zero_dim'),
-        pytest.param('mps', 'float64', 'empty', id='mps-float64-empty'),
-        pytest.param('xpu', 'float64', 'all', id='xpu-float64-all'),
-        pytest.param('xpu', 'float64', 'dim_keepdim_noncontig', id='xpu-float64-dim_keepdim_noncontig'),
-        pytest.param('xpu', 'float64', 'dims_tuple', id='xpu-float64-dims_tuple'),
-        pytest.param('xpu', 'float64', 'dtype_kwarg', id='xpu-float64-dtype_kwarg'),
-        pytest.param('xpu', 'float64', 'zero_dim', id='xpu-float64-zero_dim'),
-        pytest.param('xpu', 'float64', 'empty', id='xpu-float64-empty'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'all', id='cpu-float32-all'),
-        pytest.param('cpu', 'float32', 'dim_keepdim_noncontig', id='cpu-float32-dim_keepdim_noncontig'),
-        pytest.param('cpu', 'float32', 'dims_tuple', id='cpu-float32-dims_tuple'),
-        pytest.param('cpu', 'float32', 'dtype_kwarg', id='cpu-float32-dtype_kwarg'),
-        pytest.param('cpu', 'float32', 'zero_dim', id='cpu-float32-zero_dim'),
-        pytest.param('cpu', 'float32', 'empty', id='cpu-float32-empty'),
-        pytest.param('cpu', 'float16', 'all', id='cpu-float16-all'),
-        pytest.param('cpu', 'float16', 'dim_keepdim_noncontig', id='cpu-float16-dim_keepdim_noncontig'),
-        pytest.param('cpu', 'float16', 'dims_tuple', id='cpu-float16-dims_tuple'),
-        pytest.param('cpu', 'float16', 'dtype_kwarg', id='cpu-float16-dtype_kwarg'),
-        pytest.param('cpu', 'float16', 'zero_dim', id='cpu-float16-zero_dim'),
-        pytest.param('cpu', 'float16', 'empty', id='cpu-float16-empty'),
-        pytest.param('cpu', 'bfloat16', 'all', id='cpu-bfloat16-all'),
-        pytest.param('cpu', 'bfloat16', 'dim_keepdim_noncontig', id='cpu-bfloat16-dim_keepdim_noncontig'),
-        pytest.param('cpu', 'bfloat16', 'dims_tuple', id='cpu-bfloat16-dims_tuple'),
-        pytest.param('cpu', 'bfloat16', 'dtype_kwarg', id='cpu-bfloat16-dtype_kwarg'),
-        pytest.param('cpu', 'bfloat16', 'zero_dim', id='cpu-bfloat16-zero_dim'),
-        pytest.param('cpu', 'bfloat16', 'empty', id='cpu-bfloat16-empty'),
-        pytest.param('cuda', 'float32', 'all', id='cuda-float32-all'),
-        pytest.param('cuda', 'float32', 'dim_keepdim_noncontig', id='cuda-float32-dim_keepdim_noncontig'),
-        pytest.param('cuda', 'float32', 'dims_tuple', id='cuda-float32-dims_tuple'),
-        pytest.param('cuda', 'float32', 'dtype_kwarg', id='cuda-float32-dtype_kwarg'),
-        pytest.param('cuda', 'float32', 'zero_dim', id='cuda-float32-zero_dim'),
-        pytest.param('cuda', 'float32', 'empty', id='cuda-float32-empty'),
-        pytest.param('cuda', 'float16', 'all', id='cuda-float16-all'),
-        pytest.param('cuda', 'float16', 'dim_keepdim_noncontig', id='cuda-float16-dim_keepdim_noncontig'),
-        pytest.param('cuda', 'float16', 'dims_tuple', id='cuda-float16-dims_tuple'),
-        pytest.param('cuda', 'float16', 'dtype_kwarg', id='cuda-float16-dtype_kwarg'),
-        pytest.param('cuda', 'float16', 'zero_dim', id='cuda-float16-zero_dim'),
-        pytest.param('cuda', 'float16', 'empty', id='cuda-float16-empty'),
-        pytest.param('cuda', 'bfloat16', 'all', id='cuda-bfloat16-all'),
-        pytest.param('cuda', 'bfloat16', 'dim_keepdim_noncontig', id='cuda-bfloat16-dim_keepdim_noncontig'),
-        pytest.param('cuda', 'bfloat16', 'dims_tuple', id='cuda-bfloat16-dims_tuple'),
-        pytest.param('cuda', 'bfloat16', 'dtype_kwarg', id='cuda-bfloat16-dtype_kwarg'),
-        pytest.param('cuda', 'bfloat16', 'zero_dim', id='cuda-bfloat16-zero_dim'),
-        pytest.param('cuda', 'bfloat16', 'empty', id='cuda-bfloat16-empty'),
-        pytest.param('mps', 'float32', 'all', id='mps-float32-all'),
-        pytest.param('mps', 'float32', 'dim_keepdim_noncontig', id='mps-float32-dim_keepdim_noncontig'),
-        pytest.param('mps', 'float32', 'dims_tuple', id='mps-float32-dims_tuple'),
-        pytest.param('mps', 'float32', 'dtype_kwarg', id='mps-float32-dtype_kwarg'),
-        pytest.param('mps', 'float32', 'zero_dim', id='mps-float32-zero_dim'),
-        pytest.param('mps', 'float32', 'empty', id='mps-float32-empty'),
-        pytest.param('mps', 'float16', 'all', id='mps-float16-all'),
-        pytest.param('mps', 'float16', 'dim_keepdim_noncontig', id='mps-float16-dim_keepdim_noncontig'),
-        pytest.param('mps', 'float16', 'dims_tuple', id='mps-float16-dims_tuple'),
-        pytest.param('mps', 'float16', 'dtype_kwarg', id='mps-float16-dtype_kwarg'),
-        pytest.param('mps', 'float16', 'zero_dim', id='mps-float16-zero_dim'),
-        pytest.param('mps', 'float16', 'empty', id='mps-float16-empty'),
-        pytest.param('mps', 'bfloat16', 'all', id='mps-bfloat16-all'),
-        pytest.param('mps', 'bfloat16', 'dim_keepdim_noncontig', id='mps-bfloat16-dim_keepdim_noncontig'),
-        pytest.param('mps', 'bfloat16', 'dims_tuple', id='mps-bfloat16-dims_tuple'),
-        pytest.param('mps', 'bfloat16', 'dtype_kwarg', id='mps-bfloat16-dtype_kwarg'),
-        pytest.param('mps', 'bfloat16', 'zero_dim', id='mps-bfloat16-zero_dim'),
-        pytest.param('mps', 'bfloat16', 'empty', id='mps-bfloat16-empty'),
-        pytest.param('xpu', 'float32', 'all', id='xpu-float32-all'),
-        pytest.param('xpu', 'float32', 'dim_keepdim_noncontig', id='xpu-float32-dim_keepdim_noncontig'),
-        pytest.param('xpu', 'float32', 'dims_tuple', id='xpu-float32-dims_tuple'),
-        pytest.param('xpu', 'float32', 'dtype_kwarg', id='xpu-float32-dtype_kwarg'),
-        pytest.param('xpu', 'float32', 'zero_dim', id='xpu-float32-zero_dim'),
-        pytest.param('xpu', 'float32', 'empty', id='xpu-float32-empty'),
-        pytest.param('xpu', 'float16', 'all', id='xpu-float16-all'),
-        pytest.param('xpu', 'float16', 'dim_keepdim_noncontig', id='xpu-float16-dim_keepdim_noncontig'),
-        pytest.param('xpu', 'float16', 'dims_tuple', id='xpu-float16-dims_tuple'),
-        pytest.param('xpu', 'float16', 'dtype_kwarg', id='xpu-float16-dtype_kwarg'),
-        pytest.param('xpu', 'float16', 'zero_dim', id='xpu-float16-zero_dim'),
-        pytest.param('xpu', 'float16', 'empty', id='xpu-float16-empty'),
-        pytest.param('xpu', 'bfloat16', 'all', id='xpu-bfloat16-all'),
-        pytest.param('xpu', 'bfloat16', 'dim_keepdim_noncontig', id='xpu-bfloat16-dim_keepdim_noncontig'),
-        pytest.param('xpu', 'bfloat16', 'dims_tuple', id='xpu-bfloat16-dims_tuple'),
-        pytest.param('xpu', 'bfloat16', 'dtype_kwarg', id='xpu-bfloat16-dtype_kwarg'),
-        pytest.param('xpu', 'bfloat16', 'zero_dim', id='xpu-bfloat16-zero_dim'),
-        pytest.param('xpu', 'bfloat16', 'empty', id='xpu-bfloat16-empty'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "float16", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

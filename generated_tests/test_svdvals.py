@@ -5,132 +5,50 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/linalg.yaml"
 SPEC = OpSpec(
-    name='svdvals',
-    op='torch.linalg.svdvals',
-    source='op_specs/linalg.yaml',
-    sha256='4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca',
+    name="svdvals",
+    op="torch.linalg.svdvals",
+    source=SOURCE,
+    sha256="4d1c7ecf1f0c81657203aa8ca902dfdcf363654285b4b745cebffbb5a97a8dca",
     samples=(
         Sample(
-            'distinct_singular_values',
-            generator='examples.catalog:distinct_singular_values',
-            location=Location('op_specs/linalg.yaml', 143, 9),
+            "distinct_singular_values",
+            generator="examples.catalog:distinct_singular_values",
+            location=Location(SOURCE, 143, 9),
         ),
-        Sample(
-            'wide_batched',
-            args=(TensorArg(shape=(2, 2, 4)),),
-            location=Location('op_specs/linalg.yaml', 145, 9),
-        ),
+        Sample("wide_batched", args=(TensorArg(shape=(2, 2, 4)),), location=Location(SOURCE, 145, 9)),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
-    location=Location('op_specs/linalg.yaml', 139, 5),
+    location=Location(SOURCE, 139, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'distinct_singular_values', id='cpu-float64-distinct_singular_values'),
-        pytest.param('cpu', 'float64', 'wide_batched', id='cpu-float64-wide_batched'),
-        pytest.param('cpu', 'complex128', 'distinct_singular_values', id='cpu-complex128-distinct_singular_values'),
-        pytest.param('cpu', 'complex128', 'wide_batched', id='cpu-complex128-wide_batched'),
-        pytest.param('cuda', 'float64', 'distinct_singular_values', id='cuda-float64-distinct_singular_values'),
-        pytest.param('cuda', 'float64', 'wide_batched', id='cuda-float64-wide_batched'),
-        pytest.param('cuda', 'complex128', 'distinct_singular_values', id='cuda-complex128-distinct_singular_values'),
-        pytest.param('cuda', 'complex128', 'wide_batched', id='cuda-complex128-wide_batched'),
-        pytest.param('mps', 'float64', 'distinct_singular_values', id='mps-float64-distinct_singular_values'),
-        pytest.param('mps', 'float64', 'wide_batched', id='mps-float64-wide_batched'),
-        pytest.param('mps', 'complex128', 'distinct_singular_values', id='mps-complex128-distinct_singular_values'),
-        pytest.param('mps', 'complex128', 'wide_batched', id='mps-complex128-wide_batched'),
-        pytest.param('xpu', 'float64', 'distinct_singular_values', id='xpu-float64-distinct_singular_values'),
-        pytest.param('xpu', 'float64', 'wide_batched', id='xpu-float64-wide_batched'),
-        pytest.param('xpu', 'complex128', 'distinct_singular_values', id='xpu-complex128-distinct_singular_values'),
-        pytest.param('xpu', 'complex128', 'wide_batched', id='xpu-complex128-wide_batched'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'distinct_singular_values', id='cpu-float64-distinct_singular_values'),
-        pytest.param('cpu', 'float64', 'wide_batched', id='cpu-float64-wide_batched'),
-        pytest.param('cpu', 'complex128', 'distinct_singular_values', id='cpu-complex128-distinct_singular_values'),
-        pytest.param('cpu', 'complex128', 'wide_batched', id='cpu-complex128-wide_batched'),
-        pytest.param('cuda', 'float64', 'distinct_singular_values', id='cuda-float64-distinct_singular_values'),
-        pytest.param('cuda', 'float64', 'wide_batched', id='cuda-float64-wide_batched'),
-        pytest.param('cuda', 'complex128', 'distinct_singular_values', id='cuda-complex128-distinct_singular_values'),
-        pytest.param('cuda', 'complex128', 'wide_batched', id='cuda-complex128-wide_batched'),
-        pytest.param('mps', 'float64', 'distinct_singular_values', id='mps-float64-distinct_singular_values'),
-        pytest.param('mps', 'float64', 'wide_batched', id='mps-float64-wide_batched'),
-        pytest.param('mps', 'complex128', 'distinct_singular_values', id='mps-complex128-distinct_singular_values'),
-        pytest.param('mps', 'complex128', 'wide_batched', id='mps-complex128-wide_batched'),
-        pytest.param('xpu', 'float64', 'distinct_singular_values', id='xpu-float64-distinct_singular_values'),
-        pytest.param('xpu', 'float64', 'wide_batched', id='xpu-float64-wide_batched'),
-        pytest.param('xpu', 'complex128', 'distinct_singular_values', id='xpu-complex128-distinct_singular_values'),
-        pytest.param('xpu', 'complex128', 'wide_batched', id='xpu-complex128-wide_batched'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'distinct_singular_values', id='cpu-float64-distinct_singular_values'),
-        pytest.param('cpu', 'float64', 'wide_batched', id='cpu-float64-wide_batched'),
-        pytest.param('cpu', 'complex128', 'distinct_singular_values', id='cpu-complex128-distinct_singular_values'),
-        pytest.param('cpu', 'complex128', 'wide_batched', id='cpu-complex128-wide_batched'),
-        pytest.param('cuda', 'float64', 'distinct_singular_values', id='cuda-float64-distinct_singular_values'),
-        pytest.param('cuda', 'float64', 'wide_batched', id='cuda-float64-wide_batched'),
-        pytest.param('cuda', 'complex128', 'distinct_singular_values', id='cuda-complex128-distinct_singular_values'),
-        pytest.param('cuda', 'complex128', 'wide_batched', id='cuda-complex128-wide_batched'),
-        pytest.param('mps', 'float64', 'distinct_singular_values', id='mps-float64-distinct_singular_values'),
-        pytest.param('mps', 'float64', 'wide_batched', id='mps-float64-wide_batched'),
-        pytest.param('mps', 'complex128', 'distinct_singular_values', id='mps-complex128-distinct_singular_values'),
-        pytest.param('mps', 'complex128', 'wide_batched', id='mps-complex128-wide_batched'),
-        pytest.param('xpu', 'float64', 'distinct_singular_values', id='xpu-float64-distinct_singular_values'),
-        pytest.param('xpu', 'float64', 'wide_batched', id='xpu-float64-wide_batched'),
-        pytest.param('xpu', 'complex128', 'distinct_singular_values', id='xpu-complex128-distinct_singular_values'),
-        pytest.param('xpu', 'complex128', 'wide_batched', id='xpu-complex128-wide_batched'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'distinct_singular_values', id='cpu-float64-distinct_singular_values'),
-        pytest.param('cpu', 'float64', 'wide_batched', id='cpu-float64-wide_batched'),
-        pytest.param('cpu', 'complex128', 'distinct_singular_values', id='cpu-complex128-distinct_singular_values'),
-        pytest.param('cpu', 'complex128', 'wide_batched', id='cpu-complex128-wide_batched'),
-        pytest.param('cuda', 'float64', 'distinct_singular_values', id='cuda-float64-distinct_singular_values'),
-        pytest.param('cuda', 'float64', 'wide_batched', id='cuda-float64-wide_batched'),
-        pytest.param('cuda', 'complex128', 'distinct_singular_values', id='cuda-complex128-distinct_singular_values'),
-        pytest.param('cuda', 'complex128', 'wide_batched', id='cuda-complex128-wide_batched'),
-        pytest.param('mps', 'float64', 'distinct_singular_values', id='mps-float64-distinct_singular_values'),
-        pytest.param('mps', 'float64', 'wide_batched', id='mps-float64-wide_batched'),
-        pytest.param('mps', 'complex128', 'distinct_singular_values', id='mps-complex128-distinct_singular_values'),
-        pytest.param('mps', 'complex128', 'wide_batched', id='mps-complex128-wide_batched'),
-        pytest.param('xpu', 'float64', 'distinct_singular_values', id='xpu-float64-distinct_singular_values'),
-        pytest.param('xpu', 'float64', 'wide_batched', id='xpu-float64-wide_batched'),
-        pytest.param('xpu', 'complex128', 'distinct_singular_values', id='xpu-complex128-distinct_singular_values'),
-        pytest.param('xpu', 'complex128', 'wide_batched', id='xpu-complex128-wide_batched'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

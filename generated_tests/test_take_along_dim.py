@@ -5,119 +5,61 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='take_along_dim',
-    op='torch.take_along_dim',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="take_along_dim",
+    op="torch.take_along_dim",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'dim1',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 2), dtype='int64', low=0.0, high=4.0)),
-            kwargs=(('dim', 1),),
-            location=Location('op_specs/indexing.yaml', 118, 9),
+            "dim1",
+            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(3, 2), dtype="int64", low=0.0, high=4.0)),
+            kwargs=(("dim", 1),),
+            location=Location(SOURCE, 118, 9),
         ),
         Sample(
-            'flattened',
-            args=(TensorArg(shape=(2, 3)), TensorArg(shape=(4,), dtype='int64', low=0.0, high=6.0)),
-            location=Location('op_specs/indexing.yaml', 121, 9),
+            "flattened",
+            args=(TensorArg(shape=(2, 3)), TensorArg(shape=(4,), dtype="int64", low=0.0, high=6.0)),
+            location=Location(SOURCE, 121, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(nondet_tol=1e-12, check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/indexing.yaml', 114, 5),
+    location=Location(SOURCE, 114, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'dim1', id='cpu-float64-dim1'),
-        pytest.param('cpu', 'float64', 'flattened', id='cpu-float64-flattened'),
-        pytest.param('cuda', 'float64', 'dim1', id='cuda-float64-dim1'),
-        pytest.param('cuda', 'float64', 'flattened', id='cuda-float64-flattened'),
-        pytest.param('mps', 'float64', 'dim1', id='mps-float64-dim1'),
-        pytest.param('mps', 'float64', 'flattened', id='mps-float64-flattened'),
-        pytest.param('xpu', 'float64', 'dim1', id='xpu-float64-dim1'),
-        pytest.param('xpu', 'float64', 'flattened', id='xpu-float64-flattened'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'dim1', id='cpu-float32-dim1'),
-        pytest.param('cpu', 'float32', 'flattened', id='cpu-float32-flattened'),
-        pytest.param('cuda', 'float32', 'dim1', id='cuda-float32-dim1'),
-        pytest.param('cuda', 'float32', 'flattened', id='cuda-float32-flattened'),
-        pytest.param('mps', 'float32', 'dim1', id='mps-float32-dim1'),
-        pytest.param('mps', 'float32', 'flattened', id='mps-float32-flattened'),
-        pytest.param('xpu', 'float32', 'dim1', id='xpu-float32-dim1'),
-        pytest.param('xpu', 'float32', 'flattened', id='xpu-float32-flattened'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,138 +5,70 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/sparse.yaml"
 SPEC = OpSpec(
-    name='to_dense',
-    op='torch.Tensor.to_dense',
-    source='op_specs/sparse.yaml',
-    sha256='13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b',
+    name="to_dense",
+    op="torch.Tensor.to_dense",
+    source=SOURCE,
+    sha256="13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b",
     samples=(
+        Sample("coo", args=(TensorArg(shape=(6, 8), layout="sparse_coo"),), location=Location(SOURCE, 50, 9)),
         Sample(
-            'coo',
-            args=(TensorArg(shape=(6, 8), layout='sparse_coo'),),
-            location=Location('op_specs/sparse.yaml', 50, 9),
+            "coo_hybrid",
+            args=(TensorArg(shape=(6, 8, 3), layout="sparse_coo", density=0.25, dense_dim=1),),
+            location=Location(SOURCE, 52, 9),
         ),
         Sample(
-            'coo_hybrid',
-            args=(TensorArg(shape=(6, 8, 3), layout='sparse_coo', density=0.25, dense_dim=1),),
-            location=Location('op_specs/sparse.yaml', 52, 9),
+            "coo_64x64",
+            args=(TensorArg(shape=(64, 64), layout="sparse_coo", density=0.05),),
+            location=Location(SOURCE, 54, 9),
+        ),
+        Sample("csr", args=(TensorArg(shape=(6, 8), layout="sparse_csr", nnz=10),), location=Location(SOURCE, 56, 9)),
+        Sample(
+            "csr_hybrid_positive",
+            args=(TensorArg(shape=(6, 8, 2), maker="positive", layout="sparse_csr", dense_dim=1),),
+            location=Location(SOURCE, 58, 9),
         ),
         Sample(
-            'coo_64x64',
-            args=(TensorArg(shape=(64, 64), layout='sparse_coo', density=0.05),),
-            location=Location('op_specs/sparse.yaml', 54, 9),
+            "csc", args=(TensorArg(shape=(6, 8), layout="sparse_csc", density=0.3),), location=Location(SOURCE, 60, 9)
         ),
         Sample(
-            'csr',
-            args=(TensorArg(shape=(6, 8), layout='sparse_csr', nnz=10),),
-            location=Location('op_specs/sparse.yaml', 56, 9),
+            "bsr",
+            args=(TensorArg(shape=(6, 8), layout="sparse_bsr", nnz=4, blocksize=(2, 2)),),
+            location=Location(SOURCE, 62, 9),
         ),
         Sample(
-            'csr_hybrid_positive',
-            args=(TensorArg(shape=(6, 8, 2), maker='positive', layout='sparse_csr', dense_dim=1),),
-            location=Location('op_specs/sparse.yaml', 58, 9),
-        ),
-        Sample(
-            'csc',
-            args=(TensorArg(shape=(6, 8), layout='sparse_csc', density=0.3),),
-            location=Location('op_specs/sparse.yaml', 60, 9),
-        ),
-        Sample(
-            'bsr',
-            args=(TensorArg(shape=(6, 8), layout='sparse_bsr', nnz=4, blocksize=(2, 2)),),
-            location=Location('op_specs/sparse.yaml', 62, 9),
-        ),
-        Sample(
-            'bsc',
-            args=(TensorArg(shape=(6, 8), layout='sparse_bsc', density=0.4, blocksize=(3, 2)),),
-            location=Location('op_specs/sparse.yaml', 64, 9),
+            "bsc",
+            args=(TensorArg(shape=(6, 8), layout="sparse_bsc", density=0.4, blocksize=(3, 2)),),
+            location=Location(SOURCE, 64, 9),
         ),
     ),
-    variant='method',
-    devices=('cpu', 'cuda'),
+    variant="method",
+    devices=("cpu", "cuda"),
     gradcheck=GradcheckFlags(check_batched_grad=False, masked=True),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('op_specs/sparse.yaml', 44, 5),
+    location=Location(SOURCE, 44, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_hybrid', id='cpu-float64-coo_hybrid'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'csr_hybrid_positive', id='cpu-float64-csr_hybrid_positive'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cpu', 'float64', 'bsr', id='cpu-float64-bsr'),
-        pytest.param('cpu', 'float64', 'bsc', id='cpu-float64-bsc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_hybrid', id='cuda-float64-coo_hybrid'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'csr_hybrid_positive', id='cuda-float64-csr_hybrid_positive'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-        pytest.param('cuda', 'float64', 'bsr', id='cuda-float64-bsr'),
-        pytest.param('cuda', 'float64', 'bsc', id='cuda-float64-bsc'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_hybrid', id='cpu-float64-coo_hybrid'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'csr_hybrid_positive', id='cpu-float64-csr_hybrid_positive'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cpu', 'float64', 'bsr', id='cpu-float64-bsr'),
-        pytest.param('cpu', 'float64', 'bsc', id='cpu-float64-bsc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_hybrid', id='cuda-float64-coo_hybrid'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'csr_hybrid_positive', id='cuda-float64-csr_hybrid_positive'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-        pytest.param('cuda', 'float64', 'bsr', id='cuda-float64-bsr'),
-        pytest.param('cuda', 'float64', 'bsc', id='cuda-float64-bsc'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_hybrid', id='cpu-float64-coo_hybrid'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'csr_hybrid_positive', id='cpu-float64-csr_hybrid_positive'),
-        pytest.param('cpu', 'float64', 'csc', id='cpu-float64-csc'),
-        pytest.param('cpu', 'float64', 'bsr', id='cpu-float64-bsr'),
-        pytest.param('cpu', 'float64', 'bsc', id='cpu-float64-bsc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_hybrid', id='cuda-float64-coo_hybrid'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'csr_hybrid_positive', id='cuda-float64-csr_hybrid_positive'),
-        pytest.param('cuda', 'float64', 'csc', id='cuda-float64-csc'),
-        pytest.param('cuda', 'float64', 'bsr', id='cuda-float64-bsr'),
-        pytest.param('cuda', 'float64', 'bsc', id='cuda-float64-bsc'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)

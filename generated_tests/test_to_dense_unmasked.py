@@ -5,110 +5,70 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/sparse.yaml"
 SPEC = OpSpec(
-    name='to_dense_unmasked',
-    op='torch.Tensor.to_dense',
-    source='op_specs/sparse.yaml',
-    sha256='13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b',
+    name="to_dense_unmasked",
+    op="torch.Tensor.to_dense",
+    source=SOURCE,
+    sha256="13f2aa027d240c94da29970bd188b0335ef6be84b9980f41536d165b5596ca8b",
     samples=(
         Sample(
-            'coo',
-            args=(TensorArg(shape=(6, 8), layout='sparse_coo'),),
-            kwargs=(('masked_grad', False),),
-            location=Location('op_specs/sparse.yaml', 73, 9),
+            "coo",
+            args=(TensorArg(shape=(6, 8), layout="sparse_coo"),),
+            kwargs=(("masked_grad", False),),
+            location=Location(SOURCE, 73, 9),
         ),
         Sample(
-            'coo_hybrid',
-            args=(TensorArg(shape=(6, 8, 3), layout='sparse_coo', density=0.25, dense_dim=1),),
-            kwargs=(('masked_grad', False),),
-            location=Location('op_specs/sparse.yaml', 76, 9),
+            "coo_hybrid",
+            args=(TensorArg(shape=(6, 8, 3), layout="sparse_coo", density=0.25, dense_dim=1),),
+            kwargs=(("masked_grad", False),),
+            location=Location(SOURCE, 76, 9),
         ),
         Sample(
-            'coo_64x64',
-            args=(TensorArg(shape=(64, 64), layout='sparse_coo', density=0.05),),
-            kwargs=(('masked_grad', False),),
-            location=Location('op_specs/sparse.yaml', 79, 9),
+            "coo_64x64",
+            args=(TensorArg(shape=(64, 64), layout="sparse_coo", density=0.05),),
+            kwargs=(("masked_grad", False),),
+            location=Location(SOURCE, 79, 9),
         ),
         Sample(
-            'csr',
-            args=(TensorArg(shape=(6, 8), layout='sparse_csr', nnz=10),),
-            kwargs=(('masked_grad', False),),
-            location=Location('op_specs/sparse.yaml', 82, 9),
+            "csr",
+            args=(TensorArg(shape=(6, 8), layout="sparse_csr", nnz=10),),
+            kwargs=(("masked_grad", False),),
+            location=Location(SOURCE, 82, 9),
         ),
         Sample(
-            'bsc',
-            args=(TensorArg(shape=(6, 8), layout='sparse_bsc', density=0.4, blocksize=(3, 2)),),
-            kwargs=(('masked_grad', False),),
-            location=Location('op_specs/sparse.yaml', 85, 9),
+            "bsc",
+            args=(TensorArg(shape=(6, 8), layout="sparse_bsc", density=0.4, blocksize=(3, 2)),),
+            kwargs=(("masked_grad", False),),
+            location=Location(SOURCE, 85, 9),
         ),
     ),
-    variant='method',
-    devices=('cpu', 'cuda'),
+    variant="method",
+    devices=("cpu", "cuda"),
     gradcheck=GradcheckFlags(check_batched_grad=False),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('op_specs/sparse.yaml', 67, 5),
+    location=Location(SOURCE, 67, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_hybrid', id='cpu-float64-coo_hybrid'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'bsc', id='cpu-float64-bsc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_hybrid', id='cuda-float64-coo_hybrid'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'bsc', id='cuda-float64-bsc'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_hybrid', id='cpu-float64-coo_hybrid'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'bsc', id='cpu-float64-bsc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_hybrid', id='cuda-float64-coo_hybrid'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'bsc', id='cuda-float64-bsc'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo', id='cpu-float64-coo'),
-        pytest.param('cpu', 'float64', 'coo_hybrid', id='cpu-float64-coo_hybrid'),
-        pytest.param('cpu', 'float64', 'coo_64x64', id='cpu-float64-coo_64x64'),
-        pytest.param('cpu', 'float64', 'csr', id='cpu-float64-csr'),
-        pytest.param('cpu', 'float64', 'bsc', id='cpu-float64-bsc'),
-        pytest.param('cuda', 'float64', 'coo', id='cuda-float64-coo'),
-        pytest.param('cuda', 'float64', 'coo_hybrid', id='cuda-float64-coo_hybrid'),
-        pytest.param('cuda', 'float64', 'coo_64x64', id='cuda-float64-coo_64x64'),
-        pytest.param('cuda', 'float64', 'csr', id='cuda-float64-csr'),
-        pytest.param('cuda', 'float64', 'bsc', id='cuda-float64-bsc'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)

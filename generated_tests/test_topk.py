@@ -5,119 +5,57 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/multi_output.yaml"
 SPEC = OpSpec(
-    name='topk',
-    op='torch.topk',
-    source='op_specs/multi_output.yaml',
-    sha256='08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1',
+    name="topk",
+    op="torch.topk",
+    source=SOURCE,
+    sha256="08942fc72b4234812002e8ac2efd45b4141f25912f9a43f39f6e2ed425f78ab1",
     samples=(
+        Sample("largest", args=(TensorArg(shape=(3, 6)), 2), location=Location(SOURCE, 33, 9)),
         Sample(
-            'largest',
-            args=(TensorArg(shape=(3, 6)), 2),
-            location=Location('op_specs/multi_output.yaml', 33, 9),
-        ),
-        Sample(
-            'smallest_dim0_unsorted',
+            "smallest_dim0_unsorted",
             args=(TensorArg(shape=(5, 3), noncontiguous=True), 3),
-            kwargs=(('dim', 0), ('largest', False), ('sorted', False)),
-            location=Location('op_specs/multi_output.yaml', 35, 9),
+            kwargs=(("dim", 0), ("largest", False), ("sorted", False)),
+            location=Location(SOURCE, 35, 9),
         ),
     ),
-    lowprec_dtypes=('float32',),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/multi_output.yaml', 31, 5),
+    location=Location(SOURCE, 31, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'largest', id='cpu-float64-largest'),
-        pytest.param('cpu', 'float64', 'smallest_dim0_unsorted', id='cpu-float64-smallest_dim0_unsorted'),
-        pytest.param('cuda', 'float64', 'largest', id='cuda-float64-largest'),
-        pytest.param('cuda', 'float64', 'smallest_dim0_unsorted', id='cuda-float64-smallest_dim0_unsorted'),
-        pytest.param('mps', 'float64', 'largest', id='mps-float64-largest'),
-        pytest.param('mps', 'float64', 'smallest_dim0_unsorted', id='mps-float64-smallest_dim0_unsorted'),
-        pytest.param('xpu', 'float64', 'largest', id='xpu-float64-largest'),
-        pytest.param('xpu', 'float64', 'smallest_dim0_unsorted', id='xpu-float64-smallest_dim0_unsorted'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'largest', id='cpu-float64-largest'),
-        pytest.param('cpu', 'float64', 'smallest_dim0_unsorted', id='cpu-float64-smallest_dim0_unsorted'),
-        pytest.param('cuda', 'float64', 'largest', id='cuda-float64-largest'),
-        pytest.param('cuda', 'float64', 'smallest_dim0_unsorted', id='cuda-float64-smallest_dim0_unsorted'),
-        pytest.param('mps', 'float64', 'largest', id='mps-float64-largest'),
-        pytest.param('mps', 'float64', 'smallest_dim0_unsorted', id='mps-float64-smallest_dim0_unsorted'),
-        pytest.param('xpu', 'float64', 'largest', id='xpu-float64-largest'),
-        pytest.param('xpu', 'float64', 'smallest_dim0_unsorted', id='xpu-float64-smallest_dim0_unsorted'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'largest', id='cpu-float64-largest'),
-        pytest.param('cpu', 'float64', 'smallest_dim0_unsorted', id='cpu-float64-smallest_dim0_unsorted'),
-        pytest.param('cuda', 'float64', 'largest', id='cuda-float64-largest'),
-        pytest.param('cuda', 'float64', 'smallest_dim0_unsorted', id='cuda-float64-smallest_dim0_unsorted'),
-        pytest.param('mps', 'float64', 'largest', id='mps-float64-largest'),
-        pytest.param('mps', 'float64', 'smallest_dim0_unsorted', id='mps-float64-smallest_dim0_unsorted'),
-        pytest.param('xpu', 'float64', 'largest', id='xpu-float64-largest'),
-        pytest.param('xpu', 'float64', 'smallest_dim0_unsorted', id='xpu-float64-smallest_dim0_unsorted'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'largest', id='cpu-float64-largest'),
-        pytest.param('cpu', 'float64', 'smallest_dim0_unsorted', id='cpu-float64-smallest_dim0_unsorted'),
-        pytest.param('cuda', 'float64', 'largest', id='cuda-float64-largest'),
-        pytest.param('cuda', 'float64', 'smallest_dim0_unsorted', id='cuda-float64-smallest_dim0_unsorted'),
-        pytest.param('mps', 'float64', 'largest', id='mps-float64-largest'),
-        pytest.param('mps', 'float64', 'smallest_dim0_unsorted', id='mps-float64-smallest_dim0_unsorted'),
-        pytest.param('xpu', 'float64', 'largest', id='xpu-float64-largest'),
-        pytest.param('xpu', 'float64', 'smallest_dim0_unsorted', id='xpu-float64-smallest_dim0_unsorted'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'largest', id='cpu-float32-largest'),
-        pytest.param('cpu', 'float32', 'smallest_dim0_unsorted', id='cpu-float32-smallest_dim0_unsorted'),
-        pytest.param('cuda', 'float32', 'largest', id='cuda-float32-largest'),
-        pytest.param('cuda', 'float32', 'smallest_dim0_unsorted', id='cuda-float32-smallest_dim0_unsorted'),
-        pytest.param('mps', 'float32', 'largest', id='mps-float32-largest'),
-        pytest.param('mps', 'float32', 'smallest_dim0_unsorted', id='mps-float32-smallest_dim0_unsorted'),
-        pytest.param('xpu', 'float32', 'largest', id='xpu-float32-largest'),
-        pytest.param('xpu', 'float32', 'smallest_dim0_unsorted', id='xpu-float32-smallest_dim0_unsorted'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,80 +5,38 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='transpose',
-    op='torch.transpose',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="transpose",
+    op="torch.transpose",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("matrix", args=(TensorArg(shape=(3, 4)), 0, 1), location=Location(SOURCE, 32, 9)),
         Sample(
-            'matrix',
-            args=(TensorArg(shape=(3, 4)), 0, 1),
-            location=Location('op_specs/shape.yaml', 32, 9),
-        ),
-        Sample(
-            'batched_negative_dims_noncontig',
+            "batched_negative_dims_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True), -1, 0),
-            location=Location('op_specs/shape.yaml', 34, 9),
+            location=Location(SOURCE, 34, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(enabled=False, check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 29, 5),
+    location=Location(SOURCE, 29, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'matrix', id='cpu-float64-matrix'),
-        pytest.param('cpu', 'float64', 'batched_negative_dims_noncontig', id='cpu-float64-batched_negative_dims_noncontig'),
-        pytest.param('cpu', 'complex128', 'matrix', id='cpu-complex128-matrix'),
-        pytest.param('cpu', 'complex128', 'batched_negative_dims_noncontig', id='cpu-complex128-batched_negative_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'matrix', id='cuda-float64-matrix'),
-        pytest.param('cuda', 'float64', 'batched_negative_dims_noncontig', id='cuda-float64-batched_negative_dims_noncontig'),
-        pytest.param('cuda', 'complex128', 'matrix', id='cuda-complex128-matrix'),
-        pytest.param('cuda', 'complex128', 'batched_negative_dims_noncontig', id='cuda-complex128-batched_negative_dims_noncontig'),
-        pytest.param('mps', 'float64', 'matrix', id='mps-float64-matrix'),
-        pytest.param('mps', 'float64', 'batched_negative_dims_noncontig', id='mps-float64-batched_negative_dims_noncontig'),
-        pytest.param('mps', 'complex128', 'matrix', id='mps-complex128-matrix'),
-        pytest.param('mps', 'complex128', 'batched_negative_dims_noncontig', id='mps-complex128-batched_negative_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'matrix', id='xpu-float64-matrix'),
-        pytest.param('xpu', 'float64', 'batched_negative_dims_noncontig', id='xpu-float64-batched_negative_dims_noncontig'),
-        pytest.param('xpu', 'complex128', 'matrix', id='xpu-complex128-matrix'),
-        pytest.param('xpu', 'complex128', 'batched_negative_dims_noncontig', id='xpu-complex128-batched_negative_dims_noncontig'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'matrix', id='cpu-float64-matrix'),
-        pytest.param('cpu', 'float64', 'batched_negative_dims_noncontig', id='cpu-float64-batched_negative_dims_noncontig'),
-        pytest.param('cpu', 'complex128', 'matrix', id='cpu-complex128-matrix'),
-        pytest.param('cpu', 'complex128', 'batched_negative_dims_noncontig', id='cpu-complex128-batched_negative_dims_noncontig'),
-        pytest.param('cuda', 'float64', 'matrix', id='cuda-float64-matrix'),
-        pytest.param('cuda', 'float64', 'batched_negative_dims_noncontig', id='cuda-float64-batched_negative_dims_noncontig'),
-        pytest.param('cuda', 'complex128', 'matrix', id='cuda-complex128-matrix'),
-        pytest.param('cuda', 'complex128', 'batched_negative_dims_noncontig', id='cuda-complex128-batched_negative_dims_noncontig'),
-        pytest.param('mps', 'float64', 'matrix', id='mps-float64-matrix'),
-        pytest.param('mps', 'float64', 'batched_negative_dims_noncontig', id='mps-float64-batched_negative_dims_noncontig'),
-        pytest.param('mps', 'complex128', 'matrix', id='mps-complex128-matrix'),
-        pytest.param('mps', 'complex128', 'batched_negative_dims_noncontig', id='mps-complex128-batched_negative_dims_noncontig'),
-        pytest.param('xpu', 'float64', 'matrix', id='xpu-float64-matrix'),
-        pytest.param('xpu', 'float64', 'batched_negative_dims_noncontig', id='xpu-float64-batched_negative_dims_noncontig'),
-        pytest.param('xpu', 'complex128', 'matrix', id='xpu-complex128-matrix'),
-        pytest.param('xpu', 'complex128', 'batched_negative_dims_noncontig', id='xpu-complex128-batched_negative_dims_noncontig'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)

@@ -5,170 +5,52 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/shape.yaml"
 SPEC = OpSpec(
-    name='tril',
-    op='torch.tril',
-    source='op_specs/shape.yaml',
-    sha256='1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f',
+    name="tril",
+    op="torch.tril",
+    source=SOURCE,
+    sha256="1328ffdd7aa516e7fafc4395a9865a30fd3c64dc83e11304be94d67f2d40920f",
     samples=(
+        Sample("main_diagonal", args=(TensorArg(shape=(4, 4)),), location=Location(SOURCE, 95, 9)),
         Sample(
-            'main_diagonal',
-            args=(TensorArg(shape=(4, 4)),),
-            location=Location('op_specs/shape.yaml', 95, 9),
-        ),
-        Sample(
-            'below_batched_noncontig',
+            "below_batched_noncontig",
             args=(TensorArg(shape=(2, 3, 4), noncontiguous=True),),
-            kwargs=(('diagonal', -1),),
-            location=Location('op_specs/shape.yaml', 97, 9),
+            kwargs=(("diagonal", -1),),
+            location=Location(SOURCE, 97, 9),
         ),
-        Sample(
-            'above_wide',
-            args=(TensorArg(shape=(3, 5)), 2),
-            location=Location('op_specs/shape.yaml', 100, 9),
-        ),
+        Sample("above_wide", args=(TensorArg(shape=(3, 5)), 2), location=Location(SOURCE, 100, 9)),
     ),
-    dtypes=('float64', 'complex128'),
+    dtypes=("float64", "complex128"),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/shape.yaml', 93, 5),
+    location=Location(SOURCE, 93, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'main_diagonal', id='cpu-float64-main_diagonal'),
-        pytest.param('cpu', 'float64', 'below_batched_noncontig', id='cpu-float64-below_batched_noncontig'),
-        pytest.param('cpu', 'float64', 'above_wide', id='cpu-float64-above_wide'),
-        pytest.param('cpu', 'complex128', 'main_diagonal', id='cpu-complex128-main_diagonal'),
-        pytest.param('cpu', 'complex128', 'below_batched_noncontig', id='cpu-complex128-below_batched_noncontig'),
-        pytest.param('cpu', 'complex128', 'above_wide', id='cpu-complex128-above_wide'),
-        pytest.param('cuda', 'float64', 'main_diagonal', id='cuda-float64-main_diagonal'),
-        pytest.param('cuda', 'float64', 'below_batched_noncontig', id='cuda-float64-below_batched_noncontig'),
-        pytest.param('cuda', 'float64', 'above_wide', id='cuda-float64-above_wide'),
-        pytest.param('cuda', 'complex128', 'main_diagonal', id='cuda-complex128-main_diagonal'),
-        pytest.param('cuda', 'complex128', 'below_batched_noncontig', id='cuda-complex128-below_batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'above_wide', id='cuda-complex128-above_wide'),
-        pytest.param('mps', 'float64', 'main_diagonal', id='mps-float64-main_diagonal'),
-        pytest.param('mps', 'float64', 'below_batched_noncontig', id='mps-float64-below_batched_noncontig'),
-        pytest.param('mps', 'float64', 'above_wide', id='mps-float64-above_wide'),
-        pytest.param('mps', 'complex128', 'main_diagonal', id='mps-complex128-main_diagonal'),
-        pytest.param('mps', 'complex128', 'below_batched_noncontig', id='mps-complex128-below_batched_noncontig'),
-        pytest.param('mps', 'complex128', 'above_wide', id='mps-complex128-above_wide'),
-        pytest.param('xpu', 'float64', 'main_diagonal', id='xpu-float64-main_diagonal'),
-        pytest.param('xpu', 'float64', 'below_batched_noncontig', id='xpu-float64-below_batched_noncontig'),
-        pytest.param('xpu', 'float64', 'above_wide', id='xpu-float64-above_wide'),
-        pytest.param('xpu', 'complex128', 'main_diagonal', id='xpu-complex128-main_diagonal'),
-        pytest.param('xpu', 'complex128', 'below_batched_noncontig', id='xpu-complex128-below_batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'above_wide', id='xpu-complex128-above_wide'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'main_diagonal', id='cpu-float64-main_diagonal'),
-        pytest.param('cpu', 'float64', 'below_batched_noncontig', id='cpu-float64-below_batched_noncontig'),
-        pytest.param('cpu', 'float64', 'above_wide', id='cpu-float64-above_wide'),
-        pytest.param('cpu', 'complex128', 'main_diagonal', id='cpu-complex128-main_diagonal'),
-        pytest.param('cpu', 'complex128', 'below_batched_noncontig', id='cpu-complex128-below_batched_noncontig'),
-        pytest.param('cpu', 'complex128', 'above_wide', id='cpu-complex128-above_wide'),
-        pytest.param('cuda', 'float64', 'main_diagonal', id='cuda-float64-main_diagonal'),
-        pytest.param('cuda', 'float64', 'below_batched_noncontig', id='cuda-float64-below_batched_noncontig'),
-        pytest.param('cuda', 'float64', 'above_wide', id='cuda-float64-above_wide'),
-        pytest.param('cuda', 'complex128', 'main_diagonal', id='cuda-complex128-main_diagonal'),
-        pytest.param('cuda', 'complex128', 'below_batched_noncontig', id='cuda-complex128-below_batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'above_wide', id='cuda-complex128-above_wide'),
-        pytest.param('mps', 'float64', 'main_diagonal', id='mps-float64-main_diagonal'),
-        pytest.param('mps', 'float64', 'below_batched_noncontig', id='mps-float64-below_batched_noncontig'),
-        pytest.param('mps', 'float64', 'above_wide', id='mps-float64-above_wide'),
-        pytest.param('mps', 'complex128', 'main_diagonal', id='mps-complex128-main_diagonal'),
-        pytest.param('mps', 'complex128', 'below_batched_noncontig', id='mps-complex128-below_batched_noncontig'),
-        pytest.param('mps', 'complex128', 'above_wide', id='mps-complex128-above_wide'),
-        pytest.param('xpu', 'float64', 'main_diagonal', id='xpu-float64-main_diagonal'),
-        pytest.param('xpu', 'float64', 'below_batched_noncontig', id='xpu-float64-below_batched_noncontig'),
-        pytest.param('xpu', 'float64', 'above_wide', id='xpu-float64-above_wide'),
-        pytest.param('xpu', 'complex128', 'main_diagonal', id='xpu-complex128-main_diagonal'),
-        pytest.param('xpu', 'complex128', 'below_batched_noncontig', id='xpu-complex128-below_batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'above_wide', id='xpu-complex128-above_wide'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'main_diagonal', id='cpu-float64-main_diagonal'),
-        pytest.param('cpu', 'float64', 'below_batched_noncontig', id='cpu-float64-below_batched_noncontig'),
-        pytest.param('cpu', 'float64', 'above_wide', id='cpu-float64-above_wide'),
-        pytest.param('cpu', 'complex128', 'main_diagonal', id='cpu-complex128-main_diagonal'),
-        pytest.param('cpu', 'complex128', 'below_batched_noncontig', id='cpu-complex128-below_batched_noncontig'),
-        pytest.param('cpu', 'complex128', 'above_wide', id='cpu-complex128-above_wide'),
-        pytest.param('cuda', 'float64', 'main_diagonal', id='cuda-float64-main_diagonal'),
-        pytest.param('cuda', 'float64', 'below_batched_noncontig', id='cuda-float64-below_batched_noncontig'),
-        pytest.param('cuda', 'float64', 'above_wide', id='cuda-float64-above_wide'),
-        pytest.param('cuda', 'complex128', 'main_diagonal', id='cuda-complex128-main_diagonal'),
-        pytest.param('cuda', 'complex128', 'below_batched_noncontig', id='cuda-complex128-below_batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'above_wide', id='cuda-complex128-above_wide'),
-        pytest.param('mps', 'float64', 'main_diagonal', id='mps-float64-main_diagonal'),
-        pytest.param('mps', 'float64', 'below_batched_noncontig', id='mps-float64-below_batched_noncontig'),
-        pytest.param('mps', 'float64', 'above_wide', id='mps-float64-above_wide'),
-        pytest.param('mps', 'complex128', 'main_diagonal', id='mps-complex128-main_diagonal'),
-        pytest.param('mps', 'complex128', 'below_batched_noncontig', id='mps-complex128-below_batched_noncontig'),
-        pytest.param('mps', 'complex128', 'above_wide', id='mps-complex128-above_wide'),
-        pytest.param('xpu', 'float64', 'main_diagonal', id='xpu-float64-main_diagonal'),
-        pytest.param('xpu', 'float64', 'below_batched_noncontig', id='xpu-float64-below_batched_noncontig'),
-        pytest.param('xpu', 'float64', 'above_wide', id='xpu-float64-above_wide'),
-        pytest.param('xpu', 'complex128', 'main_diagonal', id='xpu-complex128-main_diagonal'),
-        pytest.param('xpu', 'complex128', 'below_batched_noncontig', id='xpu-complex128-below_batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'above_wide', id='xpu-complex128-above_wide'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'main_diagonal', id='cpu-float64-main_diagonal'),
-        pytest.param('cpu', 'float64', 'below_batched_noncontig', id='cpu-float64-below_batched_noncontig'),
-        pytest.param('cpu', 'float64', 'above_wide', id='cpu-float64-above_wide'),
-        pytest.param('cpu', 'complex128', 'main_diagonal', id='cpu-complex128-main_diagonal'),
-        pytest.param('cpu', 'complex128', 'below_batched_noncontig', id='cpu-complex128-below_batched_noncontig'),
-        pytest.param('cpu', 'complex128', 'above_wide', id='cpu-complex128-above_wide'),
-        pytest.param('cuda', 'float64', 'main_diagonal', id='cuda-float64-main_diagonal'),
-        pytest.param('cuda', 'float64', 'below_batched_noncontig', id='cuda-float64-below_batched_noncontig'),
-        pytest.param('cuda', 'float64', 'above_wide', id='cuda-float64-above_wide'),
-        pytest.param('cuda', 'complex128', 'main_diagonal', id='cuda-complex128-main_diagonal'),
-        pytest.param('cuda', 'complex128', 'below_batched_noncontig', id='cuda-complex128-below_batched_noncontig'),
-        pytest.param('cuda', 'complex128', 'above_wide', id='cuda-complex128-above_wide'),
-        pytest.param('mps', 'float64', 'main_diagonal', id='mps-float64-main_diagonal'),
-        pytest.param('mps', 'float64', 'below_batched_noncontig', id='mps-float64-below_batched_noncontig'),
-        pytest.param('mps', 'float64', 'above_wide', id='mps-float64-above_wide'),
-        pytest.param('mps', 'complex128', 'main_diagonal', id='mps-complex128-main_diagonal'),
-        pytest.param('mps', 'complex128', 'below_batched_noncontig', id='mps-complex128-below_batched_noncontig'),
-        pytest.param('mps', 'complex128', 'above_wide', id='mps-complex128-above_wide'),
-        pytest.param('xpu', 'float64', 'main_diagonal', id='xpu-float64-main_diagonal'),
-        pytest.param('xpu', 'float64', 'below_batched_noncontig', id='xpu-float64-below_batched_noncontig'),
-        pytest.param('xpu', 'float64', 'above_wide', id='xpu-float64-above_wide'),
-        pytest.param('xpu', 'complex128', 'main_diagonal', id='xpu-complex128-main_diagonal'),
-        pytest.param('xpu', 'complex128', 'below_batched_noncontig', id='xpu-complex128-below_batched_noncontig'),
-        pytest.param('xpu', 'complex128', 'above_wide', id='xpu-complex128-above_wide'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,198 +5,66 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='var',
-    op='torch.var',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="var",
+    op="torch.var",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("all_unbiased", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 111, 9)),
         Sample(
-            'all_unbiased',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/reductions.yaml', 111, 9),
-        ),
-        Sample(
-            'dim_correction0_keepdim',
+            "dim_correction0_keepdim",
             args=(TensorArg(shape=(3, 4), noncontiguous=True),),
-            kwargs=(('dim', 1), ('correction', 0), ('keepdim', True)),
-            location=Location('op_specs/reductions.yaml', 113, 9),
+            kwargs=(("dim", 1), ("correction", 0), ("keepdim", True)),
+            location=Location(SOURCE, 113, 9),
         ),
         Sample(
-            'dims_correction2',
+            "dims_correction2",
             args=(TensorArg(shape=(2, 5, 3)),),
-            kwargs=(('dim', (0, 2)), ('correction', 2)),
-            location=Location('op_specs/reductions.yaml', 116, 9),
+            kwargs=(("dim", (0, 2)), ("correction", 2)),
+            location=Location(SOURCE, 116, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32',),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 107, 5),
+    location=Location(SOURCE, 107, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_unbiased', id='cpu-float64-all_unbiased'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cpu', 'float64', 'dims_correction2', id='cpu-float64-dims_correction2'),
-        pytest.param('cpu', 'complex128', 'all_unbiased', id='cpu-complex128-all_unbiased'),
-        pytest.param('cpu', 'complex128', 'dim_correction0_keepdim', id='cpu-complex128-dim_correction0_keepdim'),
-        pytest.param('cpu', 'complex128', 'dims_correction2', id='cpu-complex128-dims_correction2'),
-        pytest.param('cuda', 'float64', 'all_unbiased', id='cuda-float64-all_unbiased'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'dims_correction2', id='cuda-float64-dims_correction2'),
-        pytest.param('cuda', 'complex128', 'all_unbiased', id='cuda-complex128-all_unbiased'),
-        pytest.param('cuda', 'complex128', 'dim_correction0_keepdim', id='cuda-complex128-dim_correction0_keepdim'),
-        pytest.param('cuda', 'complex128', 'dims_correction2', id='cuda-complex128-dims_correction2'),
-        pytest.param('mps', 'float64', 'all_unbiased', id='mps-float64-all_unbiased'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'dims_correction2', id='mps-float64-dims_correction2'),
-        pytest.param('mps', 'complex128', 'all_unbiased', id='mps-complex128-all_unbiased'),
-        pytest.param('mps', 'complex128', 'dim_correction0_keepdim', id='mps-complex128-dim_correction0_keepdim'),
-        pytest.param('mps', 'complex128', 'dims_correction2', id='mps-complex128-dims_correction2'),
-        pytest.param('xpu', 'float64', 'all_unbiased', id='xpu-float64-all_unbiased'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'dims_correction2', id='xpu-float64-dims_correction2'),
-        pytest.param('xpu', 'complex128', 'all_unbiased', id='xpu-complex128-all_unbiased'),
-        pytest.param('xpu', 'complex128', 'dim_correction0_keepdim', id='xpu-complex128-dim_correction0_keepdim'),
-        pytest.param('xpu', 'complex128', 'dims_correction2', id='xpu-complex128-dims_correction2'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_unbiased', id='cpu-float64-all_unbiased'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cpu', 'float64', 'dims_correction2', id='cpu-float64-dims_correction2'),
-        pytest.param('cpu', 'complex128', 'all_unbiased', id='cpu-complex128-all_unbiased'),
-        pytest.param('cpu', 'complex128', 'dim_correction0_keepdim', id='cpu-complex128-dim_correction0_keepdim'),
-        pytest.param('cpu', 'complex128', 'dims_correction2', id='cpu-complex128-dims_correction2'),
-        pytest.param('cuda', 'float64', 'all_unbiased', id='cuda-float64-all_unbiased'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'dims_correction2', id='cuda-float64-dims_correction2'),
-        pytest.param('cuda', 'complex128', 'all_unbiased', id='cuda-complex128-all_unbiased'),
-        pytest.param('cuda', 'complex128', 'dim_correction0_keepdim', id='cuda-complex128-dim_correction0_keepdim'),
-        pytest.param('cuda', 'complex128', 'dims_correction2', id='cuda-complex128-dims_correction2'),
-        pytest.param('mps', 'float64', 'all_unbiased', id='mps-float64-all_unbiased'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'dims_correction2', id='mps-float64-dims_correction2'),
-        pytest.param('mps', 'complex128', 'all_unbiased', id='mps-complex128-all_unbiased'),
-        pytest.param('mps', 'complex128', 'dim_correction0_keepdim', id='mps-complex128-dim_correction0_keepdim'),
-        pytest.param('mps', 'complex128', 'dims_correction2', id='mps-complex128-dims_correction2'),
-        pytest.param('xpu', 'float64', 'all_unbiased', id='xpu-float64-all_unbiased'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'dims_correction2', id='xpu-float64-dims_correction2'),
-        pytest.param('xpu', 'complex128', 'all_unbiased', id='xpu-complex128-all_unbiased'),
-        pytest.param('xpu', 'complex128', 'dim_correction0_keepdim', id='xpu-complex128-dim_correction0_keepdim'),
-        pytest.param('xpu', 'complex128', 'dims_correction2', id='xpu-complex128-dims_correction2'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_unbiased', id='cpu-float64-all_unbiased'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cpu', 'float64', 'dims_correction2', id='cpu-float64-dims_correction2'),
-        pytest.param('cpu', 'complex128', 'all_unbiased', id='cpu-complex128-all_unbiased'),
-        pytest.param('cpu', 'complex128', 'dim_correction0_keepdim', id='cpu-complex128-dim_correction0_keepdim'),
-        pytest.param('cpu', 'complex128', 'dims_correction2', id='cpu-complex128-dims_correction2'),
-        pytest.param('cuda', 'float64', 'all_unbiased', id='cuda-float64-all_unbiased'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'dims_correction2', id='cuda-float64-dims_correction2'),
-        pytest.param('cuda', 'complex128', 'all_unbiased', id='cuda-complex128-all_unbiased'),
-        pytest.param('cuda', 'complex128', 'dim_correction0_keepdim', id='cuda-complex128-dim_correction0_keepdim'),
-        pytest.param('cuda', 'complex128', 'dims_correction2', id='cuda-complex128-dims_correction2'),
-        pytest.param('mps', 'float64', 'all_unbiased', id='mps-float64-all_unbiased'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'dims_correction2', id='mps-float64-dims_correction2'),
-        pytest.param('mps', 'complex128', 'all_unbiased', id='mps-complex128-all_unbiased'),
-        pytest.param('mps', 'complex128', 'dim_correction0_keepdim', id='mps-complex128-dim_correction0_keepdim'),
-        pytest.param('mps', 'complex128', 'dims_correction2', id='mps-complex128-dims_correction2'),
-        pytest.param('xpu', 'float64', 'all_unbiased', id='xpu-float64-all_unbiased'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'dims_correction2', id='xpu-float64-dims_correction2'),
-        pytest.param('xpu', 'complex128', 'all_unbiased', id='xpu-complex128-all_unbiased'),
-        pytest.param('xpu', 'complex128', 'dim_correction0_keepdim', id='xpu-complex128-dim_correction0_keepdim'),
-        pytest.param('xpu', 'complex128', 'dims_correction2', id='xpu-complex128-dims_correction2'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'all_unbiased', id='cpu-float64-all_unbiased'),
-        pytest.param('cpu', 'float64', 'dim_correction0_keepdim', id='cpu-float64-dim_correction0_keepdim'),
-        pytest.param('cpu', 'float64', 'dims_correction2', id='cpu-float64-dims_correction2'),
-        pytest.param('cpu', 'complex128', 'all_unbiased', id='cpu-complex128-all_unbiased'),
-        pytest.param('cpu', 'complex128', 'dim_correction0_keepdim', id='cpu-complex128-dim_correction0_keepdim'),
-        pytest.param('cpu', 'complex128', 'dims_correction2', id='cpu-complex128-dims_correction2'),
-        pytest.param('cuda', 'float64', 'all_unbiased', id='cuda-float64-all_unbiased'),
-        pytest.param('cuda', 'float64', 'dim_correction0_keepdim', id='cuda-float64-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float64', 'dims_correction2', id='cuda-float64-dims_correction2'),
-        pytest.param('cuda', 'complex128', 'all_unbiased', id='cuda-complex128-all_unbiased'),
-        pytest.param('cuda', 'complex128', 'dim_correction0_keepdim', id='cuda-complex128-dim_correction0_keepdim'),
-        pytest.param('cuda', 'complex128', 'dims_correction2', id='cuda-complex128-dims_correction2'),
-        pytest.param('mps', 'float64', 'all_unbiased', id='mps-float64-all_unbiased'),
-        pytest.param('mps', 'float64', 'dim_correction0_keepdim', id='mps-float64-dim_correction0_keepdim'),
-        pytest.param('mps', 'float64', 'dims_correction2', id='mps-float64-dims_correction2'),
-        pytest.param('mps', 'complex128', 'all_unbiased', id='mps-complex128-all_unbiased'),
-        pytest.param('mps', 'complex128', 'dim_correction0_keepdim', id='mps-complex128-dim_correction0_keepdim'),
-        pytest.param('mps', 'complex128', 'dims_correction2', id='mps-complex128-dims_correction2'),
-        pytest.param('xpu', 'float64', 'all_unbiased', id='xpu-float64-all_unbiased'),
-        pytest.param('xpu', 'float64', 'dim_correction0_keepdim', id='xpu-float64-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float64', 'dims_correction2', id='xpu-float64-dims_correction2'),
-        pytest.param('xpu', 'complex128', 'all_unbiased', id='xpu-complex128-all_unbiased'),
-        pytest.param('xpu', 'complex128', 'dim_correction0_keepdim', id='xpu-complex128-dim_correction0_keepdim'),
-        pytest.param('xpu', 'complex128', 'dims_correction2', id='xpu-complex128-dims_correction2'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'all_unbiased', id='cpu-float32-all_unbiased'),
-        pytest.param('cpu', 'float32', 'dim_correction0_keepdim', id='cpu-float32-dim_correction0_keepdim'),
-        pytest.param('cpu', 'float32', 'dims_correction2', id='cpu-float32-dims_correction2'),
-        pytest.param('cuda', 'float32', 'all_unbiased', id='cuda-float32-all_unbiased'),
-        pytest.param('cuda', 'float32', 'dim_correction0_keepdim', id='cuda-float32-dim_correction0_keepdim'),
-        pytest.param('cuda', 'float32', 'dims_correction2', id='cuda-float32-dims_correction2'),
-        pytest.param('mps', 'float32', 'all_unbiased', id='mps-float32-all_unbiased'),
-        pytest.param('mps', 'float32', 'dim_correction0_keepdim', id='mps-float32-dim_correction0_keepdim'),
-        pytest.param('mps', 'float32', 'dims_correction2', id='mps-float32-dims_correction2'),
-        pytest.param('xpu', 'float32', 'all_unbiased', id='xpu-float32-all_unbiased'),
-        pytest.param('xpu', 'float32', 'dim_correction0_keepdim', id='xpu-float32-dim_correction0_keepdim'),
-        pytest.param('xpu', 'float32', 'dims_correction2', id='xpu-float32-dims_correction2'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

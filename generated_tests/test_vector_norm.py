@@ -5,256 +5,72 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/reductions.yaml"
 SPEC = OpSpec(
-    name='vector_norm',
-    op='torch.linalg.vector_norm',
-    source='op_specs/reductions.yaml',
-    sha256='622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e',
+    name="vector_norm",
+    op="torch.linalg.vector_norm",
+    source=SOURCE,
+    sha256="622de0d8eb271e8f2d197a3ef29fca372fc21b80ac269e32e2ae00d111869b2e",
     samples=(
+        Sample("two_norm", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 84, 9)),
         Sample(
-            'two_norm',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/reductions.yaml', 84, 9),
-        ),
-        Sample(
-            'ord3_dim_keepdim',
+            "ord3_dim_keepdim",
             args=(TensorArg(shape=(3, 4), noncontiguous=True), 3),
-            kwargs=(('dim', 1), ('keepdim', True)),
-            location=Location('op_specs/reductions.yaml', 86, 9),
+            kwargs=(("dim", 1), ("keepdim", True)),
+            location=Location(SOURCE, 86, 9),
         ),
         Sample(
-            'ord1_dims',
+            "ord1_dims",
             args=(TensorArg(shape=(2, 3, 4), avoid=(0.0,)), 1),
-            kwargs=(('dim', (0, 2)),),
-            location=Location('op_specs/reductions.yaml', 90, 9),
+            kwargs=(("dim", (0, 2)),),
+            location=Location(SOURCE, 90, 9),
         ),
         Sample(
-            'inf_norm',
+            "inf_norm",
             args=(TensorArg(shape=(4, 3), avoid=(0.0,)), float("inf")),
-            kwargs=(('dim', 0),),
-            location=Location('op_specs/reductions.yaml', 94, 9),
+            kwargs=(("dim", 0),),
+            location=Location(SOURCE, 94, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32', 'bfloat16'),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32", "bfloat16"),
     gradcheck=GradcheckFlags(check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(
-        check_batched_grad=True,
-        check_fwd_over_rev=True,
-        gen_non_contig_grad_outputs=True,
+        check_batched_grad=True, check_fwd_over_rev=True, gen_non_contig_grad_outputs=True
     ),
-    location=Location('op_specs/reductions.yaml', 80, 5),
+    location=Location(SOURCE, 80, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'two_norm', id='cpu-float64-two_norm'),
-        pytest.param('cpu', 'float64', 'ord3_dim_keepdim', id='cpu-float64-ord3_dim_keepdim'),
-        pytest.param('cpu', 'float64', 'ord1_dims', id='cpu-float64-ord1_dims'),
-        pytest.param('cpu', 'float64', 'inf_norm', id='cpu-float64-inf_norm'),
-        pytest.param('cpu', 'complex128', 'two_norm', id='cpu-complex128-two_norm'),
-        pytest.param('cpu', 'complex128', 'ord3_dim_keepdim', id='cpu-complex128-ord3_dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'ord1_dims', id='cpu-complex128-ord1_dims'),
-        pytest.param('cpu', 'complex128', 'inf_norm', id='cpu-complex128-inf_norm'),
-        pytest.param('cuda', 'float64', 'two_norm', id='cuda-float64-two_norm'),
-        pytest.param('cuda', 'float64', 'ord3_dim_keepdim', id='cuda-float64-ord3_dim_keepdim'),
-        pytest.param('cuda', 'float64', 'ord1_dims', id='cuda-float64-ord1_dims'),
-        pytest.param('cuda', 'float64', 'inf_norm', id='cuda-float64-inf_norm'),
-        pytest.param('cuda', 'complex128', 'two_norm', id='cuda-complex128-two_norm'),
-        pytest.param('cuda', 'complex128', 'ord3_dim_keepdim', id='cuda-complex128-ord3_dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'ord1_dims', id='cuda-complex128-ord1_dims'),
-        pytest.param('cuda', 'complex128', 'inf_norm', id='cuda-complex128-inf_norm'),
-        pytest.param('mps', 'float64', 'two_norm', id='mps-float64-two_norm'),
-        pytest.param('mps', 'float64', 'ord3_dim_keepdim', id='mps-float64-ord3_dim_keepdim'),
-        pytest.param('mps', 'float64', 'ord1_dims', id='mps-float64-ord1_dims'),
-        pytest.param('mps', 'float64', 'inf_norm', id='mps-float64-inf_norm'),
-        pytest.param('mps', 'complex128', 'two_norm', id='mps-complex128-two_norm'),
-        pytest.param('mps', 'complex128', 'ord3_dim_keepdim', id='mps-complex128-ord3_dim_keepdim'),
-        pytest.param('mps', 'complex128', 'ord1_dims', id='mps-complex128-ord1_dims'),
-        pytest.param('mps', 'complex128', 'inf_norm', id='mps-complex128-inf_norm'),
-        pytest.param('xpu', 'float64', 'two_norm', id='xpu-float64-two_norm'),
-        pytest.param('xpu', 'float64', 'ord3_dim_keepdim', id='xpu-float64-ord3_dim_keepdim'),
-        pytest.param('xpu', 'float64', 'ord1_dims', id='xpu-float64-ord1_dims'),
-        pytest.param('xpu', 'float64', 'inf_norm', id='xpu-float64-inf_norm'),
-        pytest.param('xpu', 'complex128', 'two_norm', id='xpu-complex128-two_norm'),
-        pytest.param('xpu', 'complex128', 'ord3_dim_keepdim', id='xpu-complex128-ord3_dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'ord1_dims', id='xpu-complex128-ord1_dims'),
-        pytest.param('xpu', 'complex128', 'inf_norm', id='xpu-complex128-inf_norm'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'two_norm', id='cpu-float64-two_norm'),
-        pytest.param('cpu', 'float64', 'ord3_dim_keepdim', id='cpu-float64-ord3_dim_keepdim'),
-        pytest.param('cpu', 'float64', 'ord1_dims', id='cpu-float64-ord1_dims'),
-        pytest.param('cpu', 'float64', 'inf_norm', id='cpu-float64-inf_norm'),
-        pytest.param('cpu', 'complex128', 'two_norm', id='cpu-complex128-two_norm'),
-        pytest.param('cpu', 'complex128', 'ord3_dim_keepdim', id='cpu-complex128-ord3_dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'ord1_dims', id='cpu-complex128-ord1_dims'),
-        pytest.param('cpu', 'complex128', 'inf_norm', id='cpu-complex128-inf_norm'),
-        pytest.param('cuda', 'float64', 'two_norm', id='cuda-float64-two_norm'),
-        pytest.param('cuda', 'float64', 'ord3_dim_keepdim', id='cuda-float64-ord3_dim_keepdim'),
-        pytest.param('cuda', 'float64', 'ord1_dims', id='cuda-float64-ord1_dims'),
-        pytest.param('cuda', 'float64', 'inf_norm', id='cuda-float64-inf_norm'),
-        pytest.param('cuda', 'complex128', 'two_norm', id='cuda-complex128-two_norm'),
-        pytest.param('cuda', 'complex128', 'ord3_dim_keepdim', id='cuda-complex128-ord3_dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'ord1_dims', id='cuda-complex128-ord1_dims'),
-        pytest.param('cuda', 'complex128', 'inf_norm', id='cuda-complex128-inf_norm'),
-        pytest.param('mps', 'float64', 'two_norm', id='mps-float64-two_norm'),
-        pytest.param('mps', 'float64', 'ord3_dim_keepdim', id='mps-float64-ord3_dim_keepdim'),
-        pytest.param('mps', 'float64', 'ord1_dims', id='mps-float64-ord1_dims'),
-        pytest.param('mps', 'float64', 'inf_norm', id='mps-float64-inf_norm'),
-        pytest.param('mps', 'complex128', 'two_norm', id='mps-complex128-two_norm'),
-        pytest.param('mps', 'complex128', 'ord3_dim_keepdim', id='mps-complex128-ord3_dim_keepdim'),
-        pytest.param('mps', 'complex128', 'ord1_dims', id='mps-complex128-ord1_dims'),
-        pytest.param('mps', 'complex128', 'inf_norm', id='mps-complex128-inf_norm'),
-        pytest.param('xpu', 'float64', 'two_norm', id='xpu-float64-two_norm'),
-        pytest.param('xpu', 'float64', 'ord3_dim_keepdim', id='xpu-float64-ord3_dim_keepdim'),
-        pytest.param('xpu', 'float64', 'ord1_dims', id='xpu-float64-ord1_dims'),
-        pytest.param('xpu', 'float64', 'inf_norm', id='xpu-float64-inf_norm'),
-        pytest.param('xpu', 'complex128', 'two_norm', id='xpu-complex128-two_norm'),
-        pytest.param('xpu', 'complex128', 'ord3_dim_keepdim', id='xpu-complex128-ord3_dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'ord1_dims', id='xpu-complex128-ord1_dims'),
-        pytest.param('xpu', 'complex128', 'inf_norm', id='xpu-complex128-inf_norm'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'two_norm', id='cpu-float64-two_norm'),
-        pytest.param('cpu', 'float64', 'ord3_dim_keepdim', id='cpu-float64-ord3_dim_keepdim'),
-        pytest.param('cpu', 'float64', 'ord1_dims', id='cpu-float64-ord1_dims'),
-        pytest.param('cpu', 'float64', 'inf_norm', id='cpu-float64-inf_norm'),
-        pytest.param('cpu', 'complex128', 'two_norm', id='cpu-complex128-two_norm'),
-        pytest.param('cpu', 'complex128', 'ord3_dim_keepdim', id='cpu-complex128-ord3_dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'ord1_dims', id='cpu-complex128-ord1_dims'),
-        pytest.param('cpu', 'complex128', 'inf_norm', id='cpu-complex128-inf_norm'),
-        pytest.param('cuda', 'float64', 'two_norm', id='cuda-float64-two_norm'),
-        pytest.param('cuda', 'float64', 'ord3_dim_keepdim', id='cuda-float64-ord3_dim_keepdim'),
-        pytest.param('cuda', 'float64', 'ord1_dims', id='cuda-float64-ord1_dims'),
-        pytest.param('cuda', 'float64', 'inf_norm', id='cuda-float64-inf_norm'),
-        pytest.param('cuda', 'complex128', 'two_norm', id='cuda-complex128-two_norm'),
-        pytest.param('cuda', 'complex128', 'ord3_dim_keepdim', id='cuda-complex128-ord3_dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'ord1_dims', id='cuda-complex128-ord1_dims'),
-        pytest.param('cuda', 'complex128', 'inf_norm', id='cuda-complex128-inf_norm'),
-        pytest.param('mps', 'float64', 'two_norm', id='mps-float64-two_norm'),
-        pytest.param('mps', 'float64', 'ord3_dim_keepdim', id='mps-float64-ord3_dim_keepdim'),
-        pytest.param('mps', 'float64', 'ord1_dims', id='mps-float64-ord1_dims'),
-        pytest.param('mps', 'float64', 'inf_norm', id='mps-float64-inf_norm'),
-        pytest.param('mps', 'complex128', 'two_norm', id='mps-complex128-two_norm'),
-        pytest.param('mps', 'complex128', 'ord3_dim_keepdim', id='mps-complex128-ord3_dim_keepdim'),
-        pytest.param('mps', 'complex128', 'ord1_dims', id='mps-complex128-ord1_dims'),
-        pytest.param('mps', 'complex128', 'inf_norm', id='mps-complex128-inf_norm'),
-        pytest.param('xpu', 'float64', 'two_norm', id='xpu-float64-two_norm'),
-        pytest.param('xpu', 'float64', 'ord3_dim_keepdim', id='xpu-float64-ord3_dim_keepdim'),
-        pytest.param('xpu', 'float64', 'ord1_dims', id='xpu-float64-ord1_dims'),
-        pytest.param('xpu', 'float64', 'inf_norm', id='xpu-float64-inf_norm'),
-        pytest.param('xpu', 'complex128', 'two_norm', id='xpu-complex128-two_norm'),
-        pytest.param('xpu', 'complex128', 'ord3_dim_keepdim', id='xpu-complex128-ord3_dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'ord1_dims', id='xpu-complex128-ord1_dims'),
-        pytest.param('xpu', 'complex128', 'inf_norm', id='xpu-complex128-inf_norm'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'two_norm', id='cpu-float64-two_norm'),
-        pytest.param('cpu', 'float64', 'ord3_dim_keepdim', id='cpu-float64-ord3_dim_keepdim'),
-        pytest.param('cpu', 'float64', 'ord1_dims', id='cpu-float64-ord1_dims'),
-        pytest.param('cpu', 'float64', 'inf_norm', id='cpu-float64-inf_norm'),
-        pytest.param('cpu', 'complex128', 'two_norm', id='cpu-complex128-two_norm'),
-        pytest.param('cpu', 'complex128', 'ord3_dim_keepdim', id='cpu-complex128-ord3_dim_keepdim'),
-        pytest.param('cpu', 'complex128', 'ord1_dims', id='cpu-complex128-ord1_dims'),
-        pytest.param('cpu', 'complex128', 'inf_norm', id='cpu-complex128-inf_norm'),
-        pytest.param('cuda', 'float64', 'two_norm', id='cuda-float64-two_norm'),
-        pytest.param('cuda', 'float64', 'ord3_dim_keepdim', id='cuda-float64-ord3_dim_keepdim'),
-        pytest.param('cuda', 'float64', 'ord1_dims', id='cuda-float64-ord1_dims'),
-        pytest.param('cuda', 'float64', 'inf_norm', id='cuda-float64-inf_norm'),
-        pytest.param('cuda', 'complex128', 'two_norm', id='cuda-complex128-two_norm'),
-        pytest.param('cuda', 'complex128', 'ord3_dim_keepdim', id='cuda-complex128-ord3_dim_keepdim'),
-        pytest.param('cuda', 'complex128', 'ord1_dims', id='cuda-complex128-ord1_dims'),
-        pytest.param('cuda', 'complex128', 'inf_norm', id='cuda-complex128-inf_norm'),
-        pytest.param('mps', 'float64', 'two_norm', id='mps-float64-two_norm'),
-        pytest.param('mps', 'float64', 'ord3_dim_keepdim', id='mps-float64-ord3_dim_keepdim'),
-        pytest.param('mps', 'float64', 'ord1_dims', id='mps-float64-ord1_dims'),
-        pytest.param('mps', 'float64', 'inf_norm', id='mps-float64-inf_norm'),
-        pytest.param('mps', 'complex128', 'two_norm', id='mps-complex128-two_norm'),
-        pytest.param('mps', 'complex128', 'ord3_dim_keepdim', id='mps-complex128-ord3_dim_keepdim'),
-        pytest.param('mps', 'complex128', 'ord1_dims', id='mps-complex128-ord1_dims'),
-        pytest.param('mps', 'complex128', 'inf_norm', id='mps-complex128-inf_norm'),
-        pytest.param('xpu', 'float64', 'two_norm', id='xpu-float64-two_norm'),
-        pytest.param('xpu', 'float64', 'ord3_dim_keepdim', id='xpu-float64-ord3_dim_keepdim'),
-        pytest.param('xpu', 'float64', 'ord1_dims', id='xpu-float64-ord1_dims'),
-        pytest.param('xpu', 'float64', 'inf_norm', id='xpu-float64-inf_norm'),
-        pytest.param('xpu', 'complex128', 'two_norm', id='xpu-complex128-two_norm'),
-        pytest.param('xpu', 'complex128', 'ord3_dim_keepdim', id='xpu-complex128-ord3_dim_keepdim'),
-        pytest.param('xpu', 'complex128', 'ord1_dims', id='xpu-complex128-ord1_dims'),
-        pytest.param('xpu', 'complex128', 'inf_norm', id='xpu-complex128-inf_norm'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'two_norm', id='cpu-float32-two_norm'),
-        pytest.param('cpu', 'float32', 'ord3_dim_keepdim', id='cpu-float32-ord3_dim_keepdim'),
-        pytest.param('cpu', 'float32', 'ord1_dims', id='cpu-float32-ord1_dims'),
-        pytest.param('cpu', 'float32', 'inf_norm', id='cpu-float32-inf_norm'),
-        pytest.param('cpu', 'bfloat16', 'two_norm', id='cpu-bfloat16-two_norm'),
-        pytest.param('cpu', 'bfloat16', 'ord3_dim_keepdim', id='cpu-bfloat16-ord3_dim_keepdim'),
-        pytest.param('cpu', 'bfloat16', 'ord1_dims', id='cpu-bfloat16-ord1_dims'),
-        pytest.param('cpu', 'bfloat16', 'inf_norm', id='cpu-bfloat16-inf_norm'),
-        pytest.param('cuda', 'float32', 'two_norm', id='cuda-float32-two_norm'),
-        pytest.param('cuda', 'float32', 'ord3_dim_keepdim', id='cuda-float32-ord3_dim_keepdim'),
-        pytest.param('cuda', 'float32', 'ord1_dims', id='cuda-float32-ord1_dims'),
-        pytest.param('cuda', 'float32', 'inf_norm', id='cuda-float32-inf_norm'),
-        pytest.param('cuda', 'bfloat16', 'two_norm', id='cuda-bfloat16-two_norm'),
-        pytest.param('cuda', 'bfloat16', 'ord3_dim_keepdim', id='cuda-bfloat16-ord3_dim_keepdim'),
-        pytest.param('cuda', 'bfloat16', 'ord1_dims', id='cuda-bfloat16-ord1_dims'),
-        pytest.param('cuda', 'bfloat16', 'inf_norm', id='cuda-bfloat16-inf_norm'),
-        pytest.param('mps', 'float32', 'two_norm', id='mps-float32-two_norm'),
-        pytest.param('mps', 'float32', 'ord3_dim_keepdim', id='mps-float32-ord3_dim_keepdim'),
-        pytest.param('mps', 'float32', 'ord1_dims', id='mps-float32-ord1_dims'),
-        pytest.param('mps', 'float32', 'inf_norm', id='mps-float32-inf_norm'),
-        pytest.param('mps', 'bfloat16', 'two_norm', id='mps-bfloat16-two_norm'),
-        pytest.param('mps', 'bfloat16', 'ord3_dim_keepdim', id='mps-bfloat16-ord3_dim_keepdim'),
-        pytest.param('mps', 'bfloat16', 'ord1_dims', id='mps-bfloat16-ord1_dims'),
-        pytest.param('mps', 'bfloat16', 'inf_norm', id='mps-bfloat16-inf_norm'),
-        pytest.param('xpu', 'float32', 'two_norm', id='xpu-float32-two_norm'),
-        pytest.param('xpu', 'float32', 'ord3_dim_keepdim', id='xpu-float32-ord3_dim_keepdim'),
-        pytest.param('xpu', 'float32', 'ord1_dims', id='xpu-float32-ord1_dims'),
-        pytest.param('xpu', 'float32', 'inf_norm', id='xpu-float32-inf_norm'),
-        pytest.param('xpu', 'bfloat16', 'two_norm', id='xpu-bfloat16-two_norm'),
-        pytest.param('xpu', 'bfloat16', 'ord3_dim_keepdim', id='xpu-bfloat16-ord3_dim_keepdim'),
-        pytest.param('xpu', 'bfloat16', 'ord1_dims', id='xpu-bfloat16-ord1_dims'),
-        pytest.param('xpu', 'bfloat16', 'inf_norm', id='xpu-bfloat16-inf_norm'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32", "bfloat16"))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

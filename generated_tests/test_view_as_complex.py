@@ -5,99 +5,45 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/complex.yaml"
 SPEC = OpSpec(
-    name='view_as_complex',
-    op='torch.view_as_complex',
-    source='op_specs/complex.yaml',
-    sha256='cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d',
+    name="view_as_complex",
+    op="torch.view_as_complex",
+    source=SOURCE,
+    sha256="cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d",
     samples=(
-        Sample(
-            'pairs',
-            args=(TensorArg(shape=(3, 2)),),
-            location=Location('op_specs/complex.yaml', 27, 9),
-        ),
-        Sample(
-            'batched_pairs',
-            args=(TensorArg(shape=(2, 3, 2)),),
-            location=Location('op_specs/complex.yaml', 29, 9),
-        ),
+        Sample("pairs", args=(TensorArg(shape=(3, 2)),), location=Location(SOURCE, 27, 9)),
+        Sample("batched_pairs", args=(TensorArg(shape=(2, 3, 2)),), location=Location(SOURCE, 29, 9)),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/complex.yaml', 23, 5),
+    location=Location(SOURCE, 23, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'pairs', id='cpu-float64-pairs'),
-        pytest.param('cpu', 'float64', 'batched_pairs', id='cpu-float64-batched_pairs'),
-        pytest.param('cuda', 'float64', 'pairs', id='cuda-float64-pairs'),
-        pytest.param('cuda', 'float64', 'batched_pairs', id='cuda-float64-batched_pairs'),
-        pytest.param('mps', 'float64', 'pairs', id='mps-float64-pairs'),
-        pytest.param('mps', 'float64', 'batched_pairs', id='mps-float64-batched_pairs'),
-        pytest.param('xpu', 'float64', 'pairs', id='xpu-float64-pairs'),
-        pytest.param('xpu', 'float64', 'batched_pairs', id='xpu-float64-batched_pairs'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'pairs', id='cpu-float64-pairs'),
-        pytest.param('cpu', 'float64', 'batched_pairs', id='cpu-float64-batched_pairs'),
-        pytest.param('cuda', 'float64', 'pairs', id='cuda-float64-pairs'),
-        pytest.param('cuda', 'float64', 'batched_pairs', id='cuda-float64-batched_pairs'),
-        pytest.param('mps', 'float64', 'pairs', id='mps-float64-pairs'),
-        pytest.param('mps', 'float64', 'batched_pairs', id='mps-float64-batched_pairs'),
-        pytest.param('xpu', 'float64', 'pairs', id='xpu-float64-pairs'),
-        pytest.param('xpu', 'float64', 'batched_pairs', id='xpu-float64-batched_pairs'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'pairs', id='cpu-float64-pairs'),
-        pytest.param('cpu', 'float64', 'batched_pairs', id='cpu-float64-batched_pairs'),
-        pytest.param('cuda', 'float64', 'pairs', id='cuda-float64-pairs'),
-        pytest.param('cuda', 'float64', 'batched_pairs', id='cuda-float64-batched_pairs'),
-        pytest.param('mps', 'float64', 'pairs', id='mps-float64-pairs'),
-        pytest.param('mps', 'float64', 'batched_pairs', id='mps-float64-batched_pairs'),
-        pytest.param('xpu', 'float64', 'pairs', id='xpu-float64-pairs'),
-        pytest.param('xpu', 'float64', 'batched_pairs', id='xpu-float64-batched_pairs'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'pairs', id='cpu-float64-pairs'),
-        pytest.param('cpu', 'float64', 'batched_pairs', id='cpu-float64-batched_pairs'),
-        pytest.param('cuda', 'float64', 'pairs', id='cuda-float64-pairs'),
-        pytest.param('cuda', 'float64', 'batched_pairs', id='cuda-float64-batched_pairs'),
-        pytest.param('mps', 'float64', 'pairs', id='mps-float64-pairs'),
-        pytest.param('mps', 'float64', 'batched_pairs', id='mps-float64-batched_pairs'),
-        pytest.param('xpu', 'float64', 'pairs', id='xpu-float64-pairs'),
-        pytest.param('xpu', 'float64', 'batched_pairs', id='xpu-float64-batched_pairs'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

@@ -5,119 +5,53 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/complex.yaml"
 SPEC = OpSpec(
-    name='view_as_real',
-    op='torch.view_as_real',
-    source='op_specs/complex.yaml',
-    sha256='cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d',
+    name="view_as_real",
+    op="torch.view_as_real",
+    source=SOURCE,
+    sha256="cb9522a2b31d4bd88591006ed2775df289b9da59b24fe7c9036dc21fb0f5043d",
     samples=(
-        Sample(
-            'matrix',
-            args=(TensorArg(shape=(3, 4)),),
-            location=Location('op_specs/complex.yaml', 18, 9),
-        ),
-        Sample(
-            'zero_dim',
-            args=(TensorArg(shape=()),),
-            location=Location('op_specs/complex.yaml', 20, 9),
-        ),
+        Sample("matrix", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 18, 9)),
+        Sample("zero_dim", args=(TensorArg(shape=()),), location=Location(SOURCE, 20, 9)),
     ),
-    dtypes=('complex128',),
-    lowprec_dtypes=('complex64',),
+    dtypes=("complex128",),
+    lowprec_dtypes=("complex64",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/complex.yaml', 13, 5),
+    location=Location(SOURCE, 13, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'matrix', id='cpu-complex128-matrix'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'matrix', id='cuda-complex128-matrix'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'matrix', id='mps-complex128-matrix'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'matrix', id='xpu-complex128-matrix'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'matrix', id='cpu-complex128-matrix'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'matrix', id='cuda-complex128-matrix'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'matrix', id='mps-complex128-matrix'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'matrix', id='xpu-complex128-matrix'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'matrix', id='cpu-complex128-matrix'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'matrix', id='cuda-complex128-matrix'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'matrix', id='mps-complex128-matrix'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'matrix', id='xpu-complex128-matrix'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex128', 'matrix', id='cpu-complex128-matrix'),
-        pytest.param('cpu', 'complex128', 'zero_dim', id='cpu-complex128-zero_dim'),
-        pytest.param('cuda', 'complex128', 'matrix', id='cuda-complex128-matrix'),
-        pytest.param('cuda', 'complex128', 'zero_dim', id='cuda-complex128-zero_dim'),
-        pytest.param('mps', 'complex128', 'matrix', id='mps-complex128-matrix'),
-        pytest.param('mps', 'complex128', 'zero_dim', id='mps-complex128-zero_dim'),
-        pytest.param('xpu', 'complex128', 'matrix', id='xpu-complex128-matrix'),
-        pytest.param('xpu', 'complex128', 'zero_dim', id='xpu-complex128-zero_dim'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("complex128",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'complex64', 'matrix', id='cpu-complex64-matrix'),
-        pytest.param('cpu', 'complex64', 'zero_dim', id='cpu-complex64-zero_dim'),
-        pytest.param('cuda', 'complex64', 'matrix', id='cuda-complex64-matrix'),
-        pytest.param('cuda', 'complex64', 'zero_dim', id='cuda-complex64-zero_dim'),
-        pytest.param('mps', 'complex64', 'matrix', id='mps-complex64-matrix'),
-        pytest.param('mps', 'complex64', 'zero_dim', id='mps-complex64-zero_dim'),
-        pytest.param('xpu', 'complex64', 'matrix', id='xpu-complex64-matrix'),
-        pytest.param('xpu', 'complex64', 'zero_dim', id='xpu-complex64-zero_dim'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("complex64",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

@@ -5,155 +5,65 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/indexing.yaml"
 SPEC = OpSpec(
-    name='where',
-    op='torch.where',
-    source='op_specs/indexing.yaml',
-    sha256='706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228',
+    name="where",
+    op="torch.where",
+    source=SOURCE,
+    sha256="706c914a34614dbb2fee4e0623ebbe8b4cb274155715d393f665cb55ab5e7228",
     samples=(
         Sample(
-            'broadcast_condition',
-            args=(TensorArg(shape=(3, 1), dtype='bool'), TensorArg(shape=(3, 4)), TensorArg(shape=(4,))),
-            location=Location('op_specs/indexing.yaml', 109, 9),
+            "broadcast_condition",
+            args=(TensorArg(shape=(3, 1), dtype="bool"), TensorArg(shape=(3, 4)), TensorArg(shape=(4,))),
+            location=Location(SOURCE, 109, 9),
         ),
         Sample(
-            'scalar_other',
+            "scalar_other",
             args=(
-                TensorArg(shape=(2, 3), dtype='bool'),
+                TensorArg(shape=(2, 3), dtype="bool"),
                 TensorArg(shape=(2, 3), noncontiguous=True),
                 TensorArg(shape=()),
             ),
-            location=Location('op_specs/indexing.yaml', 111, 9),
+            location=Location(SOURCE, 111, 9),
         ),
     ),
-    dtypes=('float64', 'complex128'),
-    lowprec_dtypes=('float32',),
+    dtypes=("float64", "complex128"),
+    lowprec_dtypes=("float32",),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/indexing.yaml', 105, 5),
+    location=Location(SOURCE, 105, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_condition', id='cpu-float64-broadcast_condition'),
-        pytest.param('cpu', 'float64', 'scalar_other', id='cpu-float64-scalar_other'),
-        pytest.param('cpu', 'complex128', 'broadcast_condition', id='cpu-complex128-broadcast_condition'),
-        pytest.param('cpu', 'complex128', 'scalar_other', id='cpu-complex128-scalar_other'),
-        pytest.param('cuda', 'float64', 'broadcast_condition', id='cuda-float64-broadcast_condition'),
-        pytest.param('cuda', 'float64', 'scalar_other', id='cuda-float64-scalar_other'),
-        pytest.param('cuda', 'complex128', 'broadcast_condition', id='cuda-complex128-broadcast_condition'),
-        pytest.param('cuda', 'complex128', 'scalar_other', id='cuda-complex128-scalar_other'),
-        pytest.param('mps', 'float64', 'broadcast_condition', id='mps-float64-broadcast_condition'),
-        pytest.param('mps', 'float64', 'scalar_other', id='mps-float64-scalar_other'),
-        pytest.param('mps', 'complex128', 'broadcast_condition', id='mps-complex128-broadcast_condition'),
-        pytest.param('mps', 'complex128', 'scalar_other', id='mps-complex128-scalar_other'),
-        pytest.param('xpu', 'float64', 'broadcast_condition', id='xpu-float64-broadcast_condition'),
-        pytest.param('xpu', 'float64', 'scalar_other', id='xpu-float64-scalar_other'),
-        pytest.param('xpu', 'complex128', 'broadcast_condition', id='xpu-complex128-broadcast_condition'),
-        pytest.param('xpu', 'complex128', 'scalar_other', id='xpu-complex128-scalar_other'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_condition', id='cpu-float64-broadcast_condition'),
-        pytest.param('cpu', 'float64', 'scalar_other', id='cpu-float64-scalar_other'),
-        pytest.param('cpu', 'complex128', 'broadcast_condition', id='cpu-complex128-broadcast_condition'),
-        pytest.param('cpu', 'complex128', 'scalar_other', id='cpu-complex128-scalar_other'),
-        pytest.param('cuda', 'float64', 'broadcast_condition', id='cuda-float64-broadcast_condition'),
-        pytest.param('cuda', 'float64', 'scalar_other', id='cuda-float64-scalar_other'),
-        pytest.param('cuda', 'complex128', 'broadcast_condition', id='cuda-complex128-broadcast_condition'),
-        pytest.param('cuda', 'complex128', 'scalar_other', id='cuda-complex128-scalar_other'),
-        pytest.param('mps', 'float64', 'broadcast_condition', id='mps-float64-broadcast_condition'),
-        pytest.param('mps', 'float64', 'scalar_other', id='mps-float64-scalar_other'),
-        pytest.param('mps', 'complex128', 'broadcast_condition', id='mps-complex128-broadcast_condition'),
-        pytest.param('mps', 'complex128', 'scalar_other', id='mps-complex128-scalar_other'),
-        pytest.param('xpu', 'float64', 'broadcast_condition', id='xpu-float64-broadcast_condition'),
-        pytest.param('xpu', 'float64', 'scalar_other', id='xpu-float64-scalar_other'),
-        pytest.param('xpu', 'complex128', 'broadcast_condition', id='xpu-complex128-broadcast_condition'),
-        pytest.param('xpu', 'complex128', 'scalar_other', id='xpu-complex128-scalar_other'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_condition', id='cpu-float64-broadcast_condition'),
-        pytest.param('cpu', 'float64', 'scalar_other', id='cpu-float64-scalar_other'),
-        pytest.param('cpu', 'complex128', 'broadcast_condition', id='cpu-complex128-broadcast_condition'),
-        pytest.param('cpu', 'complex128', 'scalar_other', id='cpu-complex128-scalar_other'),
-        pytest.param('cuda', 'float64', 'broadcast_condition', id='cuda-float64-broadcast_condition'),
-        pytest.param('cuda', 'float64', 'scalar_other', id='cuda-float64-scalar_other'),
-        pytest.param('cuda', 'complex128', 'broadcast_condition', id='cuda-complex128-broadcast_condition'),
-        pytest.param('cuda', 'complex128', 'scalar_other', id='cuda-complex128-scalar_other'),
-        pytest.param('mps', 'float64', 'broadcast_condition', id='mps-float64-broadcast_condition'),
-        pytest.param('mps', 'float64', 'scalar_other', id='mps-float64-scalar_other'),
-        pytest.param('mps', 'complex128', 'broadcast_condition', id='mps-complex128-broadcast_condition'),
-        pytest.param('mps', 'complex128', 'scalar_other', id='mps-complex128-scalar_other'),
-        pytest.param('xpu', 'float64', 'broadcast_condition', id='xpu-float64-broadcast_condition'),
-        pytest.param('xpu', 'float64', 'scalar_other', id='xpu-float64-scalar_other'),
-        pytest.param('xpu', 'complex128', 'broadcast_condition', id='xpu-complex128-broadcast_condition'),
-        pytest.param('xpu', 'complex128', 'scalar_other', id='xpu-complex128-scalar_other'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast_condition', id='cpu-float64-broadcast_condition'),
-        pytest.param('cpu', 'float64', 'scalar_other', id='cpu-float64-scalar_other'),
-        pytest.param('cpu', 'complex128', 'broadcast_condition', id='cpu-complex128-broadcast_condition'),
-        pytest.param('cpu', 'complex128', 'scalar_other', id='cpu-complex128-scalar_other'),
-        pytest.param('cuda', 'float64', 'broadcast_condition', id='cuda-float64-broadcast_condition'),
-        pytest.param('cuda', 'float64', 'scalar_other', id='cuda-float64-scalar_other'),
-        pytest.param('cuda', 'complex128', 'broadcast_condition', id='cuda-complex128-broadcast_condition'),
-        pytest.param('cuda', 'complex128', 'scalar_other', id='cuda-complex128-scalar_other'),
-        pytest.param('mps', 'float64', 'broadcast_condition', id='mps-float64-broadcast_condition'),
-        pytest.param('mps', 'float64', 'scalar_other', id='mps-float64-scalar_other'),
-        pytest.param('mps', 'complex128', 'broadcast_condition', id='mps-complex128-broadcast_condition'),
-        pytest.param('mps', 'complex128', 'scalar_other', id='mps-complex128-scalar_other'),
-        pytest.param('xpu', 'float64', 'broadcast_condition', id='xpu-float64-broadcast_condition'),
-        pytest.param('xpu', 'float64', 'scalar_other', id='xpu-float64-scalar_other'),
-        pytest.param('xpu', 'complex128', 'broadcast_condition', id='xpu-complex128-broadcast_condition'),
-        pytest.param('xpu', 'complex128', 'scalar_other', id='xpu-complex128-scalar_other'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64", "complex128"))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'broadcast_condition', id='cpu-float32-broadcast_condition'),
-        pytest.param('cpu', 'float32', 'scalar_other', id='cpu-float32-scalar_other'),
-        pytest.param('cuda', 'float32', 'broadcast_condition', id='cuda-float32-broadcast_condition'),
-        pytest.param('cuda', 'float32', 'scalar_other', id='cuda-float32-scalar_other'),
-        pytest.param('mps', 'float32', 'broadcast_condition', id='mps-float32-broadcast_condition'),
-        pytest.param('mps', 'float32', 'scalar_other', id='mps-float32-scalar_other'),
-        pytest.param('xpu', 'float32', 'broadcast_condition', id='xpu-float32-broadcast_condition'),
-        pytest.param('xpu', 'float32', 'scalar_other', id='xpu-float32-scalar_other'),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda", "mps", "xpu"), dtypes=("float32",))
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

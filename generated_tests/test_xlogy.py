@@ -5,99 +5,53 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "op_specs/binary.yaml"
 SPEC = OpSpec(
-    name='xlogy',
-    op='torch.xlogy',
-    source='op_specs/binary.yaml',
-    sha256='71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240',
+    name="xlogy",
+    op="torch.xlogy",
+    source=SOURCE,
+    sha256="71780b65c039edd45e475ce9506ffe54615be2dac7ca91ad521160b119e6c240",
     samples=(
         Sample(
-            'broadcast',
-            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(4,), maker='positive')),
-            location=Location('op_specs/binary.yaml', 133, 9),
+            "broadcast",
+            args=(TensorArg(shape=(3, 4)), TensorArg(shape=(4,), maker="positive")),
+            location=Location(SOURCE, 133, 9),
         ),
         Sample(
-            'zero_dim_x',
-            args=(TensorArg(shape=()), TensorArg(shape=(2, 3), noncontiguous=True, maker='positive')),
-            location=Location('op_specs/binary.yaml', 135, 9),
+            "zero_dim_x",
+            args=(TensorArg(shape=()), TensorArg(shape=(2, 3), noncontiguous=True, maker="positive")),
+            location=Location(SOURCE, 135, 9),
         ),
     ),
     gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_forward_grad=True),
     gradgradcheck=GradgradcheckFlags(check_batched_grad=True, check_fwd_over_rev=True),
-    location=Location('op_specs/binary.yaml', 130, 5),
+    location=Location(SOURCE, 130, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim_x', id='cpu-float64-zero_dim_x'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim_x', id='cuda-float64-zero_dim_x'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim_x', id='mps-float64-zero_dim_x'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim_x', id='xpu-float64-zero_dim_x'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim_x', id='cpu-float64-zero_dim_x'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim_x', id='cuda-float64-zero_dim_x'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim_x', id='mps-float64-zero_dim_x'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim_x', id='xpu-float64-zero_dim_x'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim_x', id='cpu-float64-zero_dim_x'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim_x', id='cuda-float64-zero_dim_x'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim_x', id='mps-float64-zero_dim_x'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim_x', id='xpu-float64-zero_dim_x'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'broadcast', id='cpu-float64-broadcast'),
-        pytest.param('cpu', 'float64', 'zero_dim_x', id='cpu-float64-zero_dim_x'),
-        pytest.param('cuda', 'float64', 'broadcast', id='cuda-float64-broadcast'),
-        pytest.param('cuda', 'float64', 'zero_dim_x', id='cuda-float64-zero_dim_x'),
-        pytest.param('mps', 'float64', 'broadcast', id='mps-float64-broadcast'),
-        pytest.param('mps', 'float64', 'zero_dim_x', id='mps-float64-zero_dim_x'),
-        pytest.param('xpu', 'float64', 'broadcast', id='xpu-float64-broadcast'),
-        pytest.param('xpu', 'float64', 'zero_dim_x', id='xpu-float64-zero_dim_x'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda", "xpu"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)

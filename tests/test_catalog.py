@@ -18,12 +18,17 @@ def test_generated_suite_passes_on_cpu_and_its_report_fits_on_a_screen():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPCHECK_", "PYTEST_"))}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "generated_tests"],
-        cwd=REPO, capture_output=True, text=True, env=dict(env, PYTHONPATH=str(REPO)))
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPATH=str(REPO)),
+    )
     lines = result.stdout.strip().splitlines()
     summary = lines[-1] if lines else result.stderr
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
-    assert re.fullmatch(r"\d+ passed, \d+ deselected, \d+ xfailed in .*", summary) or \
-        re.fullmatch(r"\d+ passed, \d+ xfailed in .*", summary), summary
+    assert re.fullmatch(r"\d+ passed, \d+ deselected, \d+ xfailed in .*", summary) or re.fullmatch(
+        r"\d+ passed, \d+ xfailed in .*", summary
+    ), summary
     assert len(lines) < 60, "\n".join(lines)
     # Nothing is skipped for a missing package; unavailable devices are one line, not a skip each.
     if not torch.cuda.is_available():

@@ -21,8 +21,18 @@ import torch
 import yaml
 
 from opcheck.spec import load_specs
-from opcheck.spec.model import (COMPRESSED_LAYOUTS, GRADGRADCHECK, LAYOUTS, MAKERS, DtypeArg, GradcheckFlags, OpSpec,
-                                TensorArg, TensorListArg, TupleArg)
+from opcheck.spec.model import (
+    COMPRESSED_LAYOUTS,
+    GRADGRADCHECK,
+    LAYOUTS,
+    MAKERS,
+    DtypeArg,
+    GradcheckFlags,
+    OpSpec,
+    TensorArg,
+    TensorListArg,
+    TupleArg,
+)
 from opcheck.spec.oppath import resolve_op
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,12 +53,14 @@ def documents() -> dict[str, object]:
 # ------------------------------------------------------------------------------ helpers
 def tensors(spec: OpSpec):
     """Every TensorArg of every args/kwargs sample, at any depth (lists, tuples, kwargs)."""
+
     def walk(arg):
         if isinstance(arg, TensorArg):
             yield arg
         elif isinstance(arg, (TensorListArg, TupleArg)):
             for item in arg.items:
                 yield from walk(item)
+
     for sample in spec.samples:
         for arg in list(sample.args) + [value for _, value in sample.kwargs]:
             yield from walk(arg)
@@ -77,6 +89,7 @@ def written(documents, block: str, key: str) -> list[object]:
         elif isinstance(node, list):
             for v in node:
                 walk(v, parent)
+
     for doc in documents.values():
         walk(doc)
     return found
@@ -104,9 +117,9 @@ def torch_op_name(path: str) -> str:
     if path.startswith("torch.ops."):
         overload = resolve_op(path)
         return overload._schema.name.split("::", 1)[1]
-    name = path[len("torch."):]
+    name = path[len("torch.") :]
     if name.startswith("Tensor."):
-        method = name[len("Tensor."):]
+        method = name[len("Tensor.") :]
         return method if hasattr(torch, method) else name
     return name
 
@@ -119,6 +132,7 @@ def test_catalog_covers_at_least_60_distinct_torch_ops(specs):
 def test_op_count_normalizes_aliases_and_credits_only_declared_wrappers():
     def spec(op):
         return OpSpec(name="x", op=op, source="op_specs/x.yaml", sha256="0", samples=())
+
     assert torch_op_of(spec("torch.ops.aten.rsqrt.default")) == "rsqrt"
     assert torch_op_of(spec("torch.Tensor.expm1")) == "expm1"
     assert torch_op_of(spec("torch.Tensor.expand")) == "Tensor.expand"
@@ -150,7 +164,9 @@ def test_avoid_with_a_margin_is_used(specs):
 
 def test_explicit_values_are_used_for_floats_indices_and_masks(specs):
     for dtype in (None, "int64", "bool"):
-        assert users(specs, lambda s: any(t.values is not None and t.dtype == dtype for t in tensors(s))), dtype
+        assert users(
+            specs, lambda s, dtype=dtype: any(t.values is not None and t.dtype == dtype for t in tensors(s))
+        ), dtype
 
 
 def test_layout_and_shape_variants_are_used(specs):
@@ -197,8 +213,9 @@ def test_generator_and_opinfo_samples_are_used(specs):
 def test_op_path_kinds_are_used(specs):
     assert users(specs, lambda s: s.variant == "method"), "variant: method"
     overloads = users(specs, lambda s: s.op.startswith("torch.ops."))
-    assert overloads and all(isinstance(resolve_op(s.op), torch._ops.OpOverload)
-                             for s in specs if s.name in overloads), "overload path"
+    assert overloads and all(
+        isinstance(resolve_op(s.op), torch._ops.OpOverload) for s in specs if s.name in overloads
+    ), "overload path"
     assert users(specs, lambda s: s.op.startswith("examples.catalog:")), "user module path"
 
 
@@ -263,9 +280,13 @@ def test_every_expected_failure_runs_on_cpu(specs):
     """An expected failure is strict; scoped to CPU-visible tests, CI here proves it still fails."""
     for s in specs:
         for rule in s.expected_failures:
-            hits = [(check, sample.name) for check in s.checks() for dtype in s.dtypes_for(check)
-                    for sample in s.samples
-                    if rule.where.matches(device="cpu", dtype=dtype, check=check, sample=sample.name)]
+            hits = [
+                (check, sample.name)
+                for check in s.checks()
+                for dtype in s.dtypes_for(check)
+                for sample in s.samples
+                if rule.where.matches(device="cpu", dtype=dtype, check=check, sample=sample.name)
+            ]
             assert hits, f"{s.name}: expected failure at {rule.location} matches no CPU test"
 
 
@@ -274,16 +295,39 @@ def test_families_and_yaml_anchors_are_used():
     texts = {p.name: p.read_text() for p in sorted(SPEC_DIR.glob("*.yaml"))}
     tokens = [type(t) for text in texts.values() for t in yaml.scan(text)]
     assert yaml.AnchorToken in tokens and yaml.AliasToken in tokens
-    families = [name for name, text in texts.items() if isinstance(yaml.safe_load(text), dict)
-                and {"defaults", "ops"} <= set(yaml.safe_load(text))]
+    families = [
+        name
+        for name, text in texts.items()
+        if isinstance(yaml.safe_load(text), dict) and {"defaults", "ops"} <= set(yaml.safe_load(text))
+    ]
     assert families
 
 
 def test_model_fields_checked_here_still_exist():
     """Renamed model fields would make the checks above vacuous instead of failing."""
     names = {f.name for f in fields(OpSpec)}
-    assert {"gradcheck", "gradgradcheck", "tolerances", "skips", "expected_failures", "reference",
-            "library_opcheck", "supports_forward_ad", "supports_gradgrad", "variant"} <= names
-    assert {f.name for f in fields(TensorArg)} >= {"maker", "avoid", "margin", "values", "noncontiguous", "layout",
-                                                   "density", "nnz", "blocksize", "dense_dim"}
+    assert {
+        "gradcheck",
+        "gradgradcheck",
+        "tolerances",
+        "skips",
+        "expected_failures",
+        "reference",
+        "library_opcheck",
+        "supports_forward_ad",
+        "supports_gradgrad",
+        "variant",
+    } <= names
+    assert {f.name for f in fields(TensorArg)} >= {
+        "maker",
+        "avoid",
+        "margin",
+        "values",
+        "noncontiguous",
+        "layout",
+        "density",
+        "nnz",
+        "blocksize",
+        "dense_dim",
+    }
     assert "masked" in {f.name for f in fields(GradcheckFlags)}

@@ -59,32 +59,36 @@ def _key(path: Path, root: Path | None) -> str:
         return Path(os.path.abspath(path)).as_posix()
 
 
-def snapshot(specs: Path, out_dir: Path, regenerate: str, *, root: Path | None = None) -> dict:
+def snapshot(specs: Path, out_dir: Path, regenerate: str, *, root: Path | None = None) -> dict[str, object]:
     # Spec files may be links (a shared spec); a module's path must be the module itself.
     return {
         "generator": generator_fingerprint(regenerate),
         "specs": {_key(p, root): _digest(p, follow_links=True) for p in spec_files(specs)},
-        "outputs": {_key(p, root): _digest(p, follow_links=False)
-                    for p in sorted(out_dir.glob("test_*.py"))} if out_dir.is_dir() else {},
+        "outputs": {_key(p, root): _digest(p, follow_links=False) for p in sorted(out_dir.glob("test_*.py"))}
+        if out_dir.is_dir()
+        else {},
     }
 
 
-def is_fresh(specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE, *,
-             root: Path | None = None) -> bool:
+def is_fresh(
+    specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE, *, root: Path | None = None
+) -> bool:
     try:
         if not stat.S_ISREG(os.stat(cache_file).st_mode):  # never open a FIFO in its place
             return False
         recorded = json.loads(cache_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return recorded == snapshot(specs, out_dir, regenerate, root=root)
+    return bool(recorded == snapshot(specs, out_dir, regenerate, root=root))
 
 
-def record(specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE, *,
-           root: Path | None = None) -> None:
+def record(
+    specs: Path, out_dir: Path, regenerate: str, cache_file: Path = CACHE_FILE, *, root: Path | None = None
+) -> None:
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps(snapshot(specs, out_dir, regenerate, root=root), indent=1, sort_keys=True),
-                              encoding="utf-8")
+        cache_file.write_text(
+            json.dumps(snapshot(specs, out_dir, regenerate, root=root), indent=1, sort_keys=True), encoding="utf-8"
+        )
     except OSError:
         pass  # a read-only checkout still generates; it just does not skip work next time

@@ -8,6 +8,8 @@ chosen by where it lands:
   override its own repr), which escapes the quote, backslashes and every character
   `str.isprintable()` rejects: line breaks and separators, control characters, NUL, format
   characters such as bidi overrides, lone surrogates. `ast.literal_eval` gives back exactly the value.
+  The quotes are the ones `ruff format` chooses (double, unless the string holds more double quotes
+  than single ones), so a generated module is already formatted.
 - `text(value)`: a line of a comment, docstring or header. The result is one line of printable
   ASCII without quotes, in which every other character is the Python escape that means it
   (`\\n`, `\\x00`, `\\u2028`, `\\udc80`, `\\"`, `\\'`, `\\\\`). It is thus the body of a string literal
@@ -37,7 +39,7 @@ _NAMED_ESCAPES = {"\\": "\\\\", '"': '\\"', "'": "\\'", "\n": "\\n", "\r": "\\r"
 _CODING_COOKIE = re.compile(r"(?<=coding)[:=]", re.IGNORECASE)
 
 
-def literal(value) -> str:
+def literal(value: object) -> str:
     """A Python literal for None, a bool, an int, a float or a str; equal to `value` when evaluated."""
     if value is None or isinstance(value, bool):
         return repr(value)
@@ -50,7 +52,7 @@ def literal(value) -> str:
             return 'float("inf")' if value > 0 else '-float("inf")'
         return float.__repr__(value)
     if isinstance(value, str):
-        return str.__repr__(value)
+        return _string_literal(str.__str__(value))
     raise TypeError(f"no literal form for {type(value).__name__}")
 
 
@@ -66,6 +68,24 @@ def identifier(name: str) -> str:
     if type(name) is not str or not (name.isascii() and name.isidentifier()) or keyword.iskeyword(name):
         raise ValueError(f"{name!r} cannot be written as a Python name in a generated module")
     return name
+
+
+def _string_literal(value: str) -> str:
+    source = str.__repr__(value)
+    quote = "'" if value.count('"') > value.count("'") else '"'
+    if source[0] == quote:
+        return source
+    # repr() chose single quotes where double ones are wanted: in its body a backslash always opens
+    # an escape, so `\'` is an escaped quote (now plain) and a bare `"` needs escaping.
+    body, out, i = source[1:-1], [], 0
+    while i < len(body):
+        if body[i] == "\\":
+            out.append("'" if body[i + 1] == "'" else body[i : i + 2])
+            i += 2
+        else:
+            out.append('\\"' if body[i] == '"' else body[i])
+            i += 1
+    return '"' + "".join(out) + '"'
 
 
 def _escape_char(c: str, *, force: bool = False) -> str:

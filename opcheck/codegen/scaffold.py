@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 
 from opcheck.codegen.render import template_environment
 from opcheck.spec.oppath import OpPathError, resolve_op
@@ -21,11 +22,14 @@ def scaffold_spec(name: str, op: str, *, schema: str) -> str:
         raise ValueError(f"--op {op}: {e}") from None
     arity = _probe_arity(fn)
     args = ", ".join(["{shape: [3, 3]}"] * (arity or 1))
-    return template_environment().get_template("scaffold.yaml.j2").render(
-        name=name, op=op, args=args, probed=arity is not None, schema=schema)
+    return (
+        template_environment()
+        .get_template("scaffold.yaml.j2")
+        .render(name=name, op=op, args=args, probed=arity is not None, schema=schema)
+    )
 
 
-def _probe_arity(fn) -> int | None:
+def _probe_arity(fn: Callable[..., object]) -> int | None:
     """How many (3, 3) float64 tensors the op accepts and returns a float tensor for."""
     import torch
 

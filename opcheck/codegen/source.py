@@ -1,4 +1,4 @@
-"""Render model values as Python source: constructor calls with defaults left out.
+"""Model values as Python expressions: constructor calls with defaults left out.
 
 Every scalar (string, number, bool, None) is written by `escape.literal`, the only place a spec's
 values become module text, so nothing a spec says can become code. Class and field names come from
@@ -8,76 +8,79 @@ the model itself. The output is deterministic: fields in declaration order, no h
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from typing import Any
 
-from opcheck.codegen.escape import literal
+from opcheck.codegen.escape import identifier, literal
+from opcheck.codegen.layout import Atom, Call, Expr, Seq, Str
 from opcheck.spec import model
 
-INDENT = "    "
-WIDTH = 100
-
 # Classes the generated module imports; anything else in a model value is a bug here.
-MODEL_CLASSES = {cls.__name__: cls for cls in (
-    model.OpSpec, model.Sample, model.TensorArg, model.TensorListArg, model.TupleArg, model.DtypeArg,
-    model.GradcheckFlags, model.GradgradcheckFlags, model.Where, model.ToleranceRule, model.Rule, model.Location,
-)}
+MODEL_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        model.OpSpec,
+        model.Sample,
+        model.TensorArg,
+        model.TensorListArg,
+        model.TupleArg,
+        model.DtypeArg,
+        model.GradcheckFlags,
+        model.GradgradcheckFlags,
+        model.Where,
+        model.ToleranceRule,
+        model.Rule,
+        model.Location,
+    )
+}
 
 
-def to_source(value, level: int = 0) -> str:
-    """Source for a model value; one line when it fits, else one item per line."""
-    return _Renderer().source(value, level)
+def to_expr(value: object, *, source: str | None = None, source_name: str = "") -> Expr:
+    """The expression that constructs a model value. Where a spec's path (`OpSpec.source`, every
+    `Location.file`) equals `source`, it is written as the name `source_name` instead (a module
+    constant holding that path), so that a Location fits on its Sample's line."""
+    return _Builder(source, source_name).expr(value)
 
 
-class _Renderer:
-    """One rendering: the one-line form of each sub-value is computed once (memo by identity,
-    not equality: model equality ignores locations, which must still be rendered)."""
+class _Builder:
+    def __init__(self, source: str | None, source_name: str):
+        self._source = source
+        self._name = Atom(identifier(source_name)) if source is not None else None
 
-    def __init__(self):
-        self._flat_memo: dict[int, tuple[object, str]] = {}
-
-    def source(self, value, level: int) -> str:
-        flat = self.flat(value)
-        if len(flat) + len(INDENT) * level <= WIDTH:
-            return flat
-        return self._multiline(value, level)
-
-    def flat(self, value) -> str:
-        hit = self._flat_memo.get(id(value))
-        if hit is not None and hit[0] is value:
-            return hit[1]
-        text = self._flat(value)
-        self._flat_memo[id(value)] = (value, text)  # keeps value alive, so its id stays unique
-        return text
-
-    def _flat(self, value) -> str:
+    def expr(self, value: object) -> Expr:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             name = _check_class(value)
-            args = [(f"{k}={self.flat(v)}" if k else self.flat(v)) for k, v in _parts(value)]
-            return f"{name}({', '.join(args)})"
+            return Call(
+                name,
+                tuple(
+                    (None if positional else field, self._field(value, field, v))
+                    for field, positional, v in _parts(value)
+                ),
+            )
         if isinstance(value, tuple):
-            items = [self.flat(v) for v in value]
-            return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+            return Seq(tuple(self.expr(v) for v in value))
         if isinstance(value, list):
-            return f"[{', '.join(self.flat(v) for v in value)}]"
-        return literal(value)
+            return Seq(tuple(self.expr(v) for v in value), brackets="[]")
+        if isinstance(value, str):
+            return Str(value)
+        return Atom(literal(value))
 
-    def _multiline(self, value, level: int) -> str:
-        pad, inner = INDENT * level, INDENT * (level + 1)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            name = _check_class(value)
-            lines = [f"{inner}{k + '=' if k else ''}{self.source(v, level + 1)}," for k, v in _parts(value)]
-            return f"{name}(\n" + "\n".join(lines) + f"\n{pad})"
-        if isinstance(value, (tuple, list)):
-            opening, closing = ("(", ")") if isinstance(value, tuple) else ("[", "]")
-            lines = [f"{inner}{self.source(v, level + 1)}," for v in value]
-            return opening + "\n" + "\n".join(lines) + f"\n{pad}{closing}"
-        return literal(value)
+    def _field(self, obj: object, field: str, value: object) -> Expr:
+        is_path = (
+            field == "file"
+            if isinstance(obj, model.Location)
+            else (field == "source" and isinstance(obj, model.OpSpec))
+        )
+        if is_path and self._name is not None and isinstance(value, str) and value == self._source:
+            return self._name
+        return self.expr(value)
 
 
-def used_classes(value) -> set[str]:
-    """Names of the model classes `to_source(value)` refers to."""
+def used_classes(value: object) -> set[str]:
+    """Names of the model classes `to_expr(value)` refers to."""
     found: set[str] = set()
 
-    def walk(v):
+    def walk(v: object) -> None:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             found.add(type(v).__name__)
             for f in _non_default_fields(v):
@@ -90,17 +93,22 @@ def used_classes(value) -> set[str]:
     return found
 
 
-def _non_default_fields(obj):
+def _non_default_fields(obj: Any) -> Iterator[dataclasses.Field[Any]]:
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if f.default is not dataclasses.MISSING and value == f.default and type(value) is type(f.default):
+        if f.default is not dataclasses.MISSING and value == f.default and _same_kind(value, f.default):
             continue
-        if f.default_factory is not dataclasses.MISSING and value == f.default_factory():  # type: ignore[misc]
+        if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
             continue
         yield f
 
 
-def _positional(obj) -> list[str]:
+def _same_kind(value: object, default: object) -> bool:
+    """Whether an equal value is the default itself: 1 is not 1.0 or True; a str enum member is its name."""
+    return type(value) is type(default) or (isinstance(value, str) and isinstance(default, str))
+
+
+def _positional(obj: object) -> list[str]:
     """Leading required fields written positionally: Location("x.yaml", 3, 5), Sample("rows", ...)."""
     if isinstance(obj, model.Location):
         return ["file", "line", "col"]
@@ -109,15 +117,16 @@ def _positional(obj) -> list[str]:
     return []
 
 
-def _check_class(obj):
+def _check_class(obj: object) -> str:
     name = type(obj).__name__
     if MODEL_CLASSES.get(name) is not type(obj):
         raise TypeError(f"{name} is not a model class the generated modules import")
     return name
 
 
-def _parts(obj) -> list[tuple[str | None, object]]:
+def _parts(obj: object) -> list[tuple[str, bool, object]]:
+    """(field name, written positionally, value) for each field the constructor call writes."""
     positional = _positional(obj)
-    parts: list[tuple[str | None, object]] = [(None, getattr(obj, n)) for n in positional]
-    parts += [(f.name, getattr(obj, f.name)) for f in _non_default_fields(obj) if f.name not in positional]
+    parts: list[tuple[str, bool, object]] = [(n, True, getattr(obj, n)) for n in positional]
+    parts += [(f.name, False, getattr(obj, f.name)) for f in _non_default_fields(obj) if f.name not in positional]
     return parts

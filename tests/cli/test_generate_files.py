@@ -31,8 +31,9 @@ posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX file kinds and
 
 def opcheck(*args, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)  # a hang (a FIFO opened) fails instead of stalling the suite
+    return subprocess.run(
+        [sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )  # a hang (a FIFO opened) fails instead of stalling the suite
 
 
 @pytest.fixture
@@ -77,6 +78,7 @@ def _no_hang(seconds: int = 30):
 
 # -- which modules a run may delete or overwrite (defect 10) --------------------------------------
 
+
 def test_a_subset_of_specs_deletes_nothing_of_the_others(project):
     _generate(project)
     plan = _generate(project, "sin.yaml")
@@ -94,8 +96,10 @@ def test_a_module_is_deleted_when_its_spec_file_is_gone(project):
 
 def test_a_module_is_deleted_when_its_given_spec_file_no_longer_defines_it(project):
     family = project / "op_specs" / "trig.yaml"
-    family.write_text("defaults:\n  devices: [cpu]\n  samples: [{name: v, args: [{shape: [3]}]}]\n"
-                      "ops:\n  - op: torch.cos\n  - op: torch.tan\n")
+    family.write_text(
+        "defaults:\n  devices: [cpu]\n  samples: [{name: v, args: [{shape: [3]}]}]\n"
+        "ops:\n  - op: torch.cos\n  - op: torch.tan\n"
+    )
     _generate(project)
     family.write_text(family.read_text().replace("  - op: torch.tan\n", ""))
     plan = _generate(project, "trig.yaml")
@@ -120,7 +124,8 @@ def test_out_into_a_folder_of_other_specs_modules_never_clobbers_them(project):
     assert str(info.value) == (
         f"{project / 'generated_tests' / 'test_sin.py'} was generated from op_specs/sin.yaml, which still exists, "
         f"and other_specs/sin.yaml now claims its name 'sin': rename one of the two specs (`name:`), delete "
-        f"op_specs/sin.yaml if the spec moved, or generate into another folder (--out)")
+        f"op_specs/sin.yaml if the spec moved, or generate into another folder (--out)"
+    )
     assert "torch.sin," in (project / "generated_tests" / "test_sin.py").read_text()
 
 
@@ -139,18 +144,32 @@ def test_a_spec_that_moved_to_another_file_takes_its_module_over(project):
     assert generated_source(project / "generated_tests" / "test_sin.py") == "op_specs/more.yaml"
 
 
-@pytest.mark.parametrize("source", ["op_specs/sin.yaml", "op_specs/odd name's \"quote\".yaml",
-                                    "op_specs/evil\n import os.yaml", "op_specs/coding: latin-1.yaml",
-                                    "op_specs/back\\slash \u00e9\u2028.yaml"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "op_specs/sin.yaml",
+        'op_specs/odd name\'s "quote".yaml',
+        "op_specs/evil\n import os.yaml",
+        "op_specs/coding: latin-1.yaml",
+        "op_specs/back\\slash \u00e9\u2028.yaml",
+    ],
+)
 def test_the_header_gives_back_the_exact_source(tmp_path, source):
     # Deletion and overwrite decisions compare the source a header names with the specs' sources.
-    spec = M.OpSpec(name="demo", op="torch.sin", source=source, sha256="0" * 64, devices=("cpu",),
-                    samples=(M.Sample("v", args=(M.TensorArg(shape=(3,)),)),))
+    spec = M.OpSpec(
+        name="demo",
+        op="torch.sin",
+        source=source,
+        sha256="0" * 64,
+        devices=("cpu",),
+        samples=(M.Sample("v", args=(M.TensorArg(shape=(3,)),)),),
+    )
     apply_plan(plan_generation([spec], tmp_path, root=tmp_path))
     assert generated_source(tmp_path / "test_demo.py") == source
 
 
 # -- what is at a module's path (defect 11) -------------------------------------------------------
+
 
 def _make(kind: str, path: Path, project: Path) -> None:
     if kind == "folder":
@@ -165,8 +184,12 @@ def _make(kind: str, path: Path, project: Path) -> None:
         os.mkfifo(path)
 
 
-KINDS = {"folder": "a folder", "dangling symlink": "a symbolic link", "symlink to a generated module":
-         "a symbolic link", "FIFO": "a FIFO (named pipe)"}
+KINDS = {
+    "folder": "a folder",
+    "dangling symlink": "a symbolic link",
+    "symlink to a generated module": "a symbolic link",
+    "FIFO": "a FIFO (named pipe)",
+}
 
 
 @posix_only
@@ -215,6 +238,7 @@ def test_out_that_is_a_file_is_an_error(project):
 
 # -- modes (defect 9) -----------------------------------------------------------------------------
 
+
 @posix_only
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
 def test_new_modules_get_the_mode_open_would_give(project, umask):
@@ -245,6 +269,7 @@ def test_a_rewritten_module_keeps_its_mode(project):
 
 # -- failed writes name the module and the reason (defect 13) ------------------------------------
 
+
 def _fail(monkeypatch, name: str, code: int):
     def fail(*args, **kwargs):
         raise OSError(code, os.strerror(code))
@@ -252,12 +277,15 @@ def _fail(monkeypatch, name: str, code: int):
     monkeypatch.setattr(os, name, fail)
 
 
-@pytest.mark.parametrize("function, code, step", [
-    ("write", errno.ENOSPC, "while writing it"),
-    ("open", errno.EACCES, "while creating a temporary file beside it"),
-    ("open", errno.EROFS, "while creating a temporary file beside it"),
-    ("replace", errno.EROFS, "while renaming the new text into place"),
-])
+@pytest.mark.parametrize(
+    "function, code, step",
+    [
+        ("write", errno.ENOSPC, "while writing it"),
+        ("open", errno.EACCES, "while creating a temporary file beside it"),
+        ("open", errno.EROFS, "while creating a temporary file beside it"),
+        ("replace", errno.EROFS, "while renaming the new text into place"),
+    ],
+)
 def test_a_failed_write_names_the_module_and_the_reason(project, monkeypatch, function, code, step):
     _generate(project)
     module = project / "generated_tests" / "test_tanh.py"
@@ -297,13 +325,19 @@ def test_the_cli_reports_a_full_disk_with_the_module_path(project, monkeypatch, 
 
 # -- temporary files left by a killed run (defect 11) ---------------------------------------------
 
+
 def test_stale_temporary_files_of_the_writers_pattern_are_removed(project):
     out = project / "generated_tests"
     out.mkdir()
     old = time.time() - 3600
     stale = [out / ".test_tanh.py.abc_e9gh.tmp", out / ".test_sin.py.k3j4h5g6.tmp"]
-    kept = [out / ".test_tanh.py.abc.tmp", out / ".notes.py.abcdefgh.tmp", out / "test_tanh.py.abcdefgh.tmp",
-            out / ".test_tanh.py.ABCDEFGH.tmp", out / ".test_tanh.py.abcdefgh.tmp.bak"]
+    kept = [
+        out / ".test_tanh.py.abc.tmp",
+        out / ".notes.py.abcdefgh.tmp",
+        out / "test_tanh.py.abcdefgh.tmp",
+        out / ".test_tanh.py.ABCDEFGH.tmp",
+        out / ".test_tanh.py.abcdefgh.tmp.bak",
+    ]
     for path in stale + kept:
         path.write_text("half a module")
         os.utime(path, (old, old))
@@ -333,6 +367,7 @@ def test_the_writer_leaves_no_temporary_file(project):
 
 # -- the same bytes from any working directory, and from a CRLF checkout (defect 13) -------------
 
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("test_*.py"))}
 
@@ -347,18 +382,27 @@ def test_the_working_directory_changes_nothing(project):
     assert header[0].startswith("# @generated by opcheck from op_specs/sin.yaml.")
     assert header[2] == "# regenerate: opcheck generate"
 
-    parent = opcheck("generate", "--check", "--specs", f"{project.name}/op_specs",
-                     "--out", f"{project.name}/generated_tests", cwd=project.parent)
+    parent = opcheck(
+        "generate",
+        "--check",
+        "--specs",
+        f"{project.name}/op_specs",
+        "--out",
+        f"{project.name}/generated_tests",
+        cwd=project.parent,
+    )
     assert parent.returncode == 0, parent.stdout + parent.stderr
     (project / "sub").mkdir()
-    below = opcheck("generate", "--no-cache", "--specs", "../op_specs", "--out", "../generated_tests",
-                    cwd=project / "sub")
+    below = opcheck(
+        "generate", "--no-cache", "--specs", "../op_specs", "--out", "../generated_tests", cwd=project / "sub"
+    )
     assert below.returncode == 0 and "0 written, 3 unchanged, 0 deleted" in below.stdout, below.stderr
     assert _tree(project / "generated_tests") == expected
 
     # A folder other than the default is named in the header as seen from the project root.
-    other = opcheck("generate", "--specs", f"{project.name}/op_specs", "--out", f"{project.name}/gen",
-                    cwd=project.parent)
+    other = opcheck(
+        "generate", "--specs", f"{project.name}/op_specs", "--out", f"{project.name}/gen", cwd=project.parent
+    )
     assert other.returncode == 0, other.stderr
     assert "# regenerate: opcheck generate --out gen\n" in (project / "gen" / "test_sin.py").read_text()
 
@@ -368,8 +412,9 @@ def test_problems_from_another_folder_say_what_they_are_relative_to(project):
     result = opcheck("validate", "--specs", f"{project.name}/op_specs", cwd=project.parent)
     assert result.returncode == 1
     assert result.stderr.startswith("op_specs/bad.yaml:1:5: op: ")
-    assert result.stderr.rstrip().endswith(f"1 problem(s) found (paths are relative to the project root, "
-                                           f"{project.name}).")
+    assert result.stderr.rstrip().endswith(
+        f"1 problem(s) found (paths are relative to the project root, {project.name})."
+    )
 
 
 def test_project_root_is_the_nearest_marked_folder_else_the_working_directory(tmp_path, monkeypatch):

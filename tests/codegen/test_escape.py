@@ -34,13 +34,30 @@ CORNERS = [
     "",
     "".join(map(chr, range(128))),
     LINE_SEPARATORS,
-    '"""', "'''", '"', "'", '\\', '\\"""', 'x\\', 'ends with a quote"', "ends with a quote'",
-    "\x00", "\ud800", "\udfff", "\ud83d\ude00", "\U0001f600", "\u202e bidi override \u202c", "\ufeff",
+    '"""',
+    "'''",
+    '"',
+    "'",
+    "\\",
+    '\\"""',
+    "x\\",
+    'ends with a quote"',
+    "ends with a quote'",
+    "\x00",
+    "\ud800",
+    "\udfff",
+    "\ud83d\ude00",
+    "\U0001f600",
+    "\u202e bidi override \u202c",
+    "\ufeff",
     _one_per_category(),
     'x"""+str(__import__("os").system("touch PWNED"))+""".yaml',
     "op_specs\n",
     "op_specs/evil\n import os.yaml",
-    "# coding: utf-7", "-*- coding:latin-1 -*-", "vim: set fileencoding=unicode_escape :", "CODING=rot13",
+    "# coding: utf-7",
+    "-*- coding:latin-1 -*-",
+    "vim: set fileencoding=unicode_escape :",
+    "CODING=rot13",
     "{{ header }} {% if x %} }} {#",
 ]
 CORNERS += list(LINE_SEPARATORS) + [chr(c) for c in range(128)]
@@ -64,16 +81,21 @@ def _check_text(value: str) -> None:
     tree = ast.parse(comment)
     assert [type(n) for n in tree.body] == [ast.Assign], comment
 
-    for doc, meant in ((f'"""{escaped}"""\n', value), (f"'''{escaped}'''\n", value),
-                       (f'"""Gradient tests for {escaped}, generated from {escaped}."""\n',
-                        f"Gradient tests for {value}, generated from {value}.")):
+    for doc, meant in (
+        (f'"""{escaped}"""\n', value),
+        (f"'''{escaped}'''\n", value),
+        (
+            f'"""Gradient tests for {escaped}, generated from {escaped}."""\n',
+            f"Gradient tests for {value}, generated from {value}.",
+        ),
+    ):
         tree = ast.parse(doc)
         assert len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr), doc
         assert ast.get_docstring(tree, clean=False) == meant
 
     # The header is the file's first lines, where a `coding[:=]` comment would choose the encoding
     # Python reads the rest of the file with.
-    header = f"{GENERATED_MARKER} from {escaped}.\n# regenerate: {escaped}\nx = 1\n".encode("utf-8")
+    header = f"{GENERATED_MARKER} from {escaped}.\n# regenerate: {escaped}\nx = 1\n".encode()
     assert tokenize.detect_encoding(io.BytesIO(header).readline)[0] == "utf-8"
     assert [type(n) for n in ast.parse(header).body] == [ast.Assign]
 
@@ -82,6 +104,9 @@ def _check_literal(value: str) -> None:
     source = literal(value)
     assert source.splitlines() == [source]
     assert ast.literal_eval(source) == value
+    assert source[0] == source[-1] == ("'" if value.count('"') > value.count("'") else '"'), source
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.STRING]
+    assert [t.string for t in tokens] == [source]
     for module in (f"x = {source}\n", f"f(reason={source}, strict=True)  # {source}\n"):
         tree = ast.parse(module.encode("utf-8"))  # as written to disk and read back
         assert len(tree.body) == 1, module
@@ -122,6 +147,23 @@ def test_text_shows_the_characters_it_escapes():
     assert text("x coding: utf-7") == "x coding\\x3a utf-7"
 
 
+@pytest.mark.parametrize(
+    ("value", "source"),
+    [
+        ("plain", '"plain"'),
+        ("it's", '"it\'s"'),
+        ('say "x"', "'say \"x\"'"),
+        ("both ' and \"", '"both \' and \\""'),
+        ('b \' " "', "'b \\' \" \"'"),
+        ("\\'", '"\\\\\'"'),
+        ("x\u2028y\x00", '"x\\u2028y\\x00"'),
+        ("", '""'),
+    ],
+)
+def test_string_literals_take_the_quotes_ruff_format_prefers(value, source):
+    assert literal(value) == source
+
+
 class _Sneaky(str):
     def __repr__(self):
         return "__import__('os')"
@@ -135,10 +177,21 @@ def test_a_str_subclass_is_written_as_its_characters():
     assert text(_Sneaky("a\nb")) == "a\\nb"
 
 
-@pytest.mark.parametrize(("value", "source"), [
-    (None, "None"), (True, "True"), (0, "0"), (-3, "-3"), (10**30, str(10**30)), (0.1, "0.1"), (-0.0, "-0.0"),
-    (1e-300, "1e-300"), (float("inf"), 'float("inf")'), (float("-inf"), '-float("inf")'),
-])
+@pytest.mark.parametrize(
+    ("value", "source"),
+    [
+        (None, "None"),
+        (True, "True"),
+        (0, "0"),
+        (-3, "-3"),
+        (10**30, str(10**30)),
+        (0.1, "0.1"),
+        (-0.0, "-0.0"),
+        (1e-300, "1e-300"),
+        (float("inf"), 'float("inf")'),
+        (float("-inf"), '-float("inf")'),
+    ],
+)
 def test_scalar_literals(value, source):
     assert literal(value) == source
     assert eval(source, {"__builtins__": {"float": float}}) == value  # noqa: S307 - a literal we wrote

@@ -22,6 +22,7 @@ import pytest
 from opcheck.codegen import GENERATED_MARKER, GenerationError, apply_plan, plan_generation, render_module, stale_diff
 from opcheck.spec import load_specs
 from opcheck.spec import model as M
+from opcheck.spec.case import cases_of
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -51,32 +52,131 @@ def test_golden_modules_run(pytester):
 
 
 def _spec(**overrides) -> M.OpSpec:
-    fields = dict(name="demo", op="torch.sin", source="op_specs/demo.yaml", sha256="0" * 64,
-                  samples=(M.Sample("small", args=(M.TensorArg(shape=(3,)),)),), devices=("cpu",))
+    fields = dict(
+        name="demo",
+        op="torch.sin",
+        source="op_specs/demo.yaml",
+        sha256="0" * 64,
+        samples=(M.Sample("small", args=(M.TensorArg(shape=(3,)),)),),
+        devices=("cpu",),
+    )
     fields.update(overrides)
     return M.OpSpec(**fields)
 
 
+def _parametrized(text: str) -> dict[str, list]:
+    """Each test function of a rendered module → its parameter sets, in collection order."""
+    namespace = {}
+    exec(compile(text, "generated", "exec"), namespace)  # noqa: S102 - our own output
+    out = {}
+    for name, function in namespace.items():
+        if name.startswith("test_"):
+            (mark,) = [m for m in function.pytestmark if m.name == "parametrize"]
+            assert mark.args[0] == ("device", "dtype", "sample")
+            out[name] = list(mark.args[1])
+    return out
+
+
 def test_ids_are_device_dtype_sample_and_safe():
-    text = render_module(_spec(dtypes=("float64", "complex128"), samples=(
-        M.Sample("a.b_1", args=(M.TensorArg(shape=(2,)),)), M.Sample("c", args=(M.TensorArg(shape=(2,)),)))))
-    ids = [n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.keyword) and n.arg == "id"
-           for n in [n.value]]
+    text = render_module(
+        _spec(
+            dtypes=("float64", "complex128"),
+            samples=(
+                M.Sample("a.b_1", args=(M.TensorArg(shape=(2,)),)),
+                M.Sample("c", args=(M.TensorArg(shape=(2,)),)),
+            ),
+        )
+    )
+    ids = [p.id for params in _parametrized(text).values() for p in params]
     assert "cpu-float64-a.b_1" in ids and "cpu-complex128-c" in ids
     assert all(set(i) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") for i in ids)
 
 
+def test_each_function_covers_the_cases_of_its_check_in_order():
+    spec = _spec(
+        dtypes=("float64", "complex128"),
+        lowprec_dtypes=("float32",),
+        devices=("cpu", "mps", "cuda"),
+        samples=(M.Sample("b", args=(M.TensorArg(shape=(2,)),)), M.Sample("a", args=(M.TensorArg(shape=(2,)),))),
+    )
+    functions = _parametrized(render_module(spec))
+    assert list(functions) == [f"test_{check}" for check in spec.checks()]
+    for name, params in functions.items():
+        cases = [case for case in cases_of(spec) if f"test_{case.check}" == name]
+        assert [(p.values, p.id) for p in params] == [((c.device, c.dtype, c.sample), c.param_id) for c in cases]
+    assert [p.id for p in functions["test_lowprec"]] == [
+        "cpu-float32-b",
+        "cpu-float32-a",
+        "mps-float32-b",
+        "mps-float32-a",
+        "cuda-float32-b",
+        "cuda-float32-a",
+    ]
+    assert not [p for p in functions["test_gradcheck"] if p.values[0] == "mps"]  # mps has no float64
+
+
+def test_no_axis_names_a_device_that_never_runs_there():
+    text = render_module(_spec(devices=("cpu", "mps"), lowprec_dtypes=("float32",)))
+    assert '@grid(SPEC, "gradcheck", devices=("cpu",), dtypes=("float64",))' in text
+    assert '@grid(SPEC, "lowprec", devices=("cpu", "mps"), dtypes=("float32",))' in text
+
+
+def test_a_rule_marks_exactly_its_cases_and_its_reason_is_written_once():
+    spec = _spec(
+        devices=("cpu", "cuda"),
+        lowprec_dtypes=("float32",),
+        samples=(M.Sample("a", args=(M.TensorArg(shape=(2,)),)), M.Sample("b", args=(M.TensorArg(shape=(2,)),))),
+        skips=(
+            M.Rule(
+                where=M.Where(device=("cuda",), check=("lowprec",)),
+                reason="no cuda kernel",
+                location=M.Location("op_specs/demo.yaml", 9, 5),
+            ),
+        ),
+        expected_failures=(
+            M.Rule(where=M.Where(sample=("b",)), reason="known bug"),
+            M.Rule(where=M.Where(device=("cuda",)), reason="cuda bug"),
+            M.Rule(where=M.Where(check=("lowprec",), device=("cuda",)), reason="shadowed"),
+        ),
+    )
+    text = render_module(spec)
+    assert text.count("no cuda kernel") == 1 and text.count("known bug") == 1
+    assert "XFAIL_1 = xfail(SPEC.expected_failures[1])" in text
+    assert "XFAIL_2" not in text  # the skip rule, which wins, marks every case it matches
+    marks = {
+        f"{name}[{p.id}]": [(m.name, m.kwargs) for m in p.marks]
+        for name, params in _parametrized(text).items()
+        for p in params
+    }
+    skip = [("skip", {"reason": "no cuda kernel (op_specs/demo.yaml:9:5)"})]
+    xfail = [("xfail", {"reason": "known bug", "strict": True})]
+    xfail_cuda = [("xfail", {"reason": "cuda bug", "strict": True})]
+    assert marks["test_lowprec[cuda-float32-a]"] == marks["test_lowprec[cuda-float32-b]"] == skip
+    assert marks["test_lowprec[cpu-float32-b]"] == marks["test_gradcheck[cpu-float64-b]"] == xfail
+    assert marks["test_gradcheck[cuda-float64-b]"] == xfail
+    assert marks["test_gradcheck[cuda-float64-a]"] == xfail_cuda
+    assert marks["test_gradcheck[cpu-float64-a]"] == marks["test_lowprec[cpu-float32-a]"] == []
+
+
 def test_spec_strings_cannot_inject_code():
     evil = "x'); import os; os.system('echo pwned') #\n\"\"\"; raise SystemExit\n"
-    spec = _spec(source="op_specs/evil\n import os.yaml",
-                 skips=(M.Rule(where=M.Where(sample=("small",)), reason=evil),),
-                 tolerances=(M.ToleranceRule(atol=1e-3, reason=evil),))
+    spec = _spec(
+        source="op_specs/evil\n import os.yaml",
+        skips=(M.Rule(where=M.Where(sample=("small",)), reason=evil),),
+        tolerances=(M.ToleranceRule(atol=1e-3, reason=evil),),
+    )
     text = render_module(spec)
     tree = ast.parse(text)
     kinds = [type(node).__name__ for node in tree.body]
-    assert kinds == ["Expr", "Import", "ImportFrom", "ImportFrom", "Assign"] + ["FunctionDef"] * len(spec.checks())
+    assert kinds == ["Expr", "Import"] + ["ImportFrom"] * 3 + ["Assign"] * 4 + ["FunctionDef"] * len(spec.checks())
+    assert [target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets] == [
+        "SOURCE",
+        "SPEC",
+        "SKIP_0",
+        "MARKED",
+    ]
     imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-    assert [a.name for node in imports for a in node.names][:2] == ["pytest", "run_check"]
+    assert [a.name for node in imports for a in node.names][:4] == ["pytest", "grid", "skip", "run_check"]
     assert evil in [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
     for line in text.splitlines()[:3]:
         assert line.startswith("#")
@@ -108,7 +208,8 @@ def test_writes_only_changes_and_deletes_only_generated_files(tmp_path):
     apply_plan(plan)
     assert user_file.exists() and not stale.exists()
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("test_*.py") if p.name in written} == {
-        n: t for n, t in written.items() if (out / n).exists()}
+        n: t for n, t in written.items() if (out / n).exists()
+    }
 
 
 def test_refuses_to_overwrite_a_file_it_did_not_generate(tmp_path):
@@ -121,8 +222,13 @@ def test_refuses_to_overwrite_a_file_it_did_not_generate(tmp_path):
 
 def _generate_in_subprocess(out: Path, hashseed: str) -> dict[str, bytes]:
     env = dict(os.environ, PYTHONHASHSEED=hashseed)
-    subprocess.run([sys.executable, "-m", "opcheck", "generate", "--specs", "tests/codegen/golden/specs",
-                    "--out", str(out)], cwd=REPO, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "opcheck", "generate", "--specs", "tests/codegen/golden/specs", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
 
 
@@ -135,8 +241,9 @@ def test_byte_identical_across_hash_seeds(tmp_path):
 
 
 def test_committed_generated_tests_are_fresh():
-    result = subprocess.run([sys.executable, "-m", "opcheck", "generate", "--check"], cwd=REPO,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "opcheck", "generate", "--check"], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -144,8 +251,12 @@ def test_check_mode_prints_a_diff_and_fails_when_stale(tmp_path):
     shutil.copytree(GOLDEN / "specs", tmp_path / "op_specs")
     (tmp_path / "generated_tests").mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "opcheck", *a], cwd=tmp_path, env=env,  # noqa: E731
-                                    capture_output=True, text=True)
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "opcheck", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
     stale = run("generate", "--check")
     assert stale.returncode == 1 and "+++ b/generated_tests/test_everything.py" in stale.stdout
     assert not list((tmp_path / "generated_tests").iterdir()), "--check must not write"

@@ -15,6 +15,7 @@ import builtins
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tokenize
@@ -23,6 +24,7 @@ from pathlib import Path
 import _pytest.mark.structures
 import pytest
 
+import opcheck.parametrize
 from opcheck.codegen import GENERATED_MARKER, GenerationError, apply_plan, module_name, plan_generation, render
 from opcheck.codegen.source import MODEL_CLASSES
 from opcheck.spec import load_specs
@@ -32,10 +34,28 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN_EXPECTED = Path(__file__).parent / "golden" / "expected"
 
 PAYLOAD = "__import__('os').system('touch PWNED')"
-BREAKOUTS = ['"""', "'''", "\n", "\r", "\r\n", "\u2028", "\u2029", "\x85", "#", "{{", "}}", "{%", "%}", "{#",
-             "\\", "\\\\", '\\"', "\\n"]
+BREAKOUTS = [
+    '"""',
+    "'''",
+    "\n",
+    "\r",
+    "\r\n",
+    "\u2028",
+    "\u2029",
+    "\x85",
+    "#",
+    "{{",
+    "}}",
+    "{%",
+    "%}",
+    "{#",
+    "\\",
+    "\\\\",
+    '\\"',
+    "\\n",
+]
 # A reason, argument or keyword value that tries every way out of a literal, then runs a command.
-HOSTILE_STRING = " ".join(BREAKOUTS) + f' x"""+{PAYLOAD}+""" x\'\'\'+{PAYLOAD}+\'\'\' x\')\n{PAYLOAD}\n#'
+HOSTILE_STRING = " ".join(BREAKOUTS) + f" x\"\"\"+{PAYLOAD}+\"\"\" x'''+{PAYLOAD}+''' x')\n{PAYLOAD}\n#"
 
 
 def _utf7_hidden(code: str) -> str:
@@ -158,6 +178,21 @@ def test_hostile_modules_evaluate_to_the_spec_and_nothing_else(hostile):
         assert namespace["SPEC"].samples[0].location == spec.samples[0].location  # not compared by ==
 
 
+def test_a_long_hostile_string_is_written_in_parts_that_join_back(hostile):
+    _, modules = hostile
+    (path,) = [path for spec, path, _ in modules if spec.source == "strings/strings.yaml"]
+    text = path.read_text(encoding="utf-8")
+    written = [
+        ast.get_source_segment(text, node)
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.Constant) and node.value == HOSTILE_STRING
+    ]
+    assert len(written) == 5  # sample argument and keyword, tolerance, skip and expected failure reasons
+    for segment in written:  # too long for a line: an implicit concatenation, one string token per line
+        parts = [t for t in tokenize.generate_tokens(io.StringIO(segment).readline) if t.type == tokenize.STRING]
+        assert len(parts) >= 2 and len({t.start[0] for t in parts}) == len(parts), segment
+
+
 def test_hostile_generation_is_stable(hostile):
     _, modules = hostile
     for spec, path, regenerate in modules:
@@ -177,8 +212,11 @@ def test_a_module_that_would_not_compile_is_never_returned_or_written(tmp_path, 
     # Simulate an escaping slip: header and docstring text placed as it is.
     monkeypatch.setattr(render, "text", lambda value: value)
     spec = _spec(source="op_specs/ends in a newline\n")
-    with pytest.raises(GenerationError, match=r"^op_specs/ends in a newline\n: the generated test_demo.py does not "
-                                              r"compile \(line 2: .*\); this is a bug in opcheck"):
+    with pytest.raises(
+        GenerationError,
+        match=r"^op_specs/ends in a newline\n: the generated test_demo.py does not "
+        r"compile \(line 2: .*\); this is a bug in opcheck",
+    ):
         render.render_module(spec)
     with pytest.raises(GenerationError, match="does not compile"):
         plan_generation([spec], tmp_path / "out")
@@ -187,8 +225,11 @@ def test_a_module_that_would_not_compile_is_never_returned_or_written(tmp_path, 
 
 def test_a_module_python_would_decode_otherwise_is_refused(monkeypatch):
     monkeypatch.setattr(render, "text", lambda value: value)
-    with pytest.raises(GenerationError, match=r"^op_specs/coding:latin-1 x.yaml: the generated test_demo.py would "
-                                              r"be read as iso-8859-1, not UTF-8"):
+    with pytest.raises(
+        GenerationError,
+        match=r"^op_specs/coding:latin-1 x.yaml: the generated test_demo.py would "
+        r"be read as iso-8859-1, not UTF-8",
+    ):
         render.render_module(_spec(source="op_specs/coding:latin-1 x.yaml"))
     with pytest.raises(GenerationError, match="would be read as .*unknown encoding"):
         render.render_module(_spec(source="op_specs/coding:no-such-codec x.yaml"))
@@ -206,8 +247,13 @@ def test_cli_with_a_spec_path_ending_in_a_newline(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "opcheck", "generate", "--specs", "op_specs/sin.yaml\n", *args],
-                              cwd=tmp_path, env=env, capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "opcheck", "generate", "--specs", "op_specs/sin.yaml\n", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
 
     first = run("--no-cache")
     assert first.returncode == 0, first.stdout + first.stderr
@@ -222,26 +268,107 @@ def test_cli_with_a_spec_path_ending_in_a_newline(tmp_path):
 
 # ---- what a generated module may contain ------------------------------------------------------
 
-MARKS = ("skip", "xfail")
 PARAMS = ("device", "dtype", "sample")
+HELPERS = ("grid", "skip", "xfail")  # what opcheck.parametrize gives a generated module
+RULE_MARKS = {"skip": ("SKIP", "skips"), "xfail": ("XFAIL", "expected_failures")}
 
 
 def check_statements(tree: ast.Module, path: Path) -> None:
-    """The module is: docstring, the three imports, `SPEC = <model value>`, test functions."""
+    """The module is: docstring, the four imports, `SOURCE = <str>`, `SPEC = <model value>`, one
+    `<KIND>_<i> = <kind>(SPEC.<rules>[i])` per rule that marks a test, `MARKED = {<test name>: <mark>}`
+    when there are any, then test functions."""
     body = list(tree.body)
     where = f"{path}: "
-    assert len(body) >= 6, where + "too few statements"
-    docstring, import_pytest, import_runtime, import_model, spec = body[:5]
+    assert len(body) >= 8, where + "too few statements"
+    docstring, import_pytest, import_helpers, import_runtime, import_model, source, spec = body[:7]
     assert isinstance(docstring, ast.Expr) and _is_constant(docstring.value, str), where + ast.dump(docstring)
     assert _import_names(import_pytest) == ("pytest", None), where + ast.dump(import_pytest)
+    module, helpers = _import_names(import_helpers)
+    assert module == "opcheck.parametrize" and "grid" in helpers and set(helpers) <= set(HELPERS), where + ast.dump(
+        import_helpers
+    )
     assert _import_names(import_runtime) == ("opcheck.runtime", ("run_check",)), where + ast.dump(import_runtime)
     module, classes = _import_names(import_model)
     assert module == "opcheck.spec.model" and set(classes) <= set(MODEL_CLASSES), where + ast.dump(import_model)
-    assert isinstance(spec, ast.Assign) and len(spec.targets) == 1 and _is_name(spec.targets[0], "SPEC"), \
-        where + ast.dump(spec)
+    assert _is_assign(source, "SOURCE") and _is_constant(source.value, str), where + ast.dump(source)
+    assert _is_assign(spec, "SPEC"), where + ast.dump(spec)
     assert _is_call_of(spec.value, {"OpSpec"}) and _is_model_value(spec.value, set(classes)), where + ast.dump(spec)
-    for function in body[5:]:
-        _check_test_function(function, where)
+    rest = body[7:]
+    marks = set()
+    while rest and isinstance(rest[0], ast.Assign) and _is_rule_mark(rest[0], set(helpers)):
+        marks.add(rest.pop(0).targets[0].id)
+    has_table = bool(rest) and _is_assign(rest[0], "MARKED")
+    if has_table:
+        _check_marked(rest.pop(0), marks, where)
+    assert rest, where + "no test functions"
+    for function in rest:
+        _check_test_function(function, has_table, where)
+
+
+def _is_assign(node, name: str) -> bool:
+    return isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_name(node.targets[0], name)
+
+
+def _is_rule_mark(node: ast.Assign, helpers: set[str]) -> bool:
+    """`SKIP_0 = skip(SPEC.skips[0])` or `XFAIL_1 = xfail(SPEC.expected_failures[1])`."""
+    call = node.value
+    if not (
+        len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and _is_call_of(call, helpers)
+        and call.func.id in RULE_MARKS
+        and len(call.args) == 1
+        and not call.keywords
+    ):
+        return False
+    prefix, field = RULE_MARKS[call.func.id]
+    (arg,) = call.args
+    return (
+        isinstance(arg, ast.Subscript)
+        and isinstance(arg.value, ast.Attribute)
+        and arg.value.attr == field
+        and _is_name(arg.value.value, "SPEC")
+        and _is_constant(arg.slice, int)
+        and node.targets[0].id == f"{prefix}_{arg.slice.value}"
+    )
+
+
+def _check_marked(node: ast.Assign, marks: set[str], where: str) -> None:
+    table = node.value
+    assert isinstance(table, ast.Dict) and table.keys, where + ast.dump(node)
+    for key, value in zip(table.keys, table.values):
+        assert _is_constant(key, str) and isinstance(value, ast.Name) and value.id in marks, where + ast.dump(node)
+
+
+def _check_test_function(node, has_table: bool, where: str) -> None:
+    assert isinstance(node, ast.FunctionDef) and node.name.startswith("test_"), where + ast.dump(node)
+    check = node.name.removeprefix("test_")
+    args = node.args
+    assert [a.arg for a in args.args] == list(PARAMS) and not (
+        args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults or node.returns
+    ), where + ast.dump(args)
+    assert len(node.decorator_list) == 2, where + node.name
+    marker, grid = node.decorator_list
+    assert _is_pytest_attr(marker, "mark", check), where + ast.dump(marker)
+    assert _is_call_of(grid, {"grid"}) and len(grid.args) == 2, where + ast.dump(grid)
+    assert _is_name(grid.args[0], "SPEC") and _is_constant(grid.args[1], str) and grid.args[1].value == check, (
+        where + ast.dump(grid)
+    )
+    keywords = {k.arg: k.value for k in grid.keywords}
+    assert set(keywords) in ({"devices", "dtypes"}, {"devices", "dtypes", "marked"} if has_table else set()), (
+        where + ast.dump(grid)
+    )
+    for axis in ("devices", "dtypes"):
+        assert isinstance(keywords[axis], ast.Tuple) and all(_is_constant(e, str) for e in keywords[axis].elts), (
+            where + ast.dump(grid)
+        )
+    assert "marked" not in keywords or _is_name(keywords["marked"], "MARKED"), where + ast.dump(grid)
+    (statement,) = node.body
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    assert _is_call_of(call, {"run_check"}) and not call.keywords and len(call.args) == 5, where + ast.dump(statement)
+    assert _is_name(call.args[0], "SPEC") and _is_constant(call.args[1], str), where + ast.dump(call)
+    assert call.args[1].value == check, where + ast.dump(call)
+    assert [getattr(a, "id", None) for a in call.args[2:]] == list(PARAMS), where + ast.dump(call)
 
 
 def _import_names(node) -> tuple:
@@ -265,8 +392,8 @@ def _is_call_of(node, names: set[str]) -> bool:
 
 
 def _is_model_value(node, classes: set[str]) -> bool:
-    """Literals, tuples and lists of them, float('nan'/'inf'), and calls of the imported model classes."""
-    if _is_constant(node, str, int, float, bool, type(None)):
+    """Literals, tuples and lists of them, float('nan'/'inf'), SOURCE, and calls of the imported model classes."""
+    if _is_constant(node, str, int, float, bool, type(None)) or _is_name(node, "SOURCE"):
         return True
     if isinstance(node, (ast.Tuple, ast.List)):
         return all(_is_model_value(e, classes) for e in node.elts)
@@ -276,13 +403,19 @@ def _is_model_value(node, classes: set[str]) -> bool:
         return True
     if _is_call_of(node, classes):
         return all(_is_model_value(a, classes) for a in node.args) and all(
-            k.arg is not None and _is_model_value(k.value, classes) for k in node.keywords)
+            k.arg is not None and _is_model_value(k.value, classes) for k in node.keywords
+        )
     return False
 
 
 def _is_special_float(node) -> bool:
-    return (_is_call_of(node, {"float"}) and not node.keywords and len(node.args) == 1
-            and isinstance(node.args[0], ast.Constant) and node.args[0].value in ("nan", "inf"))
+    return (
+        _is_call_of(node, {"float"})
+        and not node.keywords
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value in ("nan", "inf")
+    )
 
 
 def _is_pytest_attr(node, *attrs: str) -> bool:
@@ -294,54 +427,15 @@ def _is_pytest_attr(node, *attrs: str) -> bool:
     return _is_name(node, "pytest")
 
 
-def _check_test_function(node, where: str) -> None:
-    assert isinstance(node, ast.FunctionDef) and node.name.startswith("test_"), where + ast.dump(node)
-    args = node.args
-    assert [a.arg for a in args.args] == list(PARAMS) and not (
-        args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults or node.returns), \
-        where + ast.dump(args)
-    assert len(node.decorator_list) == 2, where + node.name
-    marker, parametrize = node.decorator_list
-    assert _is_pytest_attr(marker, "mark", node.name.removeprefix("test_")), where + ast.dump(marker)
-    assert isinstance(parametrize, ast.Call) and _is_pytest_attr(parametrize.func, "mark", "parametrize") and \
-        not parametrize.keywords and len(parametrize.args) == 2, where + ast.dump(parametrize)
-    names, params = parametrize.args
-    assert isinstance(names, ast.Tuple) and [getattr(e, "value", None) for e in names.elts] == list(PARAMS)
-    assert isinstance(params, ast.List) and all(_is_param(p) for p in params.elts), where + ast.dump(params)
-    (statement,) = node.body
-    call = statement.value if isinstance(statement, ast.Expr) else None
-    assert _is_call_of(call, {"run_check"}) and not call.keywords and len(call.args) == 5, where + ast.dump(statement)
-    assert _is_name(call.args[0], "SPEC") and _is_constant(call.args[1], str), where + ast.dump(call)
-    assert [getattr(a, "id", None) for a in call.args[2:]] == list(PARAMS), where + ast.dump(call)
-
-
-def _is_param(node) -> bool:
-    if not (isinstance(node, ast.Call) and _is_pytest_attr(node.func, "param") and len(node.args) == 3):
-        return False
-    keywords = {k.arg: k.value for k in node.keywords}
-    return (all(_is_constant(a, str) for a in node.args) and set(keywords) in ({"id"}, {"id", "marks"})
-            and _is_constant(keywords["id"], str) and _is_marks(keywords.get("marks")))
-
-
-def _is_marks(node) -> bool:
-    if node is None:
-        return True
-    marks = node.elts if isinstance(node, ast.List) else [node]
-    return all(
-        isinstance(m, ast.Call) and _is_pytest_attr(m.func, "mark", "") and m.func.attr in MARKS and not m.args
-        and all(k.arg in ("reason", "strict") and _is_constant(k.value, str, bool) for k in m.keywords)
-        for m in marks)
-
-
 # ---- what evaluating a generated module may do ------------------------------------------------
 
 _ALLOWED_CALLEES = {
-    pytest.param.__code__,  # pytest.param(...)
     _pytest.mark.structures.MarkGenerator.__getattr__.__code__,  # pytest.mark.<name>
-    _pytest.mark.structures.MarkDecorator.__call__.__code__,  # pytest.mark.<name>(...) and @-application
+    _pytest.mark.structures.MarkDecorator.__call__.__code__,  # @-application of a mark
+    *(getattr(opcheck.parametrize, name).__code__ for name in HELPERS),  # grid(...), skip(...), xfail(...)
     *(cls.__init__.__code__ for cls in MODEL_CLASSES.values()),
 }
-_ALLOWED_MODULES = ("pytest", "opcheck.runtime", "opcheck.spec.model")
+_ALLOWED_MODULES = ("pytest", "opcheck.parametrize", "opcheck.runtime", "opcheck.spec.model")
 
 
 def evaluate_fenced(path: Path) -> dict:
@@ -361,10 +455,24 @@ def evaluate_fenced(path: Path) -> dict:
     unexpected = [c for c in calls if c is not fenced_import.__code__ and c not in _ALLOWED_CALLEES]
     assert not unexpected, f"{path}: the module's top level called {unexpected}"
     assert [(n, lvl) for n, _, lvl in imports] == [(m, 0) for m in _ALLOWED_MODULES], f"{path}: imported {imports}"
-    assert imports[1][1] == ("run_check",) and set(imports[2][1]) <= set(MODEL_CLASSES), f"{path}: imported {imports}"
+    helpers, runtime, classes = (names for _, names, _ in imports[1:])
+    assert set(helpers) <= set(HELPERS) and runtime == ("run_check",) and set(classes) <= set(MODEL_CLASSES), (
+        f"{path}: imported {imports}"
+    )
     functions = {k for k in namespace if k.startswith("test_")}
-    assert set(namespace) - functions == {"__builtins__", "__name__", "__doc__", "pytest", "run_check", "SPEC",
-                                          *imports[2][1]}, f"{path}: defined {sorted(namespace)}"
+    marks = {k for k in namespace if re.fullmatch(r"(SKIP|XFAIL)_\d+", k)}
+    table = {"MARKED"} & set(namespace)
+    assert set(namespace) - functions - marks - table == {
+        "__builtins__",
+        "__name__",
+        "__doc__",
+        "pytest",
+        *helpers,
+        "run_check",
+        *classes,
+        "SOURCE",
+        "SPEC",
+    }, f"{path}: defined {sorted(namespace)}"
     assert isinstance(namespace["SPEC"], M.OpSpec)
     return namespace
 
@@ -394,7 +502,13 @@ def _profile_calls(code, run) -> list:
 
 
 def _spec(**overrides) -> M.OpSpec:
-    fields = dict(name="demo", op="torch.sin", source="op_specs/demo.yaml", sha256="0" * 64,
-                  samples=(M.Sample("small", args=(M.TensorArg(shape=(3,)),)),), devices=("cpu",))
+    fields = dict(
+        name="demo",
+        op="torch.sin",
+        source="op_specs/demo.yaml",
+        sha256="0" * 64,
+        samples=(M.Sample("small", args=(M.TensorArg(shape=(3,)),)),),
+        devices=("cpu",),
+    )
     fields.update(overrides)
     return M.OpSpec(**fields)

@@ -5,56 +5,43 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg, TensorListArg
 
+SOURCE = "tests/codegen/golden/specs/family.yaml"
 SPEC = OpSpec(
-    name='cat',
-    op='torch.cat',
-    source='tests/codegen/golden/specs/family.yaml',
-    sha256='e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c',
+    name="cat",
+    op="torch.cat",
+    source=SOURCE,
+    sha256="e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c",
     samples=(
         Sample(
-            'tensor_list',
+            "tensor_list",
             args=(TensorListArg(items=(TensorArg(shape=(2, 3)), TensorArg(shape=(1, 3)))),),
-            kwargs=(('dim', 0),),
-            location=Location('tests/codegen/golden/specs/family.yaml', 8, 9),
+            kwargs=(("dim", 0),),
+            location=Location(SOURCE, 8, 9),
         ),
     ),
-    devices=('cpu',),
+    devices=("cpu",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
-    location=Location('tests/codegen/golden/specs/family.yaml', 6, 5),
+    location=Location(SOURCE, 6, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_list', id='cpu-float64-tensor_list'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu",), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_list', id='cpu-float64-tensor_list'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu",), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'tensor_list', id='cpu-float64-tensor_list'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu",), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)

@@ -5,57 +5,44 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import Location, OpSpec, Sample, TensorArg
 
+SOURCE = "tests/codegen/golden/specs/family.yaml"
 SPEC = OpSpec(
-    name='cdist',
-    op='torch.cdist',
-    source='tests/codegen/golden/specs/family.yaml',
-    sha256='e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c',
+    name="cdist",
+    op="torch.cdist",
+    source=SOURCE,
+    sha256="e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c",
     samples=(
         Sample(
-            'points',
+            "points",
             args=(TensorArg(shape=(3, 2)), TensorArg(shape=(4, 2))),
-            kwargs=(('p', 2.0),),
-            location=Location('tests/codegen/golden/specs/family.yaml', 26, 9),
+            kwargs=(("p", 2.0),),
+            location=Location(SOURCE, 26, 9),
         ),
     ),
-    devices=('cpu',),
+    devices=("cpu",),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('tests/codegen/golden/specs/family.yaml', 19, 5),
+    location=Location(SOURCE, 19, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'points', id='cpu-float64-points'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu",), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'points', id='cpu-float64-points'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu",), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'points', id='cpu-float64-points'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu",), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)

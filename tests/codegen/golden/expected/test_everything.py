@@ -5,163 +5,107 @@
 
 import pytest
 
+from opcheck.parametrize import grid, skip, xfail
 from opcheck.runtime import run_check
-from opcheck.spec.model import DtypeArg, GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, Sample, TensorArg, ToleranceRule, Where
+from opcheck.spec.model import (
+    DtypeArg,
+    GradcheckFlags,
+    GradgradcheckFlags,
+    Location,
+    OpSpec,
+    Rule,
+    Sample,
+    TensorArg,
+    ToleranceRule,
+    Where,
+)
 
+SOURCE = "tests/codegen/golden/specs/everything.yaml"
 SPEC = OpSpec(
-    name='everything',
-    op='torch.nn.functional.softmax',
-    source='tests/codegen/golden/specs/everything.yaml',
-    sha256='6ca84af8b0e1696aadf258f11c12e8257e1a6c0ce9454e4c1c0faaa9766c398f',
+    name="everything",
+    op="torch.nn.functional.softmax",
+    source=SOURCE,
+    sha256="6ca84af8b0e1696aadf258f11c12e8257e1a6c0ce9454e4c1c0faaa9766c398f",
     samples=(
+        Sample("rows", args=(TensorArg(shape=(3, 5)),), kwargs=(("dim", -1),), location=Location(SOURCE, 8, 5)),
         Sample(
-            'rows',
-            args=(TensorArg(shape=(3, 5)),),
-            kwargs=(('dim', -1),),
-            location=Location('tests/codegen/golden/specs/everything.yaml', 8, 5),
-        ),
-        Sample(
-            'noncontig',
+            "noncontig",
             args=(TensorArg(shape=(4, 6), low=-3.0, high=3.0, noncontiguous=True),),
-            kwargs=(('dim', 0), ('dtype', DtypeArg('float64'))),
-            location=Location('tests/codegen/golden/specs/everything.yaml', 11, 5),
+            kwargs=(("dim", 0), ("dtype", DtypeArg("float64"))),
+            location=Location(SOURCE, 11, 5),
         ),
-        Sample(
-            'scalar',
-            args=(TensorArg(shape=()),),
-            kwargs=(('dim', 0),),
-            location=Location('tests/codegen/golden/specs/everything.yaml', 14, 5),
-        ),
+        Sample("scalar", args=(TensorArg(shape=()),), kwargs=(("dim", 0),), location=Location(SOURCE, 14, 5)),
     ),
-    lowprec_dtypes=('float32', 'bfloat16'),
-    devices=('cpu', 'cuda'),
-    gradcheck=GradcheckFlags(fast_mode='false', atol=1e-06, nondet_tol=1e-12, check_forward_ad=True),
+    lowprec_dtypes=("float32", "bfloat16"),
+    devices=("cpu", "cuda"),
+    gradcheck=GradcheckFlags(fast_mode="false", atol=1e-06, nondet_tol=1e-12, check_forward_ad=True),
     gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True, gen_non_contig_grad_outputs=True),
     tolerances=(
         ToleranceRule(
-            where=Where(device=('cuda',), check=('gradcheck', 'gradgradcheck')),
+            where=Where(device=("cuda",), check=("gradcheck", "gradgradcheck")),
             atol=0.0001,
-            reason='quotes \' " and a newline\nstay data: x\'); import os; os.system(\'true\') #',
-            location=Location('tests/codegen/golden/specs/everything.yaml', 26, 5),
+            reason="quotes ' \" and a newline\nstay data: x'); import os; os.system('true') #",
+            location=Location(SOURCE, 26, 5),
         ),
         ToleranceRule(
-            where=Where(check=('gradgradcheck',), sample=('rows',)),
+            where=Where(check=("gradgradcheck",), sample=("rows",)),
             eps=0.5,
-            reason='a deliberately coarse step, so that the expected failure below really fails',
-            location=Location('tests/codegen/golden/specs/everything.yaml', 29, 5),
+            reason="a deliberately coarse step, so that the expected failure below really fails",
+            location=Location(SOURCE, 29, 5),
         ),
     ),
     skips=(
         Rule(
-            where=Where(device=('cuda',), dtype=('bfloat16',)),
-            reason='no bfloat16 softmax kernel on this CUDA arch',
-            location=Location('tests/codegen/golden/specs/everything.yaml', 33, 5),
+            where=Where(device=("cuda",), dtype=("bfloat16",)),
+            reason="no bfloat16 softmax kernel on this CUDA arch",
+            location=Location(SOURCE, 33, 5),
         ),
     ),
     expected_failures=(
         Rule(
-            where=Where(device=('cpu',), check=('gradgradcheck',), sample=('rows',)),
-            reason='finite differences with eps=0.5 cannot match the second derivative',
-            location=Location('tests/codegen/golden/specs/everything.yaml', 36, 5),
+            where=Where(device=("cpu",), check=("gradgradcheck",), sample=("rows",)),
+            reason="finite differences with eps=0.5 cannot match the second derivative",
+            location=Location(SOURCE, 36, 5),
         ),
     ),
-    location=Location('tests/codegen/golden/specs/everything.yaml', 2, 1),
+    location=Location(SOURCE, 2, 1),
 )
+
+SKIP_0 = skip(SPEC.skips[0])
+XFAIL_0 = xfail(SPEC.expected_failures[0])
+MARKED = {
+    "test_gradgradcheck[cpu-float64-rows]": XFAIL_0,
+    "test_lowprec[cuda-bfloat16-rows]": SKIP_0,
+    "test_lowprec[cuda-bfloat16-noncontig]": SKIP_0,
+    "test_lowprec[cuda-bfloat16-scalar]": SKIP_0,
+}
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param(
-            'cpu', 'float64', 'rows', id='cpu-float64-rows',
-            marks=pytest.mark.xfail(reason='finite differences with eps=0.5 cannot match the second derivative (tests/codegen/golden/specs/everything.yaml:36:5)', strict=True),
-        ),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu", "cuda"), dtypes=("float64",), marked=MARKED)
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)
 
 
 @pytest.mark.fwgrad_bwgrad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'rows', id='cpu-float64-rows'),
-        pytest.param('cpu', 'float64', 'noncontig', id='cpu-float64-noncontig'),
-        pytest.param('cpu', 'float64', 'scalar', id='cpu-float64-scalar'),
-        pytest.param('cuda', 'float64', 'rows', id='cuda-float64-rows'),
-        pytest.param('cuda', 'float64', 'noncontig', id='cuda-float64-noncontig'),
-        pytest.param('cuda', 'float64', 'scalar', id='cuda-float64-scalar'),
-    ],
-)
+@grid(SPEC, "fwgrad_bwgrad", devices=("cpu", "cuda"), dtypes=("float64",))
 def test_fwgrad_bwgrad(device, dtype, sample):
-    run_check(SPEC, 'fwgrad_bwgrad', device, dtype, sample)
+    run_check(SPEC, "fwgrad_bwgrad", device, dtype, sample)
 
 
 @pytest.mark.lowprec
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float32', 'rows', id='cpu-float32-rows'),
-        pytest.param('cpu', 'float32', 'noncontig', id='cpu-float32-noncontig'),
-        pytest.param('cpu', 'float32', 'scalar', id='cpu-float32-scalar'),
-        pytest.param('cpu', 'bfloat16', 'rows', id='cpu-bfloat16-rows'),
-        pytest.param('cpu', 'bfloat16', 'noncontig', id='cpu-bfloat16-noncontig'),
-        pytest.param('cpu', 'bfloat16', 'scalar', id='cpu-bfloat16-scalar'),
-        pytest.param('cuda', 'float32', 'rows', id='cuda-float32-rows'),
-        pytest.param('cuda', 'float32', 'noncontig', id='cuda-float32-noncontig'),
-        pytest.param('cuda', 'float32', 'scalar', id='cuda-float32-scalar'),
-        pytest.param(
-            'cuda', 'bfloat16', 'rows', id='cuda-bfloat16-rows',
-            marks=pytest.mark.skip(reason='no bfloat16 softmax kernel on this CUDA arch (tests/codegen/golden/specs/everything.yaml:33:5)'),
-        ),
-        pytest.param(
-            'cuda', 'bfloat16', 'noncontig', id='cuda-bfloat16-noncontig',
-            marks=pytest.mark.skip(reason='no bfloat16 softmax kernel on this CUDA arch (tests/codegen/golden/specs/everything.yaml:33:5)'),
-        ),
-        pytest.param(
-            'cuda', 'bfloat16', 'scalar', id='cuda-bfloat16-scalar',
-            marks=pytest.mark.skip(reason='no bfloat16 softmax kernel on this CUDA arch (tests/codegen/golden/specs/everything.yaml:33:5)'),
-        ),
-    ],
-)
+@grid(SPEC, "lowprec", devices=("cpu", "cuda"), dtypes=("float32", "bfloat16"), marked=MARKED)
 def test_lowprec(device, dtype, sample):
-    run_check(SPEC, 'lowprec', device, dtype, sample)
+    run_check(SPEC, "lowprec", device, dtype, sample)

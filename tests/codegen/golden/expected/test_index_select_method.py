@@ -5,68 +5,48 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "tests/codegen/golden/specs/family.yaml"
 SPEC = OpSpec(
-    name='index_select_method',
-    op='torch.Tensor.index_select',
-    source='tests/codegen/golden/specs/family.yaml',
-    sha256='e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c',
+    name="index_select_method",
+    op="torch.Tensor.index_select",
+    source=SOURCE,
+    sha256="e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c",
     samples=(
         Sample(
-            'index',
-            args=(TensorArg(shape=(4, 3)), 0, TensorArg(shape=(2,), dtype='int64', values=(3, 1))),
-            location=Location('tests/codegen/golden/specs/family.yaml', 15, 9),
+            "index",
+            args=(TensorArg(shape=(4, 3)), 0, TensorArg(shape=(2,), dtype="int64", values=(3, 1))),
+            location=Location(SOURCE, 15, 9),
         ),
         Sample(
-            'spd_index',
-            args=(
-                TensorArg(shape=(3, 3), maker='spd'),
-                1,
-                TensorArg(shape=(2,), dtype='int64', low=0.0, high=3.0),
-            ),
-            location=Location('tests/codegen/golden/specs/family.yaml', 17, 9),
+            "spd_index",
+            args=(TensorArg(shape=(3, 3), maker="spd"), 1, TensorArg(shape=(2,), dtype="int64", low=0.0, high=3.0)),
+            location=Location(SOURCE, 17, 9),
         ),
     ),
-    variant='method',
-    devices=('cpu',),
+    variant="method",
+    devices=("cpu",),
     gradcheck=GradcheckFlags(check_forward_ad=True),
-    location=Location('tests/codegen/golden/specs/family.yaml', 11, 5),
+    location=Location(SOURCE, 11, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'index', id='cpu-float64-index'),
-        pytest.param('cpu', 'float64', 'spd_index', id='cpu-float64-spd_index'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu",), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'index', id='cpu-float64-index'),
-        pytest.param('cpu', 'float64', 'spd_index', id='cpu-float64-spd_index'),
-    ],
-)
+@grid(SPEC, "forward_ad", devices=("cpu",), dtypes=("float64",))
 def test_forward_ad(device, dtype, sample):
-    run_check(SPEC, 'forward_ad', device, dtype, sample)
+    run_check(SPEC, "forward_ad", device, dtype, sample)
 
 
 @pytest.mark.gradgradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'index', id='cpu-float64-index'),
-        pytest.param('cpu', 'float64', 'spd_index', id='cpu-float64-spd_index'),
-    ],
-)
+@grid(SPEC, "gradgradcheck", devices=("cpu",), dtypes=("float64",))
 def test_gradgradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradgradcheck', device, dtype, sample)
+    run_check(SPEC, "gradgradcheck", device, dtype, sample)

@@ -5,74 +5,55 @@
 
 import pytest
 
+from opcheck.parametrize import grid
 from opcheck.runtime import run_check
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
+SOURCE = "tests/codegen/golden/specs/family.yaml"
 SPEC = OpSpec(
-    name='to_dense_sparse',
-    op='torch.Tensor.to_dense',
-    source='tests/codegen/golden/specs/family.yaml',
-    sha256='e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c',
+    name="to_dense_sparse",
+    op="torch.Tensor.to_dense",
+    source=SOURCE,
+    sha256="e9acdc401c23cd0566907b69a6b1fc1ebfbc4cf5a99ed5b9ae125d049e7e0f6c",
     samples=(
         Sample(
-            'coo_density',
-            args=(TensorArg(shape=(6, 8), layout='sparse_coo', density=0.25),),
-            location=Location('tests/codegen/golden/specs/family.yaml', 37, 9),
+            "coo_density",
+            args=(TensorArg(shape=(6, 8), layout="sparse_coo", density=0.25),),
+            location=Location(SOURCE, 37, 9),
         ),
         Sample(
-            'bsr_hybrid_nnz',
-            args=(TensorArg(shape=(4, 6, 2), layout='sparse_bsr', nnz=2, blocksize=(2, 3), dense_dim=1),),
-            location=Location('tests/codegen/golden/specs/family.yaml', 39, 9),
+            "bsr_hybrid_nnz",
+            args=(TensorArg(shape=(4, 6, 2), layout="sparse_bsr", nnz=2, blocksize=(2, 3), dense_dim=1),),
+            location=Location(SOURCE, 39, 9),
         ),
         Sample(
-            'csr_values',
-            args=(TensorArg(shape=(2, 3), values=((0, 1.5, 0), (-2, 0, 0)), layout='sparse_csr'),),
-            location=Location('tests/codegen/golden/specs/family.yaml', 41, 9),
+            "csr_values",
+            args=(TensorArg(shape=(2, 3), values=((0, 1.5, 0), (-2, 0, 0)), layout="sparse_csr"),),
+            location=Location(SOURCE, 41, 9),
         ),
     ),
-    variant='method',
-    devices=('cpu',),
+    variant="method",
+    devices=("cpu",),
     gradcheck=GradcheckFlags(check_batched_grad=False, masked=True),
     supports_forward_ad=False,
     supports_gradgrad=False,
-    location=Location('tests/codegen/golden/specs/family.yaml', 29, 5),
+    location=Location(SOURCE, 29, 5),
 )
 
 
 @pytest.mark.gradcheck
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo_density', id='cpu-float64-coo_density'),
-        pytest.param('cpu', 'float64', 'bsr_hybrid_nnz', id='cpu-float64-bsr_hybrid_nnz'),
-        pytest.param('cpu', 'float64', 'csr_values', id='cpu-float64-csr_values'),
-    ],
-)
+@grid(SPEC, "gradcheck", devices=("cpu",), dtypes=("float64",))
 def test_gradcheck(device, dtype, sample):
-    run_check(SPEC, 'gradcheck', device, dtype, sample)
+    run_check(SPEC, "gradcheck", device, dtype, sample)
 
 
 @pytest.mark.forward_ad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo_density', id='cpu-float64-coo_density'),
-        pytest.param('cpu', 'float64', 'bsr_hybrid_nnz', id='cpu-float64-bsr_hybrid_nnz'),
-        pytest.param('cpu', 'float64', 'csr_values', id='cpu-float64-csr_values'),
-    ],
-)
+@grid(SPEC, "forward_ad_unsupported", devices=("cpu",), dtypes=("float64",))
 def test_forward_ad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'forward_ad_unsupported', device, dtype, sample)
+    run_check(SPEC, "forward_ad_unsupported", device, dtype, sample)
 
 
 @pytest.mark.gradgrad_unsupported
-@pytest.mark.parametrize(
-    ('device', 'dtype', 'sample'),
-    [
-        pytest.param('cpu', 'float64', 'coo_density', id='cpu-float64-coo_density'),
-        pytest.param('cpu', 'float64', 'bsr_hybrid_nnz', id='cpu-float64-bsr_hybrid_nnz'),
-        pytest.param('cpu', 'float64', 'csr_values', id='cpu-float64-csr_values'),
-    ],
-)
+@grid(SPEC, "gradgrad_unsupported", devices=("cpu",), dtypes=("float64",))
 def test_gradgrad_unsupported(device, dtype, sample):
-    run_check(SPEC, 'gradgrad_unsupported', device, dtype, sample)
+    run_check(SPEC, "gradgrad_unsupported", device, dtype, sample)
