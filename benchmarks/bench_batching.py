@@ -66,8 +66,10 @@ CASES = {  # name: (function, inputs)
     "sin 32x32 (batching rule)": (torch.sin, lambda: (_x(32, 32),)),
     "exp 8x8 (looping vmap rule)": (LoopedExp.apply, lambda: (_x(8, 8),)),
     "renorm 8x8 (no batching rule)": (lambda x: torch.renorm(x, 2, 0, 1.0), lambda: (_x(8, 8),)),
-    "x @ y + z, 3 x 64 elements": (lambda x, y, z: x @ y + z, lambda: (_x(8, 8, seed=1), _x(8, 8, seed=2),
-                                                                       _x(8, 8, seed=3))),
+    "x @ y + z, 3 x 64 elements": (
+        lambda x, y, z: x @ y + z,
+        lambda: (_x(8, 8, seed=1), _x(8, 8, seed=2), _x(8, 8, seed=3)),
+    ),
 }
 FLAGS = dict(fast_mode=False, check_forward_ad=True)
 
@@ -119,16 +121,22 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), best of {args.repeat}, "
-          f"fast_mode=False, check_forward_ad=True; times in ms")
-    print(f"{'function':<30} {'opcheck':>8} {'no batch':>9} {'torch':>8} {'torch/opcheck':>14} "
-          f"{'no batch/opcheck':>17}  dropped: first call; timed calls")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), best of {args.repeat}, "
+        f"fast_mode=False, check_forward_ad=True; times in ms"
+    )
+    print(
+        f"{'function':<30} {'opcheck':>8} {'no batch':>9} {'torch':>8} {'torch/opcheck':>14} "
+        f"{'no batch/opcheck':>17}  dropped: first call; timed calls"
+    )
     for name, (fn, make_inputs) in CASES.items():
         r = run_case(fn, make_inputs, args.repeat)
         first = ", ".join(sorted(r["first"])) or "-"
         timed_calls = ", ".join(f"{kind} {n}/{args.repeat}" for kind, n in sorted(r["dropped"].items())) or "-"
-        print(f"{name:<30} {r['opcheck'] * 1e3:8.1f} {r['loop'] * 1e3:9.1f} {r['torch'] * 1e3:8.1f} "
-              f"{r['torch'] / r['opcheck']:13.1f}x {r['loop'] / r['opcheck']:16.1f}x  {first}; {timed_calls}")
+        print(
+            f"{name:<30} {r['opcheck'] * 1e3:8.1f} {r['loop'] * 1e3:9.1f} {r['torch'] * 1e3:8.1f} "
+            f"{r['torch'] / r['opcheck']:13.1f}x {r['loop'] / r['opcheck']:16.1f}x  {first}; {timed_calls}"
+        )
     return 0
 
 

@@ -43,8 +43,18 @@ expected_failures:
     reason: synthetic expected failure
 """
 
-OPS = ["torch.sin", "torch.cos", "torch.tanh", "torch.exp", "torch.sigmoid", "torch.abs", "torch.neg",
-       "torch.nn.functional.gelu", "torch.nn.functional.silu", "torch.special.erf"]
+OPS = [
+    "torch.sin",
+    "torch.cos",
+    "torch.tanh",
+    "torch.exp",
+    "torch.sigmoid",
+    "torch.abs",
+    "torch.neg",
+    "torch.nn.functional.gelu",
+    "torch.nn.functional.silu",
+    "torch.special.erf",
+]
 
 
 def run_cli(*args, cwd) -> tuple[float, subprocess.CompletedProcess]:
@@ -79,8 +89,12 @@ def in_process_generate(cwd: Path, *args: str) -> float:
 
 def collect(path: Path, cwd: Path) -> tuple[float, int]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           str(path)], cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(path)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - start
     tests = sum(1 for line in proc.stdout.splitlines() if "::" in line)
     return elapsed, tests
@@ -109,19 +123,27 @@ def main() -> int:
         rewritten = sum(1 for p in files if p.stat().st_mtime_ns != mtimes[p])
         cli_noop, _ = run_cli("generate", cwd=root)
         cli_check, _ = run_cli("generate", "--check", cwd=root)
-        print(f"generate {args.specs} specs (load, validate, render, write): {full:.2f} s "
-              f"({full / args.specs * 1e3:.2f} ms per spec)")
-        print(f"no-op regenerate: {noop:.3f} s; with --no-cache (load, validate, render, compare): "
-              f"{noop_uncached:.2f} s; files rewritten by either: {rewritten}")
-        print(f"as separate processes (interpreter start-up and imports included): `opcheck generate` "
-              f"no-op {cli_noop:.2f} s, `opcheck generate --check` {cli_check:.2f} s")
+        print(
+            f"generate {args.specs} specs (load, validate, render, write): {full:.2f} s "
+            f"({full / args.specs * 1e3:.2f} ms per spec)"
+        )
+        print(
+            f"no-op regenerate: {noop:.3f} s; with --no-cache (load, validate, render, compare): "
+            f"{noop_uncached:.2f} s; files rewritten by either: {rewritten}"
+        )
+        print(
+            f"as separate processes (interpreter start-up and imports included): `opcheck generate` "
+            f"no-op {cli_noop:.2f} s, `opcheck generate --check` {cli_check:.2f} s"
+        )
 
         (root / "empty").mkdir()
         base, _ = collect(root / "empty", root)
         took, tests = collect(root / "generated_tests", root)
-        print(f"pytest --collect-only: {tests} tests in {took:.2f} s; pytest start-up (empty folder) "
-              f"{base:.2f} s; per test {(took - base) / max(tests, 1) * 1e3:.3f} ms "
-              f"({took / max(tests, 1) * 1e3:.3f} ms including start-up)")
+        print(
+            f"pytest --collect-only: {tests} tests in {took:.2f} s; pytest start-up (empty folder) "
+            f"{base:.2f} s; per test {(took - base) / max(tests, 1) * 1e3:.3f} ms "
+            f"({took / max(tests, 1) * 1e3:.3f} ms including start-up)"
+        )
     return 0
 
 

@@ -59,22 +59,60 @@ def calls_for(op) -> list[tuple[str, str, dict]]:
     common = dict(check_grad_dtypes=True, nondet_tol=op.gradcheck_nondet_tol)
     calls = []
     if op.supports_autograd:
-        calls.append(("grad", "gradcheck", dict(
-            common, check_batched_grad=op.check_batched_grad, check_forward_ad=False, check_backward_ad=True,
-            check_undefined_grad=True, check_batched_forward_grad=False)))
+        calls.append(
+            (
+                "grad",
+                "gradcheck",
+                dict(
+                    common,
+                    check_batched_grad=op.check_batched_grad,
+                    check_forward_ad=False,
+                    check_backward_ad=True,
+                    check_undefined_grad=True,
+                    check_batched_forward_grad=False,
+                ),
+            )
+        )
     if op.supports_forward_ad:
-        calls.append(("fwd", "gradcheck", dict(
-            common, check_batched_grad=False, check_forward_ad=True, check_backward_ad=False,
-            check_undefined_grad=True, check_batched_forward_grad=op.check_batched_forward_grad)))
+        calls.append(
+            (
+                "fwd",
+                "gradcheck",
+                dict(
+                    common,
+                    check_batched_grad=False,
+                    check_forward_ad=True,
+                    check_backward_ad=False,
+                    check_undefined_grad=True,
+                    check_batched_forward_grad=op.check_batched_forward_grad,
+                ),
+            )
+        )
     for noncontig in (False, True):
         suffix = "_noncontig" if noncontig else ""
         if op.supports_gradgrad:
-            calls.append((f"gradgrad{suffix}", "gradgradcheck", dict(
-                common, gen_non_contig_grad_outputs=noncontig, check_batched_grad=op.check_batched_gradgrad)))
+            calls.append(
+                (
+                    f"gradgrad{suffix}",
+                    "gradgradcheck",
+                    dict(common, gen_non_contig_grad_outputs=noncontig, check_batched_grad=op.check_batched_gradgrad),
+                )
+            )
         if op.supports_fwgrad_bwgrad:
-            calls.append((f"fwgrad_bwgrad{suffix}", "gradgradcheck", dict(
-                common, gen_non_contig_grad_outputs=noncontig, check_fwd_over_rev=True, check_rev_over_rev=False,
-                check_batched_grad=False, check_undefined_grad=False)))
+            calls.append(
+                (
+                    f"fwgrad_bwgrad{suffix}",
+                    "gradgradcheck",
+                    dict(
+                        common,
+                        gen_non_contig_grad_outputs=noncontig,
+                        check_fwd_over_rev=True,
+                        check_rev_over_rev=False,
+                        check_batched_grad=False,
+                        check_undefined_grad=False,
+                    ),
+                )
+            )
     return calls
 
 
@@ -134,10 +172,13 @@ def tools(no_batching: bool):
         def call(*a, **k):
             with vmap_batching(not no_batching):
                 return f(*a, **k)
+
         return call
 
-    return ({"gradcheck": torch.autograd.gradcheck, "gradgradcheck": torch.autograd.gradgradcheck},
-            {"gradcheck": with_batching(opcheck.gradcheck), "gradgradcheck": with_batching(opcheck.gradgradcheck)})
+    return (
+        {"gradcheck": torch.autograd.gradcheck, "gradgradcheck": torch.autograd.gradgradcheck},
+        {"gradcheck": with_batching(opcheck.gradcheck), "gradgradcheck": with_batching(opcheck.gradgradcheck)},
+    )
 
 
 def groups(ops_filter):
@@ -200,15 +241,28 @@ def run_groups(args) -> int:
                     for name, checker, kwargs in calls_for(op):
                         for mode, fast in MODES.items():
                             kw = dict(kwargs, fast_mode=fast)
-                            t = (None if args.no_batching else
-                                 run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds))
+                            t = (
+                                None
+                                if args.no_batching
+                                else run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
+                            )
                             o = run(opcheck_tools[checker], fn_o, args_o, kw, args.limit_seconds)
-                            rec = {"group": group, "op": key, "dtype": group.split("|")[1], "sample": k,
-                                   "call": name, "mode": mode, "torch": t, "opcheck": o}
+                            rec = {
+                                "group": group,
+                                "op": key,
+                                "dtype": group.split("|")[1],
+                                "sample": k,
+                                "call": name,
+                                "mode": mode,
+                                "torch": t,
+                                "opcheck": o,
+                            }
                             if t and (t["verdict"], t["first_line"]) != (o["verdict"], o["first_line"]):
                                 again = run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
                                 rec["nondeterministic"] = (again["verdict"], again["first_line"]) != (
-                                    t["verdict"], t["first_line"])
+                                    t["verdict"],
+                                    t["first_line"],
+                                )
                             out.write(json.dumps(rec) + "\n")
                             out.flush()
             out.write(json.dumps({"done": group}) + "\n")
@@ -268,8 +322,10 @@ def report(paths, slow_factor: float) -> int:
     print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
     for mode in MODES:
         if time_t[mode]:
-            print(f"  {mode}: torch {time_t[mode]:.1f} s, opcheck {time_o[mode]:.1f} s "
-                  f"(torch / opcheck {time_t[mode] / max(time_o[mode], 1e-9):.2f}x)")
+            print(
+                f"  {mode}: torch {time_t[mode]:.1f} s, opcheck {time_o[mode]:.1f} s "
+                f"(torch / opcheck {time_t[mode] / max(time_o[mode], 1e-9):.2f}x)"
+            )
     ratios = [per_op_t[k] / per_op_o[k] for k in per_op_t if per_op_o[k] > 0 and per_op_t[k] > 0]
     if ratios:
         print(f"  geomean per op torch / opcheck: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
@@ -277,16 +333,28 @@ def report(paths, slow_factor: float) -> int:
     print(f"first-line disagreements: {len(lines)}")
     print(f"nondeterministic (torch disagrees with itself), apart: {len(nondet)}")
     print(f"timeouts, apart: {len(timeouts)}")
-    for title, rows in (("verdicts", verdicts), ("first lines", lines), ("nondeterministic", nondet),
-                        ("timeouts", timeouts)):
+    for title, rows in (
+        ("verdicts", verdicts),
+        ("first lines", lines),
+        ("nondeterministic", nondet),
+        ("timeouts", timeouts),
+    ):
         if rows:
             print(f"\n-- {title}")
             for r in rows[:200]:
-                print(f"{r['group']} sample {r['sample']} {r['call']} {r['mode']}:\n"
-                      f"    torch:   {r['torch']['verdict']} {r['torch']['first_line'][:160]}\n"
-                      f"    opcheck: {r['opcheck']['verdict']} {r['opcheck']['first_line'][:160]}")
-    slower = sorted(((per_op_o[k] / max(per_op_t[k], 1e-9), k) for k in per_op_o
-                     if per_op_o[k] > slow_factor * per_op_t[k] and worst_call[k] > 0.05), reverse=True)
+                print(
+                    f"{r['group']} sample {r['sample']} {r['call']} {r['mode']}:\n"
+                    f"    torch:   {r['torch']['verdict']} {r['torch']['first_line'][:160]}\n"
+                    f"    opcheck: {r['opcheck']['verdict']} {r['opcheck']['first_line'][:160]}"
+                )
+    slower = sorted(
+        (
+            (per_op_o[k] / max(per_op_t[k], 1e-9), k)
+            for k in per_op_o
+            if per_op_o[k] > slow_factor * per_op_t[k] and worst_call[k] > 0.05
+        ),
+        reverse=True,
+    )
     if slower:
         print(f"\n-- ops where opcheck takes more than {slow_factor:g}x torch's time (and > 50 ms more in one call)")
         for x, k in slower[:40]:
@@ -300,13 +368,16 @@ def compare(a: str, b: str) -> int:
     rb = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([b])}
     common = sorted(set(ra) & set(rb))
     differ = [k for k in common if ra[k]["opcheck"]["verdict"] != rb[k]["opcheck"]["verdict"]]
-    lines = [k for k in common if k not in differ
-             and ra[k]["opcheck"]["first_line"] != rb[k]["opcheck"]["first_line"]]
-    print(f"{len(common)} calls in both runs; opcheck's verdict differs on {len(differ)}, "
-          f"its first line on {len(lines)} more")
+    lines = [k for k in common if k not in differ and ra[k]["opcheck"]["first_line"] != rb[k]["opcheck"]["first_line"]]
+    print(
+        f"{len(common)} calls in both runs; opcheck's verdict differs on {len(differ)}, "
+        f"its first line on {len(lines)} more"
+    )
     for k in differ[:200] + lines[:200]:
-        print(f"  {k}: {ra[k]['opcheck']['verdict']} {ra[k]['opcheck']['first_line'][:100]!r} vs "
-              f"{rb[k]['opcheck']['verdict']} {rb[k]['opcheck']['first_line'][:100]!r}")
+        print(
+            f"  {k}: {ra[k]['opcheck']['verdict']} {ra[k]['opcheck']['first_line'][:100]!r} vs "
+            f"{rb[k]['opcheck']['verdict']} {rb[k]['opcheck']['first_line'][:100]!r}"
+        )
     return 1 if differ or lines or not common else 0
 
 
@@ -317,8 +388,9 @@ def main(argv=None) -> int:
     p.add_argument("--ops", nargs="*", help="only these OpInfo names (name or name:variant)")
     p.add_argument("--limit", type=int, default=None, help="samples per (op, dtype) (default: all)")
     p.add_argument("--limit-seconds", type=float, default=300.0, help="per call; slower calls are timeouts")
-    p.add_argument("--no-batching", action="store_true",
-                   help="opcheck alone, without vmapped evaluation (for --compare)")
+    p.add_argument(
+        "--no-batching", action="store_true", help="opcheck alone, without vmapped evaluation (for --compare)"
+    )
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--report", nargs="+", metavar="FILE", help="summarize these files instead of running")
     p.add_argument("--slow-factor", type=float, default=2.0, help="report ops slower than this x torch")

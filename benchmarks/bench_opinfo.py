@@ -274,15 +274,37 @@ def gradcheck_calls(op, fast_mode: bool) -> list[tuple[str, dict]]:
     """
     calls = []
     if op.supports_autograd:
-        calls.append(("test_fn_grad", dict(
-            check_batched_grad=op.check_batched_grad, check_grad_dtypes=True,
-            nondet_tol=op.gradcheck_nondet_tol, check_undefined_grad=True, check_forward_ad=False,
-            check_backward_ad=True, check_batched_forward_grad=False, fast_mode=fast_mode)))
+        calls.append(
+            (
+                "test_fn_grad",
+                dict(
+                    check_batched_grad=op.check_batched_grad,
+                    check_grad_dtypes=True,
+                    nondet_tol=op.gradcheck_nondet_tol,
+                    check_undefined_grad=True,
+                    check_forward_ad=False,
+                    check_backward_ad=True,
+                    check_batched_forward_grad=False,
+                    fast_mode=fast_mode,
+                ),
+            )
+        )
     if op.supports_forward_ad:
-        calls.append(("test_forward_mode_AD", dict(
-            check_batched_grad=False, check_grad_dtypes=True, nondet_tol=op.gradcheck_nondet_tol,
-            check_undefined_grad=True, check_forward_ad=True, check_backward_ad=False,
-            check_batched_forward_grad=op.check_batched_forward_grad, fast_mode=fast_mode)))
+        calls.append(
+            (
+                "test_forward_mode_AD",
+                dict(
+                    check_batched_grad=False,
+                    check_grad_dtypes=True,
+                    nondet_tol=op.gradcheck_nondet_tol,
+                    check_undefined_grad=True,
+                    check_forward_ad=True,
+                    check_backward_ad=False,
+                    check_batched_forward_grad=op.check_batched_forward_grad,
+                    fast_mode=fast_mode,
+                ),
+            )
+        )
     return calls
 
 
@@ -294,9 +316,7 @@ def make_samples(op, dtype, limit):
     """
     torch.manual_seed(SAMPLE_SEED)
     include_conjugated_inputs = op.test_conjugated_samples and dtype.is_complex
-    it = op.sample_inputs(
-        "cpu", dtype, requires_grad=True, include_conjugated_inputs=include_conjugated_inputs
-    )
+    it = op.sample_inputs("cpu", dtype, requires_grad=True, include_conjugated_inputs=include_conjugated_inputs)
     out = []
     for s in it:
         if limit is not None and len(out) >= limit:
@@ -322,7 +342,8 @@ def _fresh(t: torch.Tensor) -> torch.Tensor:
     else:
         n = src.untyped_storage().nbytes() // src.element_size()
         out = torch.empty(n, dtype=src.dtype, device=src.device).as_strided(
-            src.shape, src.stride(), src.storage_offset())
+            src.shape, src.stride(), src.storage_offset()
+        )
         out.copy_(src)
     if conj:
         out = out.conj()
@@ -339,8 +360,13 @@ def same_tensors(a, b) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
-        if (x.shape != y.shape or x.dtype != y.dtype or x.stride() != y.stride()
-                or x.is_conj() != y.is_conj() or x.requires_grad != y.requires_grad):
+        if (
+            x.shape != y.shape
+            or x.dtype != y.dtype
+            or x.stride() != y.stride()
+            or x.is_conj() != y.is_conj()
+            or x.requires_grad != y.requires_grad
+        ):
             return False
         x, y = x.detach(), y.detach()
         if not torch.equal(x, y) and not bool(((x == y) | (x.isnan() & y.isnan())).all()):
@@ -352,9 +378,11 @@ def describe_sample(sample) -> str:
     def d(x):
         if isinstance(x, torch.Tensor):
             s = "x".join(map(str, x.shape)) or "scalar"
-            return (f"T[{s}{',' + str(x.dtype).replace('torch.', '') if x.dtype != torch.float64 else ''}"
-                    f"{',grad' if x.requires_grad else ''}{',noncontig' if not x.is_contiguous() else ''}"
-                    f"{',conj' if x.is_conj() else ''}]")
+            return (
+                f"T[{s}{',' + str(x.dtype).replace('torch.', '') if x.dtype != torch.float64 else ''}"
+                f"{',grad' if x.requires_grad else ''}{',noncontig' if not x.is_contiguous() else ''}"
+                f"{',conj' if x.is_conj() else ''}]"
+            )
         if _is_iterable_of_tensors(x):
             return "[" + ", ".join(d(t) for t in x) + "]"
         r = repr(x)
@@ -443,28 +471,46 @@ def geomean(xs):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=("full", "fast", "auto", "fixed", "ceiling", "both", "all"),
-                   default="both",
-                   help="both = full and fast; ceiling = full and fixed; all = full, fast, auto (opcheck's auto policy vs torch's "
-                        "fast mode) and fixed (full mode with both tools' Jacobian comparison replaced by a "
-                        "no-op: the cost of everything else, which bounds the full-mode ratio)")
-    p.add_argument("--ops", default=None,
-                   help="comma-separated OpInfo names (NAME or NAME:VARIANT_TEST_NAME) to run "
-                        "instead of the default list; any op in op_db may be named")
-    p.add_argument("--heavy", action="store_true",
-                   help="also run the heavy ops (" + ", ".join(op_key(n, v) for _, n, v in HEAVY_OPS) + ")")
-    p.add_argument("--max-samples", type=int, default=None, metavar="N",
-                   help="at most the first N samples per op (default: all)")
+    p.add_argument(
+        "--mode",
+        choices=("full", "fast", "auto", "fixed", "ceiling", "both", "all"),
+        default="both",
+        help="both = full and fast; ceiling = full and fixed; all = full, fast, auto (opcheck's auto policy vs torch's "
+        "fast mode) and fixed (full mode with both tools' Jacobian comparison replaced by a "
+        "no-op: the cost of everything else, which bounds the full-mode ratio)",
+    )
+    p.add_argument(
+        "--ops",
+        default=None,
+        help="comma-separated OpInfo names (NAME or NAME:VARIANT_TEST_NAME) to run "
+        "instead of the default list; any op in op_db may be named",
+    )
+    p.add_argument(
+        "--heavy",
+        action="store_true",
+        help="also run the heavy ops (" + ", ".join(op_key(n, v) for _, n, v in HEAVY_OPS) + ")",
+    )
+    p.add_argument(
+        "--max-samples", type=int, default=None, metavar="N", help="at most the first N samples per op (default: all)"
+    )
     p.add_argument("--dtype", choices=("float64", "complex128"), default="float64")
     p.add_argument("--json", default=None, metavar="PATH", help="dump raw per-sample results to PATH")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
-    p.add_argument("--budget", type=int, default=None, metavar="ENTRIES",
-                   help="--mode auto: the engine's jacobian_budget (default: its own, 2**20); 0 runs the "
-                        "projection checks on every sample and lets their verdict stand")
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        metavar="ENTRIES",
+        help="--mode auto: the engine's jacobian_budget (default: its own, 2**20); 0 runs the "
+        "projection checks on every sample and lets their verdict stand",
+    )
     p.add_argument("--list-ops", action="store_true", help="print the default op list and exit")
-    p.add_argument("--self-test", action="store_true",
-                   help="harness check: the 'opcheck' column calls torch.autograd.gradcheck too, so "
-                        "ratios must be ~1.0 and there must be zero disagreements")
+    p.add_argument(
+        "--self-test",
+        action="store_true",
+        help="harness check: the 'opcheck' column calls torch.autograd.gradcheck too, so "
+        "ratios must be ~1.0 and there must be zero disagreements",
+    )
     args = p.parse_args(argv)
 
     if args.list_ops:
@@ -480,16 +526,17 @@ def main(argv=None) -> int:
     # tools alike: printing them is not what is being measured.
     warnings.simplefilter("ignore")
     dtype = getattr(torch, args.dtype)
-    modes = {"both": MODES, "ceiling": ("full", "fixed"), "all": MODES + ("auto", "fixed")}.get(
-        args.mode, (args.mode,))
+    modes = {"both": MODES, "ceiling": ("full", "fixed"), "all": MODES + ("auto", "fixed")}.get(args.mode, (args.mode,))
 
     cmd = shlex.join(getattr(sys, "orig_argv", [sys.executable] + sys.argv))
     print(f"command: {cmd}")
     import opcheck
 
-    print(f"torch {torch.__version__} | opcheck {getattr(opcheck, '__version__', '?')} "
-          f"({os.path.dirname(opcheck.__file__)}) | python {platform.python_version()} | "
-          f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}")
+    print(
+        f"torch {torch.__version__} | opcheck {getattr(opcheck, '__version__', '?')} "
+        f"({os.path.dirname(opcheck.__file__)}) | python {platform.python_version()} | "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}"
+    )
 
     if args.self_test:
         print("SELF-TEST: the 'opcheck' column runs torch.autograd.gradcheck (harness validation)")
@@ -521,9 +568,11 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     from torch.testing._internal.common_methods_invocations import op_db
 
-    print(f"op_db: {len(op_db)} OpInfos (import {time.perf_counter() - t0:.1f}s) | dtype {args.dtype} | "
-          f"modes {', '.join(modes)} | samples per op: "
-          + (f"first {args.max_samples} (capped by --max-samples)" if args.max_samples else "all (no cap)"))
+    print(
+        f"op_db: {len(op_db)} OpInfos (import {time.perf_counter() - t0:.1f}s) | dtype {args.dtype} | "
+        f"modes {', '.join(modes)} | samples per op: "
+        + (f"first {args.max_samples} (capped by --max-samples)" if args.max_samples else "all (no cap)")
+    )
 
     # op_db is ~10^6 long-lived objects: move them (and everything else alive now) out of
     # the collector's reach, so the gc.collect() between timed calls stays cheap.
@@ -574,8 +623,8 @@ def main(argv=None) -> int:
     print(hdr + " | notes")
     print("-" * (len(hdr) + 8))
 
-    records = []          # per-sample raw results
-    per_op = []           # per-op totals
+    records = []  # per-sample raw results
+    per_op = []  # per-op totals
     disagreements = []
     # torch slow-mode verdicts, the reference for auto mode: (op key, sample) -> (secs, verdict, msg)
     slow_ref: dict[tuple[str, int], tuple] = {}
@@ -587,8 +636,10 @@ def main(argv=None) -> int:
             "full": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_gradcheck},
             "fast": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_gradcheck},
             "auto": {"torch": torch.autograd.gradcheck, "opcheck": opcheck_auto},
-            "fixed": {"torch": without_jacobian_comparison(torch.autograd.gradcheck),
-                      "opcheck": without_jacobian_comparison(opcheck_gradcheck)},
+            "fixed": {
+                "torch": without_jacobian_comparison(torch.autograd.gradcheck),
+                "opcheck": without_jacobian_comparison(opcheck_gradcheck),
+            },
         }
         note = []
         try:
@@ -627,7 +678,8 @@ def main(argv=None) -> int:
                 built["torch slow"] = make_samples(op, dtype, args.max_samples)
             for t in built:
                 if len(built[t]) != n or not all(
-                        same_tensors(build_check(op, s)[1], a) for s, a in zip(built[t], ref_args)):
+                    same_tensors(build_check(op, s)[1], a) for s, a in zip(built[t], ref_args)
+                ):
                     note.append(f"{mode}/{t}: rebuilt samples differ, using clones")
                     built[t] = None
             for i in range(n):
@@ -650,9 +702,16 @@ def main(argv=None) -> int:
                     fn, ga = build_check(op, s_[i] if s_ is not None else ref[i])
                     slow_ref[(key, i)] = run_one(torch.autograd.gradcheck, fn, ga, slow_kw)
                 rec = {
-                    "op": key, "category": cat, "mode": mode, "sample": i, "desc": descs[i], "numel": numels[i],
-                    "torch_s": res["torch"][0], "opcheck_s": res["opcheck"][0],
-                    "torch_verdict": res["torch"][1], "opcheck_verdict": res["opcheck"][1],
+                    "op": key,
+                    "category": cat,
+                    "mode": mode,
+                    "sample": i,
+                    "desc": descs[i],
+                    "numel": numels[i],
+                    "torch_s": res["torch"][0],
+                    "opcheck_s": res["opcheck"][0],
+                    "torch_verdict": res["torch"][1],
+                    "opcheck_verdict": res["opcheck"][1],
                     "first": order[0],
                 }
                 if res["torch"][1] is not True:
@@ -661,9 +720,13 @@ def main(argv=None) -> int:
                     rec["opcheck_msg"] = short(res["opcheck"][2], 2000)
                 if mode == "auto":
                     ss, sv, sm = slow_ref[(key, i)]
-                    rec.update(torch_slow_s=ss, torch_slow_verdict=sv, auto_paths=paths,
-                               vs_torch_slow=auto_vs_slow(res["opcheck"][1], sv),
-                               differs_from_torch_fast=res["opcheck"][1] != res["torch"][1])
+                    rec.update(
+                        torch_slow_s=ss,
+                        torch_slow_verdict=sv,
+                        auto_paths=paths,
+                        vs_torch_slow=auto_vs_slow(res["opcheck"][1], sv),
+                        differs_from_torch_fast=res["opcheck"][1] != res["torch"][1],
+                    )
                     if sv is not True:
                         rec["torch_slow_msg"] = short(sm, 2000)
                         verdict_counts[(mode, "torch slow", sv)] = verdict_counts.get((mode, "torch slow", sv), 0) + 1
@@ -673,8 +736,11 @@ def main(argv=None) -> int:
                 for t in TOOLS:
                     if res[t][1] is not True:
                         verdict_counts[(mode, t, res[t][1])] = verdict_counts.get((mode, t, res[t][1]), 0) + 1
-                if (rec["vs_torch_slow"] not in ("agree", "both fail") if mode == "auto"
-                        else res["torch"][1] != res["opcheck"][1]):
+                if (
+                    rec["vs_torch_slow"] not in ("agree", "both fail")
+                    if mode == "auto"
+                    else res["torch"][1] != res["opcheck"][1]
+                ):
                     disagreements.append(rec)
 
         row = f"{key:{w}s} {n:4d}"
@@ -689,36 +755,53 @@ def main(argv=None) -> int:
         for (m, t, v), c in sorted(verdict_counts.items(), key=str):
             note.append(f"{m}/{t}: {c}x {v}")
         print(row + " | " + "; ".join(note), flush=True)
-        per_op.append({"op": key, "category": cat, "samples": n,
-                       **{f"{m}_{t}_s": totals[(m, t)] for m in modes for t in TOOLS}})
+        per_op.append(
+            {"op": key, "category": cat, "samples": n, **{f"{m}_{t}_s": totals[(m, t)] for m in modes for t in TOOLS}}
+        )
 
     # ---- summary --------------------------------------------------------------------
     print()
     n_ops = len(per_op)
     n_samples = sum(r["samples"] for r in per_op)
     summary = {"ops": n_ops, "samples_per_mode": n_samples, "disagreements": len(disagreements)}
-    print(f"== summary: {n_ops} ops, {n_samples} samples per mode, dtype {args.dtype}, "
-          f"torch threads {torch.get_num_threads()}"
-          + (f", at most {args.max_samples} samples per op" if args.max_samples else ", all samples"))
+    print(
+        f"== summary: {n_ops} ops, {n_samples} samples per mode, dtype {args.dtype}, "
+        f"torch threads {torch.get_num_threads()}"
+        + (f", at most {args.max_samples} samples per op" if args.max_samples else ", all samples")
+    )
     for m in modes:
         st = sum(r[f"{m}_torch_s"] for r in per_op)
         so = sum(r[f"{m}_opcheck_s"] for r in per_op)
         gm = geomean([ratio(r[f"{m}_torch_s"], r[f"{m}_opcheck_s"]) for r in per_op])
         nd = sum(1 for d in disagreements if d["mode"] == m)
-        what = {"full": "fast_mode=False (torch slow mode)", "fast": "fast_mode=True",
-                "auto": "opcheck fast_mode='auto' (default budget) vs torch fast_mode=True",
-                "fixed": "fast_mode=False, Jacobian comparison replaced by a no-op in both tools"}[m]
-        print(f"[{m}] {what}: torch {st:.2f}s, opcheck {so:.2f}s | aggregate ratio torch/opcheck "
-              f"{ratio(st, so):.2f}x | geomean per-op ratio {gm:.2f}x | ops {n_ops}, samples {n_samples}, "
-              f"disagreements {nd}")
-        summary[m] = {"torch_s": st, "opcheck_s": so, "aggregate_ratio": ratio(st, so), "geomean_ratio": gm,
-                      "disagreements": nd}
+        what = {
+            "full": "fast_mode=False (torch slow mode)",
+            "fast": "fast_mode=True",
+            "auto": "opcheck fast_mode='auto' (default budget) vs torch fast_mode=True",
+            "fixed": "fast_mode=False, Jacobian comparison replaced by a no-op in both tools",
+        }[m]
+        print(
+            f"[{m}] {what}: torch {st:.2f}s, opcheck {so:.2f}s | aggregate ratio torch/opcheck "
+            f"{ratio(st, so):.2f}x | geomean per-op ratio {gm:.2f}x | ops {n_ops}, samples {n_samples}, "
+            f"disagreements {nd}"
+        )
+        summary[m] = {
+            "torch_s": st,
+            "opcheck_s": so,
+            "aggregate_ratio": ratio(st, so),
+            "geomean_ratio": gm,
+            "disagreements": nd,
+        }
         if m == "auto":
-            print(f"[auto] cost of opcheck's default policy against torch's fast mode: opcheck / torch = "
-                  f"{ratio(so, st):.2f}x (geomean per op {1 / gm if gm else math.inf:.2f}x)")
+            print(
+                f"[auto] cost of opcheck's default policy against torch's fast mode: opcheck / torch = "
+                f"{ratio(so, st):.2f}x (geomean per op {1 / gm if gm else math.inf:.2f}x)"
+            )
             ar = [r for r in records if r["mode"] == "auto"]
-            kinds = {k: sum(1 for r in ar if r["vs_torch_slow"] == k)
-                     for k in ("agree", "both fail", "false alarm", "miss", "different failure")}
+            kinds = {
+                k: sum(1 for r in ar if r["vs_torch_slow"] == k)
+                for k in ("agree", "both fail", "false alarm", "miss", "different failure")
+            }
             ts = sum(r["torch_slow_s"] for r in ar)
             fast_diff = sum(1 for r in ar if r["differs_from_torch_fast"])
             path_counts = {}
@@ -726,15 +809,23 @@ def main(argv=None) -> int:
                 for pth in r["auto_paths"]:
                     pth = "projected" if pth.startswith("projected") else pth
                     path_counts[pth] = path_counts.get(pth, 0) + 1
-            print(f"[auto] verdicts against torch slow mode (from {slow_source}; torch slow {ts:.2f}s): "
-                  f"{len(ar)} samples, {kinds['agree']} agree ({kinds['both fail']} of them both fail), "
-                  f"false alarms {kinds['false alarm']}, misses {kinds['miss']}, different failures "
-                  f"{kinds['different failure']} | differs from torch fast on {fast_diff} sample(s) | auto paths: "
-                  + (", ".join(f"{k} {v}" for k, v in sorted(path_counts.items())) or "-"))
-            summary[m].update(false_alarms=kinds["false alarm"], misses=kinds["miss"],
-                              different_failures=kinds["different failure"], torch_slow_s=ts,
-                              torch_slow_source=slow_source, differs_from_torch_fast=fast_diff,
-                              opcheck_over_torch_fast=ratio(so, st), auto_paths=path_counts)
+            print(
+                f"[auto] verdicts against torch slow mode (from {slow_source}; torch slow {ts:.2f}s): "
+                f"{len(ar)} samples, {kinds['agree']} agree ({kinds['both fail']} of them both fail), "
+                f"false alarms {kinds['false alarm']}, misses {kinds['miss']}, different failures "
+                f"{kinds['different failure']} | differs from torch fast on {fast_diff} sample(s) | auto paths: "
+                + (", ".join(f"{k} {v}" for k, v in sorted(path_counts.items())) or "-")
+            )
+            summary[m].update(
+                false_alarms=kinds["false alarm"],
+                misses=kinds["miss"],
+                different_failures=kinds["different failure"],
+                torch_slow_s=ts,
+                torch_slow_source=slow_source,
+                differs_from_torch_fast=fast_diff,
+                opcheck_over_torch_fast=ratio(so, st),
+                auto_paths=path_counts,
+            )
     for m in modes:
         # Where the time goes: samples grouped by how many input elements gradcheck perturbs.
         parts = []
@@ -750,17 +841,21 @@ def main(argv=None) -> int:
         of = sum(r["full_opcheck_s"] for r in per_op)
         tf = sum(r["fast_torch_s"] for r in per_op)
         gm = geomean([ratio(r["full_opcheck_s"], r["fast_torch_s"]) for r in per_op])
-        print(f"[cost of full strength] opcheck full / torch fast: {of:.2f}s / {tf:.2f}s = {ratio(of, tf):.2f}x "
-              f"(geomean per-op {gm:.2f}x; < 1 means opcheck's full Jacobian check is cheaper than "
-              f"torch's fast mode)")
+        print(
+            f"[cost of full strength] opcheck full / torch fast: {of:.2f}s / {tf:.2f}s = {ratio(of, tf):.2f}x "
+            f"(geomean per-op {gm:.2f}x; < 1 means opcheck's full Jacobian check is cheaper than "
+            f"torch's fast mode)"
+        )
         summary["opcheck_full_over_torch_fast"] = {"aggregate": ratio(of, tf), "geomean": gm}
     if "full" in modes and "fixed" in modes:
         tf = sum(r["full_torch_s"] for r in per_op)
         ox = sum(r["fixed_opcheck_s"] for r in per_op)
-        print(f"[ceiling] the checks besides the Jacobian comparison (batched grad, zero and undefined "
-              f"grad_output, the first call; the same checks as torch's) take opcheck {ox:.2f}s, so even a free "
-              f"Jacobian comparison gives at most torch full / opcheck fixed = {tf:.2f}s / {ox:.2f}s = "
-              f"{ratio(tf, ox):.2f}x in full mode")
+        print(
+            f"[ceiling] the checks besides the Jacobian comparison (batched grad, zero and undefined "
+            f"grad_output, the first call; the same checks as torch's) take opcheck {ox:.2f}s, so even a free "
+            f"Jacobian comparison gives at most torch full / opcheck fixed = {tf:.2f}s / {ox:.2f}s = "
+            f"{ratio(tf, ox):.2f}x in full mode"
+        )
         summary["full_ratio_ceiling"] = ratio(tf, ox)
     if skipped:
         print(f"skipped ops ({len(skipped)}): " + "; ".join(f"{k} ({why})" for k, why in skipped))
@@ -770,12 +865,24 @@ def main(argv=None) -> int:
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({
-                "command": cmd, "torch": torch.__version__, "opcheck": getattr(opcheck, "__version__", None),
-                "threads": torch.get_num_threads(), "dtype": args.dtype, "modes": list(modes),
-                "max_samples": args.max_samples, "skipped": [{"op": k, "reason": r} for k, r in skipped],
-                "per_op": per_op, "summary": summary, "samples": records,
-            }, f, indent=1, default=str)
+            json.dump(
+                {
+                    "command": cmd,
+                    "torch": torch.__version__,
+                    "opcheck": getattr(opcheck, "__version__", None),
+                    "threads": torch.get_num_threads(),
+                    "dtype": args.dtype,
+                    "modes": list(modes),
+                    "max_samples": args.max_samples,
+                    "skipped": [{"op": k, "reason": r} for k, r in skipped],
+                    "per_op": per_op,
+                    "summary": summary,
+                    "samples": records,
+                },
+                f,
+                indent=1,
+                default=str,
+            )
         print(f"raw results written to {args.json}")
 
     if disagreements:
@@ -789,8 +896,10 @@ def main(argv=None) -> int:
             if d.get("opcheck_msg"):
                 print("            " + short(d["opcheck_msg"]).replace("\n", "\n            "))
             if d["mode"] == "auto":
-                print(f"   auto vs torch slow: {d['vs_torch_slow'].upper()}; torch slow: {d['torch_slow_verdict']}"
-                      f"; auto paths: {', '.join(d['auto_paths']) or '-'}")
+                print(
+                    f"   auto vs torch slow: {d['vs_torch_slow'].upper()}; torch slow: {d['torch_slow_verdict']}"
+                    f"; auto paths: {', '.join(d['auto_paths']) or '-'}"
+                )
                 if d.get("torch_slow_msg"):
                     print("            " + short(d["torch_slow_msg"]).replace("\n", "\n            "))
         return 1

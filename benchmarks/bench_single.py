@@ -41,9 +41,11 @@ def main(argv=None) -> int:
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).requires_grad_()
     t_torch = best_time(torch.autograd.gradcheck, fn, x, args.repeat)
     t_opcheck = best_time(opcheck.gradcheck, fn, x, args.repeat)
-    print(f"torch.{args.op} on {list(shape)} float64, {args.threads} thread(s), best of {args.repeat}: "
-          f"torch slow mode {t_torch * 1e3:.1f} ms, opcheck full mode {t_opcheck * 1e3:.1f} ms, "
-          f"ratio {t_torch / t_opcheck:.1f}x")
+    print(
+        f"torch.{args.op} on {list(shape)} float64, {args.threads} thread(s), best of {args.repeat}: "
+        f"torch slow mode {t_torch * 1e3:.1f} ms, opcheck full mode {t_opcheck * 1e3:.1f} ms, "
+        f"ratio {t_torch / t_opcheck:.1f}x"
+    )
     return 0
 
 

@@ -24,7 +24,7 @@ import torch
 def _sparse(shape, seed, layout, density=0.05, blocksize=None, dense_dim=0):
     g = torch.Generator().manual_seed(seed)
     values = torch.randn(shape, generator=g, dtype=torch.float64)
-    grid = shape[:len(shape) - dense_dim]
+    grid = shape[: len(shape) - dense_dim]
     if blocksize:
         keep = torch.rand(grid[0] // blocksize[0], grid[1] // blocksize[1], generator=g) < density
         keep = keep.repeat_interleave(blocksize[0], 0).repeat_interleave(blocksize[1], 1)
@@ -67,14 +67,30 @@ def rows():
         ("mm CSR 64x64 @ 64x8", lambda: (_sparse((64, 64), 2, csr),), lambda s: torch.mm(s, w), False),
         ("mm CSC 32x64 @ 64x8", lambda: (_sparse((32, 64), 3, csc, density=0.1),), lambda s: torch.mm(s, w), False),
         ("to_dense COO 64x64", lambda: (_sparse((64, 64), 4, coo),), lambda s: s.to_dense(masked_grad=True), True),
-        ("to_dense dense grad COO 32x32", lambda: (_sparse((32, 32), 5, coo, density=0.1),),
-         lambda s: s.to_dense(masked_grad=False), False),
-        ("to_dense BSR 32x32 blocks 4x4", lambda: (_sparse((32, 32), 6, torch.sparse_bsr, 0.1, (4, 4)),),
-         lambda s: s.to_dense(), True),
-        ("to_dense BSC 32x32 blocks 4x4", lambda: (_sparse((32, 32), 7, torch.sparse_bsc, 0.1, (4, 4)),),
-         lambda s: s.to_dense(), True),
-        ("sparse.sum COO hybrid 16x16x4", lambda: (_sparse((16, 16, 4), 8, coo, 0.2, dense_dim=1),),
-         lambda s: torch.sparse.sum(s, dim=0).to_dense(), True),
+        (
+            "to_dense dense grad COO 32x32",
+            lambda: (_sparse((32, 32), 5, coo, density=0.1),),
+            lambda s: s.to_dense(masked_grad=False),
+            False,
+        ),
+        (
+            "to_dense BSR 32x32 blocks 4x4",
+            lambda: (_sparse((32, 32), 6, torch.sparse_bsr, 0.1, (4, 4)),),
+            lambda s: s.to_dense(),
+            True,
+        ),
+        (
+            "to_dense BSC 32x32 blocks 4x4",
+            lambda: (_sparse((32, 32), 7, torch.sparse_bsc, 0.1, (4, 4)),),
+            lambda s: s.to_dense(),
+            True,
+        ),
+        (
+            "sparse.sum COO hybrid 16x16x4",
+            lambda: (_sparse((16, 16, 4), 8, coo, 0.2, dense_dim=1),),
+            lambda s: torch.sparse.sum(s, dim=0).to_dense(),
+            True,
+        ),
         ("mutant: one wrong value, COO 64x64", lambda: (_sparse((64, 64), 9, coo),), OneValueWrong.apply, True),
     ]
 

@@ -44,8 +44,13 @@ def run_suite(threads: str, suite: str, workers: int) -> tuple[float, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", action="append", default=[], metavar="N",
-                        help="another setting to time besides 1 and keep (repeatable)")
+    parser.add_argument(
+        "--threads",
+        action="append",
+        default=[],
+        metavar="N",
+        help="another setting to time besides 1 and keep (repeatable)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="runs of each setting (default 3)")
     parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (-n), 0 for a serial run")
     parser.add_argument("--suite", default="generated_tests", help="what pytest runs (default generated_tests)")
@@ -53,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     settings = list(dict.fromkeys([DEFAULT, "keep", *args.threads]))
     import torch
 
-    print(f"{args.suite}: {args.rounds} rounds, {'serial' if not args.workers else f'-n {args.workers}'}; "
-          f"torch {torch.__version__}, {os.cpu_count()} cores, torch's own setting: {torch.get_num_threads()} "
-          f"threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+    print(
+        f"{args.suite}: {args.rounds} rounds, {'serial' if not args.workers else f'-n {args.workers}'}; "
+        f"torch {torch.__version__}, {os.cpu_count()} cores, torch's own setting: {torch.get_num_threads()} "
+        f"threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"
+    )
     walls: dict[str, list[float]] = {s: [] for s in settings}
     summaries = set()
     for r in range(args.rounds):
-        order = settings[r % len(settings):] + settings[:r % len(settings)]
+        order = settings[r % len(settings) :] + settings[: r % len(settings)]
         for setting in order:
             wall, summary = run_suite(setting, args.suite, args.workers)
             walls[setting].append(wall)
@@ -73,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     for s in settings:
         print(f"{s:<7} {medians[s]:6.1f} s {min(walls[s]):6.1f} s   {', '.join(f'{w:.1f}' for w in walls[s])}")
     ratio = medians[DEFAULT] / medians[best]
-    print(f"[default] --opcheck-threads {DEFAULT}: median {medians[DEFAULT]:.1f} s; best setting {best}: "
-          f"{medians[best]:.1f} s; default / best = {ratio:.2f} ({'within' if ratio <= 1.10 else 'NOT within'} 10%)")
+    print(
+        f"[default] --opcheck-threads {DEFAULT}: median {medians[DEFAULT]:.1f} s; best setting {best}: "
+        f"{medians[best]:.1f} s; default / best = {ratio:.2f} ({'within' if ratio <= 1.10 else 'NOT within'} 10%)"
+    )
     print(f"[keep] torch's own setting / default = {medians['keep'] / medians[DEFAULT]:.2f}")
     return 0
 

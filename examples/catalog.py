@@ -19,9 +19,11 @@ import torch
 
 def wraps(torch_op: str):
     """Mark a wrapper as a test of `torch_op` (a dotted path such as "torch.linalg.eigh")."""
+
     def mark(fn):
         fn.wraps_torch_op = torch_op
         return fn
+
     return mark
 
 
@@ -74,11 +76,10 @@ def attention_reference(query, key, value, attn_mask=None, dropout_p=0.0, is_cau
     if dropout_p:
         raise ValueError("attention_reference is deterministic: dropout_p must be 0")
     d = query.shape[-1]
-    scores = query @ key.mT * (scale if scale is not None else d ** -0.5)
+    scores = query @ key.mT * (scale if scale is not None else d**-0.5)
     if is_causal:
         n, m = scores.shape[-2], scores.shape[-1]
         attn_mask = torch.ones(n, m, dtype=torch.bool, device=query.device).tril()
     if attn_mask is not None:
-        scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
-                  else scores + attn_mask)
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
     return torch.softmax(scores, dim=-1) @ value

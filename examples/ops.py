@@ -76,7 +76,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 def gelu_reference(x: torch.Tensor) -> torch.Tensor:
     """tanh-approximated GELU in plain torch ops: runs (and differentiates) in any dtype."""
-    return 0.5 * x * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
 
 
 class _FusedGeluF32(torch.autograd.Function):

@@ -27,8 +27,10 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     calls = [r for r in recs if "call" in r]
     # abs: grad, fwd, gradgrad(+noncontig), fwgrad_bwgrad(+noncontig), each slow and fast, per dtype
     assert {(r["call"], r["mode"]) for r in calls} == {
-        (c, m) for c in ("grad", "fwd", "gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad",
-                         "fwgrad_bwgrad_noncontig") for m in ("slow", "fast")}
+        (c, m)
+        for c in ("grad", "fwd", "gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
+        for m in ("slow", "fast")
+    }
     assert len(calls) == 24
     assert all(r["torch"]["verdict"] is True and r["opcheck"]["verdict"] is True for r in calls)
 

@@ -17,8 +17,12 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_opinfo.py"
 
 def test_all_modes_on_two_ops(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--ops", "sin,mul", "--max-samples", "2", "--mode", "all",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--ops", "sin,mul", "--max-samples", "2", "--mode", "all", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for line in ("[full]", "[fast]", "[auto]", "[fixed]", "[ceiling]", "[cost of full strength]"):
         assert line in proc.stdout
@@ -33,9 +37,14 @@ def test_all_modes_on_two_ops(tmp_path):
 
 
 def test_budget_zero_runs_the_projections_on_every_sample():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--ops", "sin", "--max-samples", "2", "--mode", "auto",
-                           "--budget", "0"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--ops", "sin", "--max-samples", "2", "--mode", "auto", "--budget", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    paths = re.search(r"auto paths: (.*)$", next(line for line in proc.stdout.splitlines()
-                                                 if line.startswith("[auto] verdicts")))
+    paths = re.search(
+        r"auto paths: (.*)$", next(line for line in proc.stdout.splitlines() if line.startswith("[auto] verdicts"))
+    )
     assert paths and "projected" in paths.group(1) and "full" not in paths.group(1), proc.stdout[-2000:]

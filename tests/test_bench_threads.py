@@ -12,19 +12,33 @@ SCRIPT = REPO / "benchmarks" / "bench_threads.py"
 
 
 def test_one_round_on_one_module():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--suite", "generated_tests/test_sin.py", "--rounds", "1",
-                           "--threads", "2"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--suite", "generated_tests/test_sin.py", "--rounds", "1", "--threads", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for setting in ("1", "keep", "2"):
         assert re.search(rf"round 1: --opcheck-threads {setting} +[\d.]+ s  \(\d+ passed", out), out
-    assert re.search(r"^\[default\] --opcheck-threads 1: median [\d.]+ s; best setting (1|keep|2): [\d.]+ s; "
-                     r"default / best = [\d.]+ \((within|NOT within) 10%\)$", out, re.M), out
+    assert re.search(
+        r"^\[default\] --opcheck-threads 1: median [\d.]+ s; best setting (1|keep|2): [\d.]+ s; "
+        r"default / best = [\d.]+ \((within|NOT within) 10%\)$",
+        out,
+        re.M,
+    ), out
     assert "warning" not in out  # every run ended the same way
 
 
 def test_a_failing_suite_stops_the_benchmark(tmp_path):
     (tmp_path / "test_boom.py").write_text("def test_boom():\n    assert False\n")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--suite", str(tmp_path), "--rounds", "1"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--suite", str(tmp_path), "--rounds", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0 and "exited 1" in proc.stderr

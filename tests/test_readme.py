@@ -94,8 +94,7 @@ def test_add_an_op_steps_work_as_written(project):
     lines = spec.splitlines()
     block = lines.index(f"{typo.group(2)}:")
     end = next((i for i in range(block + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
-    (project / path).write_text("\n".join(lines[:end] + [f"  {typo.group(1)}"] + lines[end:]) + "\n",
-                                encoding="utf-8")
+    (project / path).write_text("\n".join(lines[:end] + [f"  {typo.group(1)}"] + lines[end:]) + "\n", encoding="utf-8")
     bad = run("opcheck validate", project)
     assert bad.returncode == 1 and shown in bad.stderr.splitlines(), bad.stderr
     (project / path).write_text(spec, encoding="utf-8")
