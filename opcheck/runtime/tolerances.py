@@ -61,32 +61,20 @@ class DtypeTolerances:
         return {name: value for name in FIELDS if (value := getattr(self, name)) is not None}
 
 
+_LOW = LOW_PRECISION
+# fmt: off
 DTYPE_TOLERANCES: tuple[DtypeTolerances, ...] = (
     DtypeTolerances(Dtype.FLOAT64.value, GRADIENT, **ENGINE_DEFAULTS, basis="torch.autograd.gradcheck's defaults"),
     DtypeTolerances(Dtype.COMPLEX128.value, GRADIENT, **ENGINE_DEFAULTS, basis="as float64"),
-    DtypeTolerances(
-        Dtype.FLOAT32.value,
-        LOW_PRECISION,
-        atol=1e-5,
-        rtol=1e-4,
-        basis="worst ratio 0.025; ulp 1.2e-7: 40x margin, a 1% error is 100x over",
-    ),
-    DtypeTolerances(Dtype.COMPLEX64.value, LOW_PRECISION, atol=1e-5, rtol=1e-4, basis="worst ratio 0.021; as float32"),
-    DtypeTolerances(
-        Dtype.FLOAT16.value,
-        LOW_PRECISION,
-        atol=2e-3,
-        rtol=2e-3,
-        basis="worst ratio 0.35; ulp 9.8e-4 (1e-3 rtol measured 0.69: too tight)",
-    ),
-    DtypeTolerances(
-        Dtype.BFLOAT16.value,
-        LOW_PRECISION,
-        atol=1.6e-2,
-        rtol=1.6e-2,
-        basis="worst ratio 0.34; ulp 7.8e-3 (torch.testing's bfloat16 rtol)",
-    ),
+    DtypeTolerances(Dtype.FLOAT32.value, _LOW, atol=1e-5, rtol=1e-4,
+                    basis="worst ratio 0.025; ulp 1.2e-7: 40x margin, a 1% error is 100x over"),
+    DtypeTolerances(Dtype.COMPLEX64.value, _LOW, atol=1e-5, rtol=1e-4, basis="worst ratio 0.021; as float32"),
+    DtypeTolerances(Dtype.FLOAT16.value, _LOW, atol=2e-3, rtol=2e-3,
+                    basis="worst ratio 0.35; ulp 9.8e-4 (1e-3 rtol measured 0.69: too tight)"),
+    DtypeTolerances(Dtype.BFLOAT16.value, _LOW, atol=1.6e-2, rtol=1.6e-2,
+                    basis="worst ratio 0.34; ulp 7.8e-3 (torch.testing's bfloat16 rtol)"),
 )
+# fmt: on
 
 # The table by kind of check, dtype → the fields its row sets.
 GRADIENT_TOLERANCES: dict[str, dict[str, float]] = {

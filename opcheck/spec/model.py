@@ -318,16 +318,16 @@ class Sample:
 class GradcheckFlags:
     """The `gradcheck:` block. None for a tolerance means: the per-dtype table's value."""
 
-    fast_mode: str = FastMode.AUTO.value  # one of FAST_MODES
+    fast_mode: str = FastMode.AUTO.value  # one of FAST_MODES; torch's default is the full check (false)
     eps: float | None = None
     atol: float | None = None
     rtol: float | None = None
     nondet_tol: float = 0.0
-    check_batched_grad: bool = True
-    check_forward_ad: bool = False
+    check_batched_grad: bool = True  # torch's default is False: vmap over backward is checked unless said
+    check_forward_ad: bool = False  # whether a forward_ad test is generated
     check_batched_forward_grad: bool = False
     check_undefined_grad: bool = True
-    check_grad_dtypes: bool = True
+    check_grad_dtypes: bool = True  # torch's default is False
     # torch's `masked`: if true, the gradients of unspecified elements of sparse inputs are ignored
     # (the gradient must be right at specified elements and is compared with zero elsewhere).
     masked: bool = False
@@ -337,9 +337,9 @@ class GradcheckFlags:
 class GradgradcheckFlags:
     """The `gradgradcheck:` block; eps/atol/rtol/nondet_tol/fast_mode come from `gradcheck:`."""
 
-    enabled: bool = True
+    enabled: bool = True  # false: no second-derivative tests
     check_batched_grad: bool = False
-    check_fwd_over_rev: bool = False
+    check_fwd_over_rev: bool = False  # whether a fwgrad_bwgrad test is generated
     gen_non_contig_grad_outputs: bool = False
 
 
