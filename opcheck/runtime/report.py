@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from opcheck.engine.diagnostics import WORST_ENTRIES
 from opcheck.runtime.context import current_item
 from opcheck.spec.case import CaseId
 from opcheck.spec.model import OpSpec, Sample
@@ -170,6 +171,7 @@ def write_heatmap(mismatch, case: Case, plot_dir: str) -> str:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return "not written: matplotlib is not installed (pip install 'opcheck[plot]')"
     a = mismatch.analytical.detach().to("cpu")
@@ -183,6 +185,7 @@ def write_heatmap(mismatch, case: Case, plot_dir: str) -> str:
     ax = fig.add_subplot()
     finite = shown[torch.isfinite(shown)]
     vmax = float(finite.max()) if finite.numel() else 1.0
+    rows, cols = diff.shape
     image = ax.imshow(
         torch.clamp(shown, max=vmax).numpy(),
         aspect="auto",
@@ -190,7 +193,14 @@ def write_heatmap(mismatch, case: Case, plot_dir: str) -> str:
         cmap="magma",
         vmin=0.0,
         vmax=vmax if vmax > 0 else 1.0,
+        extent=(-0.5, cols - 0.5, rows - 0.5, -0.5),  # the block's own indices, pooled or not
     )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    worst_rows, worst_cols = worst_cells(diff, n.abs().to(torch.float64), mismatch)
+    ax.scatter(worst_cols, worst_rows, marker="s", s=60, facecolors="none", edgecolors="cyan", linewidths=1.2,
+               label=f"worst {len(worst_rows)}")  # fmt: skip
+    ax.legend(loc="upper right", fontsize=7, framealpha=0.6)
     labels = heatmap_labels(mismatch)
     fig.colorbar(image, ax=ax, label=labels.colorbar)
     ax.set_xlabel(labels.x)
@@ -205,6 +215,16 @@ def write_heatmap(mismatch, case: Case, plot_dir: str) -> str:
     path = os.path.join(plot_dir, plot_file_name(case))
     fig.savefig(path, dpi=100)
     return path
+
+
+def worst_cells(diff: torch.Tensor, scale: torch.Tensor, mismatch) -> tuple[list[int], list[int]]:
+    """(rows, columns) of the block's worst entries, the report's ranking: |a - n| beyond atol + rtol·|n|."""
+    excess = diff - (mismatch.atol + mismatch.rtol * scale)
+    excess = torch.nan_to_num(excess, nan=float("inf"))
+    k = min(WORST_ENTRIES, int((excess > 0).sum()), excess.numel())
+    flat = torch.topk(excess.reshape(-1), k).indices.tolist() if k else []
+    cols = diff.shape[1]
+    return [i // cols for i in flat], [i % cols for i in flat]
 
 
 def _downsample(diff: torch.Tensor):

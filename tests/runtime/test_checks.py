@@ -395,3 +395,31 @@ def test_a_generator_that_raises_is_reported_with_its_traceback():
     with pytest.raises(CheckCrashed, match="could not build sample 'g'(.|\n)*RuntimeError: no sample for you") as info:
         run_check(s, "gradcheck", "cpu", "float64", "g")
     assert isinstance(info.value, AssertionError) and isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_heatmap_ticks_on_entries_and_the_wrong_entry_marked(tmp_path, item_context, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    seen = []
+    save = Figure.savefig
+
+    def spy(fig, *a, **k):
+        ax = fig.axes[0]
+        fig.canvas.draw()  # tick locations are fixed at draw time
+        seen.append(dict(x=list(ax.get_xticks()), y=list(ax.get_yticks()),
+                         marked=[tuple(p) for p in ax.collections[0].get_offsets().tolist()],
+                         extent=tuple(ax.images[0].get_extent())))  # fmt: skip
+        return save(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    item_context(settings=Settings(plot_dir=str(tmp_path / "plots")))
+    matrix = Sample("m", args=(TensorArg(shape=(4, 5)),), location=Location("op_specs/x.yaml", 7, 5))
+    with pytest.raises(opcheck.GradcheckError):
+        run_check(spec("runtime_ops:one_wrong_entry", matrix), "gradcheck", "cpu", "float64", "m")
+    (drawn,) = seen
+    # the block is 20 x 20 (input element x output element); element [0, 3] is flat index 3
+    assert drawn["extent"] == (-0.5, 19.5, 19.5, -0.5)
+    assert drawn["marked"] == [(3.0, 3.0)]  # (column, row): the one wrong entry and nothing else
+    for ticks in (drawn["x"], drawn["y"]):
+        assert ticks and all(float(t).is_integer() for t in ticks)
