@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (a literal, parsed without importing)
 
 _ENGINE_NAMES = (
     "GradcheckError",

@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from opcheck import __version__
+
 DEFAULT_SPECS = "op_specs"
 DEFAULT_OUT = "generated_tests"
 
@@ -47,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         "working directory), so every folder the command runs from generates the same bytes. The "
         "project root is also where a spec's own modules (`examples.ops:Cube.apply`) are imported from.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def specs_option(p):

@@ -1,4 +1,4 @@
-"""The `opcheck` command: generate, validate, list, new; errors without tracebacks."""
+"""The `opcheck` command: generate, validate, list, new, --version; errors without tracebacks."""
 
 from __future__ import annotations
 
@@ -127,6 +127,47 @@ def test_new_warns_when_the_name_or_the_op_is_taken(project):
 
 def test_usage_error_exits_2(tmp_path):
     assert opcheck("frobnicate", cwd=tmp_path).returncode == 2
+
+
+def test_version_is_the_installed_package_version_and_needs_no_torch(tmp_path):
+    import importlib.metadata
+
+    import opcheck as package
+
+    try:
+        installed = importlib.metadata.version("opcheck")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("opcheck is not installed (pip install -e .)")
+    assert package.__version__ == installed, "reinstall (pip install -e .) after changing opcheck.__version__"
+    result = opcheck("--version", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"opcheck {installed}\n", "")
+    probe = (
+        "import sys\nfrom opcheck.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit as e:\n"
+        "    print(e.code, 'torch' in sys.modules)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert loaded.stdout.splitlines()[-1] == "0 False", loaded.stdout + loaded.stderr
+
+
+def test_pyproject_takes_the_version_from_the_source_and_ships_the_licence():
+    # The build reads opcheck.__version__ without importing opcheck, and no metadata form is deprecated.
+    pytest.importorskip("setuptools", minversion="77")
+    probe = (
+        "import sys, warnings\nwarnings.simplefilter('error')\n"
+        "from setuptools.dist import Distribution\nfrom setuptools.config.pyprojecttoml import apply_configuration\n"
+        "m = apply_configuration(Distribution(), 'pyproject.toml').metadata\n"
+        "print(m.version, m.license_expression, m.license_files, 'opcheck' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-I", "-c", probe], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    import opcheck as package
+
+    assert result.stdout.split() == [package.__version__, "BSD-3-Clause", "['LICENSE']", "False"]
+    licence = (REPO / "LICENSE").read_text(encoding="utf-8")
+    assert licence.startswith("BSD 3-Clause License\n") and "Copyright (c) 2026, the opcheck developers" in licence
+    assert f"## {package.__version__}" in (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
 
 
 def test_noop_generate_uses_the_cache_and_notices_every_change(project):
