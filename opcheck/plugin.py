@@ -17,6 +17,13 @@
 - `--opcheck-results PATH` writes one JSON record per generated test (its spec, op, check, device,
   dtype, sample, outcome, reason and duration) at the end of the session, for `opcheck report`;
   under pytest-xdist the workers attach each test's case to its reports and the controller writes;
+- every option but `--opcheck-plot` also has an ini setting (`opcheck_device`, `opcheck_dtype`,
+  `opcheck_policy`, `opcheck_budget`, `opcheck_threads`, `opcheck_results`) for pyproject.toml's
+  `[tool.pytest.ini_options]` or pytest.ini; the command line overrides it, and a bad value is a
+  usage error naming the ini key;
+- at collection, one warning (StaleModulesWarning) names every collected generated module whose
+  spec file now hashes differently from its header's `# spec sha256:` (or is gone), with the
+  command that regenerates them; each spec file is read once per session;
 - around each test call, tells the runtime the item's node id, so that failures print the exact
   command that reruns them, and reports the runtime's own skip (opcheck.runtime.outcomes.CheckSkipped)
   as pytest's skip, with its reason and at the line that raised it.
@@ -28,8 +35,11 @@ import contextlib
 import difflib
 import importlib.util
 import os
+import re
 import shlex
-from dataclasses import asdict
+import warnings
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
@@ -52,6 +62,9 @@ THREADS_KEEP = "keep"
 SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
 SELECTION_KEY: pytest.StashKey[tuple[tuple[str, ...], tuple[str, ...]]] = pytest.StashKey()
 UNAVAILABLE_KEY: pytest.StashKey[list[dict]] = pytest.StashKey()
+RESULTS_KEY: pytest.StashKey[Path | None] = pytest.StashKey()
+SPEC_HASHES_KEY: pytest.StashKey[dict[Path, str | None]] = pytest.StashKey()
+"""Spec file → its sha256 (None: unreadable), so each spec is hashed once per session."""
 UNAVAILABLE_OUTPUT = "opcheck_unavailable"
 """The key under which an xdist worker hands its unavailable tests to the controller."""
 RESULTS_PLUGIN = "opcheck-results"
@@ -66,7 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DEVICE[,DEVICE]",
         help="run generated tests only on these device types (repeatable or comma-separated: "
         "cpu, cuda, mps, xpu, ...); the others are deselected. Default: the device types "
-        "this machine has; 'all' collects every device and skips the unavailable ones",
+        "this machine has; 'all' collects every device and skips the unavailable ones. Ini: opcheck_device",
     )
     group.addoption(
         "--opcheck-dtype",
@@ -74,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="DTYPE[,DTYPE]",
         help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
-        "complex128, float32, bfloat16, ...); the others are deselected",
+        "complex128, float32, bfloat16, ...); the others are deselected. Ini: opcheck_dtype",
     )
     group.addoption(
         "--opcheck-policy",
@@ -83,7 +96,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="override every spec's gradcheck.fast_mode: auto (full Jacobian up to 128 input and "
         "output elements, entrywise projection checks beyond, the full Jacobian deciding a "
         "failure within the budget), full (always the full Jacobian), fast (torch's fast mode: "
-        "one random projection per input/output pair)",
+        "one random projection per input/output pair). Ini: opcheck_policy",
     )
     group.addoption(
         "--opcheck-budget",
@@ -91,8 +104,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="ENTRIES",
         help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy lets the "
         "full Jacobian decide a check its entrywise projections do not pass, and beyond which "
-        "the projections decide, e.g. 1048576, 2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET or "
-        "2**20)",
+        "the projections decide, e.g. 1048576, 2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET, else "
+        "ini opcheck_budget, else 2**20)",
     )
     group.addoption(
         "--opcheck-plot",
@@ -106,7 +119,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="PATH",
         help="write the outcome of every generated test (spec, op, check, device, dtype, sample, "
-        "outcome, reason, duration) to PATH as JSON, for `opcheck report PATH`",
+        "outcome, reason, duration) to PATH as JSON, for `opcheck report PATH`. Ini: opcheck_results "
+        "(relative to the ini file's folder)",
     )
     threads_help = (
         "torch intra-op threads while a generated test runs: a positive number, or 'keep' for "
@@ -119,6 +133,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"{threads_help} (default: ini opcheck_threads, else {DEFAULT_THREADS})",
     )
     parser.addini("opcheck_threads", f"opcheck: {threads_help}", default=DEFAULT_THREADS)
+    parser.addini(
+        "opcheck_device",
+        "opcheck: default for --opcheck-device (a list, or names separated by spaces or commas)",
+        type="args",
+        default=[],
+    )
+    parser.addini(
+        "opcheck_dtype",
+        "opcheck: default for --opcheck-dtype (a list, or names separated by spaces or commas)",
+        type="args",
+        default=[],
+    )
+    parser.addini("opcheck_policy", f"opcheck: default for --opcheck-policy ({'|'.join(POLICIES)})", default="")
+    parser.addini(
+        "opcheck_budget", "opcheck: default for --opcheck-budget (OPCHECK_JACOBIAN_BUDGET overrides it)", default=""
+    )
+    parser.addini(
+        "opcheck_results", "opcheck: default for --opcheck-results (relative to the ini file's folder)", default=""
+    )
 
 
 def marker_lines() -> list[str]:
@@ -130,58 +163,115 @@ def _split(values: list[str]) -> list[str]:
     return [p.strip() for v in values for p in v.split(",") if p.strip()]
 
 
-def _unknown(kind: str, value: str, known) -> pytest.UsageError:
+def _unknown(where: str, kind: str, value: str, known) -> pytest.UsageError:
     close = difflib.get_close_matches(value, list(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return pytest.UsageError(f"--opcheck-{kind}: unknown {kind} {value!r}{hint}; expected one of {', '.join(known)}")
+    return pytest.UsageError(f"{where}: unknown {kind} {value!r}{hint}; expected one of {', '.join(known)}")
 
 
-def _settings(config: pytest.Config):
-    from opcheck.runtime.context import BUDGET_ENV, Settings, parse_budget
+def _ini_where(config: pytest.Config, name: str) -> str:
+    """How an error names an ini setting: `ini opcheck_policy (/project/pyproject.toml)`."""
+    return f"ini {name} ({config.inipath or 'no ini file'})"
+
+
+def _option(config: pytest.Config, name: str) -> tuple[str | None, str]:
+    """The value of `--opcheck-NAME`, else of ini `opcheck_NAME` (None when neither is set), and where it came from."""
+    raw = config.getoption(f"opcheck_{name}")
+    if raw is not None:
+        return raw, f"--opcheck-{name}"
+    ini = str(config.getini(f"opcheck_{name}")).strip()
+    return (ini or None), _ini_where(config, f"opcheck_{name}")
+
+
+def _listed(config: pytest.Config, name: str) -> tuple[list[str], str]:
+    """The names `--opcheck-NAME` gives, else those of ini `opcheck_NAME`, and where they came from."""
+    given = _split(config.getoption(f"opcheck_{name}"))
+    if given:
+        return given, f"--opcheck-{name}"
+    return _split(config.getini(f"opcheck_{name}")), _ini_where(config, f"opcheck_{name}")
+
+
+def _devices(config: pytest.Config) -> list[str]:
     from opcheck.runtime.devices import known_device_types
 
-    devices = _split(config.getoption("opcheck_device"))
+    devices, where = _listed(config, "device")
     known = known_device_types()
     for d in devices:
         if d not in known and d != ALL_DEVICES:
-            raise _unknown("device", d, (*known, ALL_DEVICES))
+            raise _unknown(where, "device", d, (*known, ALL_DEVICES))
     if ALL_DEVICES in devices:
         if len(devices) > 1:
             raise pytest.UsageError(
-                f"--opcheck-device: {ALL_DEVICES!r} already means every device type; "
+                f"{where}: {ALL_DEVICES!r} already means every device type; "
                 f"drop {', '.join(d for d in devices if d != ALL_DEVICES)} or {ALL_DEVICES!r}"
             )
         devices = [ALL_DEVICES]
-    dtypes = _split(config.getoption("opcheck_dtype"))
+    return devices
+
+
+def _dtypes(config: pytest.Config) -> list[str]:
+    dtypes, where = _listed(config, "dtype")
     for d in dtypes:
         if d not in TENSOR_DTYPES:
-            raise _unknown("dtype", d, TENSOR_DTYPES)
-    policy = config.getoption("opcheck_policy")
-    raw_budget = config.getoption("opcheck_budget")
-    if raw_budget is not None and policy in ("full", "fast"):
-        raise pytest.UsageError(
-            f"--opcheck-budget sets the budget of the auto policy; it has no effect with "
-            f"--opcheck-policy={policy} (drop one of them)"
-        )
-    try:
-        if raw_budget is not None:
-            budget, source = parse_budget(raw_budget, where="--opcheck-budget"), "--opcheck-budget"
-        elif os.environ.get(BUDGET_ENV):
-            budget, source = parse_budget(os.environ[BUDGET_ENV], where=BUDGET_ENV), BUDGET_ENV
+            raise _unknown(where, "dtype", d, TENSOR_DTYPES)
+    return dtypes
+
+
+def _policy(config: pytest.Config) -> tuple[str | None, str]:
+    policy, where = _option(config, "policy")
+    if policy is not None and policy not in POLICIES:  # the command line's choices already checked it
+        raise _unknown(where, "policy", policy, POLICIES)
+    return policy, where
+
+
+def _budget(config: pytest.Config, policy: str | None, policy_where: str) -> tuple[int, str]:
+    """The auto policy's budget and its source: the command line, else the environment, else the ini."""
+    from opcheck.runtime.context import BUDGET_ENV, Settings, parse_budget
+
+    raw, where = config.getoption("opcheck_budget"), "--opcheck-budget"
+    if raw is None and os.environ.get(BUDGET_ENV):
+        raw, where = os.environ[BUDGET_ENV], BUDGET_ENV
+    elif raw is None:
+        raw, where = _option(config, "budget")
+    if raw is not None and policy in ("full", "fast") and where != BUDGET_ENV:
+        policy_on_command_line = policy_where.startswith("--")
+        if where.startswith("ini ") and policy_on_command_line:  # this run's policy replaces the project's
+            raw = None
         else:
-            budget, source = Settings().budget, "default"
+            with_policy = f"--opcheck-policy={policy}" if policy_on_command_line else f"{policy!r} ({policy_where})"
+            raise pytest.UsageError(
+                f"{where} sets the budget of the auto policy; it has no effect with {with_policy} (drop one of them)"
+            )
+    if raw is None:
+        return Settings().budget, "default"
+    try:
+        budget = parse_budget(raw, where=where)
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
+    return budget, ("ini opcheck_budget" if where.startswith("ini ") else where)
+
+
+def _plot_dir(config: pytest.Config) -> str | None:
     plot_dir = config.getoption("opcheck_plot")
-    if plot_dir is not None:
-        if importlib.util.find_spec("matplotlib") is None:
-            raise pytest.UsageError(
-                "--opcheck-plot needs matplotlib, which is not installed (pip install 'opcheck[plot]')"
-            )
-        plot_dir = str(config.invocation_params.dir / plot_dir)
-        if os.path.exists(plot_dir) and not os.path.isdir(plot_dir):
-            raise pytest.UsageError(f"--opcheck-plot: {plot_dir} exists and is not a directory")
-    settings = Settings(policy=policy, budget=budget, budget_source=source, plot_dir=plot_dir, threads=_threads(config))
+    if plot_dir is None:
+        return None
+    if importlib.util.find_spec("matplotlib") is None:
+        raise pytest.UsageError("--opcheck-plot needs matplotlib, which is not installed (pip install 'opcheck[plot]')")
+    plot_dir = str(config.invocation_params.dir / plot_dir)
+    if os.path.exists(plot_dir) and not os.path.isdir(plot_dir):
+        raise pytest.UsageError(f"--opcheck-plot: {plot_dir} exists and is not a directory")
+    return plot_dir
+
+
+def _settings(config: pytest.Config):
+    from opcheck.runtime.context import Settings
+
+    devices, dtypes = _devices(config), _dtypes(config)
+    policy, policy_where = _policy(config)
+    budget, source = _budget(config, policy, policy_where)
+    settings = Settings(
+        policy=policy, budget=budget, budget_source=source, plot_dir=_plot_dir(config), threads=_threads(config)
+    )
     return settings, (tuple(devices), tuple(dtypes))
 
 
@@ -189,7 +279,7 @@ def _threads(config: pytest.Config) -> int | None:
     """The intra-op thread count for generated tests, or None to keep torch's."""
     raw, where = config.getoption("opcheck_threads"), "--opcheck-threads"
     if raw is None:
-        raw, where = config.getini("opcheck_threads"), f"ini opcheck_threads ({config.inipath or 'no ini file'})"
+        raw, where = config.getini("opcheck_threads"), _ini_where(config, "opcheck_threads")
     text = str(raw).strip().lower()
     if text == THREADS_KEEP:
         return None
@@ -198,23 +288,40 @@ def _threads(config: pytest.Config) -> int | None:
     raise pytest.UsageError(f"{where}: expected a positive number of threads or {THREADS_KEEP!r}, got {raw!r}")
 
 
+def results_path(config: pytest.Config) -> Path | None:
+    """Where `--opcheck-results` (relative to the invocation folder) or ini `opcheck_results`
+    (relative to the ini file's folder) says to write the results, or None."""
+    raw = config.getoption("opcheck_results")
+    if raw is not None:
+        return config.invocation_params.dir / raw
+    ini = str(config.getini("opcheck_results")).strip()
+    if not ini:
+        return None
+    return (config.inipath.parent if config.inipath else config.rootpath) / ini
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in marker_lines():
         config.addinivalue_line("markers", line)
     settings, selection = _settings(config)
     config.stash[SETTINGS_KEY] = settings
     config.stash[SELECTION_KEY] = selection
+    config.stash[RESULTS_KEY] = results_path(config)
     _configure_results(config)
 
 
 def _configure_results(config: pytest.Config) -> None:
-    path = config.getoption("opcheck_results")
+    path = config.stash[RESULTS_KEY]
     if path is None or hasattr(config, "workerinput"):  # an xdist worker: the controller writes
         return
-    path = config.invocation_params.dir / path
     if path.is_dir():
+        where = (
+            "--opcheck-results"
+            if config.getoption("opcheck_results") is not None
+            else _ini_where(config, "opcheck_results")
+        )
         raise pytest.UsageError(
-            f"--opcheck-results: {path} is a directory; expected a file path such as {path / 'opcheck-results.json'}"
+            f"{where}: {path} is a directory; expected a file path such as {path / 'opcheck-results.json'}"
         )
     from opcheck.report.collect import ResultsRecorder
 
@@ -261,6 +368,7 @@ def is_generated_item(item: pytest.Item) -> TypeGuard[pytest.Function]:
 
 @pytest.hookimpl(trylast=True)  # after -m / -k: only what they kept counts as not collected here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _warn_stale(config, items)
     devices, dtypes = config.stash.get(SELECTION_KEY, ((), ()))
     listed = devices and ALL_DEVICES not in devices
     kept, deselected, unavailable = [], [], []
@@ -287,6 +395,110 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+class StaleModulesWarning(UserWarning):
+    """Generated modules whose spec changed (or is gone) since they were generated."""
+
+
+_SHA_LINE = re.compile(r"# spec sha256: (?P<sha>[0-9a-f]{64})")
+_REGENERATE_LINE = re.compile(r"# regenerate: (?P<command>.+)")
+DEFAULT_REGENERATE = "opcheck generate"
+
+
+@dataclass(frozen=True)
+class StaleModule:
+    module: str  # as pytest names it: relative to the rootdir
+    source: str  # the spec file the header names
+    missing: bool  # the spec file is gone, rather than changed
+    regenerate: str
+
+
+def _header_lines(path: Path, count: int = 3) -> list[str]:
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            return [f.readline().rstrip("\n") for _ in range(count)]
+    except OSError:
+        return []
+
+
+def _spec_path(source: str, module: Path, root: Path) -> Path | None:
+    """The header's source, relative to the rootdir or, failing that, to a folder above the module."""
+    for folder in (root, *module.parents):
+        if (folder / source).is_file():
+            return folder / source
+    return None
+
+
+def stale_modules(config: pytest.Config, modules: Iterable[Path]) -> list[StaleModule]:
+    """The generated modules among `modules` whose header's spec sha256 no longer matches its spec file.
+
+    A module without the generated header, or whose header records no hash, is not judged.
+    """
+    from opcheck.codegen.write import generated_source
+    from opcheck.spec.loader import spec_sha256
+
+    hashes = config.stash.setdefault(SPEC_HASHES_KEY, {})
+    stale = []
+    for module in sorted(set(modules)):
+        source = generated_source(module)
+        lines = _header_lines(module) if source else []
+        sha = _SHA_LINE.fullmatch(lines[1]) if len(lines) > 1 else None
+        if source is None or sha is None:
+            continue
+        spec = _spec_path(source, module, config.rootpath)
+        if spec is not None and spec not in hashes:
+            try:
+                hashes[spec] = spec_sha256(spec.read_bytes())
+            except OSError:
+                hashes[spec] = None
+        current = hashes.get(spec) if spec is not None else None
+        if current == sha["sha"]:
+            continue
+        command = _REGENERATE_LINE.fullmatch(lines[2]) if len(lines) > 2 else None
+        stale.append(
+            StaleModule(
+                module=_relative(module, config.rootpath),
+                source=source,
+                missing=current is None,
+                regenerate=command["command"] if command else DEFAULT_REGENERATE,
+            )
+        )
+    return stale
+
+
+def stale_message(stale: list[StaleModule]) -> str:
+    """One message naming every stale module, what changed, and the command(s) that regenerate them."""
+    commands = " or ".join(f"`{c}`" for c in dict.fromkeys(m.regenerate for m in stale))
+    count = f"{len(stale)} generated module{'s' if len(stale) != 1 else ''}"
+    lines = [f"opcheck: {count} out of date with {'their specs' if len(stale) != 1 else 'its spec'}; run {commands}:"]
+    for m in stale:
+        why = "does not exist" if m.missing else "changed since the module was generated"
+        lines.append(f"  {m.module}: {m.source} {why}")
+    return "\n".join(lines)
+
+
+def _warn_stale(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput.get("workerid") != "gw0":  # xdist: every worker collects the same
+        return
+    stale = stale_modules(config, (item.path for item in items if is_generated_item(item)))
+    if not stale:
+        return
+    message = stale_message(stale)
+    try:
+        warnings.warn_explicit(
+            StaleModulesWarning(message), StaleModulesWarning, filename=str(config.rootpath / stale[0].module), lineno=1
+        )
+    except StaleModulesWarning:  # `-W error` or `filterwarnings = error`: end the run with the message alone
+        raise pytest.UsageError(message) from None
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return Path(os.path.relpath(path, root)).as_posix()
+    except ValueError:  # another drive on Windows
+        return str(path)
 
 
 def _named_tests(config: pytest.Config) -> set[str]:
@@ -362,7 +574,7 @@ def _generated_case_fields(item: pytest.Function) -> dict:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if item.config.getoption("opcheck_results", None) is not None:
+    if item.config.stash.get(RESULTS_KEY, None) is not None:
         # An attribute of the report travels from an xdist worker to the controller with it.
         from opcheck.report.collect import CASE_ATTR
 
