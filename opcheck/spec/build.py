@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from opcheck.spec import model
 from opcheck.spec.checker import Checker, strings
+from opcheck.spec.flagrules import check_flags
 from opcheck.spec.model import (
     FastMode,
     GradcheckFlags,
@@ -27,6 +28,7 @@ from opcheck.spec.model import (
 from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
 from opcheck.spec.problems import FlaggedPath, Problem, did_you_mean, format_path
 from opcheck.spec.samples import build_sample
+from opcheck.spec.signature import check_arguments
 from opcheck.spec.sparse import has_sparse
 from opcheck.spec.validate import is_family
 from opcheck.spec.yamlload import MAX_NODES, Node, tagged_paths
@@ -195,6 +197,9 @@ def _build_op(
         },
     )
     _check_masked(ctx, fields.get("gradcheck"), parts["gradcheck"], samples)
+    check_flags(ctx, fields)
+    if op:
+        check_arguments(ctx, op, fields.get("samples"))
     if ctx.count() != before or op is None or name is None or samples is None:
         return None, claim
     spec = OpSpec(

@@ -26,3 +26,13 @@ NOT_CALLABLE = 3
 def takes_anything(*args, **kwargs):
     """For specs that show every argument kind; the loader never calls the op."""
     return args[0]
+
+
+def scaled(x, /, scale=1.0, *, shift):
+    """A signature with every kind of parameter a call can bind: positional-only, keyword-only."""
+    return x * scale + shift
+
+
+def with_options(x, **options):
+    """Takes any keyword argument."""
+    return x
