@@ -376,3 +376,66 @@ def sparse_mm(name, values_bug: Callable[[Tensor], Tensor] | None = None):
         return grad_a, torch.sparse.mm(a.t(), grad)
 
     return function(name, torch.sparse.mm, backward, setup=setup)
+
+
+def mul(name, *, swapped=False):
+    """a * b (same shapes) with backward (grad * b, grad * a), or with `swapped` the two returned in
+    each other's place, as a binary kernel's backward that mixes up its outputs' order."""
+
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        grads = (grad * b, grad * a)
+        return grads[::-1] if swapped else grads
+
+    return function(name, lambda a, b: a * b, backward, setup=save_inputs)
+
+
+def row_sum(name, *, bug: Bug = right):
+    """x.sum(-1): backward `bug(grad, 1)` (one value per row of x) broadcast back over x's last dim."""
+
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return bug(grad, 1.0).unsqueeze(-1).expand(x.shape).clone()
+
+    return function(name, lambda x: x.sum(-1), backward, setup=save_inputs)
+
+
+def rounded_to(dtype: torch.dtype, *, when: Callable[[Tensor], bool] | None = None) -> Bug:
+    """The right gradient rounded to `dtype` and back (a kernel that computes in a narrower dtype),
+    only `when(grad)` holds."""
+
+    def bug(grad, derivative):
+        right_grad = grad * derivative
+        if when is not None and not when(right_grad):
+            return right_grad
+        return right_grad.to(dtype).to(right_grad.dtype)
+
+    return bug
+
+
+# ------------------------------------------------------------------- mutants named by hints
+MulSwappedGradients = mul("MulSwappedGradients", swapped=True)
+MulGradients = mul("MulGradients")
+SinColumnThreeWrong = SIN.function("SinColumnThreeWrong", bug=scaled(2.0, at=(..., 3)))
+SinColumnThreeRight = SIN.function("SinColumnThreeRight", bug=scaled(1.0, at=(..., 3)))
+RowSumOneRowWrong = row_sum("RowSumOneRowWrong", bug=scaled(2.0, at=2))
+RowSumOneRowRight = row_sum("RowSumOneRowRight", bug=scaled(1.0, at=2))
+SinGradInBfloat16ForFloat32 = SIN.function(
+    "SinGradInBfloat16ForFloat32", bug=rounded_to(torch.bfloat16, when=in_dtype(torch.float32))
+)
+SinGradInFloat32 = SIN.function("SinGradInFloat32", bug=rounded_to(torch.float32, when=in_dtype(torch.float32)))
+SinGradOnePercentOffForFloat32 = SIN.function(
+    "SinGradOnePercentOffForFloat32", bug=scaled(1.01, when=in_dtype(torch.float32))
+)
+
+
+def sin_grad_in_bfloat16_for_float32(x):
+    return SinGradInBfloat16ForFloat32.apply(x)
+
+
+def sin_grad_in_float32(x):
+    return SinGradInFloat32.apply(x)
+
+
+def sin_grad_one_percent_off_for_float32(x):
+    return SinGradOnePercentOffForFloat32.apply(x)

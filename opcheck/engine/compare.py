@@ -101,7 +101,14 @@ class Block:
         )
 
 
-def block_mismatch(ctx: CheckContext, block: Block, a: torch.Tensor, n: torch.Tensor, call: Call) -> JacobianMismatch:
+def block_mismatch(
+    ctx: CheckContext,
+    block: Block,
+    a: torch.Tensor,
+    n: torch.Tensor,
+    call: Call,
+    numerical_of_inputs: Sequence[torch.Tensor | None] = (),
+) -> JacobianMismatch:
     """The report of a block whose analytical a and numerical n disagree.
 
     Its output is numbered among the call's float outputs for forward AD, among the outputs that
@@ -113,7 +120,15 @@ def block_mismatch(ctx: CheckContext, block: Block, a: torch.Tensor, n: torch.Te
     output_shape = tuple(floats[block.output_idx].shape) if block.output_idx < len(floats) else (a.shape[1],)
     flags = ctx.flags
     shapes = (tuple(x.shape), output_shape)
-    mismatch = find_mismatch(a, n, rtol=flags.rtol, atol=flags.atol, label=block.label(ctx, block.part), shapes=shapes)
+    mismatch = find_mismatch(
+        a,
+        n,
+        rtol=flags.rtol,
+        atol=flags.atol,
+        label=block.label(ctx, block.part),
+        shapes=shapes,
+        numerical_of_inputs=numerical_of_inputs,
+    )
     hint = ctx.layouts.hint(x, mismatch) if ctx.layouts is not None else None
     return replace(mismatch, hints=mismatch.hints + (hint,)) if hint else mismatch
 

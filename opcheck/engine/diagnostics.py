@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from opcheck.engine._util import unravel
+from opcheck.engine.pattern_hints import index_hint, swapped_hint
 
 WORST_ENTRIES = 5
 """Jacobian entries a report lists, the worst first."""
@@ -96,11 +97,20 @@ class JacobianMismatch(BlockMismatch):
 
 
 def find_mismatch(
-    analytical: Tensor, numerical: Tensor, *, rtol: float, atol: float, label: BlockLabel, shapes: tuple[Shape, Shape]
+    analytical: Tensor,
+    numerical: Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    label: BlockLabel,
+    shapes: tuple[Shape, Shape],
+    numerical_of_inputs: Sequence[Tensor | None] = (),
 ) -> JacobianMismatch:
     """Build the report for a block that failed allclose(analytical, numerical, rtol, atol).
 
-    shapes: the block's (input shape, output shape).
+    shapes: the block's (input shape, output shape). numerical_of_inputs: where the caller holds
+    them (the full check), the numerical blocks of every input for the same output, by input
+    index, so that a gradient returned for the wrong input is named.
     """
     input_shape, output_shape = shapes
     dtype = torch.promote_types(analytical.dtype, numerical.dtype)
@@ -125,7 +135,18 @@ def find_mismatch(
                 rel_error=d / abs(nv) if nv != 0 else math.inf,
             )
         )
-    hints = hints_for(a, n, bad, rtol=rtol, atol=atol, input_shape=input_shape, output_shape=output_shape)
+    hints = hints_for(
+        a,
+        n,
+        bad,
+        rtol=rtol,
+        atol=atol,
+        input_shape=input_shape,
+        output_shape=output_shape,
+        names=(label.input_name, label.output_name),
+        input_idx=label.input_idx,
+        numerical_of_inputs=numerical_of_inputs,
+    )
     return JacobianMismatch(
         **label.label_fields(),
         input_shape=input_shape,
@@ -153,16 +174,34 @@ def _largest(x: torch.Tensor, k: int) -> list[int]:
 
 
 def hints_for(
-    a: Tensor, n: Tensor, bad: Tensor, *, rtol: float, atol: float, input_shape: Shape, output_shape: Shape
+    a: Tensor,
+    n: Tensor,
+    bad: Tensor,
+    *,
+    rtol: float,
+    atol: float,
+    input_shape: Shape,
+    output_shape: Shape,
+    names: tuple[str, str] = ("the input", "the output"),
+    input_idx: int = 0,
+    numerical_of_inputs: Sequence[Tensor | None] = (),
 ) -> list[str]:
     """Recognize the common shapes of a wrong gradient: one that explains the whole block, else
-    what the wrong entries have in common."""
+    what the wrong entries have in common.
+
+    names: the block's (input name, output name); input_idx and numerical_of_inputs (see
+    find_mismatch) let a gradient that belongs to another input be recognized.
+    """
     nonfinite = _nonfinite_hint(a, n)
     if nonfinite:
         return [nonfinite]
 
     def close(x: Tensor, y: Tensor) -> bool:
         return bool(torch.allclose(x, y, rtol=rtol, atol=atol))
+
+    swapped = swapped_hint(a, input_idx, numerical_of_inputs, close)
+    if swapped:
+        return [swapped]
 
     whole = _whole_block_hint(a, n, close, atol)
     if whole:
@@ -178,7 +217,7 @@ def hints_for(
     related = _related_hint(a, n, close)
     if related:
         return [*hints, related]
-    return hints + _entry_hints(bad, input_shape, output_shape)
+    return hints + _entry_hints(bad, input_shape, output_shape, names)
 
 
 def _nonfinite_hint(a: Tensor, n: Tensor) -> str | None:
@@ -242,8 +281,9 @@ def _related_hint(a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool])
     return None
 
 
-def _entry_hints(bad: Tensor, input_shape: Shape, output_shape: Shape) -> list[str]:
-    """What the wrong entries have in common: a broadcast input's dims, one entry, one input element."""
+def _entry_hints(bad: Tensor, input_shape: Shape, output_shape: Shape, names: tuple[str, str]) -> list[str]:
+    """What the wrong entries have in common: a broadcast input's dims, one entry, one input or
+    output element, one index of either."""
     hints = []
     dims = _broadcast_dims(input_shape, output_shape)
     if dims:
@@ -260,6 +300,13 @@ def _entry_hints(bad: Tensor, input_shape: Shape, output_shape: Shape) -> list[s
         if int(rows.sum()) == 1 and bad.shape[0] > 1:
             row = int(rows.nonzero()[0])
             hints.append(f"all wrong entries belong to input element {_index(unravel(row, input_shape))}")
+        cols = bad.any(dim=0)
+        if int(cols.sum()) == 1 and bad.shape[1] > 1:
+            col = int(cols.nonzero()[0])
+            hints.append(f"all wrong entries belong to output element {_index(unravel(col, output_shape))}")
+        shared = index_hint(bad, input_shape, output_shape, names)
+        if shared:
+            hints.append(shared)
     return hints
 
 

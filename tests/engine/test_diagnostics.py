@@ -11,6 +11,8 @@ from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import opcheck
 from opcheck import GradcheckError
+from opcheck.engine.diagnostics import BlockLabel, find_mismatch
+from tests import broken_ops
 
 
 def _x(*shape, seed=0, dtype=torch.float64):
@@ -281,3 +283,109 @@ def test_no_grad_backward_hint_names_once_differentiable():
     assert err.check == "no differentiable outputs" and err.path == "VJP of VJP"
     assert str(err).startswith("Numerical gradient for function expected to be zero")
     assert "once_differentiable" in str(err) and "supports_gradgrad: false" in str(err)
+
+
+def _hint_with(text, hints):
+    return [h for h in hints if text in h]
+
+
+def test_error_along_one_column_of_the_input_is_named():
+    x = _x(4, 5, seed=4)
+    assert opcheck.gradcheck(broken_ops.SinColumnThreeRight.apply, (x,))
+    err = _fail(opcheck.gradcheck, broken_ops.SinColumnThreeWrong.apply, (x,))
+    first = _torch_first_line(torch.autograd.gradcheck, broken_ops.SinColumnThreeWrong.apply, (x,))
+    assert str(err).splitlines()[0] == first
+    (hint,) = _hint_with("every wrong entry has", err.mismatch.hints)
+    assert "input index [:, 3] (column 3 of input 0)" in hint
+    assert "output index [:, 3] (column 3 of output 0)" in hint
+    assert not _hint_with("one entry", err.mismatch.hints)
+    assert f"hint: {hint}" in str(err)
+
+
+def test_error_in_one_output_element_names_it_and_the_input_row():
+    x = _x(4, 5, seed=5)
+    assert opcheck.gradcheck(broken_ops.RowSumOneRowRight.apply, (x,))
+    err = _fail(opcheck.gradcheck, broken_ops.RowSumOneRowWrong.apply, (x,))
+    assert str(err).splitlines()[0] == _torch_first_line(
+        torch.autograd.gradcheck, broken_ops.RowSumOneRowWrong.apply, (x,)
+    )
+    hints = err.mismatch.hints
+    assert "all wrong entries belong to output element [2]" in hints
+    assert "every wrong entry has input index [2, :] (row 2 of input 0)" in hints
+
+
+@pytest.mark.parametrize("fast_mode", [False, True])
+def test_wrong_everywhere_names_no_index(fast_mode):
+    err = _fail(opcheck.gradcheck, corpus.SinMissingFactor.apply, (_x(4, 5),), fast_mode=fast_mode)
+    hints = err.mismatch.hints
+    assert not _hint_with("every wrong entry has", hints) and not _hint_with("belong to", hints)
+    assert not _hint_with("swapped", hints)
+
+
+def _block(f, inputs, j):
+    """d f / d inputs[j] laid out as gradcheck lays it out: one row per input element."""
+    jac = torch.autograd.functional.jacobian(f, tuple(x.detach() for x in inputs))[j]
+    return jac.reshape(-1, inputs[j].numel()).t()
+
+
+def _label(input_idx):
+    return BlockLabel("backward", "VJP", 0, input_idx, "output 0", f"input {input_idx}", None)
+
+
+def test_swapped_gradients_are_named_given_every_inputs_numerical_block():
+    a, b = _x(3, 4, seed=6), _x(3, 4, seed=7)
+    assert opcheck.gradcheck(broken_ops.MulGradients.apply, (a, b))
+    err = _fail(opcheck.gradcheck, broken_ops.MulSwappedGradients.apply, (a, b))
+    assert str(err).splitlines()[0] == _torch_first_line(
+        torch.autograd.gradcheck, broken_ops.MulSwappedGradients.apply, (a, b)
+    )
+    numerical = [_block(torch.mul, (a, b), j) for j in (0, 1)]
+    for j in (0, 1):
+        analytical = _block(broken_ops.MulSwappedGradients.apply, (a, b), j)
+        m = find_mismatch(
+            analytical,
+            numerical[j],
+            rtol=1e-3,
+            atol=1e-5,
+            label=_label(j),
+            shapes=((3, 4), (3, 4)),
+            numerical_of_inputs=numerical,
+        )
+        assert m.hints == (
+            f"the gradient for input {j} matches input {1 - j}'s numerical gradient: are the returned "
+            "gradients swapped?",
+        )
+
+
+def test_a_wrong_gradient_is_not_called_swapped():
+    a, b = _x(3, 4, seed=6), _x(3, 4, seed=7)
+    numerical = [_block(torch.mul, (a, b), j) for j in (0, 1)]
+    wrong = 0.5 * numerical[0]
+    m = find_mismatch(
+        wrong,
+        numerical[0],
+        rtol=1e-3,
+        atol=1e-5,
+        label=_label(0),
+        shapes=((3, 4), (3, 4)),
+        numerical_of_inputs=numerical,
+    )
+    assert not _hint_with("swapped", m.hints) and _hint_with("0.5 × numerical", m.hints)
+    # an input the output does not depend on (all-zero numerical block) matches nothing
+    zero = torch.zeros_like(numerical[0])
+    m = find_mismatch(
+        zero,
+        numerical[0],
+        rtol=1e-3,
+        atol=1e-5,
+        label=_label(0),
+        shapes=((3, 4), (3, 4)),
+        numerical_of_inputs=[numerical[0], zero],
+    )
+    assert not _hint_with("swapped", m.hints) and _hint_with("all zero", m.hints)
+
+
+def test_swapped_gradients_are_named_by_gradcheck():
+    a, b = _x(3, 4, seed=6), _x(3, 4, seed=7)
+    err = _fail(opcheck.gradcheck, broken_ops.MulSwappedGradients.apply, (a, b))
+    assert _hint_with("are the returned gradients swapped?", err.mismatch.hints)
