@@ -29,6 +29,7 @@ MODEL_CLASSES = {
         model.GradgradcheckFlags,
         model.Where,
         model.ToleranceRule,
+        model.LowprecPartsRule,
         model.Rule,
         model.Location,
     )

@@ -33,7 +33,7 @@ import opcheck.engine as engine
 from opcheck.engine.errors import GradcheckError
 from opcheck.runtime.context import Settings, current_item, current_settings
 from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
-from opcheck.runtime.lowprec import compare_lowprec
+from opcheck.runtime.lowprec import compare_lowprec, resolve_parts
 from opcheck.runtime.makers import SampleError
 from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
@@ -340,6 +340,16 @@ def _announce_redraws(case: Case, history: list[str]) -> None:
     warnings.warn(OpcheckRedrawWarning(text), stacklevel=4)  # at the generated test's line
 
 
+def _announce_parts(note: str) -> None:
+    """A low-precision test that leaves parts out says so in its report (and on stdout)."""
+    print(f"opcheck lowprec: {note}")
+    item = current_item.get()
+    if item is not None:
+        item.user_properties.append(("opcheck_lowprec_parts", note))
+        if item.add_report_section is not None:
+            item.add_report_section("call", "opcheck lowprec parts", note)
+
+
 # ------------------------------------------------------------------------------------ runners
 def _gradient_check(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
@@ -455,10 +465,21 @@ def _lowprec(case: Case, settings: Settings) -> None:
     tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
     forward = case.spec.gradcheck.check_forward_ad and case.spec.supports_forward_ad
     reference = resolve_op(case.spec.reference) if case.spec.reference else None
+    parts = resolve_parts(case.spec, case.device, case.dtype, case.sample.name)
+    note = parts.note()
+    if note is not None:
+        _announce_parts(note)
+        case = case.with_note(note)
     for call in _calls(case):
         try:
             diff = compare_lowprec(
-                call, case.id, attempt=case.attempt, tolerances=tol, check_forward_ad=forward, reference_op=reference
+                call,
+                case.id,
+                attempt=case.attempt,
+                tolerances=tol,
+                check_forward_ad=forward,
+                reference_op=reference,
+                parts=parts.parts,
             )
         except Exception as e:
             raise _crash(case, call, e, "the low-precision run", tol) from e

@@ -9,12 +9,16 @@ the inputs'. Compared, each with the dtype's tolerances (tolerances.LOWPREC_TOLE
   dtype from a generator seeded by the case's id (its "cotangent" stream, CaseId.seed);
 - with `gradcheck.check_forward_ad`, the JVP of every output for one random tangent.
 
+`lowprec_parts:` rules choose fewer of these per device, dtype and sample (resolve_parts): a
+bfloat16 JVP that torch does not implement leaves the output and VJP comparisons in place.
+
 Integer and bool outputs must be equal. On mps the reference runs on the CPU (no float64 there).
 A sparse input is upcast in its layout, with its pattern; sparse gradients are compared dense.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 import torch
@@ -25,6 +29,7 @@ from opcheck.runtime.devices import HIGH_PRECISION, reference_device
 from opcheck.runtime.samples import seeded_generator
 from opcheck.runtime.tolerances import Tolerances
 from opcheck.spec.case import CaseId
+from opcheck.spec.model import LOWPREC, LOWPREC_PARTS, LowprecPart, OpSpec
 
 WORST = 5
 
@@ -36,6 +41,47 @@ class LowPrecisionDiff:
     path: str  # "output", "VJP", "JVP"
     what: str  # "output 0", "VJP: grad of input 1", ...
     text: str  # the localized report
+
+
+@dataclass(frozen=True)
+class LowPrecisionParts:
+    """What one low-precision test compares, and the rule that left the other parts out (if any)."""
+
+    parts: tuple[str, ...]  # of LOWPREC_PARTS, in their order
+    dropped: tuple[str, ...] = ()  # parts the spec would compare that the rule leaves out
+    rule: str = ""  # where the deciding rule is written, and its reason
+
+    def note(self) -> str | None:
+        """`JVP not compared (op_specs/x.yaml:12:5: reason)`, or None when nothing is left out."""
+        if not self.dropped:
+            return None
+        labels = [LowprecPart(p).label for p in self.dropped]
+        return f"{' and '.join(labels)} not compared ({self.rule})"
+
+
+def resolve_parts(spec: OpSpec, device: str, dtype: str, sample: str) -> LowPrecisionParts:
+    """The parts compared for one test: the last matching `lowprec_parts` rule, less specific
+    rules before more specific ones, then in file order; every part when none matches. The JVP
+    needs `gradcheck.check_forward_ad` (and forward AD supported) whatever a rule says."""
+    available = tuple(
+        p
+        for p in LOWPREC_PARTS
+        if p != LowprecPart.JVP or (spec.gradcheck.check_forward_ad and spec.supports_forward_ad)
+    )
+    matching = [
+        (rule.where.specificity, i, rule)
+        for i, rule in enumerate(spec.lowprec_parts)
+        if rule.where.matches(device=device, dtype=dtype, check=LOWPREC, sample=sample)
+    ]
+    if not matching:
+        return LowPrecisionParts(available)
+    rule = max(matching, key=lambda m: (m[0], m[1]))[2]
+    where = str(rule.location) if rule.location.file else f"{spec.source} lowprec_parts"
+    return LowPrecisionParts(
+        tuple(p for p in available if p in rule.parts),
+        tuple(p for p in available if p not in rule.parts),
+        where + (f": {rule.reason}" if rule.reason else ""),
+    )
 
 
 def _is_float(t) -> bool:
@@ -66,9 +112,19 @@ def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def compare_lowprec(
-    call: Call, case: CaseId, *, attempt: int = 0, tolerances: Tolerances, check_forward_ad: bool, reference_op=None
+    call: Call,
+    case: CaseId,
+    *,
+    attempt: int = 0,
+    tolerances: Tolerances,
+    check_forward_ad: bool,
+    reference_op=None,
+    parts: Collection[str] = LOWPREC_PARTS,
 ) -> LowPrecisionDiff | None:
     """The first quantity out of tolerance, or None when outputs, VJP and JVP all agree.
+
+    Only the `parts` named are compared (the JVP only with check_forward_ad too); the outputs
+    are computed whatever they are, the VJP and JVP only when compared.
 
     `call` is the case's sample drawn on its device and low-precision dtype; the cotangent and the
     tangents come from the case's "cotangent" stream at `attempt`. reference_op: the float64
@@ -87,7 +143,7 @@ def compare_lowprec(
             "output", "outputs", f"the low-precision run returned {len(out_low)} outputs, the reference {len(out_ref)}"
         )
     for i, (lo, ref) in enumerate(zip(out_low, out_ref)):
-        if isinstance(lo, torch.Tensor):
+        if LowprecPart.OUTPUT in parts and isinstance(lo, torch.Tensor):
             diff = compare(lo, ref, tolerances, f"output {i}")
             if diff:
                 return LowPrecisionDiff("output", f"output {i}", diff)
@@ -100,7 +156,9 @@ def compare_lowprec(
     ]
     gen = seeded_generator(case.seed(attempt, stream="cotangent"))
     if inputs_low and pairs:
+        # Drawn even when the VJP is not compared, so the JVP's tangents stay the same.
         cot_low = [_random_like(lo, gen) for lo, _ in pairs]
+    if LowprecPart.VJP in parts and inputs_low and pairs:
         cot_ref = [upcast(c, ref_device) for c in cot_low]
         g_low = torch.autograd.grad([p[0] for p in pairs], inputs_low, cot_low, allow_unused=True)
         g_ref = torch.autograd.grad([p[1] for p in pairs], inputs_ref, cot_ref, allow_unused=True)
@@ -108,7 +166,7 @@ def compare_lowprec(
         if vjp_diff:
             return vjp_diff
 
-    if check_forward_ad and inputs_low:
+    if check_forward_ad and LowprecPart.JVP in parts and inputs_low:
         t_low = [_random_like(x, gen) for x in inputs_low]
         t_ref = [upcast(t, ref_device) for t in t_low]
         jvp_low = _jvp(call, inputs_low, t_low)
@@ -180,7 +238,58 @@ def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) ->
         )
     ratio = diff / allowed.clamp_min(1e-300)
     lines.append(f"max |low - ref| / allowed: {float(torch.nan_to_num(ratio, nan=float('inf')).max()):.4g}")
+    hint = narrower_dtype_hint(lo, lo_w, rf, bad)
+    if hint:
+        lines.append(f"hint: {hint}")
     return "\n".join(lines)
+
+
+NARROWER = {
+    torch.float32: (torch.bfloat16, torch.float16),
+    torch.complex64: (torch.bfloat16, torch.float16),
+    torch.float16: (torch.bfloat16,),
+}
+"""The dtypes a kernel at each low-precision dtype might compute in by mistake, narrowest first."""
+
+
+def narrower_dtype_hint(lo: torch.Tensor, lo_w: torch.Tensor, rf: torch.Tensor, bad: torch.Tensor) -> str | None:
+    """A hint when the wrong entries' errors look like the rounding of a narrower dtype than lo's.
+
+    Rounding to a dtype with unit roundoff u (2^-8 for bfloat16, 2^-11 for float16) leaves
+    relative errors up to u, of both signs; a stray factor leaves one relative error of one sign.
+    So: the largest relative error of the wrong entries lies within [u/4, 2u] (these windows do
+    not overlap for bfloat16 and float16), and the errors have both signs or every low value is
+    exactly representable in the narrower dtype (the result was rounded there and cast back).
+    lo: the low-precision values; lo_w: the same in rf's dtype; bad: the out-of-tolerance entries.
+    """
+    candidates = NARROWER.get(lo.dtype, ())
+    if not candidates:
+        return None
+    keep = bad & torch.isfinite(rf) & torch.isfinite(lo_w) & (rf != 0)
+    if not bool(keep.any()):
+        return None
+    err = (lo_w - rf)[keep]
+    rel = float((err.abs() / rf[keep].abs()).max())
+    signed = torch.view_as_real(err).reshape(-1) if err.is_complex() else err
+    both_signs = bool((signed > 0).any()) and bool((signed < 0).any())
+    for narrow in candidates:
+        u = torch.finfo(narrow).eps / 2
+        if not u / 4 <= rel <= 2 * u:
+            continue
+        if both_signs or _representable_in(lo, narrow):
+            name = _name(narrow)
+            return (
+                f"errors of the size of {name} rounding (relative {rel:.1e}; {name}'s unit roundoff is "
+                f"{u:.1e}): is a kernel computing in a narrower dtype?"
+            )
+    return None
+
+
+def _representable_in(t: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Every finite value of t survives a round trip through dtype unchanged."""
+    parts = torch.view_as_real(t) if t.is_complex() else t
+    finite = parts[torch.isfinite(parts)]
+    return bool(finite.numel()) and bool(torch.equal(finite.to(dtype).to(finite.dtype), finite))
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:

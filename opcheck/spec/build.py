@@ -20,6 +20,7 @@ from opcheck.spec.model import (
     GradcheckFlags,
     GradgradcheckFlags,
     Location,
+    LowprecPartsRule,
     OpSpec,
     Rule,
     ToleranceRule,
@@ -195,6 +196,7 @@ def _build_op(
             key: _rules(ctx, fields.get(key), key, sample_names, label)
             for key in ("tolerances", "skips", "expected_failures")
         },
+        lowprec_parts=_lowprec_parts(ctx, fields, sample_names, label),
     )
     _check_masked(ctx, fields.get("gradcheck"), parts["gradcheck"], samples)
     check_flags(ctx, fields)
@@ -400,6 +402,46 @@ def _tolerance_rule(ctx: Checker, rule: Node, where: Where) -> ToleranceRule:
     numbers = {key: ctx.finite(f.get(key)) for key in _TOLERANCE_KEYS}
     reason = f["reason"].value if "reason" in f else None
     return ToleranceRule(where=where, reason=reason, location=rule.loc, **numbers)
+
+
+def _lowprec_parts(
+    ctx: Checker, fields: dict[str, Node], sample_names: set[str] | None, label: str | None
+) -> tuple[LowprecPartsRule, ...]:
+    """The `lowprec_parts:` rules; the schema checked their keys, parts and where: fields."""
+    node = fields.get("lowprec_parts")
+    if node is None or not node.is_list:
+        return ()
+    lowprec = fields.get("lowprec_dtypes")
+    dtypes = () if lowprec is None else strings(lowprec) if ctx.clean(lowprec) else None
+    if dtypes == () and node.value:
+        ctx.report(node, "the low-precision check does not run without lowprec_dtypes; add them", at_key=True)
+    rules: list[LowprecPartsRule] = []
+    for rule in node.value:
+        if not (ctx.clean(rule) and rule.is_map):
+            continue
+        where = _where(ctx, rule.value.get("where"), sample_names, label)
+        if dtypes:
+            _check_lowprec_dtypes(ctx, rule.value.get("where"), dtypes)
+        parts, reason = rule.value.get("parts"), rule.value.get("reason")
+        rules.append(
+            LowprecPartsRule(
+                where=where,
+                parts=strings(parts) if parts is not None else model.LOWPREC_PARTS,
+                reason=reason.value if reason is not None else None,
+                location=rule.loc,
+            )
+        )
+    return tuple(rules)
+
+
+def _check_lowprec_dtypes(ctx: Checker, where: Node | None, dtypes: tuple[str, ...]) -> None:
+    """A lowprec_parts rule's dtype outside lowprec_dtypes would silently match nothing."""
+    node = where.value.get("dtype") if where is not None and where.is_map else None
+    for item in (node.value if node.is_list else [node]) if node is not None else []:
+        if item.value not in dtypes:
+            ctx.report(
+                item, f"dtype {item.value!r} is not in lowprec_dtypes ({', '.join(dtypes)}); the rule matches no test"
+            )
 
 
 # -- flags and plain values --------------------------------------------------------------------

@@ -111,6 +111,19 @@ class Dtype(NameEnum):
     BOOL = "bool"
 
 
+class LowprecPart(NameEnum):
+    """What the low-precision check compares with the float64 run (`lowprec_parts:` rules)."""
+
+    OUTPUT = "output"  # every output of the op
+    VJP = "vjp"  # the gradient of every differentiable input, for one random cotangent
+    JVP = "jvp"  # the tangent of every output, for one random tangent (with check_forward_ad only)
+
+    @property
+    def label(self) -> str:
+        """The name in reports: output, VJP, JVP."""
+        return self._value_ if self is LowprecPart.OUTPUT else self._value_.upper()
+
+
 # The members under the names code imported before the enums.
 GRADCHECK = Check.GRADCHECK
 FORWARD_AD = Check.FORWARD_AD
@@ -132,6 +145,8 @@ GRAD_DTYPES = _values(Dtype.FLOAT64, Dtype.COMPLEX128)
 """The gradient checks' dtypes (`dtypes:`): finite differences need double precision."""
 LOWPREC_DTYPES = _values(Dtype.FLOAT32, Dtype.FLOAT16, Dtype.BFLOAT16, Dtype.COMPLEX64)
 """The low-precision check's dtypes (`lowprec_dtypes:`)."""
+LOWPREC_PARTS = LowprecPart.values()
+"""The parts of the low-precision check, in the order it compares them; all by default."""
 INDEX_DTYPES = _values(Dtype.INT64, Dtype.INT32, Dtype.INT16, Dtype.INT8, Dtype.UINT8, Dtype.BOOL)
 """Integer and bool dtypes: never differentiable, for index and mask arguments."""
 TENSOR_DTYPES = Dtype.values()
@@ -380,6 +395,20 @@ class ToleranceRule:
 
 
 @dataclass(frozen=True)
+class LowprecPartsRule:
+    """Which parts the low-precision check compares in the tests it matches (check is always lowprec).
+
+    Matching rules are resolved like tolerance rules: less specific before more specific, then in
+    file order; the last one decides. With none, every part is compared.
+    """
+
+    where: Where = Where()
+    parts: tuple[str, ...] = LOWPREC_PARTS  # non-empty, of LOWPREC_PARTS
+    reason: str | None = None
+    location: Location = field(default=Location(""), compare=False)
+
+
+@dataclass(frozen=True)
 class Rule:
     """A skip or an expected failure (strict: an unexpected pass fails)."""
 
@@ -410,6 +439,7 @@ class OpSpec:
     # kernels that have no float64 path (then `dtypes` may be empty).
     reference: str | None = None
     tolerances: tuple[ToleranceRule, ...] = ()
+    lowprec_parts: tuple[LowprecPartsRule, ...] = ()
     skips: tuple[Rule, ...] = ()
     expected_failures: tuple[Rule, ...] = ()
     location: Location = field(default=Location(""), compare=False)  # of the `op:` key

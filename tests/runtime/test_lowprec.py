@@ -118,3 +118,158 @@ def test_a_kernel_without_float64_path_is_checked_against_the_reference():
         run_check(bad, "lowprec", "cpu", "float32", "vec")
     assert "differs from the float64 reference examples.ops:gelu_reference" in str(info.value)
     assert "VJP" in str(info.value)
+
+
+GLU_PARTS_SPEC = """\
+op: torch.nn.functional.glu
+lowprec_dtypes: [float32, bfloat16]
+gradcheck: {check_forward_ad: true}
+samples:
+  - name: rows
+    args: [{shape: [4, 6]}]
+lowprec_parts:
+  - where: {dtype: bfloat16}
+    parts: [output, vjp]
+    reason: glu_jvp_cpu has no bfloat16 kernel
+"""
+
+
+def _glu_spec(text=GLU_PARTS_SPEC):
+    from opcheck.spec.loader import load_spec_text
+
+    (glu,) = load_spec_text(text, source="op_specs/glu.yaml")
+    return glu
+
+
+def _spy_parts(monkeypatch):
+    import opcheck.runtime.checks as checks
+
+    seen = []
+    real = checks.compare_lowprec
+
+    def spy(*args, **kwargs):
+        seen.append(tuple(kwargs["parts"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checks, "compare_lowprec", spy)
+    return seen
+
+
+def test_a_parts_rule_drops_the_bfloat16_jvp_torch_does_not_implement(monkeypatch, capsys):
+    from opcheck.runtime import CheckCrashed
+    from opcheck.runtime.context import ItemContext, Settings, current_item
+
+    glu = _glu_spec()
+    without_rule = replace(glu, lowprec_parts=())
+    with pytest.raises(CheckCrashed, match="glu_jvp_cpu"):  # what the rule is for
+        run_check(without_rule, "lowprec", "cpu", "bfloat16", "rows")
+    seen = _spy_parts(monkeypatch)
+    item = ItemContext(nodeid="t", rerun="", settings=Settings.from_env())
+    token = current_item.set(item)
+    try:
+        run_check(glu, "lowprec", "cpu", "bfloat16", "rows")
+        bf16_props = list(item.user_properties)
+        run_check(glu, "lowprec", "cpu", "float32", "rows")
+    finally:
+        current_item.reset(token)
+    assert seen == [("output", "vjp"), ("output", "vjp", "jvp")]
+    note = "JVP not compared (op_specs/glu.yaml:8:5: glu_jvp_cpu has no bfloat16 kernel)"
+    assert bf16_props == [("opcheck_lowprec_parts", note)]
+    assert item.user_properties == bf16_props  # float32 leaves nothing out, and says nothing
+    assert capsys.readouterr().out.splitlines() == [f"opcheck lowprec: {note}"]
+
+
+def test_parts_left_out_still_leave_the_others_checked(monkeypatch):
+    # With only the VJP compared, a float32-only backward bug still fails, and the failure names
+    # what the rule left out.
+    text = GLU_PARTS_SPEC.replace("torch.nn.functional.glu", "runtime_ops:sin_wrong_in_float32")
+    text = text.replace("[4, 6]", "[40]").replace("{dtype: bfloat16}", "{dtype: float32}")
+    text = text.replace("glu_jvp_cpu has no bfloat16 kernel", "only the VJP")
+    s = _glu_spec(text.replace("parts: [output, vjp]", "parts: [vjp]"))
+    with pytest.raises(LowPrecisionMismatch) as info:
+        run_check(s, "lowprec", "cpu", "float32", "rows")
+    assert "VJP: gradient of differentiable input 0 differs" in str(info.value)
+    assert "note:        output and JVP not compared (op_specs/glu.yaml:8:5: only the VJP)" in str(info.value)
+    run_check(_glu_spec(text.replace("parts: [output, vjp]", "parts: [output]")), "lowprec", "cpu", "float32", "rows")
+
+
+def test_resolve_parts_most_specific_then_last_rule_wins_and_jvp_needs_forward_ad():
+    from opcheck.runtime.lowprec import resolve_parts
+    from opcheck.spec.model import Location, LowprecPartsRule, Where
+
+    rules = (
+        LowprecPartsRule(Where(dtype=("bfloat16",)), ("output",), "a", Location("x.yaml", 3, 5)),
+        LowprecPartsRule(Where(), ("vjp",), "b", Location("x.yaml", 6, 5)),
+        LowprecPartsRule(Where(), ("output", "jvp"), None, Location("x.yaml", 9, 5)),
+    )
+    s = replace(spec("torch.sin", forward_ad=True), lowprec_parts=rules)
+    bf16 = resolve_parts(s, "cpu", "bfloat16", "vec")
+    assert (bf16.parts, bf16.dropped, bf16.note()) == (
+        ("output",),
+        ("vjp", "jvp"),
+        "VJP and JVP not compared (x.yaml:3:5: a)",
+    )
+    f32 = resolve_parts(s, "cpu", "float32", "vec")
+    assert (f32.parts, f32.note()) == (("output", "jvp"), "VJP not compared (x.yaml:9:5)")
+    assert resolve_parts(replace(s, lowprec_parts=()), "cpu", "float32", "vec").parts == ("output", "vjp", "jvp")
+    no_fwd = replace(s, gradcheck=GradcheckFlags())
+    assert resolve_parts(no_fwd, "cpu", "float32", "vec").dropped == ("vjp",)  # the JVP was never compared
+    assert resolve_parts(replace(no_fwd, lowprec_parts=()), "cpu", "float32", "vec").parts == ("output", "vjp")
+
+
+NARROW_HINT = "is a kernel computing in a narrower dtype?"
+
+
+def _lowprec_failure(op, dtype="float32") -> str:
+    s = spec(op, Sample("vec", args=(TensorArg(shape=(40,)),)))
+    with pytest.raises(LowPrecisionMismatch) as info:
+        run_check(s, "lowprec", "cpu", dtype, "vec")
+    return str(info.value)
+
+
+def test_a_float32_gradient_rounded_to_bfloat16_is_named():
+    run_check(spec("tests.broken_ops:sin_grad_in_float32"), "lowprec", "cpu", "float32", "vec")  # the twin
+    text = _lowprec_failure("tests.broken_ops:sin_grad_in_bfloat16_for_float32")
+    assert "VJP: gradient of differentiable input 0 differs from the float64 run" in text.splitlines()[0]
+    (hint,) = [line for line in text.splitlines() if NARROW_HINT in line]
+    assert hint.startswith("hint: errors of the size of bfloat16 rounding (relative ")
+    assert "bfloat16's unit roundoff is 3.9e-03" in hint
+
+
+@pytest.mark.parametrize(
+    "op", ["tests.broken_ops:sin_grad_one_percent_off_for_float32", "runtime_ops:sin_wrong_in_float32"]
+)
+def test_a_wrong_float32_gradient_is_not_called_rounding(op):
+    assert NARROW_HINT not in _lowprec_failure(op)
+
+
+FLOAT32_TOL = Tolerances(eps=1e-6, atol=1e-5, rtol=1e-4, nondet_tol=0.0)
+
+
+def _values(dtype=torch.float64):
+    g = torch.Generator().manual_seed(0)
+    return (torch.rand(64, generator=g, dtype=torch.float64) + 0.5).to(dtype)
+
+
+@pytest.mark.parametrize("narrow, roundoff", [(torch.float16, "4.9e-04"), (torch.bfloat16, "3.9e-03")])
+def test_compare_names_the_narrower_dtype_of_float32_results(narrow, roundoff):
+    ref = _values(torch.float32).to(torch.float64)
+    low = ref.to(narrow).to(torch.float32)
+    report = compare(low, ref, FLOAT32_TOL, "x")
+    assert report.startswith("x: ")
+    assert f"hint: errors of the size of {str(narrow)[6:]} rounding" in report and roundoff in report
+
+
+def test_compare_names_bfloat16_rounding_of_float16_results():
+    tol = Tolerances(eps=1e-3, atol=1e-3, rtol=1e-3, nondet_tol=0.0)
+    ref = _values(torch.float16).to(torch.float64)
+    report = compare(ref.to(torch.bfloat16).to(torch.float16), ref, tol, "x")
+    assert "errors of the size of bfloat16 rounding" in report
+
+
+def test_compare_does_not_call_a_constant_factor_rounding():
+    ref = _values(torch.float32).to(torch.float64)
+    # relative errors inside bfloat16's window, inside float16's, and above both: of one sign
+    for factor in (1 + 2**-9, 1 + 2**-12, 1.01):
+        report = compare((ref * factor).to(torch.float32), ref, FLOAT32_TOL, "x")
+        assert report is not None and NARROW_HINT not in report
