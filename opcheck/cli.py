@@ -87,6 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_new)
 
     p = sub.add_parser(
+        "import-opinfo",
+        help="write a spec from an entry of torch's OpInfo database",
+        description="Write a spec from torch's OpInfo entry NAME (or NAME.variant): its samples, the "
+        "float64/complex128 its backward supports on cpu, its gradient flags, and its gradient-test "
+        "skips and expected failures.",
+    )
+    p.add_argument("opinfo", metavar="NAME[.variant]", help="the OpInfo's name: sin, linalg.det, div.trunc_rounding")
+    p.add_argument("--out", type=Path, help="the spec file to write (default: op_specs/SPEC_NAME.yaml)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
+    p.set_defaults(run=_import_opinfo)
+
+    p = sub.add_parser(
         "report",
         help="coverage matrix (op x check x dtype x device) of a pytest run",
         description="Coverage matrix of a pytest run of generated tests: each op's checks and "
@@ -288,6 +300,30 @@ def _taken(folder: Path, name: str, op: str, path: Path, root: Path) -> list[str
         if claim_op == op and other != name:
             found.append(f"{op} is already tested by spec {other!r} ({claim.location})")
     return found
+
+
+def _import_opinfo(args) -> int:
+    from opcheck.codegen.opinfo_import import OpInfoImportError, import_opinfo, write_spec
+
+    if importlib.util.find_spec("torch") is None:
+        raise _Failure(f"opcheck import-opinfo: torch is not installed in this Python ({sys.executable})")
+    schema = Path(__file__).parent / "spec" / "op_spec.schema.json"
+    try:
+        imported = import_opinfo(args.opinfo)
+        path = args.out if args.out is not None else Path(DEFAULT_SPECS) / f"{imported.name}.yaml"
+        relative_schema = Path(os.path.relpath(schema, os.path.abspath(path.parent))).as_posix()
+        root = _use_root(project_root(path.parent))
+        taken = _taken(path.parent, imported.name, imported.spec["op"], path, root)
+        write_spec(path, imported.text(schema=relative_schema), force=args.force)
+    except OpInfoImportError as e:
+        raise _Failure(f"opcheck import-opinfo: {e}") from None
+    print(
+        f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
+        f"pytest {DEFAULT_OUT}/test_{imported.name}.py"
+    )
+    for line in taken:
+        print(f"warning: {line}", file=sys.stderr)
+    return 0
 
 
 def _report(args) -> int:

@@ -1,0 +1,359 @@
+"""`opcheck import-opinfo`: specs written from torch's OpInfo entries validate, generate and pass."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import unittest
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from opcheck.codegen import opinfo_import as oi
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Small sample sets: unary, binary, reductions, variants, linalg, nn.functional, and entries whose
+# gradient tests OpInfo skips (div.trunc_rounding, fmod) or expects to fail (cov, linalg.norm, and
+# logcumsumexp's complex forward AD). complex128 runs only for COMPLEX_RUN, to keep the run short.
+ROUND_TRIP = (
+    "sin",
+    "exp",
+    "tanh",
+    "sigmoid",
+    "mul",
+    "atan2",
+    "sub",
+    "sum",
+    "mean",
+    "amax",
+    "logsumexp",
+    "div.trunc_rounding",
+    "fmod",
+    "softmax.with_dtype",
+    "var.unbiased",
+    "linalg.det",
+    "linalg.norm",
+    "nn.functional.relu",
+    "nn.functional.gelu",
+    "nn.functional.softplus",
+    "logcumsumexp",
+    "cov",
+    "trace",
+)
+COMPLEX_RUN = ("test_trace", "test_linalg_det", "test_logcumsumexp")
+
+
+def run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def opcheck(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "opcheck", *args], cwd)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text("")
+    return tmp_path
+
+
+def test_round_trip_import_validate_generate_run(project):
+    started = time.perf_counter()
+    script = (
+        "import sys\nfrom opcheck.cli import main\n"
+        "sys.exit(max(main(['import-opinfo', name]) for name in sys.argv[1:]))\n"
+    )
+    imported = run([sys.executable, "-c", script, *ROUND_TRIP], project)
+    assert imported.returncode == 0, imported.stderr
+    specs = sorted((project / "op_specs").glob("*.yaml"))
+    assert len(specs) == len(ROUND_TRIP) >= 20
+    logcumsumexp = yaml.safe_load((project / "op_specs" / "logcumsumexp.yaml").read_text())
+    assert {"check": "forward_ad", "dtype": "complex128"} in [r["where"] for r in logcumsumexp["expected_failures"]]
+    fmod = yaml.safe_load((project / "op_specs" / "fmod.yaml").read_text())
+    assert fmod["skips"][0]["where"] == {"check": "gradcheck", "device": "cpu", "dtype": "float64"}
+
+    validated = opcheck("validate", cwd=project)
+    assert validated.returncode == 0, validated.stderr
+    generated = opcheck("generate", cwd=project)
+    assert generated.returncode == 0, generated.stderr
+    tests = run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "generated_tests",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            "--opcheck-device",
+            "cpu",
+            "-k",
+            " or ".join(("float64", *COMPLEX_RUN)),
+        ],
+        project,
+    )
+    summary = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else tests.stderr
+    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", summary)}
+    assert "failed" not in counts and counts["passed"] >= 4 * len(ROUND_TRIP), summary
+    assert counts["xfailed"] >= 1 and counts["skipped"] >= 1, summary
+    print(f"round trip of {len(ROUND_TRIP)} OpInfo entries: {time.perf_counter() - started:.1f} s; {summary}")
+
+
+def test_cli_errors_are_one_line_without_traceback(project):
+    cases = {
+        "sinx": "no OpInfo named 'sinx' in torch's op_db; did you mean 'sin'",
+        "arange": "does not support autograd",
+        "expand": "which no op path names",
+    }
+    script = (
+        "import sys\nfrom opcheck.cli import main\n"
+        "for name in sys.argv[1:]:\n    print(main(['import-opinfo', name]), file=sys.stderr)\n"
+    )
+    result = run([sys.executable, "-c", script, *cases], project)
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr
+    assert len(lines) == 2 * len(cases), result.stderr
+    for (name, expected), (message, status) in zip(cases.items(), zip(lines[::2], lines[1::2])):
+        assert message.startswith("opcheck import-opinfo: ") and expected in message, (name, message)
+        assert status == "1"
+    assert not (project / "op_specs").exists()
+
+
+def test_existing_file_needs_force_and_out_names_the_file(project):
+    target = project / "specs" / "my_sin.yaml"
+    target.parent.mkdir()
+    (target.parent / "trig.yaml").write_text("op: torch.sin\nname: sin\nsamples: [{name: v, args: [{shape: [4]}]}]\n")
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom opcheck.cli import main\n"
+        "out = ['import-opinfo', 'sin', '--out', 'specs/my_sin.yaml']\n"
+        "print(main(out))\n"
+        "Path('specs/my_sin.yaml').write_text('# mine\\n')\n"
+        "print(main(out))\n"
+        "print(Path('specs/my_sin.yaml').read_text(), end='')\n"
+        "print(main([*out, '--force']))\n"
+    )
+    result = run([sys.executable, "-c", script], project)
+    assert "Traceback" not in result.stderr
+    assert result.stdout.splitlines() == [
+        "wrote specs/my_sin.yaml; next: opcheck validate && opcheck generate && pytest generated_tests/test_sin.py",
+        "0",
+        "1",
+        "# mine",
+        "wrote specs/my_sin.yaml; next: opcheck validate && opcheck generate && pytest generated_tests/test_sin.py",
+        "0",
+    ]
+    errors = result.stderr.strip().splitlines()
+    assert errors[1] == "opcheck import-opinfo: specs/my_sin.yaml already exists; pass --force to overwrite it"
+    assert errors[0] == errors[2] and errors[0].startswith(
+        "warning: spec name 'sin' is already taken by specs/trig.yaml:2:7 (torch.sin)"
+    )
+    assert yaml.safe_load(target.read_text())["samples"] == [{"name": "opinfo", "opinfo": "sin"}]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["my_sin.yaml", "trig.yaml"]  # no temporary file
+
+
+# -- the mapping, on stand-ins for OpInfo entries ----------------------------------------------
+
+
+def skip(reason: str):
+    return unittest.skip(reason)
+
+
+def decorate(decorator, cls_name=None, test_name=None, device_type=None, dtypes=None, active_if=True):
+    return SimpleNamespace(
+        decorators=[decorator],
+        cls_name=cls_name,
+        test_name=test_name,
+        device_type=device_type,
+        dtypes=dtypes,
+        active_if=active_if,
+    )
+
+
+def entry(**overrides: Any) -> SimpleNamespace:
+    cpu = overrides.pop("cpu_dtypes", (torch.float64, torch.complex128, torch.float32))
+    cuda = overrides.pop("cuda_dtypes", cpu)
+    fields: dict[str, Any] = dict(
+        name="sin",
+        variant_test_name="",
+        op=torch.sin,
+        aten_name="sin",
+        supports_autograd=True,
+        supports_forward_ad=True,
+        supports_gradgrad=True,
+        supports_fwgrad_bwgrad=True,
+        check_batched_grad=True,
+        check_batched_gradgrad=True,
+        check_batched_forward_grad=True,
+        gradcheck_nondet_tol=0.0,
+        skips=(),
+        decorators=(),
+        supported_backward_dtypes=lambda device: set(cpu if device == "cpu" else cuda),
+    )
+    fields.update(overrides)
+    return SimpleNamespace(**fields)
+
+
+def test_flags_are_copied():
+    spec = oi.build_spec(
+        entry(
+            check_batched_grad=False,
+            check_batched_gradgrad=False,
+            gradcheck_nondet_tol=1e-12,
+            supports_fwgrad_bwgrad=False,
+        )
+    )
+    assert spec["op"] == "torch.sin" and spec["name"] == "sin"
+    assert spec["dtypes"] == ["float64", "complex128"]
+    assert spec["samples"] == [{"name": "opinfo", "opinfo": "sin"}]
+    assert spec["gradcheck"] == {
+        "check_batched_grad": False,
+        "check_forward_ad": True,
+        "check_batched_forward_grad": True,
+        "nondet_tol": 1e-12,
+    }
+    assert spec["gradgradcheck"] == {"check_batched_grad": False, "check_fwd_over_rev": False}
+    assert "supports_forward_ad" not in spec and "skips" not in spec and "expected_failures" not in spec
+
+
+def test_no_forward_ad_and_no_gradgrad():
+    spec = oi.build_spec(entry(supports_forward_ad=False, supports_gradgrad=False, check_batched_forward_grad=True))
+    assert spec["supports_forward_ad"] is False
+    assert spec["gradcheck"] == {"check_batched_grad": True, "check_forward_ad": False}
+    assert spec["gradgradcheck"] == {"enabled": False}
+    assert oi.checks_of(spec) == ["gradcheck", "forward_ad_unsupported"]
+
+
+def test_dtypes_follow_the_cpu_backward_and_cuda_gaps_are_skipped():
+    spec = oi.build_spec(entry(cpu_dtypes=(torch.float64, torch.complex128), cuda_dtypes=(torch.float64,)))
+    assert spec["dtypes"] == ["float64", "complex128"]
+    assert spec["skips"] == [
+        {
+            "where": {"device": "cuda", "dtype": "complex128"},
+            "reason": "torch's OpInfo sin has no complex128 backward on cuda",
+        }
+    ]
+    assert oi.build_spec(entry(cpu_dtypes=(torch.float64, torch.float32)))["dtypes"] == ["float64"]
+
+
+def test_gradient_test_skips_and_xfails_become_rules():
+    spec = oi.build_spec(
+        entry(
+            skips=(
+                decorate(skip("Skipped!"), "TestBwdGradients", "test_fn_grad", "cpu", (torch.float64,)),
+                decorate(
+                    unittest.expectedFailure, "TestFwdGradients", "test_forward_mode_AD", None, (torch.complex128,)
+                ),
+                decorate(unittest.expectedFailure, "TestFwdGradients", "test_fn_fwgrad_bwgrad"),
+                # not gradient tests of the function variant, or never active
+                decorate(skip("x"), "TestCommon", "test_out"),
+                decorate(skip("x"), "TestBwdGradients", "test_inplace_grad"),
+                decorate(skip("x"), "TestBwdGradients", "test_fn_grad", active_if=False),
+                decorate(skip("x"), "TestBwdGradients", "test_fn_grad", dtypes=(torch.float32,)),
+                decorate(skip("x"), "TestBwdGradients", "test_fn_grad", device_type="meta"),
+                decorate(unittest.skipIf(False, "never"), "TestBwdGradients", "test_fn_grad"),
+            ),
+            decorators=(
+                decorate(skip("flaky"), None, "test_fn_gradgrad", "cuda"),
+                decorate(skip("Skipped!"), "TestBwdGradients", "test_fn_grad", "cpu", (torch.float64,)),  # again
+            ),
+        )
+    )
+    assert spec["skips"] == [
+        {
+            "where": {"check": "gradcheck", "device": "cpu", "dtype": "float64"},
+            "reason": "torch's OpInfo sin skips TestBwdGradients.test_fn_grad: Skipped!",
+        },
+        {
+            "where": {"check": "gradgradcheck", "device": "cuda"},
+            "reason": "torch's OpInfo sin skips every test class.test_fn_gradgrad: flaky",
+        },
+    ]
+    assert spec["expected_failures"] == [
+        {
+            "where": {"check": "forward_ad", "dtype": "complex128"},
+            "reason": "torch's OpInfo sin expects to fail TestFwdGradients.test_forward_mode_AD",
+        },
+        {
+            "where": {"check": "fwgrad_bwgrad"},
+            "reason": "torch's OpInfo sin expects to fail TestFwdGradients.test_fn_fwgrad_bwgrad",
+        },
+    ]
+
+
+def test_rules_only_reach_generated_checks():
+    decos = (
+        decorate(unittest.expectedFailure, "TestFwdGradients", "test_forward_mode_AD"),
+        decorate(unittest.expectedFailure, "TestFwdGradients", "test_fn_fwgrad_bwgrad"),
+        decorate(skip("all"), None, None),
+    )
+    spec = oi.build_spec(entry(supports_forward_ad=False, supports_gradgrad=False, skips=decos))
+    # torch asserts that forward AD raises where it is unsupported: its xfail lands on that check
+    assert [r["where"] for r in spec["expected_failures"]] == [{"check": "forward_ad_unsupported"}]
+    assert [r["where"] for r in spec["skips"]] == [{"check": ["gradcheck", "forward_ad_unsupported"]}]
+
+
+def test_names_and_paths():
+    relu = entry(name="nn.functional.relu", op=torch.nn.functional.relu, aten_name="relu")
+    assert oi.spec_name(relu) == "nn_functional_relu"
+    assert oi.op_path(relu) == "torch.nn.functional.relu"
+    variant = entry(name="div", variant_test_name="trunc_rounding", op=torch.div, aten_name="div")
+    assert oi.spec_name(variant) == "div_trunc_rounding"
+    assert oi.opinfo_ref(variant) == "div:trunc_rounding" and oi.op_key(variant) == "div.trunc_rounding"
+    assert oi.spec_name(entry(name="__rsub__")) == "rsub"
+    assert oi.spec_name(entry(name="_softmax_backward_data")) == "softmax_backward_data"
+    assert oi.spec_name(entry(name="2d")) == "op_2d"
+    assert oi.op_path(entry(name="linalg.det", op=torch.linalg.det, aten_name="linalg_det")) == "torch.linalg.det"
+    with pytest.raises(oi.OpInfoImportError, match="<lambda>', which no op path names"):
+        oi.op_path(entry(name="expand", op=lambda x: x, aten_name="expand"))
+
+
+def test_find_entry_takes_dot_or_colon_variants_and_suggests():
+    db = [entry(), entry(name="div", variant_test_name="trunc_rounding"), entry(name="sinh")]
+    assert oi.find_entry("div.trunc_rounding", db) is db[1]
+    assert oi.find_entry("div:trunc_rounding", db) is db[1]
+    with pytest.raises(oi.OpInfoImportError, match=r"named 'div\.trunc' .*did you mean 'div\.trunc_rounding'"):
+        oi.find_entry("div.trunc", db)
+
+
+def test_entries_without_autograd_or_double_backward_are_refused():
+    with pytest.raises(oi.OpInfoImportError, match="does not support autograd"):
+        oi.build_spec(entry(supports_autograd=False))
+    with pytest.raises(oi.OpInfoImportError, match="no float64 or complex128 backward on cpu"):
+        oi.build_spec(entry(cpu_dtypes=(torch.float32,)))
+
+
+def test_yaml_is_escaped_by_the_dumper():
+    hostile = 'x\'\n"y": [z] # {a: b}\n- !!python/object:os.system'
+    spec = oi.build_spec(entry(skips=(decorate(skip(hostile), "TestBwdGradients", "test_fn_grad"),)))
+    text = oi.spec_text(spec, "sin\nop: evil", schema="../opcheck/spec/op_spec.schema.json")
+    assert yaml.safe_load(text) == spec
+    assert text.startswith("# yaml-language-server: $schema=../opcheck/spec/op_spec.schema.json\n")
+    assert "evil" not in text  # a key that is not a plain name stays out of the comment
+
+
+def test_write_spec_is_atomic_and_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "deep" / "a.yaml"
+    oi.write_spec(path, "op: torch.sin\n")
+    assert path.read_text() == "op: torch.sin\n"
+    with pytest.raises(oi.OpInfoImportError, match="already exists; pass --force"):
+        oi.write_spec(path, "other\n")
+    assert path.read_text() == "op: torch.sin\n"
+    os.chmod(path, 0o640)
+    oi.write_spec(path, "new\n", force=True)
+    assert path.read_text() == "new\n" and (os.stat(path).st_mode & 0o777) == 0o640
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(oi.OpInfoImportError, match="is a folder"):
+        oi.write_spec(tmp_path / "dir.yaml", "x\n", force=True)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["a.yaml"]
