@@ -85,6 +85,59 @@ def test_new_scaffolds_a_spec_that_validates_generates_and_runs(tmp_path):
     assert " passed" in run.stdout
 
 
+CUSTOM_OP = """
+import torch
+
+
+@torch.library.custom_op("opcheck_new_test::scaled_sin", mutates_args=())
+def scaled_sin(x: torch.Tensor, scale: float, *, shift: int) -> torch.Tensor:
+    return torch.sin(x) * scale + shift
+
+
+@scaled_sin.register_fake
+def _(x, scale, *, shift):
+    return torch.empty_like(x)
+
+
+def _setup(ctx, inputs, keyword_only_inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.scale = inputs[1]
+
+
+def _backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * torch.cos(x) * ctx.scale, None
+
+
+scaled_sin.register_autograd(_backward, setup_context=_setup)
+"""
+
+
+def test_new_reads_a_custom_ops_schema_and_says_what_torch_library_implies(tmp_path):
+    (tmp_path / "myops.py").write_text(CUSTOM_OP)
+    made = opcheck("new", "scaled_sin", "--op", "myops:scaled_sin", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "op_specs" / "scaled_sin.yaml").read_text()
+    # the schema's Tensor, float and keyword-only int, not three [3, 3] tensors
+    assert "args: [{shape: [3, 3]}, 1.5]" in text and "kwargs: {shift: 2}" in text
+    assert "could not call" not in text
+    assert "\nlibrary_opcheck: true" in text and "\nsupports_forward_ad: false" in text
+    assert "  check_batched_grad: false" in text and "# check_forward_ad: true" not in text
+    assert opcheck("validate", cwd=tmp_path).returncode == 0
+    assert opcheck("generate", cwd=tmp_path).returncode == 0
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "generated_tests",
+         "--opcheck-device", "cpu", "-rA"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)])),
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    for check in ("gradcheck", "gradgradcheck", "forward_ad_unsupported", "library_opcheck"):
+        assert f"PASSED generated_tests/test_scaled_sin.py::test_{check}[cpu-float64-small]" in run.stdout
+
+
 def test_new_refuses_to_overwrite_and_rejects_bad_input(tmp_path):
     assert opcheck("new", "sin", "--op", "torch.sin", cwd=tmp_path).returncode == 0
     again = opcheck("new", "sin", "--op", "torch.sin", cwd=tmp_path)
