@@ -18,6 +18,9 @@ WORST_ENTRIES = 5
 
 Shape = tuple[int, ...]
 
+FORWARD_AD_CHECK = "forward AD"
+"""BlockLabel.check of a forward-mode Jacobian block (torch: "Jacobian computed with forward mode mismatch")."""
+
 
 @dataclass(frozen=True)
 class EntryError:
@@ -42,6 +45,11 @@ class BlockLabel:
     output_name: str
     input_name: str
     part: str | None  # "real" or "imaginary" when complex outputs/inputs are checked part by part
+
+    @property
+    def forward_mode(self) -> bool:
+        """Whether the block is a forward-mode (JVP) Jacobian, computed from tangents, not from backward."""
+        return self.check == FORWARD_AD_CHECK
 
     def label_fields(self) -> dict[str, Any]:
         """The label's fields by name, to build a report of this block."""
@@ -146,6 +154,7 @@ def find_mismatch(
         names=(label.input_name, label.output_name),
         input_idx=label.input_idx,
         numerical_of_inputs=numerical_of_inputs,
+        forward=label.forward_mode,
     )
     return JacobianMismatch(
         **label.label_fields(),
@@ -185,12 +194,15 @@ def hints_for(
     names: tuple[str, str] = ("the input", "the output"),
     input_idx: int = 0,
     numerical_of_inputs: Sequence[Tensor | None] = (),
+    forward: bool = False,
 ) -> list[str]:
     """Recognize the common shapes of a wrong gradient: one that explains the whole block, else
     what the wrong entries have in common.
 
     names: the block's (input name, output name); input_idx and numerical_of_inputs (see
-    find_mismatch) let a gradient that belongs to another input be recognized.
+    find_mismatch) let a gradient that belongs to another input be recognized. forward: the block
+    is a forward-mode (JVP) Jacobian, whose causes differ from backward's (a zero JVP usually means
+    no forward-mode formula, not a detached output).
     """
     nonfinite = _nonfinite_hint(a, n)
     if nonfinite:
@@ -203,7 +215,7 @@ def hints_for(
     if swapped:
         return [swapped]
 
-    whole = _whole_block_hint(a, n, close, atol)
+    whole = _whole_block_hint(a, n, close, atol, forward=forward)
     if whole:
         return [whole]
     hints = []
@@ -234,10 +246,23 @@ def _nonfinite_hint(a: Tensor, n: Tensor) -> str | None:
     return None
 
 
-def _whole_block_hint(a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool], atol: float) -> str | None:
-    """A cause that explains every entry: a detached output, an ignored grad_output, a missing conj."""
+def _whole_block_hint(
+    a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool], atol: float, *, forward: bool = False
+) -> str | None:
+    """A cause that explains every entry: a detached output or a missing forward-mode formula, an
+    ignored grad_output, a missing conj."""
     a_norm, n_norm = float(a.abs().max()), float(n.abs().max())
     if a_norm <= atol and n_norm > atol:
+        if forward:
+            # torch does not raise for an op without a forward-mode formula that it cannot see
+            # (a torch.library custom op): the output just carries no tangent, read as zero.
+            return (
+                "the JVP is all zero while the numerical derivative is not: the op has no forward-mode "
+                "formula or drops the tangent (a torch.library custom op registers no jvp: declare "
+                "`supports_forward_ad: false` in its spec, or implement jvp on an autograd.Function "
+                "with setup_context), or the output does not depend on this input's tangent "
+                "(detached, a non-differentiable op)"
+            )
         return (
             "the analytical gradient is all zero while the numerical one is not: the output is "
             "detached from this input (.detach(), .data, no_grad, a non-differentiable op), or "
@@ -249,9 +274,8 @@ def _whole_block_hint(a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bo
             "(it must return grad_output-weighted derivatives, e.g. grad * f'(x), not f'(x))"
         )
     if n_norm <= atol and a_norm > atol:
-        return (
-            "the numerical gradient is zero (the output does not depend on this input), yet "
-            "backward returns a nonzero gradient for it"
+        return "the numerical gradient is zero (the output does not depend on this input), yet " + (
+            "the JVP is nonzero for it" if forward else "backward returns a nonzero gradient for it"
         )
     if a.is_complex() and (close(a.conj(), n) or close(-a.conj(), n)):
         # For the imaginary part of a complex output, a missing conj shows up with a sign flip too.

@@ -9,7 +9,11 @@ fast_mode from policy.py: True, False, or "auto" with the run's jacobian_budget;
 - gradgradcheck: gradgradcheck(rev over rev, gradgradcheck.check_batched_grad, gen_non_contig_grad_outputs)
 - fwgrad_bwgrad: gradgradcheck(check_fwd_over_rev=True, check_rev_over_rev=False,
   check_undefined_grad=False, check_batched_grad=False)
-- gradgrad_unsupported / forward_ad_unsupported: the check above must raise (anything)
+- gradgrad_unsupported / forward_ad_unsupported: the check above, whose outcome is one of
+  UnsupportedCase: it raises (anything), or its derivative is all zero where finite differences are
+  not (forward AD: the outputs carry no tangent, as a torch.library custom op's do), or it disagrees
+  with finite differences otherwise; each passes and the test's report says which held. Only a
+  derivative that passes the check fails the test
 - library_opcheck: torch.library.opcheck on torch.ops.* overloads and torch.library custom ops
 - lowprec: lowprec.py
 
@@ -25,6 +29,7 @@ import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, cast
 
 import torch
@@ -421,11 +426,72 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
     return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
 
 
+class UnsupportedCase(Enum):
+    """How a derivative that the spec declares unsupported behaved on one call of the check."""
+
+    RAISED = "raised"  # declared unsupported, and torch says so: pass
+    ALL_ZERO = "all zero"  # no derivative where finite differences see one (no tangent, for forward AD): pass
+    WRONG = "wrong"  # present but disagrees with finite differences: pass; the declaration takes it out of scope
+    WORKS = "works"  # present and right: fail, the declaration is stale
+
+
+@dataclass(frozen=True)
+class UnsupportedOutcome:
+    """Which UnsupportedCase held, and one line of evidence for it."""
+
+    case: UnsupportedCase
+    detail: str
+
+
+def unsupported_outcome(run: Callable[[], engine.GradcheckReport], path: str = "JVP") -> UnsupportedOutcome:
+    """Run the check of a derivative declared unsupported and say which UnsupportedCase held.
+
+    ALL_ZERO: the failed block's analytical derivative is zero within atol while its numerical one
+    is not. For forward AD that is what torch gives when no forward-mode formula is registered and
+    it does not raise: a torch.library custom op (register_autograd is reverse mode only) returns
+    outputs without a tangent, which the check reads as a zero JVP.
+    """
+    try:
+        report = run()
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        return UnsupportedOutcome(UnsupportedCase.RAISED, f"{type(e).__name__}: {first}" if first else type(e).__name__)
+    if report.passed:
+        return UnsupportedOutcome(UnsupportedCase.WORKS, f"the {path} agrees with finite differences")
+    m = report.mismatch
+    if m is not None and m.analytical.numel() and m.numerical.numel():
+        a_max, n_max = float(m.analytical.abs().max()), float(m.numerical.abs().max())
+        if a_max <= m.atol < n_max:
+            tangent = " (the outputs carry no tangent, or a zero one)" if path == "JVP" else ""
+            return UnsupportedOutcome(
+                UnsupportedCase.ALL_ZERO,
+                f"the {path} of {m.output_name} with respect to {m.input_name} is all zero{tangent} while "
+                f"finite differences reach {n_max:.4g}",
+            )
+    first = (report.message.strip().splitlines() or [""])[0]
+    return UnsupportedOutcome(
+        UnsupportedCase.WRONG, f"the {path} is present but fails the check ({report.check or 'check'}): {first}"
+    )
+
+
+def _announce_unsupported(case: Case, outcomes: list[UnsupportedOutcome]) -> None:
+    """A passing *_unsupported test says how the derivative failed (its report and stdout)."""
+    text = "; ".join(sorted({f"{o.case.value}: {o.detail}" for o in outcomes}))
+    print(f"opcheck {case.check}: {text}")
+    item = current_item.get()
+    if item is not None:
+        item.user_properties.append(("opcheck_unsupported", text))
+        if item.add_report_section is not None:
+            item.add_report_section("call", f"opcheck {case.check}", text)
+
+
 def _expect_unsupported(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
     flag = "supports_gradgrad" if case.check == GRADGRAD_UNSUPPORTED else "supports_forward_ad"
     what = "the second derivative (VJP of VJP)" if case.check == GRADGRAD_UNSUPPORTED else "forward-mode AD (JVP)"
+    absent = "came out all zero" if case.check == GRADGRAD_UNSUPPORTED else "left the outputs without a tangent"
     tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
+    outcomes = []
     for call in _calls(case):
         fn, inputs = call.as_function(), call.gradcheck_inputs()
         if not inputs:
@@ -433,31 +499,31 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
                 format_failure(
                     case,
                     headline=f"opcheck {case.check}: sample {case.sample.name!r} has no tensor that requires "
-                    "grad, so it cannot show that the derivative raises",
+                    "grad, so it cannot show that the derivative is unsupported",
                     body="",
                     call=call,
                 )
             )
-        policy = Policy(True, "only whether the derivative raises matters")
+        policy = Policy(True, "only whether the derivative raises, is zero or passes matters")
         check_fn, kwargs = engine_call(case, tol, policy)
-        try:
-            report = check_fn(fn, inputs, **kwargs)
-        except Exception:
-            continue  # raised, as declared
-        if not report.passed:
+        outcome = unsupported_outcome(functools.partial(check_fn, fn, inputs, **kwargs), PATHS[case.check])
+        if outcome.case is not UnsupportedCase.WORKS:
+            outcomes.append(outcome)
             continue
         raise UnsupportedButWorks(
             format_failure(
                 case,
                 headline=f"the spec declares `{flag}: false`, but {what} of {case.spec.op} works: remove "
                 f"`{flag}: false` from {case.spec.source} so that the derivative is checked instead",
-                body=f"{check_fn.__name__} passed on this sample instead of raising.",
+                body=f"{check_fn.__name__} passed on this sample: {what} neither raised nor {absent}, and it "
+                "agrees with finite differences.",
                 call=call,
                 path=PATHS[case.check],
                 tolerances=tol.describe(),
                 policy=policy.describe(),
             )
         )
+    _announce_unsupported(case, outcomes)
 
 
 def _lowprec(case: Case, settings: Settings) -> None:

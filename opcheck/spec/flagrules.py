@@ -49,7 +49,7 @@ _RULES = (
     _FlagRule(
         ("gradcheck", "check_forward_ad"),
         "no forward_ad test is generated and the low-precision check takes no JVP "
-        "(forward_ad_unsupported asserts that forward AD raises)",
+        "(forward_ad_unsupported asserts that forward AD raises, gives no tangent or fails)",
         (_NO_FORWARD_AD,),
     ),
     _FlagRule(("gradcheck", "check_batched_forward_grad"), "no forward_ad test is generated", (_NO_FORWARD_AD,)),

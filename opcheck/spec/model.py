@@ -68,11 +68,11 @@ class Check(NameEnum):
     LOWPREC = "lowprec", "opcheck: float32/float16/bfloat16/complex64 outputs, VJP and JVP against the float64 run"
     GRADGRAD_UNSUPPORTED = (
         "gradgrad_unsupported",
-        "opcheck: the spec declares supports_gradgrad: false; the second derivative must raise",
+        "opcheck: the spec declares supports_gradgrad: false; the second derivative must raise or fail",
     )
     FORWARD_AD_UNSUPPORTED = (
         "forward_ad_unsupported",
-        "opcheck: the spec declares supports_forward_ad: false; forward AD must raise",
+        "opcheck: the spec declares supports_forward_ad: false; forward AD must raise, give no tangent, or fail",
     )
     LIBRARY_OPCHECK = "library_opcheck", "opcheck: torch.library.opcheck registration checks for torch.ops.* operators"
 
