@@ -92,7 +92,7 @@ are compared part by part, where the full check compares complex entries by modu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import torch
@@ -125,6 +125,7 @@ from opcheck.engine.core import full_check
 from opcheck.engine.errors import FAST_FAIL_SLOW_OK_NOTE
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.numerical import numerical_jacobian
+from opcheck.engine.pattern_hints import swapped_in_projections, swapped_message
 from opcheck.engine.projections import (
     COTANGENTS,
     DIRECTIONS,
@@ -345,8 +346,10 @@ class _ProjectionCheck:
         p, ctx = self.p, self.ctx
         x, o = p.call.inputs[p.diff[found.jj]], p.call.outputs[found.i]
         n_float_out = sum(t.numel() for t in float_outputs(p.call.func_out))
+        swapped = None if self.full_decides else self._swapped_with(found)
         if not self.full_decides and x.numel() * max(n_float_out, o.numel()) <= ctx.flags.jacobian_budget:
-            self._fail_in_full(found)
+            self._fail_in_full(found, swapped)
+        hints = found.hints if swapped is None else (swapped_message(found.jj, swapped),)
         block = self.what.block(found.i, found.jj)
         label = block.label(ctx, self._part(found.i))
         mismatch = ProjectionMismatch(
@@ -357,7 +360,7 @@ class _ProjectionCheck:
             rtol=ctx.flags.rtol,
             mismatched=int(found.bad.sum()),
             total=found.bad.numel(),
-            hints=found.hints + tuple(self._view_hints(found)),
+            hints=hints + tuple(self._view_hints(found)),
             analytical=found.analytical,
             numerical=found.numerical,
             comparison=found.comparison,
@@ -375,14 +378,24 @@ class _ProjectionCheck:
     def _view_hints(self, found: _Found) -> list[str]:
         return self.views.hints(self.p.diff[found.jj], self.p.positions[found.i]) if self.views else []
 
-    def _fail_in_full(self, found: _Found) -> None:
-        """Raise the full check's report of the block, when it can be computed (else return)."""
+    def _fail_in_full(self, found: _Found, swapped: int | None) -> None:
+        """Raise the full check's report of the block, when it can be computed (else return).
+
+        swapped: the input whose gradient the projections say this one got; its block, of the same
+        size, is recomputed too, so that the full report names the swap as the full check does.
+        """
         block = self._full_block(found.i, found.jj)
         if block is None:
             return
         p, ctx, flags = self.p, self.ctx, self.ctx.flags
         fa, fn_ = block
-        mismatch = block_mismatch(ctx, self.what.block(found.i, found.jj), fa, fn_, p.call)
+        others: list[torch.Tensor | None] = [None] * len(p.diff)
+        if swapped is not None:
+            try:
+                others[swapped] = self._numerical_block(found.i, swapped)
+            except Exception:  # the report stands without the hint
+                pass
+        mismatch = block_mismatch(ctx, self.what.block(found.i, found.jj), fa, fn_, p.call, others)
         extra = ""
         if allclose_promoted(fa, fn_.to(fa.device), flags.rtol, flags.atol):
             extra = "\n" + FAST_FAIL_SLOW_OK_NOTE.replace("Fast gradcheck", "auto gradcheck")
@@ -402,9 +415,9 @@ class _ProjectionCheck:
         """(analytical, numerical) of one block, by the full check's code; None if that fails."""
         ctx, call, j, forward = self.ctx, self.p.call, self.p.diff[jj], self.what.forward
         only = self.p.only(j)
-        fi = [q for q, t in enumerate(call.func_out) if is_float_or_complex(t)].index(self.p.positions[i])
+        fi = self._float_index(i)
         try:
-            numerical = numerical_jacobian(ctx, call.func, only, call.func_out, is_forward_ad=forward)[0][fi]
+            numerical = self._numerical_block(i, jj)
             if forward:
                 analytical = analytical_jvp_jacobian(ctx, call.func, only, call.func_out)[0][fi]
             else:
@@ -414,6 +427,47 @@ class _ProjectionCheck:
         except Exception:  # the projection report below still stands
             return None
         return analytical, numerical
+
+    def _float_index(self, i: int) -> int:
+        """Output i's index among the call's float outputs (the numerical Jacobian's numbering)."""
+        return [q for q, t in enumerate(self.p.call.func_out) if is_float_or_complex(t)].index(self.p.positions[i])
+
+    def _numerical_block(self, i: int, jj: int) -> torch.Tensor:
+        """The numerical Jacobian block of output i and input diff[jj], by the full check's code."""
+        call, forward = self.p.call, self.what.forward
+        only = self.p.only(self.p.diff[jj])
+        return numerical_jacobian(self.ctx, call.func, only, call.func_out, is_forward_ad=forward)[0][
+            self._float_index(i)
+        ]
+
+    def _swapped_with(self, found: _Found) -> int | None:
+        """The input (its position in p.diff) whose gradient input diff[found.jj] got, as projections show.
+
+        Run on a failure only, and only for inputs of input diff[found.jj]'s shape, dtype and device:
+        each costs the finite differences of its block along input diff[found.jj]'s directions (2k
+        evaluations), compared as the failed stage compares: entrywise for J·U, through the cotangents
+        for the VJP stage, every difference allowed atol + rtol * |numerical|.
+        """
+        p, flags = self.p, self.ctx.flags
+        x = p.call.inputs[p.diff[found.jj]]
+        others: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        for kk, k in enumerate(p.diff):
+            y = p.call.inputs[k]
+            if kk == found.jj or y.shape != x.shape or y.dtype != x.dtype or y.device != x.device:
+                others.append(None)
+                continue
+            along = replace(p, U=[p.U[found.jj] if q == kk else u for q, u in enumerate(p.U)])
+            try:
+                n = numerical_along(along, kk)[found.i]
+            except Exception:  # the report stands without the hint
+                others.append(None)
+                continue
+            allowed = flags.atol + flags.rtol * n.abs()
+            if found.comparison == VJP_STAGE:
+                v = p.V[found.i].reshape(p.V[found.i].shape[0], -1)
+                n, allowed = v @ n.t(), v.abs() @ allowed.t()
+            others.append((n, allowed))
+        return swapped_in_projections(found.analytical, found.jj, found.numerical, others)
 
     def _no_differentiable_outputs(self, numerical: PerInputOutput) -> bool:
         for per_input in numerical:

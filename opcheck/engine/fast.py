@@ -1,7 +1,8 @@
 """The fast check: vᵀ J u, numerical against analytical, for random u and v (torch's fast mode).
 
 As torch does, a mismatch is then localized: the full Jacobian block is recomputed, and what
-fails there fails the call as it fails torch's.
+fails there fails the call as it fails torch's. The numerical recompute covers every input, so the
+report can say when the block is another input's (returned gradients swapped).
 """
 
 from __future__ import annotations
@@ -222,7 +223,10 @@ def _localize_fast_failure(
     # As torch does, to say where: what fails there fails the call as it fails torch's.
     # torch recomputes with the differentiable outputs only, though the fast check ran over every
     # float output: past them its index raises (IndexError), and so does this one.
-    numerical = numerical_jacobian(ctx, func, inputs, outputs, is_forward_ad=is_forward_ad)[input_i][output_j]
+    blocks = numerical_jacobian(ctx, func, inputs, outputs, is_forward_ad=is_forward_ad)
+    numerical = blocks[input_i][output_j]
+    # Every input's block for this output is at hand: a gradient returned for another input is named.
+    numerical_of_inputs = [per_output[output_j] for per_output in blocks]
     if is_forward_ad:
         analytical = analytical_jvp_jacobian(ctx, func, inputs, call.func_out)[input_i][output_j]
     else:
@@ -231,7 +235,7 @@ def _localize_fast_failure(
         # torch compares the two blocks with torch.allclose, which refuses mixed dtypes
         # ("Float did not match Double": an input whose dtype is not its output's).
         torch.allclose(analytical, numerical.to(analytical.device), rtol, ctx.flags.atol)
-    mismatch = block_mismatch(ctx, block, analytical, numerical, call)
+    mismatch = block_mismatch(ctx, block, analytical, numerical, call, numerical_of_inputs)
     extra = ""
     if allclose_promoted(analytical, numerical.to(analytical.device), rtol, ctx.flags.atol):
         extra = "\n" + FAST_FAIL_SLOW_OK_NOTE

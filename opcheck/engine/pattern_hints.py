@@ -3,6 +3,9 @@
 diagnostics.hints_for asks swapped_hint right after the non-finite check (a swap explains the whole
 block), and index_hint with the hints about what the wrong entries have in common. A swap can only
 be seen where the other inputs' numerical blocks are at hand: find_mismatch's numerical_of_inputs.
+Where no block is held (fast_mode="auto"'s projections), swapped_in_projections sees a swap in the
+projections: input j's analytical projections along its directions against another input's
+numerical ones along the same directions.
 """
 
 from __future__ import annotations
@@ -35,11 +38,45 @@ def swapped_hint(
         if not bool(other.ne(0).any()):
             continue  # an input the output does not depend on says nothing about a swap
         if close(a.to(other.dtype), other):
-            return (
-                f"the gradient for input {input_idx} matches input {k}'s numerical gradient: are the "
-                "returned gradients swapped?"
-            )
+            return swapped_message(input_idx, k)
     return None
+
+
+def swapped_message(input_idx: int, other_idx: int) -> str:
+    """The hint for a gradient of input `input_idx` that is input `other_idx`'s."""
+    return (
+        f"the gradient for input {input_idx} matches input {other_idx}'s numerical gradient: are the "
+        "returned gradients swapped?"
+    )
+
+
+def swapped_in_projections(
+    a: Tensor,
+    input_idx: int,
+    own: Tensor,
+    others: Sequence[tuple[Tensor, Tensor] | None],
+) -> int | None:
+    """The input whose numerical projections input `input_idx`'s analytical ones `a` match, not its own.
+
+    others: by input index, (the numerical projections of that input's block taken along input
+    `input_idx`'s directions, the entrywise allowance for a match), or None where the input cannot
+    have the gradient (another shape or dtype). own: the reference `a` failed against; a match that
+    holds for it too at the same allowance says nothing (both inputs have the same Jacobian), and
+    this keeps the test no looser than the comparison that failed. Returns that input's index, or None.
+    """
+    for k, pair in enumerate(others):
+        if k == input_idx or pair is None:
+            continue
+        value, allowed = pair
+        if tuple(value.shape) != tuple(a.shape) or not bool(value.ne(0).any()):
+            continue
+        if _within(a, value, allowed) and not _within(a, own.to(a.device), allowed):
+            return k
+    return None
+
+
+def _within(a: Tensor, b: Tensor, allowed: Tensor) -> bool:
+    return bool(((a - b).abs() <= allowed).all())
 
 
 def index_hint(bad: Tensor, input_shape: Shape, output_shape: Shape, names: tuple[str, str]) -> str | None:
