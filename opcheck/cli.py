@@ -303,14 +303,14 @@ def _taken(folder: Path, name: str, op: str, path: Path, root: Path) -> list[str
 
 
 def _import_opinfo(args) -> int:
-    from opcheck.codegen.opinfo_import import OpInfoImportError, import_opinfo, write_spec
+    from opcheck.spec.opinfo_import import OpInfoImportError, import_opinfo, write_spec
 
     if importlib.util.find_spec("torch") is None:
         raise _Failure(f"opcheck import-opinfo: torch is not installed in this Python ({sys.executable})")
     schema = Path(__file__).parent / "spec" / "op_spec.schema.json"
     try:
         imported = import_opinfo(args.opinfo)
-        path = args.out if args.out is not None else Path(DEFAULT_SPECS) / f"{imported.name}.yaml"
+        path = args.spec_file if args.spec_file is not None else args.default_specs / f"{imported.name}.yaml"
         relative_schema = Path(os.path.relpath(schema, os.path.abspath(path.parent))).as_posix()
         root = _use_root(project_root(path.parent))
         taken = _taken(path.parent, imported.name, imported.spec["op"], path, root)

@@ -58,6 +58,7 @@ from opcheck.spec.model import (
     OpSpec,
     Sample,
 )
+from opcheck.spec.opinfo_db import OpInfoUnavailable
 from opcheck.spec.oppath import OpPathError, resolve_op
 from opcheck.spec.sparse import has_sparse
 
@@ -139,7 +140,12 @@ def _calls(case: Case) -> list[Call]:
         return build_calls(case.spec, case.sample, case.device, case.dtype, case.seed)
     except CheckSkipped:  # `opinfo:` without expecttest: a skip, not the sample's fault
         raise
-    except (SampleError, OpPathError, LookupError) as e:  # the spec's mistake: the message says it all
+    except OpPathError as e:
+        cause = e.__cause__
+        if isinstance(cause, OpInfoUnavailable) and cause.needs_expecttest:  # `op: opinfo:`, likewise
+            raise CheckSkipped(f"op {case.spec.op}: {cause}") from None
+        raise CheckCrashed(_build_failure(case, e)) from None
+    except (SampleError, LookupError) as e:  # the spec's mistake: the message says it all
         raise CheckCrashed(_build_failure(case, e)) from None
     except Exception as e:  # e.g. a `generator:` function that raises: keep its traceback
         raise CheckCrashed(_build_failure(case, e)) from e

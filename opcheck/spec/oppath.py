@@ -3,6 +3,11 @@
 Resolving imports the module the path names, which runs its top-level code (a spec is code, like
 a conftest.py). Whatever that code raises, exits included, comes back as an OpPathError so the
 spec loader reports it where `op:` is written instead of the program stopping mid-validation.
+
+`opinfo:NAME[:variant]` names the callable of an entry of torch's OpInfo database (its `op`), for
+the entries whose op no importable path names: lambdas and wrappers written inside op_db. Only
+that form imports torch.testing._internal (opcheck.spec.opinfo_db), and it takes precedence over
+`module:attribute`: a top-level module named `opinfo` is written as a dotted path (`opinfo.f`).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from types import FrameType, ModuleType
 from typing import Any
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-OP_PATH_RE = re.compile(rf"^{_DOTTED}(:{_DOTTED})?$")
-"""`a.b.c` (longest importable prefix is the module) or `pkg.mod:Attr.path`."""
+OPINFO_PREFIX = "opinfo:"
+_OPINFO = rf"{OPINFO_PREFIX}{_DOTTED}(:[A-Za-z0-9_][A-Za-z0-9_-]*)?"  # variants hold dashes: `nearest-exact`
+OP_PATH_RE = re.compile(rf"^({_DOTTED}(:{_DOTTED})?|{_OPINFO})$")
+"""`a.b.c` (longest importable prefix is the module), `pkg.mod:Attr.path`, or `opinfo:NAME[:variant]`."""
 
 
 class OpPathError(ValueError):
@@ -28,8 +35,12 @@ class OpPathError(ValueError):
 def resolve_op(path: str) -> Callable[..., Any]:
     """The callable `path` names; OpPathError saying which part failed otherwise."""
     if not OP_PATH_RE.match(path):
-        raise OpPathError(f"{path!r} is not a dotted path ('torch.sin') or 'package.module:attribute'")
-    if ":" in path:
+        raise OpPathError(
+            f"{path!r} is not a dotted path ('torch.sin'), 'package.module:attribute' or 'opinfo:name[:variant]'"
+        )
+    if path.startswith(OPINFO_PREFIX):
+        obj = _opinfo_op(path)
+    elif ":" in path:
         module_name, attrs = path.split(":", 1)
         obj = _getattrs(_import(module_name, path), attrs.split("."), module_name, path)
     else:
@@ -50,6 +61,24 @@ def resolve_op(path: str) -> Callable[..., Any]:
     if not callable(obj):
         raise OpPathError(f"{path!r} is a {type(obj).__name__}, not a callable")
     return obj
+
+
+def _opinfo_op(path: str) -> object:
+    """The `op` of the OpInfo entry `opinfo:NAME[:variant]` names."""
+    from opcheck.spec.opinfo_db import OpInfoUnavailable, UnknownOpInfo, find_entry
+
+    with _reported_as_problem("importing torch's OpInfo database raised", "", path):
+        try:
+            info = find_entry(path.removeprefix(OPINFO_PREFIX))
+        except UnknownOpInfo as e:
+            raise OpPathError(f"{e} (while resolving {path!r})") from None
+        except OpInfoUnavailable as e:  # kept as the cause: a runner may skip where expecttest is missing
+            raise OpPathError(f"{e} (while resolving {path!r})") from e
+        except Exception as e:  # torch.testing._internal failing while it imports
+            raise OpPathError(
+                f"importing torch's OpInfo database failed: {type(e).__name__}: {e} (while resolving {path!r})"
+            ) from e
+    return info.op
 
 
 def _import(name: str, path: str) -> ModuleType:

@@ -16,13 +16,22 @@ import pytest
 import torch
 import yaml
 
-from opcheck.codegen import opinfo_import as oi
+from opcheck.spec import opinfo_db
+from opcheck.spec import opinfo_import as oi
 
 REPO = Path(__file__).resolve().parents[2]
 
 # Small sample sets: unary, binary, reductions, variants, linalg, nn.functional, and entries whose
 # gradient tests OpInfo skips (div.trunc_rounding, fmod) or expects to fail (cov, linalg.norm, and
 # logcumsumexp's complex forward AD). complex128 runs only for COMPLEX_RUN, to keep the run short.
+# NO_PATH_OPS: entries whose op no importable path names (lambdas inside op_db, one with a
+# variant) and Tensor methods, with the op path each spec gets.
+NO_PATH_OPS = {
+    "expand_as": "opinfo:expand_as",
+    "einsum": "opinfo:einsum",
+    "polygamma.polygamma_n_0": "opinfo:polygamma:polygamma_n_0",
+    "__rmul__": "torch.Tensor.__rmul__",
+}
 ROUND_TRIP = (
     "sin",
     "exp",
@@ -47,6 +56,7 @@ ROUND_TRIP = (
     "logcumsumexp",
     "cov",
     "trace",
+    *NO_PATH_OPS,
 )
 COMPLEX_RUN = ("test_trace", "test_linalg_det", "test_logcumsumexp")
 
@@ -80,6 +90,8 @@ def test_round_trip_import_validate_generate_run(project):
     assert {"check": "forward_ad", "dtype": "complex128"} in [r["where"] for r in logcumsumexp["expected_failures"]]
     fmod = yaml.safe_load((project / "op_specs" / "fmod.yaml").read_text())
     assert fmod["skips"][0]["where"] == {"check": "gradcheck", "device": "cpu", "dtype": "float64"}
+    ops = {yaml.safe_load(spec.read_text())["op"] for spec in specs}
+    assert set(NO_PATH_OPS.values()) <= ops, sorted(ops)
 
     validated = opcheck("validate", cwd=project)
     assert validated.returncode == 0, validated.stderr
@@ -115,7 +127,7 @@ def test_cli_errors_are_one_line_without_traceback(project):
     cases = {
         "sinx": "no OpInfo named 'sinx' in torch's op_db; did you mean 'sin'",
         "arange": "does not support autograd",
-        "expand": "which no op path names",
+        "nn.functional.one_hot": "no float64 or complex128 backward on cpu",
     }
     script = (
         "import sys\nfrom opcheck.cli import main\n"
@@ -299,9 +311,22 @@ def test_rules_only_reach_generated_checks():
         decorate(skip("all"), None, None),
     )
     spec = oi.build_spec(entry(supports_forward_ad=False, supports_gradgrad=False, skips=decos))
-    # torch asserts that forward AD raises where it is unsupported: its xfail lands on that check
-    assert [r["where"] for r in spec["expected_failures"]] == [{"check": "forward_ad_unsupported"}]
+    # torch asserts that forward AD raises where it is unsupported, and its xfail says it does not;
+    # forward_ad_unsupported passes on no tangent or a wrong one too, so that expectation is dropped
+    assert "expected_failures" not in spec or spec["expected_failures"] == []
     assert [r["where"] for r in spec["skips"]] == [{"check": ["gradcheck", "forward_ad_unsupported"]}]
+
+
+def test_a_whole_test_class_reaches_only_its_own_checks():
+    decos = (
+        decorate(unittest.expectedFailure, "TestFwdGradients", None),
+        decorate(skip("slow"), "TestBwdGradients", None, "cuda"),
+    )
+    spec = oi.build_spec(entry(skips=decos, supports_fwgrad_bwgrad=True))
+    assert [r["where"] for r in spec["expected_failures"]] == [{"check": ["forward_ad", "fwgrad_bwgrad"]}]
+    assert [r["where"] for r in spec["skips"]] == [{"check": ["gradcheck", "gradgradcheck"], "device": "cuda"}]
+    unsupported = oi.build_spec(entry(skips=decos[:1], supports_forward_ad=False))
+    assert not unsupported.get("expected_failures")  # torch's conversion ops (float, cfloat): nothing left
 
 
 def test_names_and_paths():
@@ -315,8 +340,28 @@ def test_names_and_paths():
     assert oi.spec_name(entry(name="_softmax_backward_data")) == "softmax_backward_data"
     assert oi.spec_name(entry(name="2d")) == "op_2d"
     assert oi.op_path(entry(name="linalg.det", op=torch.linalg.det, aten_name="linalg_det")) == "torch.linalg.det"
-    with pytest.raises(oi.OpInfoImportError, match="<lambda>', which no op path names"):
-        oi.op_path(entry(name="expand", op=lambda x: x, aten_name="expand"))
+    assert oi.op_path(entry(name="cdouble", op=torch.Tensor.cdouble, aten_name=None)) == "torch.Tensor.cdouble"
+    assert oi.op_path(entry(name="__rmul__", op=torch.Tensor.__rmul__, aten_name="mul")) == "torch.Tensor.__rmul__"
+
+
+def stand_in_db(monkeypatch, *entries: SimpleNamespace) -> None:
+    """`opinfo:` op paths resolve against these entries instead of torch's op_db."""
+    monkeypatch.setattr(opinfo_db, "_op_db", lambda: entries)
+
+
+def test_ops_only_op_db_holds_get_an_opinfo_path(monkeypatch):
+    expand = entry(name="expand", op=lambda x, shape: x.expand(shape), aten_name="expand")
+    polygamma = entry(name="polygamma", variant_test_name="polygamma_n_0", op=lambda x: x, aten_name="polygamma")
+    stand_in_db(monkeypatch, entry(), expand, polygamma)
+    assert oi.op_path(expand) == "opinfo:expand"
+    assert oi.op_path(polygamma) == "opinfo:polygamma:polygamma_n_0"
+    assert oi.build_spec(expand)["op"] == "opinfo:expand"
+    # a lambda the database does not hold under that name: no path names it
+    with pytest.raises(oi.OpInfoImportError, match=r"<lambda>', which no op path names \(tried .*opinfo:view\)"):
+        oi.op_path(entry(name="view", op=lambda x: x, aten_name="view"))
+    # another entry's lambda under the same name is not this entry's op either
+    with pytest.raises(oi.OpInfoImportError, match="which no op path names"):
+        oi.op_path(entry(name="expand", op=lambda x, shape: x.expand(shape), aten_name="expand"))
 
 
 def test_find_entry_takes_dot_or_colon_variants_and_suggests():

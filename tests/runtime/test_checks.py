@@ -390,6 +390,13 @@ def test_opinfo_without_expecttest_skips_with_the_reason(monkeypatch):
         run_check(spec("torch.exp", Sample("oi", opinfo="exp")), "gradcheck", "cpu", "float64", "oi")
 
 
+def test_an_opinfo_op_without_expecttest_skips_with_the_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "expecttest", None)
+    s = spec("opinfo:exp", Sample("v", args=(TensorArg(shape=(3,)),)))
+    with pytest.raises(CheckSkipped, match=r"op opinfo:exp: torch's OpInfo database needs the expecttest package"):
+        run_check(s, "gradcheck", "cpu", "float64", "v")
+
+
 def test_a_generator_that_raises_is_reported_with_its_traceback():
     s = spec("torch.sin", Sample("g", generator="runtime_ops:generator_that_raises"))
     with pytest.raises(CheckCrashed, match="could not build sample 'g'(.|\n)*RuntimeError: no sample for you") as info:
