@@ -6,8 +6,7 @@ pytest plugin start without importing torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from opcheck._lazy import lazy_names
 
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it (a literal, parsed without importing)
 
@@ -21,15 +20,4 @@ _ENGINE_NAMES = (
     "gradgradcheck_report",
 )
 __all__ = list(_ENGINE_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _ENGINE_NAMES:
-        value = getattr(importlib.import_module("opcheck.engine"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'opcheck' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_ENGINE_NAMES))
+__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(_ENGINE_NAMES, "opcheck.engine"))

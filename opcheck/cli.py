@@ -1,7 +1,9 @@
 """`opcheck`: generate, validate, list and scaffold op specs; report a run's coverage.
 
 Thin by design: parse arguments, call opcheck.spec / opcheck.codegen / opcheck.report, print, pick
-the exit status (0 ok, 1 invalid specs, stale generated tests or unreadable results, 2 bad usage).
+the exit status (0 ok, 1 invalid specs, stale generated tests or unreadable results, 2 bad usage or
+a bad `[tool.opcheck]` table). The defaults of --specs, --out and report's RESULTS come from that
+table (opcheck.config), relative to its pyproject.toml, as the pytest plugin reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 from opcheck import __version__
+from opcheck import config as project_config
 
 DEFAULT_SPECS = "op_specs"
 DEFAULT_OUT = "generated_tests"
@@ -26,11 +29,26 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())
     parser = _parser()
     args = parser.parse_args(argv)
+    from opcheck import _suite
+
+    absent = _suite.missing()
+    if absent:
+        print(
+            f"opcheck {args.command}: needs opcheck's suite, and {_suite.not_installed(absent)} in this Python "
+            f"({sys.executable}): {_suite.INSTALL}",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        _apply_project_defaults(args, project_config.load(Path.cwd()))
+    except project_config.ConfigError as e:
+        print(f"opcheck: {e}", file=sys.stderr)
+        return 2
     try:
         return args.run(args)
     except _Failure as e:
         print(str(e), file=sys.stderr)
-        return 1
+        return e.status
     except KeyboardInterrupt:  # the user's Ctrl-C (one raised by a spec's module is a spec problem)
         print("opcheck: interrupted", file=sys.stderr)
         return 130
@@ -38,6 +56,24 @@ def main(argv: list[str] | None = None) -> int:
 
 class _Failure(Exception):
     """An expected failure (bad spec, stale tree): printed without a traceback."""
+
+    status = 1
+
+
+class _Usage(_Failure):
+    """A command line that cannot run (what argparse would refuse, had it known the project's settings)."""
+
+    status = 2
+
+
+def _apply_project_defaults(args: argparse.Namespace, project: project_config.ProjectConfig) -> None:
+    """Fill the options left unset from `[tool.opcheck]`, else from the built-in defaults."""
+    args.project = project
+    for option, key, default in (("specs", "specs", DEFAULT_SPECS), ("out", "out", DEFAULT_OUT)):
+        if hasattr(args, option) and getattr(args, option) is None:
+            setattr(args, option, project.path(key) or Path(default))
+    args.default_specs = project.path("specs") or Path(DEFAULT_SPECS)
+    args.default_out = project.path("out") or Path(DEFAULT_OUT)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,14 +91,16 @@ def _parser() -> argparse.ArgumentParser:
     def specs_option(p):
         p.add_argument(
             "--specs",
-            default=DEFAULT_SPECS,
+            default=None,
             type=Path,
-            help=f"spec file or folder of *.yaml specs (default: {DEFAULT_SPECS})",
+            help=f"spec file or folder of *.yaml specs (default: [tool.opcheck] specs, else {DEFAULT_SPECS})",
         )
 
     p = sub.add_parser("generate", help="compile specs into generated pytest modules")
     specs_option(p)
-    p.add_argument("--out", default=DEFAULT_OUT, type=Path, help=f"output folder (default: {DEFAULT_OUT})")
+    p.add_argument(
+        "--out", default=None, type=Path, help=f"output folder (default: [tool.opcheck] out, else {DEFAULT_OUT})"
+    )
     p.add_argument(
         "--check", action="store_true", help="write nothing; print a diff and exit 1 if the generated modules are stale"
     )
@@ -94,7 +132,12 @@ def _parser() -> argparse.ArgumentParser:
         "skips and expected failures.",
     )
     p.add_argument("opinfo", metavar="NAME[.variant]", help="the OpInfo's name: sin, linalg.det, div.trunc_rounding")
-    p.add_argument("--out", type=Path, help="the spec file to write (default: op_specs/SPEC_NAME.yaml)")
+    p.add_argument(
+        "--out",
+        dest="spec_file",
+        type=Path,
+        help=f"the spec file to write (default: SPEC_NAME.yaml in [tool.opcheck] specs, else in {DEFAULT_SPECS})",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
     p.set_defaults(run=_import_opinfo)
 
@@ -108,9 +151,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "results",
         type=Path,
+        nargs="?",
         metavar="RESULTS",
         help="a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results "
-        "(pytest --opcheck-results PATH.json)",
+        "(pytest --opcheck-results PATH.json); default: [tool.opcheck] results",
     )
     p.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report to PATH")
     p.add_argument("--html", type=Path, metavar="PATH", help="write a self-contained HTML page to PATH")
@@ -175,12 +219,15 @@ def _relative(path: Path, base: Path | None = None) -> str:
 
 
 def _generate_command(args, base: Path) -> str:
-    """The command that regenerates args.out from args.specs, run from `base`."""
+    """The command that regenerates args.out from args.specs, run from `base` (the project root, whose
+    `[tool.opcheck]` table gives the defaults there, so the command is the same from every folder)."""
+    project = project_config.load(base)
     parts = ["opcheck", "generate"]
-    if _relative(args.specs, base) != DEFAULT_SPECS:
-        parts += ["--specs", _relative(args.specs, base)]
-    if _relative(args.out, base) != DEFAULT_OUT:
-        parts += ["--out", _relative(args.out, base)]
+    for option, key, default in (("--specs", "specs", DEFAULT_SPECS), ("--out", "out", DEFAULT_OUT)):
+        configured = project.path(key)
+        value = _relative(getattr(args, key), base)
+        if value != (_relative(configured, base) if configured is not None else default):
+            parts += [option, value]
     return " ".join(parts)
 
 
@@ -269,7 +316,7 @@ def _new(args) -> int:
     path.write_text(text, encoding="utf-8")
     print(
         f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
-        f"pytest {DEFAULT_OUT}/test_{args.name}.py"
+        f"pytest {_relative(args.default_out)}/test_{args.name}.py"
     )
     for line in taken:
         print(f"warning: {line}", file=sys.stderr)
@@ -319,7 +366,7 @@ def _import_opinfo(args) -> int:
         raise _Failure(f"opcheck import-opinfo: {e}") from None
     print(
         f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
-        f"pytest {DEFAULT_OUT}/test_{imported.name}.py"
+        f"pytest {_relative(args.default_out)}/test_{imported.name}.py"
     )
     for line in taken:
         print(f"warning: {line}", file=sys.stderr)
@@ -329,6 +376,14 @@ def _import_opinfo(args) -> int:
 def _report(args) -> int:
     from opcheck.report import ReportError, build_matrix, load_results, render_html, render_markdown
 
+    if args.results is None:
+        args.results = args.project.path("results")
+        if args.results is None:
+            raise _Usage(
+                "opcheck report: no RESULTS given, and no pyproject.toml here or above sets `results` in "
+                "[tool.opcheck]; pass the file pytest wrote (pytest --opcheck-results PATH.json or "
+                "--junitxml=PATH.xml), or set it in [tool.opcheck] so that pytest writes it and this command reads it"
+            )
     try:
         results = load_results(args.results)
     except ReportError as e:

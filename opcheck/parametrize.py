@@ -17,8 +17,12 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from opcheck.spec.case import NEVER_RUNS, CaseId, cases_of
-from opcheck.spec.model import OpSpec, Rule
+from opcheck import _suite
+
+_suite.require("a generated test module")  # every generated module imports this one first
+
+from opcheck.spec.case import NEVER_RUNS, CaseId, cases_of  # noqa: E402
+from opcheck.spec.model import OpSpec, Rule  # noqa: E402
 
 PARAMS = ("device", "dtype", "sample")
 """The arguments of every generated test function, in the order of its ids."""

@@ -19,8 +19,10 @@
   under pytest-xdist the workers attach each test's case to its reports and the controller writes;
 - every option but `--opcheck-plot` also has an ini setting (`opcheck_device`, `opcheck_dtype`,
   `opcheck_policy`, `opcheck_budget`, `opcheck_threads`, `opcheck_results`) for pyproject.toml's
-  `[tool.pytest.ini_options]` or pytest.ini; the command line overrides it, and a bad value is a
-  usage error naming the ini key;
+  `[tool.pytest.ini_options]` or pytest.ini, and a key of pyproject.toml's `[tool.opcheck]` table
+  (`device`, ..., `results`; opcheck.config), which the `opcheck` command reads too; the command
+  line overrides either, setting both is a usage error, and so is a bad value, naming where it
+  was written;
 - at collection, one warning (StaleModulesWarning) names every collected generated module whose
   spec file now hashes differently from its header's `# spec sha256:` (or is gone), with the
   command that regenerates them; each spec file is read once per session;
@@ -32,7 +34,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib.util
 import os
 import re
@@ -45,8 +46,10 @@ from typing import TYPE_CHECKING, TypeGuard
 
 import pytest
 
+from opcheck import config as project_config
+from opcheck.config import ALL_DEVICES, POLICIES, ConfigError, ProjectConfig
 from opcheck.spec.case import CaseId, spec_of_module
-from opcheck.spec.model import CHECKS, TENSOR_DTYPES, Check, OpSpec
+from opcheck.spec.model import CHECKS, Check, OpSpec
 
 if TYPE_CHECKING:
     from opcheck.runtime.context import Settings
@@ -55,14 +58,12 @@ if TYPE_CHECKING:
 MARKERS = {check.value: check.description for check in Check}
 """Marker name → description, one per check kind (a generated test function carries its kind's)."""
 
-POLICIES = ("auto", "full", "fast")
-ALL_DEVICES = "all"
-DEFAULT_THREADS = "1"
-THREADS_KEEP = "keep"
+DEFAULT_THREADS = str(project_config.DEFAULT_THREADS)
 SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
 SELECTION_KEY: pytest.StashKey[tuple[tuple[str, ...], tuple[str, ...]]] = pytest.StashKey()
 UNAVAILABLE_KEY: pytest.StashKey[list[dict]] = pytest.StashKey()
 RESULTS_KEY: pytest.StashKey[Path | None] = pytest.StashKey()
+PROJECT_KEY: pytest.StashKey[ProjectConfig] = pytest.StashKey()
 SPEC_HASHES_KEY: pytest.StashKey[dict[Path, str | None]] = pytest.StashKey()
 """Spec file → its sha256 (None: unreadable), so each spec is hashed once per session."""
 UNAVAILABLE_OUTPUT = "opcheck_unavailable"
@@ -79,7 +80,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DEVICE[,DEVICE]",
         help="run generated tests only on these device types (repeatable or comma-separated: "
         "cpu, cuda, mps, xpu, ...); the others are deselected. Default: the device types "
-        "this machine has; 'all' collects every device and skips the unavailable ones. Ini: opcheck_device",
+        "this machine has; 'all' collects every device and skips the unavailable ones. Ini: opcheck_device "
+        "or [tool.opcheck] device",
     )
     group.addoption(
         "--opcheck-dtype",
@@ -87,7 +89,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="DTYPE[,DTYPE]",
         help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
-        "complex128, float32, bfloat16, ...); the others are deselected. Ini: opcheck_dtype",
+        "complex128, float32, bfloat16, ...); the others are deselected. Ini: opcheck_dtype or "
+        "[tool.opcheck] dtype",
     )
     group.addoption(
         "--opcheck-policy",
@@ -96,7 +99,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="override every spec's gradcheck.fast_mode: auto (full Jacobian up to 128 input and "
         "output elements, entrywise projection checks beyond, the full Jacobian deciding a "
         "failure within the budget), full (always the full Jacobian), fast (torch's fast mode: "
-        "one random projection per input/output pair). Ini: opcheck_policy",
+        "one random projection per input/output pair). Ini: opcheck_policy or [tool.opcheck] policy",
     )
     group.addoption(
         "--opcheck-budget",
@@ -105,7 +108,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Jacobian entries (sum of numel_in * numel_out) up to which the auto policy lets the "
         "full Jacobian decide a check its entrywise projections do not pass, and beyond which "
         "the projections decide, e.g. 1048576, 2**20, 4M (default: OPCHECK_JACOBIAN_BUDGET, else "
-        "ini opcheck_budget, else 2**20)",
+        "ini opcheck_budget or [tool.opcheck] budget, else 2**20)",
     )
     group.addoption(
         "--opcheck-plot",
@@ -119,8 +122,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="PATH",
         help="write the outcome of every generated test (spec, op, check, device, dtype, sample, "
-        "outcome, reason, duration) to PATH as JSON, for `opcheck report PATH`. Ini: opcheck_results "
-        "(relative to the ini file's folder)",
+        "outcome, reason, duration) to PATH as JSON, for `opcheck report`. Ini: opcheck_results "
+        "(relative to the ini file's folder) or [tool.opcheck] results (relative to pyproject.toml's folder)",
     )
     threads_help = (
         "torch intra-op threads while a generated test runs: a positive number, or 'keep' for "
@@ -130,9 +133,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--opcheck-threads",
         default=None,
         metavar="N|keep",
-        help=f"{threads_help} (default: ini opcheck_threads, else {DEFAULT_THREADS})",
+        help=f"{threads_help} (default: ini opcheck_threads or [tool.opcheck] threads, else {DEFAULT_THREADS})",
     )
-    parser.addini("opcheck_threads", f"opcheck: {threads_help}", default=DEFAULT_THREADS)
+    parser.addini("opcheck_threads", f"opcheck: {threads_help} (default {DEFAULT_THREADS})", default="")
     parser.addini(
         "opcheck_device",
         "opcheck: default for --opcheck-device (a list, or names separated by spaces or commas)",
@@ -159,14 +162,8 @@ def marker_lines() -> list[str]:
     return [f"{name}: {description}" for name, description in MARKERS.items()]
 
 
-def _split(values: list[str]) -> list[str]:
-    return [p.strip() for v in values for p in v.split(",") if p.strip()]
-
-
-def _unknown(where: str, kind: str, value: str, known) -> pytest.UsageError:
-    close = difflib.get_close_matches(value, list(known), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return pytest.UsageError(f"{where}: unknown {kind} {value!r}{hint}; expected one of {', '.join(known)}")
+def _usage(error: ConfigError) -> pytest.UsageError:
+    return pytest.UsageError(str(error))
 
 
 def _ini_where(config: pytest.Config, name: str) -> str:
@@ -174,68 +171,92 @@ def _ini_where(config: pytest.Config, name: str) -> str:
     return f"ini {name} ({config.inipath or 'no ini file'})"
 
 
+def project(config: pytest.Config) -> ProjectConfig:
+    """The `[tool.opcheck]` table in effect for this run: the nearest at or above pytest's rootdir."""
+    found = config.stash.get(PROJECT_KEY, None)
+    if found is None:
+        try:
+            found = project_config.load(config.rootpath)
+        except ConfigError as e:
+            raise _usage(e) from None
+        config.stash[PROJECT_KEY] = found
+    return found
+
+
+def _from_project(config: pytest.Config, name: str, ini_set: bool) -> project_config.Setting | None:
+    """The `[tool.opcheck]` key for ini `opcheck_NAME`; setting both is an error (which one would win?)."""
+    setting = project(config).get(name)
+    if setting is not None and ini_set:
+        raise pytest.UsageError(
+            f"{setting.where} and {_ini_where(config, f'opcheck_{name}')} both set the {name}; keep one of them"
+        )
+    return setting
+
+
 def _option(config: pytest.Config, name: str) -> tuple[str | None, str]:
-    """The value of `--opcheck-NAME`, else of ini `opcheck_NAME` (None when neither is set), and where it came from."""
+    """The value of `--opcheck-NAME`, else of ini `opcheck_NAME`, else of `[tool.opcheck] NAME` (None when
+    none is set), and where it came from."""
     raw = config.getoption(f"opcheck_{name}")
     if raw is not None:
         return raw, f"--opcheck-{name}"
     ini = str(config.getini(f"opcheck_{name}")).strip()
+    setting = _from_project(config, name, bool(ini))
+    if setting is not None:
+        return setting.text, setting.where
     return (ini or None), _ini_where(config, f"opcheck_{name}")
 
 
 def _listed(config: pytest.Config, name: str) -> tuple[list[str], str]:
-    """The names `--opcheck-NAME` gives, else those of ini `opcheck_NAME`, and where they came from."""
-    given = _split(config.getoption(f"opcheck_{name}"))
+    """The names `--opcheck-NAME` gives, else those of ini `opcheck_NAME`, else of `[tool.opcheck] NAME`,
+    and where they came from."""
+    given = project_config.split_names(config.getoption(f"opcheck_{name}"))
     if given:
         return given, f"--opcheck-{name}"
-    return _split(config.getini(f"opcheck_{name}")), _ini_where(config, f"opcheck_{name}")
+    ini = project_config.split_names(config.getini(f"opcheck_{name}"))
+    setting = _from_project(config, name, bool(ini))
+    if setting is not None:
+        return setting.names, setting.where
+    return ini, _ini_where(config, f"opcheck_{name}")
 
 
 def _devices(config: pytest.Config) -> list[str]:
-    from opcheck.runtime.devices import known_device_types
-
-    devices, where = _listed(config, "device")
-    known = known_device_types()
-    for d in devices:
-        if d not in known and d != ALL_DEVICES:
-            raise _unknown(where, "device", d, (*known, ALL_DEVICES))
-    if ALL_DEVICES in devices:
-        if len(devices) > 1:
-            raise pytest.UsageError(
-                f"{where}: {ALL_DEVICES!r} already means every device type; "
-                f"drop {', '.join(d for d in devices if d != ALL_DEVICES)} or {ALL_DEVICES!r}"
-            )
-        devices = [ALL_DEVICES]
-    return devices
+    try:
+        return project_config.check_devices(*_listed(config, "device"))
+    except ConfigError as e:
+        raise _usage(e) from None
 
 
 def _dtypes(config: pytest.Config) -> list[str]:
-    dtypes, where = _listed(config, "dtype")
-    for d in dtypes:
-        if d not in TENSOR_DTYPES:
-            raise _unknown(where, "dtype", d, TENSOR_DTYPES)
-    return dtypes
+    try:
+        return project_config.check_dtypes(*_listed(config, "dtype"))
+    except ConfigError as e:
+        raise _usage(e) from None
 
 
 def _policy(config: pytest.Config) -> tuple[str | None, str]:
     policy, where = _option(config, "policy")
-    if policy is not None and policy not in POLICIES:  # the command line's choices already checked it
-        raise _unknown(where, "policy", policy, POLICIES)
+    if policy is not None:  # the command line's choices already checked its own
+        try:
+            project_config.check_policy(policy, where)
+        except ConfigError as e:
+            raise _usage(e) from None
     return policy, where
 
 
 def _budget(config: pytest.Config, policy: str | None, policy_where: str) -> tuple[int, str]:
-    """The auto policy's budget and its source: the command line, else the environment, else the ini."""
-    from opcheck.runtime.context import BUDGET_ENV, Settings, parse_budget
+    """The auto policy's budget and its source: the command line, else the environment, else the ini
+    or `[tool.opcheck]`."""
+    from opcheck.runtime.context import BUDGET_ENV, Settings
 
     raw, where = config.getoption("opcheck_budget"), "--opcheck-budget"
     if raw is None and os.environ.get(BUDGET_ENV):
         raw, where = os.environ[BUDGET_ENV], BUDGET_ENV
     elif raw is None:
         raw, where = _option(config, "budget")
+    from_project = where not in ("--opcheck-budget", BUDGET_ENV)
     if raw is not None and policy in ("full", "fast") and where != BUDGET_ENV:
         policy_on_command_line = policy_where.startswith("--")
-        if where.startswith("ini ") and policy_on_command_line:  # this run's policy replaces the project's
+        if from_project and policy_on_command_line:  # this run's policy replaces the project's
             raw = None
         else:
             with_policy = f"--opcheck-policy={policy}" if policy_on_command_line else f"{policy!r} ({policy_where})"
@@ -245,10 +266,12 @@ def _budget(config: pytest.Config, policy: str | None, policy_where: str) -> tup
     if raw is None:
         return Settings().budget, "default"
     try:
-        budget = parse_budget(raw, where=where)
-    except ValueError as e:
-        raise pytest.UsageError(str(e)) from None
-    return budget, ("ini opcheck_budget" if where.startswith("ini ") else where)
+        budget = project_config.check_budget(raw, where)
+    except ConfigError as e:
+        raise _usage(e) from None
+    if not from_project:
+        return budget, where
+    return budget, ("ini opcheck_budget" if where.startswith("ini ") else f"{project_config.TABLE} budget")
 
 
 def _plot_dir(config: pytest.Config) -> str | None:
@@ -277,27 +300,33 @@ def _settings(config: pytest.Config):
 
 def _threads(config: pytest.Config) -> int | None:
     """The intra-op thread count for generated tests, or None to keep torch's."""
-    raw, where = config.getoption("opcheck_threads"), "--opcheck-threads"
-    if raw is None:
-        raw, where = config.getini("opcheck_threads"), _ini_where(config, "opcheck_threads")
-    text = str(raw).strip().lower()
-    if text == THREADS_KEEP:
-        return None
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    raise pytest.UsageError(f"{where}: expected a positive number of threads or {THREADS_KEEP!r}, got {raw!r}")
+    raw, where = _option(config, "threads")
+    try:
+        return project_config.check_threads(DEFAULT_THREADS if raw is None else raw, where)
+    except ConfigError as e:
+        raise _usage(e) from None
 
 
 def results_path(config: pytest.Config) -> Path | None:
-    """Where `--opcheck-results` (relative to the invocation folder) or ini `opcheck_results`
-    (relative to the ini file's folder) says to write the results, or None."""
+    """Where to write the results, or None: `--opcheck-results` (relative to the invocation folder),
+    else ini `opcheck_results` (relative to the ini file's folder), else `[tool.opcheck] results`
+    (relative to its pyproject.toml's folder)."""
     raw = config.getoption("opcheck_results")
     if raw is not None:
         return config.invocation_params.dir / raw
     ini = str(config.getini("opcheck_results")).strip()
+    if _from_project(config, "results", bool(ini)) is not None:
+        return project(config).path("results")
     if not ini:
         return None
     return (config.inipath.parent if config.inipath else config.rootpath) / ini
+
+
+def _results_where(config: pytest.Config) -> str:
+    if config.getoption("opcheck_results") is not None:
+        return "--opcheck-results"
+    setting = project(config).get("results")
+    return setting.where if setting is not None else _ini_where(config, "opcheck_results")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -315,13 +344,9 @@ def _configure_results(config: pytest.Config) -> None:
     if path is None or hasattr(config, "workerinput"):  # an xdist worker: the controller writes
         return
     if path.is_dir():
-        where = (
-            "--opcheck-results"
-            if config.getoption("opcheck_results") is not None
-            else _ini_where(config, "opcheck_results")
-        )
         raise pytest.UsageError(
-            f"{where}: {path} is a directory; expected a file path such as {path / 'opcheck-results.json'}"
+            f"{_results_where(config)}: {path} is a directory; expected a file path such as "
+            f"{path / 'opcheck-results.json'}"
         )
     from opcheck.report.collect import ResultsRecorder
 
@@ -433,8 +458,13 @@ def _spec_path(source: str, module: Path, root: Path) -> Path | None:
 def stale_modules(config: pytest.Config, modules: Iterable[Path]) -> list[StaleModule]:
     """The generated modules among `modules` whose header's spec sha256 no longer matches its spec file.
 
-    A module without the generated header, or whose header records no hash, is not judged.
+    A module without the generated header, or whose header records no hash, is not judged; none
+    is without the suite's packages (the engine alone), where a generated module cannot run at all.
     """
+    from opcheck import _suite
+
+    if _suite.missing():
+        return []
     from opcheck.codegen.write import generated_source
     from opcheck.spec.loader import spec_sha256
 

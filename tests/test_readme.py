@@ -37,7 +37,7 @@ def test_set_up_has_two_commands_and_ci_runs_the_second_in_a_fresh_venv():
     commands = [body.strip() for _, body in blocks(section("Set up"))]
     assert len(commands) == 2, commands
     main_job, tests = commands
-    assert main_job.startswith("pip install torch==2.13.0 -e . && ") and "opcheck generate" in main_job
+    assert main_job.startswith("pip install torch==2.13.0 -e '.[suite]' && ") and "opcheck generate" in main_job
     assert "python -m pytest generated_tests" in main_job
     assert tests.startswith("pip install torch==2.13.0 -e '.[test]' && ")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")

@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 
 CACHE_FILE = Path(".opcheck_cache") / "generate.json"
+GITIGNORE = "# Written by opcheck generate: the cache is local to this checkout.\n*\n"
 _PACKAGE = Path(__file__).resolve().parents[1]
 _GENERATOR_SOURCES = ("codegen/*.py", "codegen/templates/*", "spec/*.py", "spec/*.json")
 _NOT_A_FILE = "not a regular file"
@@ -87,6 +88,9 @@ def record(
 ) -> None:
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
+        ignore = cache_file.parent / ".gitignore"
+        if not ignore.exists():  # as pytest, mypy and ruff do with their caches: git never lists it
+            ignore.write_text(GITIGNORE, encoding="utf-8")
         cache_file.write_text(
             json.dumps(snapshot(specs, out_dir, regenerate, root=root), indent=1, sort_keys=True), encoding="utf-8"
         )

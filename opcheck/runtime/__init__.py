@@ -36,50 +36,31 @@ spread by the average). Deselection by `--opcheck-device`/`--opcheck-dtype`/`-m`
 the split, so pass the same options to every job. The two combine: `--splits 4 --group 2 -n 2`.
 """
 
-from opcheck.runtime.checks import (
-    MAX_REDRAWS,
-    CheckCrashed,
-    CheckFailed,
-    LibraryOpcheckFailed,
-    LowPrecisionMismatch,
-    OpcheckRedrawWarning,
-    UnsupportedButWorks,
-    run_check,
-)
-from opcheck.runtime.context import DEFAULT_JACOBIAN_BUDGET, Settings
-from opcheck.runtime.makers import SampleError
-from opcheck.runtime.outcomes import CheckSkipped
-from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
-from opcheck.runtime.samples import Call, build_calls
-from opcheck.runtime.tolerances import (
-    GRADIENT_TOLERANCES,
-    LOWPREC_TOLERANCES,
-    Tolerances,
-    resolve_tolerances,
-)
-from opcheck.spec.case import CaseId
+from opcheck._lazy import lazy_names
 
-__all__ = [
-    "Call",
-    "CaseId",
-    "CheckCrashed",
-    "CheckFailed",
-    "CheckSkipped",
-    "DEFAULT_JACOBIAN_BUDGET",
-    "GRADIENT_TOLERANCES",
-    "LOWPREC_TOLERANCES",
-    "LibraryOpcheckFailed",
-    "LowPrecisionMismatch",
-    "MAX_REDRAWS",
-    "OpcheckRedrawWarning",
-    "Policy",
-    "SampleError",
-    "Settings",
-    "Tolerances",
-    "UnsupportedButWorks",
-    "build_calls",
-    "choose_policy",
-    "jacobian_entries",
-    "resolve_tolerances",
-    "run_check",
-]
+_NAMES = {
+    "MAX_REDRAWS": "opcheck.runtime.checks",
+    "CheckCrashed": "opcheck.runtime.checks",
+    "CheckFailed": "opcheck.runtime.checks",
+    "LibraryOpcheckFailed": "opcheck.runtime.checks",
+    "LowPrecisionMismatch": "opcheck.runtime.checks",
+    "OpcheckRedrawWarning": "opcheck.runtime.checks",
+    "UnsupportedButWorks": "opcheck.runtime.checks",
+    "run_check": "opcheck.runtime.checks",
+    "DEFAULT_JACOBIAN_BUDGET": "opcheck.runtime.context",
+    "Settings": "opcheck.runtime.context",
+    "SampleError": "opcheck.runtime.makers",
+    "CheckSkipped": "opcheck.runtime.outcomes",
+    "Policy": "opcheck.runtime.policy",
+    "choose_policy": "opcheck.runtime.policy",
+    "jacobian_entries": "opcheck.runtime.policy",
+    "Call": "opcheck.runtime.samples",
+    "build_calls": "opcheck.runtime.samples",
+    "GRADIENT_TOLERANCES": "opcheck.runtime.tolerances",
+    "LOWPREC_TOLERANCES": "opcheck.runtime.tolerances",
+    "Tolerances": "opcheck.runtime.tolerances",
+    "resolve_tolerances": "opcheck.runtime.tolerances",
+    "CaseId": "opcheck.spec.case",
+}
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

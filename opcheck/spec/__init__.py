@@ -6,10 +6,22 @@
 
 The stages: yamlload (YAML → located nodes) → validate (JSON Schema) → build (model, with the
 rules about each entry) → loader (the rules across specs, and one SpecError for everything).
+
+These names are imported on first use: the model and the case ids (opcheck.spec.model,
+opcheck.spec.case) need only the standard library, so the pytest plugin imports them in an
+install without the suite's YAML and JSON Schema packages (`pip install opcheck`, the engine alone).
 """
 
-from opcheck.spec.loader import load_spec_text, load_specs
-from opcheck.spec.problems import Problem, SpecError
-from opcheck.spec.validate import schema_path
+from __future__ import annotations
 
-__all__ = ["Problem", "SpecError", "load_spec_text", "load_specs", "schema_path"]
+from opcheck._lazy import lazy_names
+
+_NAMES = {
+    "load_spec_text": "opcheck.spec.loader",
+    "load_specs": "opcheck.spec.loader",
+    "Problem": "opcheck.spec.problems",
+    "SpecError": "opcheck.spec.problems",
+    "schema_path": "opcheck.spec.validate",
+}
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

@@ -131,3 +131,84 @@ def test_a_command_line_budget_with_an_ini_policy_that_ignores_it_is_a_usage_err
             "it has no effect with 'full' (ini opcheck_policy*"
         ]
     )
+
+
+def test_the_opcheck_table_alone_selects_and_configures(pytester):
+    pytester.makepyprojecttoml(
+        """
+        [tool.opcheck]
+        device = "cpu"
+        dtype = ["float64", "float32"]
+        policy = "auto"
+        budget = 1024
+        threads = 2
+        """
+    )
+    pytester.makepyfile(test_sin=SIN_MODULE)
+    assert selected(pytester) == {
+        "test_sin.py::test_gradcheck[cpu-float64-vec]",
+        "test_sin.py::test_lowprec[cpu-float32-vec]",
+    }
+    assert header(pytester) == (
+        "opcheck: policy auto; auto budget 1024 Jacobian entries ([tool.opcheck] budget); devices cpu; "
+        "dtypes float64,float32; 2 torch thread(s)"
+    )
+    assert header(pytester, "--opcheck-device", "all", "--opcheck-threads", "keep").startswith(
+        "opcheck: policy auto; auto budget 1024 Jacobian entries ([tool.opcheck] budget); devices all;"
+    )
+
+
+def test_a_setting_in_both_the_ini_and_the_opcheck_table_is_a_usage_error(pytester):
+    pytester.makepyprojecttoml(
+        """
+        [tool.pytest.ini_options]
+        opcheck_policy = "fast"
+
+        [tool.opcheck]
+        policy = "full"
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        "ERROR: pyproject.toml:5: [tool.opcheck] policy and ini opcheck_policy "
+        f"({pytester.path / 'pyproject.toml'}) both set the policy; keep one of them"
+    ) in result.stderr.lines
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("device = 'cdua'", "unknown device 'cdua' (did you mean 'cuda'?); expected one of cpu"),
+        ("threads = 'many'", "expected a positive number of threads or 'keep', got 'many'"),
+        ("polcy = 'fast'", "unknown key 'polcy' (did you mean 'policy'?); expected one of specs, out, results"),
+        ("results = 'adir'", "{root}/adir is a directory; expected a file path such as {root}/adir/"),
+    ],
+)
+def test_bad_opcheck_table_values_are_usage_errors_naming_the_line(pytester, line, message):
+    pytester.mkdir("adir")
+    pytester.makepyprojecttoml(f"[tool.opcheck]\n{line}\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    key = line.split()[0]
+    where = "pyproject.toml:2: [tool.opcheck]" + (f" {key}" if key != "polcy" else "")
+    assert result.stderr.str().startswith(f"ERROR: {where}: {message.format(root=pytester.path)}")
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_results_from_the_opcheck_table_land_beside_it_and_opcheck_report_reads_them(pytester, monkeypatch, capsys):
+    from opcheck import cli
+
+    pytester.makepyprojecttoml('[tool.opcheck]\nresults = "build/opcheck/results.json"\n')
+    pytester.makepyfile(test_sin=SIN_MODULE.replace("run_check(SPEC,", "(SPEC,"))
+    elsewhere = pytester.mkdir("elsewhere")
+    monkeypatch.chdir(elsewhere)
+    result = pytester.runpytest("--rootdir", str(pytester.path), str(pytester.path))
+    result.assert_outcomes(passed=3)
+    written = pytester.path / "build" / "opcheck" / "results.json"
+    assert written.is_file() and not (elsewhere / "build").exists()
+    result.stdout.fnmatch_lines([f"*opcheck results of 5 generated tests: {written}*"])
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    assert cli.main(["report"]) == 0  # from elsewhere/: the table is found above it
+    report = capsys.readouterr().out
+    assert "results.json: 5 tests of 1 op" in report

@@ -1,0 +1,273 @@
+"""Project settings: the `[tool.opcheck]` table of pyproject.toml, read by the `opcheck` command and the pytest plugin.
+
+    [tool.opcheck]
+    specs = "op_specs"                      # the `opcheck` commands' --specs
+    out = "generated_tests"                 # `opcheck generate --out`
+    results = "build/opcheck-results.json"  # pytest records every generated test there; `opcheck report` reads it
+    device = ["cpu", "cuda"]                # pytest --opcheck-device
+    dtype = "float64"                       # pytest --opcheck-dtype
+    policy = "auto"                         # pytest --opcheck-policy
+    budget = "4M"                           # pytest --opcheck-budget
+    threads = 1                             # pytest --opcheck-threads
+
+Paths are relative to the folder of that pyproject.toml, wherever a command runs. The table is the
+one of the nearest pyproject.toml at or above the starting folder that has it (the working directory
+for `opcheck`, pytest's rootdir for the plugin). A command-line option overrides its key; pytest's
+own ini keys (`opcheck_device`, ...) say the same as these, so a project sets a key in one of the two
+places, not both.
+
+Every setting is validated here, from whichever source it comes (command line, pytest ini, this
+table), so the plugin and the CLI accept the same values and word their errors alike: each names
+where the bad value was written (`pyproject.toml:14: [tool.opcheck] policy: ...`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+PYPROJECT = "pyproject.toml"
+TABLE = "[tool.opcheck]"
+POLICIES = ("auto", "full", "fast")
+ALL_DEVICES = "all"
+THREADS_KEEP = "keep"
+DEFAULT_THREADS = 1
+
+PATH_KEYS = ("specs", "out", "results")
+LIST_KEYS = ("device", "dtype")
+KEYS = (*PATH_KEYS, *LIST_KEYS, "policy", "budget", "threads")
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message starts with where it was written."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of the table: its value as TOML gave it and where it was written."""
+
+    key: str
+    value: object
+    file: Path
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{_shown(self.file)}:{self.line}: {TABLE} {self.key}"
+
+    @property
+    def text(self) -> str:
+        return str(self.value)
+
+    @property
+    def names(self) -> list[str]:
+        """A list key's names: a TOML list, or one string of names separated by commas or spaces."""
+        values = self.value if isinstance(self.value, list) else [self.value]
+        return split_names(str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """The `[tool.opcheck]` table in effect (empty where no pyproject.toml has one)."""
+
+    file: Path | None = None
+    settings: dict[str, Setting] = field(default_factory=dict)
+
+    def get(self, key: str) -> Setting | None:
+        return self.settings.get(key)
+
+    def path(self, key: str) -> Path | None:
+        """A path key, resolved against the folder of the pyproject.toml that set it."""
+        setting = self.settings.get(key)
+        if setting is None or self.file is None:
+            return None
+        return self.file.parent / str(setting.value)
+
+
+def split_names(values: Iterable[str]) -> list[str]:
+    """`["cpu,cuda", "mps"]` → `["cpu", "cuda", "mps"]`: names separated by commas or whitespace."""
+    return [name for v in values for name in re.split(r"[\s,]+", v.strip()) if name]
+
+
+def unknown(where: str, kind: str, value: str, known: Sequence[str]) -> ConfigError:
+    close = difflib.get_close_matches(value, list(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"{where}: unknown {kind} {value!r}{hint}; expected one of {', '.join(known)}")
+
+
+def check_devices(devices: list[str], where: str) -> list[str]:
+    """Device type names (or `all` alone), as torch knows them."""
+    from opcheck.runtime.devices import known_device_types
+
+    known = known_device_types()
+    for d in devices:
+        if d not in known and d != ALL_DEVICES:
+            raise unknown(where, "device", d, (*known, ALL_DEVICES))
+    if ALL_DEVICES in devices:
+        if len(devices) > 1:
+            others = ", ".join(d for d in devices if d != ALL_DEVICES)
+            raise ConfigError(
+                f"{where}: {ALL_DEVICES!r} already means every device type; drop {others} or {ALL_DEVICES!r}"
+            )
+        return [ALL_DEVICES]
+    return devices
+
+
+def check_dtypes(dtypes: list[str], where: str) -> list[str]:
+    from opcheck.spec.model import TENSOR_DTYPES
+
+    for d in dtypes:
+        if d not in TENSOR_DTYPES:
+            raise unknown(where, "dtype", d, TENSOR_DTYPES)
+    return dtypes
+
+
+def check_policy(policy: str, where: str) -> str:
+    if policy not in POLICIES:
+        raise unknown(where, "policy", policy, POLICIES)
+    return policy
+
+
+def check_threads(raw: object, where: str) -> int | None:
+    """A positive thread count, or None for `keep` (torch's own setting)."""
+    text = str(raw).strip().lower()
+    if text == THREADS_KEEP:
+        return None
+    if not isinstance(raw, bool) and text.isdigit() and int(text) > 0:
+        return int(text)
+    raise ConfigError(f"{where}: expected a positive number of threads or {THREADS_KEEP!r}, got {raw!r}")
+
+
+def check_budget(raw: object, where: str) -> int:
+    """A positive number of Jacobian entries: 1048576, "2**20", "1e6", "4M", "512k"."""
+    from opcheck.runtime.context import parse_budget
+
+    if isinstance(raw, bool):
+        raise ConfigError(
+            f"{where}: expected a positive number of Jacobian entries (e.g. 1048576, 2**20, 1M), got {raw!r}"
+        )
+    try:
+        return parse_budget(str(raw), where=where)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above `start` that has a `[tool.opcheck]` table."""
+    folder = Path(os.path.abspath(start))
+    if not folder.is_dir():
+        folder = folder.parent
+    for candidate in (folder, *folder.parents):
+        path = candidate / PYPROJECT
+        if path.is_file() and _has_table(path):
+            return path
+    return None
+
+
+def _has_table(path: Path) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.search(r"^\s*\[\s*tool\s*\.\s*opcheck\s*\]", text, re.M) is not None or "opcheck" in _tool_keys(text)
+
+
+def _tool_keys(text: str) -> set[str]:
+    try:
+        tool = tomllib.loads(text).get("tool", {})
+    except tomllib.TOMLDecodeError:
+        return set()
+    return set(tool) if isinstance(tool, dict) else set()
+
+
+def load(start: Path) -> ProjectConfig:
+    """The `[tool.opcheck]` table of the nearest pyproject.toml at or above `start` that has one, validated."""
+    path = find_pyproject(start)
+    return ProjectConfig() if path is None else read(path)
+
+
+def read(path: Path) -> ProjectConfig:
+    """`path`'s `[tool.opcheck]` table, each key checked for its type and its value."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except OSError as e:
+        raise ConfigError(f"{_shown(path)}: cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{_shown(path)}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{_shown(path)}: not valid TOML: {e}") from None
+    table = data.get("tool", {}).get("opcheck", {})
+    lines = text.splitlines()
+    header = _header_line(lines)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{_shown(path)}:{header}: tool.opcheck must be a table ({TABLE}), got {table!r}")
+    settings = {}
+    for key, value in table.items():
+        setting = Setting(key, value, path, _key_line(lines, header, key))
+        if key not in KEYS:
+            raise unknown(f"{_shown(path)}:{setting.line}: {TABLE}", "key", key, KEYS)
+        _check(setting)
+        settings[key] = setting
+    return ProjectConfig(path, settings)
+
+
+def _check(setting: Setting) -> None:
+    key, value, where = setting.key, setting.value, setting.where
+    if key in PATH_KEYS:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: expected a path (a non-empty string), got {value!r}")
+    elif key in LIST_KEYS:
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, str) for v in values):
+            raise ConfigError(f"{where}: expected a list of names or one string of names, got {value!r}")
+        (check_devices if key == "device" else check_dtypes)(setting.names, where)
+    elif key == "policy":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected one of {', '.join(POLICIES)}, got {value!r}")
+        check_policy(value, where)
+    elif key == "budget":
+        if not isinstance(value, (int, str)):
+            raise ConfigError(f'{where}: expected a number of Jacobian entries (e.g. 1048576 or "4M"), got {value!r}')
+        check_budget(value, where)
+    elif key == "threads":
+        if not isinstance(value, (int, str)):
+            raise ConfigError(f"{where}: expected a positive number of threads or {THREADS_KEEP!r}, got {value!r}")
+        check_threads(value, where)
+
+
+def _header_line(lines: list[str]) -> int:
+    for number, line in enumerate(lines, start=1):
+        if re.match(r"\s*\[\s*tool\s*\.\s*opcheck\s*\]", line):
+            return number
+    return 1  # a dotted key or an inline table: the keys are searched from the top
+
+
+def _key_line(lines: list[str], header: int, key: str) -> int:
+    """The line that sets `key` in the table (TOML parsers give no positions); else the header's."""
+    pattern = re.compile(rf"""\s*(?:opcheck\s*\.\s*)?(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
+    for number in range(header, len(lines) + 1):
+        line = lines[number - 1]
+        if number > header and re.match(r"\s*\[", line):
+            break
+        if pattern.match(line):
+            return number
+    return header
+
+
+def _shown(path: Path) -> str:
+    """A path as the user reads it: relative to the working directory where it is below it."""
+    try:
+        return Path(os.path.relpath(path)).as_posix() if not os.path.relpath(path).startswith("..") else str(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
