@@ -25,6 +25,7 @@ import _pytest.mark.structures
 import pytest
 
 import opcheck.parametrize
+import opcheck.runtime
 from opcheck.codegen import GENERATED_MARKER, GenerationError, apply_plan, module_name, plan_generation, render
 from opcheck.codegen.source import MODEL_CLASSES
 from opcheck.spec import load_specs
@@ -434,6 +435,7 @@ _ALLOWED_CALLEES = {
     _pytest.mark.structures.MarkDecorator.__call__.__code__,  # @-application of a mark
     *(getattr(opcheck.parametrize, name).__code__ for name in HELPERS),  # grid(...), skip(...), xfail(...)
     *(cls.__init__.__code__ for cls in MODEL_CLASSES.values()),
+    opcheck.runtime.__getattr__.__code__,  # `from opcheck.runtime import run_check`: a lazy name (opcheck._lazy)
 }
 _ALLOWED_MODULES = ("pytest", "opcheck.parametrize", "opcheck.runtime", "opcheck.spec.model")
 
