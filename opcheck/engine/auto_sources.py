@@ -33,9 +33,9 @@ from opcheck.engine.batching import (
     Differences,
     Disagreement,
     Evaluator,
+    OneHotRows,
     close,
     difference_quotient,
-    one_hot_rows,
     vjp_batch,
 )
 from opcheck.engine.context import Call, CheckContext
@@ -229,9 +229,10 @@ def rows_along(p: Projection) -> PerInputOutput:
         m = o.numel()
         chunk = p.ev.chunk(m, m + n_total, o.element_size())
         acc = [o.new_zeros((u.shape[0], m)) for u in p.U]
+        rows = OneHotRows(m, o)
         for start in range(0, m, chunk):
             b = min(chunk, m - start)
-            e = one_hot_rows(b, m, start, o).view(b, *o.shape)
+            e = rows.take(b, start).view(b, *o.shape)
             grads = vjp_batch(p.ev, [o], diff_inputs, [e], probe=start == 0)
             for jj, g in enumerate(grads):
                 if g is not None:

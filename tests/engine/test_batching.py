@@ -86,7 +86,23 @@ FUNCS = {
         lambda: (_x(8, seed=4).to(torch.complex128).detach().requires_grad_(),),
     ),
     "multi_out": (lambda a: (a.exp(), a.max(dim=0)), lambda: (_x(3, 3, seed=5),)),
+    # backward returns a view of its grad_output: the one-hot rows' buffer, reused chunk after chunk
+    "transpose_view": (lambda a: a.t(), lambda: (_x(4, 3, seed=6),)),
 }
+
+
+def test_one_hot_rows_reuse_one_buffer_and_move_only_the_ones():
+    rows = batching.OneHotRows(7, torch.empty(0, dtype=torch.float32))
+    eye = torch.eye(7)
+    first = rows.take(3, 0)
+    assert first.dtype == torch.float32 and torch.equal(first, eye[0:3])
+    second = rows.take(3, 3)
+    assert second.data_ptr() == first.data_ptr() and torch.equal(second, eye[3:6])
+    last = rows.take(3, 6)  # rows past n stay zero
+    assert torch.equal(last, torch.cat([eye[6:7], torch.zeros(2, 7)]))
+    grown = rows.take(5, 1)  # a chunk that grows gets a larger buffer
+    assert torch.equal(grown, eye[1:6])
+    assert torch.equal(rows.take(2, 0), batching.one_hot_rows(2, 7, 0, torch.empty(0)).float())
 
 
 @pytest.mark.parametrize("name", sorted(FUNCS))

@@ -23,7 +23,7 @@ from opcheck.engine.batching.evaluator import EvalStats, Evaluator, Kind
 from opcheck.engine.batching.fd_columns import Segment, numerical_columns
 from opcheck.engine.batching.finite_differences import Differences, difference_quotient, neighbourhood_check
 from opcheck.engine.batching.jvp_columns import DtypeCheck, ForwardCalls, jvp_columns, legacy_tangents
-from opcheck.engine.batching.schedule import Schedule, one_hot_rows
+from opcheck.engine.batching.schedule import OneHotRows, Schedule, one_hot_rows
 from opcheck.engine.batching.settings import (
     DEFAULT_MEMORY_BUDGET,
     FUSE_MAX_COLUMNS,
@@ -64,6 +64,7 @@ __all__ = [
     "legacy_tangents",
     "neighbourhood_check",
     "numerical_columns",
+    "OneHotRows",
     "one_hot_rows",
     "vjp_batch",
     "vjp_rows",

@@ -15,7 +15,7 @@ import torch
 from opcheck.engine.batching import settings
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
 from opcheck.engine.batching.evaluator import Evaluator, untimed
-from opcheck.engine.batching.schedule import Schedule, one_hot_rows
+from opcheck.engine.batching.schedule import OneHotRows, Schedule
 
 LoopRows = list[list[torch.Tensor | None]]
 """Per input, the rows as backward returned them (None where it returned none)."""
@@ -68,6 +68,7 @@ class _BatchedRows:
         self.m = output.numel()
         self.out: BatchedRows = [None] * len(diff_inputs)
         self.plain_per_column: float | None = None
+        self.rows = OneHotRows(self.m, output)
 
     def run(self) -> BatchedRows:
         ev, m = self.ev, self.m
@@ -92,7 +93,7 @@ class _BatchedRows:
         """One batched backward over rows start..stop, stored into self.out: (its one-hot rows, the
         gradients, the seconds it took when timed)."""
         b, m, out = stop - start, self.m, self.out
-        g = one_hot_rows(b, m, start, self.output)
+        g = self.rows.take(b, start)
         grads, seconds = (self.ev.timed if timed else untimed)(
             self.ev.vjp, self.output, self.diff_inputs, g.view(b, *self.output.shape), batched=True
         )
