@@ -268,6 +268,7 @@ def _key_line(lines: list[str], header: int, key: str) -> int:
 def _shown(path: Path) -> str:
     """A path as the user reads it: relative to the working directory where it is below it."""
     try:
-        return Path(os.path.relpath(path)).as_posix() if not os.path.relpath(path).startswith("..") else str(path)
+        relative = os.path.relpath(path)
     except ValueError:  # another drive on Windows
         return str(path)
+    return str(path) if relative.startswith("..") else Path(relative).as_posix()
