@@ -119,7 +119,7 @@ def _numerical_batched(p: Projection, j: int, U: torch.Tensor) -> list[torch.Ten
     for o, q in zip(outs, p.positions):
         if not close(o[k], plain[q]):
             raise Disagreement("vmapped evaluation differs from the plain call")
-    return [difference_quotient(o[:k], o[k:], eps).reshape(k, -1) for o in outs]
+    return [difference_quotient(o[:k].detach(), o[k:].detach(), eps).reshape(k, -1) for o in outs]
 
 
 # -------------------------------------------------------------------- analytical J·U: JVP

@@ -187,7 +187,7 @@ def _analytical_fast_forward(
                 if tangent is None:
                     result[i][k].zero_()
                 else:
-                    result[i][k].copy_(tangent.reshape(-1))
+                    result[i][k].copy_(tangent.detach().reshape(-1))
             t.zero_()
     return result
 

@@ -453,3 +453,28 @@ def test_the_reentrancy_pass_repeats_the_first_passs_batches(monkeypatch):
     half = len(sizes) // 2
     assert len(sizes) == 2 * half and sizes[:half] == sizes[half:] and sizes[0] == batching.PILOT_COLUMNS
     assert sum(sizes[:half]) == 256
+
+
+@pytest.mark.parametrize("batch", [True, False])
+@pytest.mark.parametrize("legacy_first", [False, True])
+def test_jacobians_of_outputs_that_carry_a_graph_hold_none(batch, legacy_first):
+    # The second-order checks' functions return outputs that require grad. A column copied into a
+    # Jacobian with its graph would keep every chunk's graph alive until the call ends (gigabytes
+    # for a vmapped conv_transpose3d double backward).
+    w = _x(40, seed=7)
+    x = _x(40, seed=8)
+
+    def fn(a):
+        return (a.sin() * w,)
+
+    outputs = fn(x)
+    assert outputs[0].requires_grad
+    ctx = _ctx(batch, budget=64)  # one column per chunk
+    ctx.evaluator.legacy_jvp_first = legacy_first
+    blocks = [
+        *(b for per in numerical_jacobian(ctx, fn, (x,), outputs) for b in per),
+        *(b for per in analytical_jvp_jacobian(ctx, fn, (x,), outputs) for b in per),
+    ]
+    stats = ctx.evaluator.stats
+    assert (stats.batched_calls > 1 and stats.batched_jvp_calls > 1) == batch and not stats.fallbacks
+    assert blocks and not any(b.requires_grad for b in blocks)

@@ -162,7 +162,7 @@ class _BatchedDifferences:
         for o, ref, res in zip(outs, self.refs, results):
             if o.shape[1:] != ref.shape or o.dtype != ref.dtype:
                 raise Disagreement("output shape or dtype changed under perturbation")
-            res[start:stop].copy_(difference_quotient(o[:b], o[b : 2 * b], self.eps).reshape(b, -1))
+            res[start:stop].copy_(difference_quotient(o[:b].detach(), o[b : 2 * b].detach(), self.eps).reshape(b, -1))
         if probe and ev.center_probe:
             if not all(close(o[2 * b], ref.detach()) for o, ref in zip(outs, self.refs)):
                 raise Disagreement("vmapped evaluation at the unperturbed point differs from the plain call")

@@ -59,7 +59,7 @@ class ForwardCalls:
             if tangent is not None:
                 self.check_dtype(primal, tangent)
             outs.append(
-                tangent.reshape(-1).clone()
+                tangent.detach().reshape(-1).clone()
                 if tangent is not None
                 else torch.zeros(primal.numel(), dtype=primal.dtype, device=primal.device)
             )
@@ -234,7 +234,7 @@ class _BatchedColumns:
         if len(res) != len(self.refs):
             raise Disagreement("number of outputs changed under vmap")
         for r, out in zip(res, results):
-            out[start:stop].copy_(r[:b].reshape(b, -1))
+            out[start:stop].copy_(r[:b].detach().reshape(b, -1))
         if probe:
             ref, self.plain_per_column = ev.timed(self.calls.along, layout, self.direction)
             for got, want in zip([r[b] for r in res], ref):
