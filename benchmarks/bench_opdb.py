@@ -22,7 +22,9 @@ the pair is marked nondeterministic and counted apart.
 
 Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
 finished has a ``{"done": ...}`` line and is skipped when the same file is given again.
-``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
+A call that runs past ``--limit-seconds`` is a timeout, one that cannot allocate within
+``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
+memory; both are counted apart. ``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
 ``--compare A B`` lists the calls where two files' opcheck verdicts differ (batching on against
 off). ``--report FILE...`` prints the totals.
 
@@ -39,6 +41,7 @@ import gc
 import json
 import math
 import os
+import resource
 import signal
 import sys
 import time
@@ -120,6 +123,24 @@ class CallTimeout(Exception):
     pass
 
 
+LIMITED = ("Timeout", "OutOfMemory")
+"""Verdicts of a call that hit the benchmark's limits rather than an answer; counted apart."""
+
+
+def limit_memory(gib: float) -> None:
+    """Let this process map at most `gib` GiB more than it does now: a larger allocation raises
+    (recorded as OutOfMemory) instead of the kernel's OOM killer ending the whole run."""
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * resource.getpagesize()
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = mapped + int(gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
+def out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e))
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float):
     def expire(signum, frame):
@@ -158,7 +179,7 @@ def run(checker, fn, args, kwargs, limit: float) -> dict:
     except GradcheckError as e:  # opcheck.GradcheckError subclasses torch's
         verdict, line = "GradcheckError", first_line(e)
     except Exception as e:  # noqa: BLE001 - any exception is a verdict here
-        verdict, line = type(e).__name__, first_line(e)
+        verdict, line = ("OutOfMemory", first_line(e)) if out_of_memory(e) else (type(e).__name__, first_line(e))
     seconds = time.perf_counter() - t0
     gc.enable()
     return {"verdict": verdict, "first_line": line[:300], "seconds": round(seconds, 6)}
@@ -214,6 +235,8 @@ def done_groups(path: str) -> set[str]:
 
 def run_groups(args) -> int:
     torch.set_num_threads(1)
+    if args.limit_memory and os.path.exists("/proc/self/statm"):
+        limit_memory(args.limit_memory)
     torch_tools, opcheck_tools = tools(args.no_batching)
     todo = groups(set(args.ops) if args.ops else None)
     gc.freeze()  # op_db's objects: later collections need not walk them
@@ -295,14 +318,14 @@ def report(paths, slow_factor: float) -> int:
     if not recs:
         print("no paired records")
         return 1
-    verdicts, lines, nondet, timeouts = [], [], [], []
+    verdicts, lines, nondet, limited = [], [], [], []
     time_t, time_o = defaultdict(float), defaultdict(float)
     per_op_t, per_op_o = defaultdict(float), defaultdict(float)
     worst_call = defaultdict(float)  # op -> max (opcheck - torch) seconds on one call
     for r in recs:
         t, o = r["torch"], r["opcheck"]
-        if "Timeout" in (t["verdict"], o["verdict"]):
-            timeouts.append(r)
+        if t["verdict"] in LIMITED or o["verdict"] in LIMITED:
+            limited.append(r)
             continue
         time_t[r["mode"]] += t["seconds"]
         time_o[r["mode"]] += o["seconds"]
@@ -332,12 +355,12 @@ def report(paths, slow_factor: float) -> int:
     print(f"verdict disagreements: {len(verdicts)}")
     print(f"first-line disagreements: {len(lines)}")
     print(f"nondeterministic (torch disagrees with itself), apart: {len(nondet)}")
-    print(f"timeouts, apart: {len(timeouts)}")
+    print(f"timeouts or out of memory, apart: {len(limited)}")
     for title, rows in (
         ("verdicts", verdicts),
         ("first lines", lines),
         ("nondeterministic", nondet),
-        ("timeouts", timeouts),
+        ("timeouts or out of memory", limited),
     ):
         if rows:
             print(f"\n-- {title}")
@@ -366,12 +389,14 @@ def compare(a: str, b: str) -> int:
     """Two runs of opcheck (e.g. with and without batching): the calls whose verdict differs."""
     ra = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([a])}
     rb = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([b])}
-    common = sorted(set(ra) & set(rb))
+    both = sorted(set(ra) & set(rb))
+    limited = [k for k in both if {ra[k]["opcheck"]["verdict"], rb[k]["opcheck"]["verdict"]} & set(LIMITED)]
+    common = [k for k in both if k not in limited]
     differ = [k for k in common if ra[k]["opcheck"]["verdict"] != rb[k]["opcheck"]["verdict"]]
     lines = [k for k in common if k not in differ and ra[k]["opcheck"]["first_line"] != rb[k]["opcheck"]["first_line"]]
     print(
         f"{len(common)} calls in both runs; opcheck's verdict differs on {len(differ)}, "
-        f"its first line on {len(lines)} more"
+        f"its first line on {len(lines)} more; {len(limited)} timeouts or out of memory apart"
     )
     for k in differ[:200] + lines[:200]:
         print(
@@ -388,6 +413,12 @@ def main(argv=None) -> int:
     p.add_argument("--ops", nargs="*", help="only these OpInfo names (name or name:variant)")
     p.add_argument("--limit", type=int, default=None, help="samples per (op, dtype) (default: all)")
     p.add_argument("--limit-seconds", type=float, default=300.0, help="per call; slower calls are timeouts")
+    p.add_argument(
+        "--limit-memory",
+        type=float,
+        default=6.0,
+        help="GiB one call may allocate beyond the process's start (0: no limit); more is OutOfMemory",
+    )
     p.add_argument(
         "--no-batching", action="store_true", help="opcheck alone, without vmapped evaluation (for --compare)"
     )

@@ -57,3 +57,36 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     differ = bench("--compare", str(on), str(off))
     assert differ.returncode == 1
     assert "verdict differs on 1," in differ.stdout and "Jacobian mismatch" in differ.stdout
+
+
+def test_a_call_past_the_memory_limit_is_out_of_memory_and_counted_apart(tmp_path):
+    # In a child process: the limit holds for the rest of the process.
+    script = f"""
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
+bench = importlib.util.module_from_spec(spec)
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+spec.loader.exec_module(bench)
+bench.limit_memory(0.5)
+big = bench.run(lambda fn, args, **kw: torch.empty(2**28, dtype=torch.float64).fill_(1.0), None, (), {{}}, 60)
+small = bench.run(lambda fn, args, **kw: bool(torch.ones(2**20).sum() > 0), None, (), {{}}, 60)
+print(big["verdict"], small["verdict"])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["OutOfMemory", "True"]  # 2 GiB refused, 8 MiB still fine after it
+
+    path = tmp_path / "limited.jsonl"
+    ok = {"verdict": True, "first_line": "", "seconds": 1.0}
+    oom = {"verdict": "OutOfMemory", "first_line": "RuntimeError: can't allocate memory", "seconds": 1.0}
+    rec = {"group": "abs|float64", "op": "abs", "dtype": "float64", "call": "grad", "mode": "slow"}
+    path.write_text(
+        json.dumps(dict(rec, sample=0, torch=ok, opcheck=ok))
+        + "\n"
+        + json.dumps(dict(rec, sample=1, torch=ok, opcheck=oom))
+        + "\n"
+    )
+    report = bench("--report", str(path))
+    assert report.returncode == 0, report.stdout
+    assert "verdict disagreements: 0" in report.stdout
+    assert "timeouts or out of memory, apart: 1" in report.stdout
