@@ -200,6 +200,7 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
         ctx = replace(ctx, layouts=layouts, projections_first=True)  # the rebuilt layouts cannot be vmapped
         ctx.evaluator.stop("forward", "vjp", "jvp_func", "jvp")  # loops throughout
         jacobian_call = Call.of(layouts.wrap(func), layouts.inputs)
+        layouts.given = call
     else:
         if flags.auto:
             passed, ctx, call = _fused_passes(ctx, call)

@@ -45,8 +45,9 @@ def full_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
             for j, n in enumerate(n_per_out):
                 compare(part.block(i, j), analytical[j][i], n)
     else:
-        for i, o in enumerate(outputs):
-            analytical_rows = analytical_vjp_jacobian(ctx, inputs, o, nondet_tol=ctx.flags.nondet_tol)
+        rows = ctx.layouts.rows_call(call) if ctx.layouts is not None else call
+        for i, o in enumerate(rows.outputs):
+            analytical_rows = analytical_vjp_jacobian(ctx, rows.inputs, o, nondet_tol=ctx.flags.nondet_tol)
             for j, (a, n) in enumerate(zip(analytical_rows, numerical[i])):
                 compare(part.block(i, j), a, n)
     return True

@@ -230,7 +230,8 @@ def _localize_fast_failure(
     if is_forward_ad:
         analytical = analytical_jvp_jacobian(ctx, func, inputs, call.func_out)[input_i][output_j]
     else:
-        analytical = analytical_vjp_jacobian(ctx, inputs, outputs[output_j], nondet_tol=float("inf"))[input_i]
+        rows = ctx.layouts.rows_call(call) if ctx.layouts is not None else call
+        analytical = analytical_vjp_jacobian(ctx, rows.inputs, rows.outputs[output_j], nondet_tol=float("inf"))[input_i]
     if analytical.dtype != numerical.dtype:
         # torch compares the two blocks with torch.allclose, which refuses mixed dtypes
         # ("Float did not match Double": an input whose dtype is not its output's).

@@ -15,8 +15,12 @@ the function by one that rebuilds the layout from the stand-in before calling it
   the same layout, indices and values;
 - perturbed (the numerical evaluations) it gets the layout rebuilt on the numerical pattern (the
   input's, or the densified one), with values read from the stand-in: unspecified positions of
-  that pattern are not read, so their columns are zero, as in torch;
-- backward passes `to_dense()` of the gradient that reached the input on to the stand-in.
+  that pattern are not read, so their columns are zero, as in torch. The numerical Jacobian's loop
+  skips the stand-in altogether (ValueDifferences): like torch, it moves one value of a tensor of
+  that pattern in place and calls the function itself, which spares a rebuild per call;
+- backward passes `to_dense()` of the gradient that reached the input on to the stand-in. The
+  full check's rows come from the call as given instead (rows_call), as torch's do: one backward
+  per row on the input itself, its gradient densified where the row is stored.
 
 So the Jacobian comparisons (every mode, and their diagnostics) run unchanged on dense tensors.
 What depends on the layout itself stays on the input as given: the zero-grad_output, undefined-grad
@@ -29,14 +33,18 @@ refused the way torch refuses it (make_dual cannot take a sparse tensor; MKLDNN 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, make_dual, requires_grad
+from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, make_dual, requires_grad, unravel
+from opcheck.engine.batching import Differences
 from opcheck.engine.diagnostics import JacobianMismatch
+
+if TYPE_CHECKING:
+    from opcheck.engine.context import Call  # context.py imports this module
 
 _ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
 
@@ -165,6 +173,23 @@ def _numerical_pattern(x: torch.Tensor, masked: bool) -> _Pattern:
 
 
 # ------------------------------------------------------------------------------------ stand-ins
+@dataclass(frozen=True)
+class ValueDifferences(Differences):
+    """Central differences where some inputs are sparse tensors of the numerical pattern: their
+    column for a dense position comes from moving the value stored there, as torch moves it."""
+
+    values: dict[int, tuple[torch.Tensor, dict[int, int]]] = field(default_factory=dict)
+    """Per sparse input index: its values, flat, and which of them holds each dense position."""
+
+    def column(self, idx: int, k: int, p: complex = 1) -> list[torch.Tensor]:
+        if idx not in self.values:
+            return super().column(idx, k, p)
+        flat, where = self.values[idx]
+        shape = self.inputs[idx].shape
+        delta = self.eps * p if p != 1 else self.eps
+        return self.along(flat[where[k]], delta, idx=unravel(k, shape) if len(shape) else ())
+
+
 class _StandIn:
     """A dense strided tensor standing in for one sparse or MKLDNN input that requires grad."""
 
@@ -190,6 +215,21 @@ class _StandIn:
             mask = torch.zeros(original.numel(), dtype=torch.bool)
             mask[own.reshape(-1)] = True
             self.specified = mask.tolist()
+
+    def numerical_values(self) -> tuple[torch.Tensor, torch.Tensor, dict[int, int]]:
+        """A tensor of the numerical pattern at the stand-in's current values, requiring grad like
+        the input; its values, flat, to move in place; and which of them holds each dense position
+        (of an uncoalesced COO tensor's duplicates, the last, whose column torch keeps)."""
+        assert self.pattern is not None
+        tensor = self.pattern.rebuild(self.dense.detach(), self.center)
+        tensor.requires_grad_(self.original.requires_grad)
+        data = tensor.detach()  # shares the values; moving them in place records nothing
+        values = (data._values() if data.layout == torch.sparse_coo else data.values()).view(-1)
+        positions = self.pattern.positions.reshape(-1).tolist()
+        last = self.pattern.last
+        per_row = max(1, len(positions) // max(1, self.pattern.positions.shape[0])) if positions else 1
+        where = {pos: e for e, pos in enumerate(positions) if last is None or bool(last[e // per_row])}
+        return tensor, values, where
 
     def at(self, dense: torch.Tensor) -> torch.Tensor:
         """The layout tensor the function gets for the stand-in's current values."""
@@ -265,6 +305,8 @@ class LayoutInputs:
         }
         self.inputs = tuple(self.stand_ins[i].dense if i in self.stand_ins else a for i, a in enumerate(inputs))
         self._by_id = {id(s.dense): s for s in self.stand_ins.values()}
+        self._wrapped: dict[int, tuple[Callable[..., Any], Callable[..., Any]]] = {}  # id -> (wrapped, func)
+        self.given: Call | None = None  # the call as given, whose rows the full check takes (rows_call)
 
     def __bool__(self) -> bool:
         return bool(self.stand_ins)
@@ -276,7 +318,34 @@ class LayoutInputs:
         def with_layouts(*args: Any) -> Any:
             return func(*(_from_dense(a, stand_ins[i]) if i in stand_ins else a for i, a in enumerate(args)))
 
+        self._wrapped[id(with_layouts)] = (with_layouts, func)
         return with_layouts
+
+    def rows_call(self, call: Call) -> Call:
+        """The call whose backward gives the full check's analytical rows: for the stand-ins' call,
+        the call as given (torch's rows, without a stand-in's backward in every pass), else `call`."""
+        wrapped = self._wrapped.get(id(call.func))
+        if self.given is None or wrapped is None or wrapped[0] is not call.func or call.inputs != self.inputs:
+            return call
+        return self.given
+
+    def differences(self, diffs: Differences) -> Differences:
+        """The numerical loop's central differences: torch's, moving the values of each sparse input
+        in place and calling the function itself, where `diffs` are those of a wrapped function at the
+        stand-ins; otherwise `diffs` as they are (MKLDNN inputs go through their stand-ins)."""
+        wrapped = self._wrapped.get(id(diffs.fn))
+        if (
+            wrapped is None
+            or wrapped[0] is not diffs.fn
+            or any(s.pattern is None or diffs.inputs[i] is not s.dense for i, s in self.stand_ins.items())
+        ):
+            return diffs
+        inputs = list(diffs.inputs)
+        values: dict[int, tuple[torch.Tensor, dict[int, int]]] = {}
+        for i, s in self.stand_ins.items():
+            inputs[i], flat, where = s.numerical_values()
+            values[i] = (flat, where)
+        return ValueDifferences(diffs.ev, wrapped[1], tuple(inputs), diffs.eps, values)
 
     def random_vector(self, t: torch.Tensor, generator: torch.Generator, downcast_complex: bool) -> torch.Tensor | None:
         """fast mode's direction for a stand-in (torch's, for its layout), or None for other tensors."""

@@ -38,6 +38,8 @@ def numerical_jacobian(
         found = {idx: ctx.layouts.numerical_positions(inputs[idx]) for idx in diff}
         positions = {idx: pos for idx, pos in found.items() if pos is not None}
     diffs = Differences(ctx.evaluator, fn, inputs, ctx.flags.eps)
+    if ctx.layouts is not None:
+        diffs = ctx.layouts.differences(diffs)
     per_segment = dict(zip(segments, numerical_columns(diffs, segments, outputs, positions)))
     result = [_blocks(inputs[idx], idx, outputs, per_segment, is_forward_ad) for idx in diff]
     ctx.numerical_cache.put(key, result, batched=ctx.evaluator.numerical_batched)
