@@ -389,3 +389,20 @@ def test_swapped_gradients_are_named_by_gradcheck():
     a, b = _x(3, 4, seed=6), _x(3, 4, seed=7)
     err = _fail(opcheck.gradcheck, broken_ops.MulSwappedGradients.apply, (a, b))
     assert _hint_with("are the returned gradients swapped?", err.mismatch.hints)
+
+
+@pytest.mark.parametrize("probe", [64, 0])  # 0: every hypothesis is tried on the whole block only
+def test_a_hypothesis_that_holds_on_the_failing_entries_only_gives_no_hint(probe, monkeypatch):
+    from opcheck.engine import diagnostics
+
+    monkeypatch.setattr(diagnostics, "PROBE_ENTRIES", probe)
+    n = _x(10, 10, seed=8).detach()
+
+    def hints(a):
+        return find_mismatch(a, n, rtol=1e-3, atol=1e-5, label=_label(0), shapes=((10,), (10,))).hints
+
+    assert _hint_with("2 × numerical everywhere", hints(2 * n))
+    row_doubled = n.clone()
+    row_doubled[3] *= 2  # every failing entry is twice the numerical one, the other rows are right
+    assert not _hint_with("× numerical everywhere", hints(row_doubled))
+    assert _hint_with("all wrong entries belong to input element [3]", hints(row_doubled))
