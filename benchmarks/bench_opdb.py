@@ -16,7 +16,9 @@ gradient tests make (test_ops_gradients.py / test_ops_fwd_gradients.py, built li
 Both tools run in one process, on separately built copies of the same sample, each call after
 ``torch.manual_seed(0)`` (torch draws gradgradcheck's grad_outputs and its batched-grad probes
 from the global generator). Each call's verdict (True, "GradcheckError" or the exception's class
-name), the first line of its message and its time are written as one JSON line. A pair that
+name), the first line of its message and its time are written as one JSON line: wall seconds,
+and the process's CPU seconds, which other work on a shared machine does not stretch (torch runs
+on one thread here), so the report compares CPU seconds where a record has them. A pair that
 disagrees (verdict or first line) is run through torch again: when torch disagrees with itself
 the pair is marked nondeterministic and counted apart.
 
@@ -168,7 +170,7 @@ def run(checker, fn, args, kwargs, limit: float) -> dict:
     fresh = fresh_args(args)
     gc.disable()  # a collection inside one tool's call would be charged to it (collected per group)
     torch.manual_seed(0)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         with time_limit(limit), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -180,9 +182,9 @@ def run(checker, fn, args, kwargs, limit: float) -> dict:
         verdict, line = "GradcheckError", first_line(e)
     except Exception as e:  # noqa: BLE001 - any exception is a verdict here
         verdict, line = ("OutOfMemory", first_line(e)) if out_of_memory(e) else (type(e).__name__, first_line(e))
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     gc.enable()
-    return {"verdict": verdict, "first_line": line[:300], "seconds": round(seconds, 6)}
+    return {"verdict": verdict, "first_line": line[:300], "seconds": round(seconds, 6), "cpu_seconds": round(cpu, 6)}
 
 
 def tools(no_batching: bool):
@@ -313,6 +315,11 @@ def load(paths, paired: bool = False) -> list[dict]:
     return list(recs.values())
 
 
+def spent(side: dict) -> float:
+    """A call's time: CPU seconds where recorded (not stretched by other work), else wall seconds."""
+    return side.get("cpu_seconds", side["seconds"])
+
+
 def report(paths, slow_factor: float) -> int:
     recs = load(paths, paired=True)
     if not recs:
@@ -322,16 +329,22 @@ def report(paths, slow_factor: float) -> int:
     time_t, time_o = defaultdict(float), defaultdict(float)
     per_op_t, per_op_o = defaultdict(float), defaultdict(float)
     worst_call = defaultdict(float)  # op -> max (opcheck - torch) seconds on one call
+    calls_slower = []  # (opcheck - torch seconds, record) for every call opcheck took longer on
+    on_cpu = 0
     for r in recs:
         t, o = r["torch"], r["opcheck"]
         if t["verdict"] in LIMITED or o["verdict"] in LIMITED:
             limited.append(r)
             continue
-        time_t[r["mode"]] += t["seconds"]
-        time_o[r["mode"]] += o["seconds"]
-        per_op_t[r["op"]] += t["seconds"]
-        per_op_o[r["op"]] += o["seconds"]
-        worst_call[r["op"]] = max(worst_call[r["op"]], o["seconds"] - t["seconds"])
+        st, so = spent(t), spent(o)
+        on_cpu += "cpu_seconds" in t and "cpu_seconds" in o
+        time_t[r["mode"]] += st
+        time_o[r["mode"]] += so
+        per_op_t[r["op"]] += st
+        per_op_o[r["op"]] += so
+        worst_call[r["op"]] = max(worst_call[r["op"]], so - st)
+        if so > st:
+            calls_slower.append((so - st, r))
         if (t["verdict"], t["first_line"]) == (o["verdict"], o["first_line"]):
             continue
         if r.get("nondeterministic"):
@@ -343,6 +356,8 @@ def report(paths, slow_factor: float) -> int:
     ops = {r["op"] for r in recs}
     samples = {(r["group"], r["sample"]) for r in recs}
     print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
+    on_wall = len(recs) - len(limited) - on_cpu
+    print(f"  times: CPU seconds for {on_cpu} calls, wall seconds for the {on_wall} older records")
     for mode in MODES:
         if time_t[mode]:
             print(
@@ -382,6 +397,14 @@ def report(paths, slow_factor: float) -> int:
         print(f"\n-- ops where opcheck takes more than {slow_factor:g}x torch's time (and > 50 ms more in one call)")
         for x, k in slower[:40]:
             print(f"  {k}: {per_op_o[k]:.2f} s vs {per_op_t[k]:.2f} s ({x:.1f}x)")
+    calls_slower.sort(key=lambda p: -p[0])
+    if calls_slower:
+        print("\n-- the calls opcheck takes longest over torch's time on")
+        for extra, r in calls_slower[:10]:
+            print(
+                f"  {r['group']} sample {r['sample']} {r['call']} {r['mode']}: +{extra:.2f} s "
+                f"({spent(r['opcheck']):.2f} s vs {spent(r['torch']):.2f} s)"
+            )
     return 0 if not verdicts and not lines else 1
 
 
@@ -416,7 +439,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--limit-memory",
         type=float,
-        default=6.0,
+        default=10.0,
         help="GiB one call may allocate beyond the process's start (0: no limit); more is OutOfMemory",
     )
     p.add_argument(

@@ -33,6 +33,8 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     }
     assert len(calls) == 24
     assert all(r["torch"]["verdict"] is True and r["opcheck"]["verdict"] is True for r in calls)
+    # CPU seconds beside wall seconds: what other work on the machine does not stretch
+    assert all(0 <= r[side]["cpu_seconds"] for r in calls for side in ("torch", "opcheck"))
 
     again = bench("--ops", "abs", "--limit", "1", "--out", str(on))  # every group is done: nothing reruns
     assert again.returncode == 0 and len(records(on)) == len(recs)
@@ -40,6 +42,7 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     report = bench("--report", str(on))
     assert report.returncode == 0, report.stdout
     assert "1 ops, 2 samples, 24 paired calls" in report.stdout
+    assert "times: CPU seconds for 24 calls, wall seconds for the 0 older records" in report.stdout
     assert "verdict disagreements: 0" in report.stdout and "first-line disagreements: 0" in report.stdout
 
     proc = bench("--ops", "abs", "--limit", "1", "--out", str(off), "--no-batching")
