@@ -325,7 +325,8 @@ class LayoutInputs:
         """The call whose backward gives the full check's analytical rows: for the stand-ins' call,
         the call as given (torch's rows, without a stand-in's backward in every pass), else `call`."""
         wrapped = self._wrapped.get(id(call.func))
-        if self.given is None or wrapped is None or wrapped[0] is not call.func or call.inputs != self.inputs:
+        same_inputs = len(call.inputs) == len(self.inputs) and all(a is b for a, b in zip(call.inputs, self.inputs))
+        if self.given is None or wrapped is None or wrapped[0] is not call.func or not same_inputs:
             return call
         return self.given
 
