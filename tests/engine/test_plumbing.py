@@ -190,3 +190,19 @@ def test_the_batching_package_imports_one_way():
         }
         assert imported <= set(order[:k]), (name, imported - set(order[:k]))
     assert sorted(p.stem for p in BATCHING.glob("*.py")) == sorted(["__init__", *order])
+
+
+def test_columns_are_stacked_in_place_and_as_torch_stack_when_shapes_change():
+    from opcheck.engine.batching.finite_differences import stack_columns
+
+    cols = [[torch.full((3,), float(k)), torch.full((2,), -float(k))] for k in range(4)]
+    stacked = stack_columns(iter(cols), 4)
+    for got, want in zip(stacked, [torch.stack(per) for per in zip(*cols)]):
+        assert torch.equal(got, want)
+    assert stack_columns(iter([]), 0) == []
+    changed = [*cols[:2], [torch.zeros(4), torch.zeros(2)], *cols[3:]]
+    with pytest.raises(RuntimeError) as ours:
+        stack_columns(iter(changed), 4)
+    with pytest.raises(RuntimeError) as torchs:
+        torch.stack([c[0] for c in changed])
+    assert str(ours.value) == str(torchs.value)

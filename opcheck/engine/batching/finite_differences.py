@@ -7,7 +7,7 @@ projections of fast_mode="auto"). The vmapped form of the same differences is fd
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +103,7 @@ class Differences:
         """
         x = self.inputs[idx]
         ks = range(x.numel()) if positions is None else (list(positions) or [0])
-        stacked = stack_columns([self.column(idx, k, p) for k in ks])
+        stacked = stack_columns((self.column(idx, k, p) for k in ks), len(ks))
         if positions is None:
             return stacked
         rows = torch.tensor(list(ks), dtype=torch.long)
@@ -116,8 +116,22 @@ class Differences:
         return full
 
 
-def stack_columns(columns: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-    """Per output, its columns stacked into (columns, numel_out)."""
-    if not columns:
+def stack_columns(columns: Iterable[list[torch.Tensor]], count: int) -> list[torch.Tensor]:
+    """Per output, its `count` columns stacked into (columns, numel_out), each copied into place as
+    it is computed: the loop holds one Jacobian, not its columns beside it (on a 74,068-column
+    double backward, 3.4 GB of small tensors). Columns that change shape from one to the next are
+    stacked as torch.stack stacks them, error included."""
+    it = iter(columns)
+    first = next(it, None)
+    if first is None:
         return []
-    return [torch.stack(per_output) for per_output in zip(*columns)]
+    out = [c.new_empty((count, *c.shape)) for c in first]
+    for o, c in zip(out, first):
+        o[0].copy_(c)
+    for k, cols in enumerate(it, start=1):
+        if len(cols) != len(out) or any(c.shape != o.shape[1:] or c.dtype != o.dtype for c, o in zip(cols, out)):
+            done = [[o[j] for o in out] for j in range(k)]
+            return [torch.stack(per_output) for per_output in zip(*done, cols, *it)]
+        for o, c in zip(out, cols):
+            o[k].copy_(c)
+    return out
