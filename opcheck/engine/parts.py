@@ -7,13 +7,13 @@ functions of real inputs, the inputs' imaginary parts (the real parts held), the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from opcheck.engine import aux_checks
-from opcheck.engine._util import Func, Inputs, as_tuple
+from opcheck.engine._util import Func, Inputs, as_tuple, mapped
 from opcheck.engine.compare import BACKWARD, FORWARD, Part
 from opcheck.engine.context import Call, CheckContext
 
@@ -36,12 +36,13 @@ def compare_parts(ctx: CheckContext, compare: Comparison, call: Call, forward_ad
 
 
 def _output_part(fn: Func, part: Callable[[torch.Tensor], torch.Tensor]) -> Func:
-    """fn with part() (torch.real or torch.imag) of its complex outputs (torch's form: no vmap form)."""
+    """fn with part() (torch.real or torch.imag) of its complex outputs, and so fn's vmap form (a
+    second-order check's first derivative has one)."""
 
-    def wrapped(*inputs: Any) -> tuple[Any, ...]:
-        return tuple(part(o) if o.is_complex() else o for o in as_tuple(fn(*inputs)))
+    def parts(out: Any) -> tuple[Any, ...]:
+        return tuple(part(o) if o.is_complex() else o for o in as_tuple(out))
 
-    return wrapped
+    return mapped(fn, outputs=parts)
 
 
 def _with_imag(part: torch.Tensor, orig: torch.Tensor) -> torch.Tensor:
@@ -87,13 +88,13 @@ def _compare_forward_parts(ctx: CheckContext, compare: Comparison, call: Call) -
 def _input_part(
     fn: Func, complex_indices: list[int], inputs: Inputs, make: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ) -> Func:
-    """fn of the complex inputs' parts: make(part, original) rebuilds each complex input (torch's
-    form: no vmap form)."""
+    """fn of the complex inputs' parts: make(part, original) rebuilds each complex input; and so
+    fn's vmap form (a second-order check's first derivative has one)."""
 
-    def wrapped(*args: Any) -> tuple[Any, ...]:
+    def rebuilt(args: Sequence[Any]) -> list[Any]:
         new = list(args)
         for i in complex_indices:
             new[i] = make(new[i], inputs[i])
-        return as_tuple(fn(*new))
+        return new
 
-    return wrapped
+    return mapped(fn, args=rebuilt, outputs=as_tuple)

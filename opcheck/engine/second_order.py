@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs, of_inputs, requires_grad
+from opcheck.engine.batching import batching_enabled, warm_functorch
 
 
 def random_grad_outputs(outputs: Sequence[torch.Tensor], noncontiguous: bool) -> tuple[torch.Tensor, ...]:
@@ -81,4 +82,6 @@ def first_derivative(func: Func, inputs: Any, grad_outputs: Any, gen_non_contig_
         return tuple(pullback(tuple(args[-num_outputs:])))
 
     new_func.vmap_form = vmap_form  # type: ignore[attr-defined]
+    if batching_enabled():
+        warm_functorch("vjp")  # before a pilot batch of vmap_form is timed
     return FirstDerivative(new_func, tupled_inputs + tupled_grad_outputs, order, sorted(diff_go_indices))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import corpus
 import pytest
 import torch
@@ -478,3 +481,46 @@ def test_jacobians_of_outputs_that_carry_a_graph_hold_none(batch, legacy_first):
     stats = ctx.evaluator.stats
     assert (stats.batched_calls > 1 and stats.batched_jvp_calls > 1) == batch and not stats.fallbacks
     assert blocks and not any(b.requires_grad for b in blocks)
+
+
+@pytest.mark.parametrize("fwd_over_rev", [False, True])
+def test_complex_second_order_checks_batch_like_real_ones(fwd_over_rev):
+    # The complex parts' wrappers keep the first derivative's vmap form (torch.func.vjp).
+    z = _x(6, 5, seed=9).to(torch.complex128).detach().requires_grad_()
+    kwargs = dict(check_fwd_over_rev=fwd_over_rev, check_rev_over_rev=not fwd_over_rev, check_undefined_grad=False)
+    report = opcheck.gradgradcheck_report(torch.sinh, (z,), **kwargs)
+    assert report.passed and not report.stats.fallbacks, report.stats.fallbacks
+    assert report.stats.batched_calls > 0
+    assert (report.stats.batched_jvp_calls > 0) == fwd_over_rev
+    with batching.vmap_batching(False):
+        assert opcheck.gradgradcheck(torch.sinh, (z,), **kwargs)
+
+
+def test_a_zero_second_derivative_is_batched():
+    # sgn's double backward is a zero tensor, which is immutable: its difference is made out of place.
+    zero = torch._efficientzerotensor(3, dtype=torch.float64)
+    assert torch.equal(batching.difference_quotient(zero, zero, 1e-6), torch.zeros(3, dtype=torch.float64))
+    report = opcheck.gradgradcheck_report(torch.sgn, (_x(5, 4, seed=10),))
+    assert report.passed and not report.stats.fallbacks, report.stats.fallbacks
+    assert report.stats.batched_calls > 0
+
+
+def test_torch_func_is_warmed_before_a_batch_is_timed():
+    # The first torch.func.vjp of a process imports ~800 modules (1.5 s): charged to a pilot batch,
+    # batching looked slower than the loop. After a second-order check starts, a vjp imports nothing.
+    script = """
+import sys, torch
+import opcheck
+from opcheck.engine.batching import Evaluator
+from opcheck.engine.second_order import first_derivative
+x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+Evaluator()  # every check's: warms jvp
+first_derivative(torch.sin, (x,), None, False)  # a second-order check's: warms vjp
+before = set(sys.modules)
+torch.func.vmap(lambda a: torch.func.vjp(torch.sin, a)[1](a)[0])(torch.zeros(2, 3))
+torch.func.vmap(lambda a: torch.func.jvp(torch.sin, (a,), (a,))[1])(torch.zeros(2, 3))
+print(sorted(set(sys.modules) - before))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"

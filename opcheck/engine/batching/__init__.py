@@ -19,7 +19,7 @@ Its rooms, imported one way (each only from those above it):
 """
 
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
-from opcheck.engine.batching.evaluator import EvalStats, Evaluator, Kind
+from opcheck.engine.batching.evaluator import EvalStats, Evaluator, Kind, warm_functorch
 from opcheck.engine.batching.fd_columns import Segment, numerical_columns
 from opcheck.engine.batching.finite_differences import Differences, difference_quotient, neighbourhood_check
 from opcheck.engine.batching.jvp_columns import DtypeCheck, ForwardCalls, jvp_columns, legacy_tangents
@@ -69,4 +69,5 @@ __all__ = [
     "vjp_batch",
     "vjp_rows",
     "vmap_batching",
+    "warm_functorch",
 ]

@@ -29,6 +29,26 @@ vmap ("jvp")."""
 T = TypeVar("T")
 
 
+_WARM: set[str] = set()
+
+
+def warm_functorch(transform: Literal["vjp", "jvp"]) -> None:
+    """Call torch.func's vjp or jvp once in this process, before anything is timed.
+
+    Their first call imports much of torch._functorch and sympy (1.5 s for vjp, 0.13 s for jvp in
+    torch 2.13). Charged to a pilot batch, that made batching look a hundred times slower than the
+    loop, and the first check of a process ran its loop for the rest of the call.
+    """
+    if transform in _WARM:
+        return
+    _WARM.add(transform)
+    z = torch.zeros(2, 1, dtype=torch.float64)  # under vmap, as the batches call them
+    if transform == "vjp":
+        torch.func.vmap(lambda a: torch.func.vjp(torch.sin, a)[1](a)[0])(z)
+    else:
+        torch.func.vmap(lambda a: torch.func.jvp(torch.sin, (a,), (a,))[1])(z)
+
+
 class SlowerThanLoop(Exception):
     """The pilot batch cost more per column than the loop (already recorded): the loop takes over."""
 
@@ -67,6 +87,8 @@ class Evaluator:
         self.batch_vjp = batch
         self.batch_jvp_func = batch  # torch.func.jvp under torch.func.vmap (wider batching rules)
         self.batch_jvp = batch and legacy_vmap is not None  # make_dual under the legacy vmap
+        if batch:
+            warm_functorch("jvp")  # jvp_func's first choice; vjp is warmed where a vmap form uses it
         self.memory_budget = memory_budget
         self.adaptive = adaptive  # drop a kind of batching that turns out slower than the loop
         self.clock = clock

@@ -40,9 +40,12 @@ def neighbourhood_check(eps: float) -> NeighbourhoodCheck:
 
 
 def difference_quotient(minus: torch.Tensor, plus: torch.Tensor, eps: float) -> torch.Tensor:
-    """(plus - minus) / 2eps: a float or complex one in place, any other (an int output) promoted."""
+    """(plus - minus) / 2eps: a float or complex one in place, any other (an int output) promoted,
+    and a difference of zero tensors (a gradient known to be zero, as sgn's) out of place: zero
+    tensors are immutable."""
     if minus.is_floating_point() or minus.is_complex():
-        return torch.sub(plus, minus).div_(2 * eps)
+        difference = torch.sub(plus, minus)
+        return difference.div_(2 * eps) if not torch._is_zerotensor(difference) else difference / (2 * eps)
     return (plus - minus) / (2 * eps)
 
 

@@ -30,6 +30,7 @@ from opcheck.engine._util import (
     of_inputs,
     unpack_dual,
     unravel,
+    vmap_form,
     zeros_like_shape,
 )
 from opcheck.engine.batching import settings
@@ -172,7 +173,7 @@ def legacy_tangents(
 def _functorch_columns(calls: ForwardCalls, idxs: list[int]) -> Callable[..., tuple[torch.Tensor, ...]]:
     """The same tangents through torch.func.jvp, to run under torch.func.vmap."""
     base = detached(calls.inputs)
-    of_x = of_inputs(calls.fn, base, idxs, floats)
+    of_x = of_inputs(vmap_form(calls.fn), base, idxs, floats)
 
     def columns(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
         primals_tangents = torch.func.jvp(
