@@ -204,7 +204,7 @@ def tools(no_batching: bool):
     )
 
 
-def groups(ops_filter):
+def groups(ops_filter, dtypes=DTYPES):
     from torch.testing._internal.common_methods_invocations import op_db
 
     out = []
@@ -215,7 +215,7 @@ def groups(ops_filter):
         if ops_filter and key not in ops_filter and op.name not in ops_filter:
             continue
         supported = op.supported_backward_dtypes("cpu")
-        for dtype in DTYPES:
+        for dtype in dtypes:
             if dtype in supported:
                 out.append((op, dtype))
     return out
@@ -240,7 +240,8 @@ def run_groups(args) -> int:
     if args.limit_memory and os.path.exists("/proc/self/statm"):
         limit_memory(args.limit_memory)
     torch_tools, opcheck_tools = tools(args.no_batching)
-    todo = groups(set(args.ops) if args.ops else None)
+    dtypes = tuple(getattr(torch, d) for d in args.dtypes) if args.dtypes else DTYPES
+    todo = groups(set(args.ops) if args.ops else None, dtypes)
     gc.freeze()  # op_db's objects: later collections need not walk them
     shard, nshards = (int(x) for x in args.shard.split("/"))
     todo = [g for k, g in enumerate(todo) if k % nshards == shard]
@@ -434,6 +435,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="opdb.jsonl", help="JSON lines file to append to (resumes)")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th (op, dtype) group from the i-th")
     p.add_argument("--ops", nargs="*", help="only these OpInfo names (name or name:variant)")
+    p.add_argument("--dtypes", nargs="*", choices=[str(d).replace("torch.", "") for d in DTYPES], help="only these")
     p.add_argument("--limit", type=int, default=None, help="samples per (op, dtype) (default: all)")
     p.add_argument("--limit-seconds", type=float, default=300.0, help="per call; slower calls are timeouts")
     p.add_argument(

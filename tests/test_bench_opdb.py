@@ -36,6 +36,11 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     # CPU seconds beside wall seconds: what other work on the machine does not stretch
     assert all(0 <= r[side]["cpu_seconds"] for r in calls for side in ("torch", "opcheck"))
 
+    only = tmp_path / "complex.jsonl"
+    proc = bench("--ops", "abs", "--limit", "1", "--dtypes", "complex128", "--out", str(only))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["done"] for r in records(only) if "done" in r] == ["abs|complex128"]
+
     again = bench("--ops", "abs", "--limit", "1", "--out", str(on))  # every group is done: nothing reruns
     assert again.returncode == 0 and len(records(on)) == len(recs)
 
