@@ -42,6 +42,7 @@ class NumericalCache:
     def __init__(self) -> None:
         self._blocks: dict[CacheKey, Blocks] = {}
         self._batched: dict[CacheKey, bool] = {}
+        self._ulps: dict[CacheKey, float] = {}
         self._settled: dict[CacheKey, dict[int, set[int]]] = {}
         self._keep: list[Callable[..., Any]] = []
 
@@ -52,14 +53,19 @@ class NumericalCache:
     def get(self, key: CacheKey) -> Blocks | None:
         return self._blocks.get(key)
 
-    def put(self, key: CacheKey, blocks: Blocks, *, batched: bool) -> None:
+    def put(self, key: CacheKey, blocks: Blocks, *, batched: bool, ulps: float = 0.0) -> None:
         self._blocks[key] = blocks
         self._batched[key] = batched
+        self._ulps[key] = ulps
         self._keep.append(key[0])
 
     def batched(self, key: CacheKey) -> bool:
         """Whether vmapped calls computed these blocks (settle_rows then redoes some rows by plain calls)."""
         return self._batched.get(key, False)
+
+    def ulps(self, key: CacheKey) -> float:
+        """How far the vmapped rows of these blocks were from their plain probes (Evaluator.numerical_ulps)."""
+        return self._ulps.get(key, 0.0)
 
     def settled(self, key: CacheKey, input_idx: int) -> set[int]:
         """The rows of input input_idx's blocks already recomputed by plain calls (filled by the caller)."""
@@ -68,6 +74,7 @@ class NumericalCache:
     def clear(self) -> None:
         self._blocks.clear()
         self._batched.clear()
+        self._ulps.clear()
         self._settled.clear()
         self._keep.clear()
 

@@ -42,7 +42,8 @@ def numerical_jacobian(
         diffs = ctx.layouts.differences(diffs)
     per_segment = dict(zip(segments, numerical_columns(diffs, segments, outputs, positions)))
     result = [_blocks(inputs[idx], idx, outputs, per_segment, is_forward_ad) for idx in diff]
-    ctx.numerical_cache.put(key, result, batched=ctx.evaluator.numerical_batched)
+    ev = ctx.evaluator
+    ctx.numerical_cache.put(key, result, batched=ev.numerical_batched, ulps=ev.numerical_ulps)
     return result
 
 
@@ -85,6 +86,10 @@ def _blocks(
 SETTLE_BAND = 1e3
 """Vmapped and plain evaluations may differ by up to SETTLE_BAND * eps_dtype * max|output| (the
 batched forward probe's allowance, batching.agreement), so a central difference by up to that over eps."""
+SETTLE_MARGIN = 16.0
+"""The other rows are taken to be off by up to this many times what the probe's row was off by..."""
+SETTLE_FLOOR = 4.0
+"""...and by a few ulps even where the probe's row was exact."""
 
 
 def settle_rows(
@@ -103,6 +108,9 @@ def settle_rows(
     (a product near 1e8) that moves a central difference by more than the tolerance's margin of some
     entry, and batching would change the verdict. The rows of the block (input elements) with an
     entry that close to the tolerance are recomputed with plain calls, in every output's block.
+    How close counts is measured: the plain call that probed the vmapped rows was off by some ulps
+    of the outputs' scale (none for most kernels), and the other rows are taken to be off by up to
+    SETTLE_MARGIN times that, never less than SETTLE_FLOOR ulps nor more than SETTLE_BAND.
     """
     key = NumericalCache.key(fn, inputs, outputs)
     floats = float_outputs(outputs)
@@ -111,13 +119,16 @@ def settle_rows(
     flags = ctx.flags
     out = floats[output_idx].detach()
     scale = float(out.abs().nan_to_num(0.0, 0.0, 0.0).max()) if out.numel() else 0.0
-    band = SETTLE_BAND * torch.finfo(out.real.dtype if out.is_complex() else out.dtype).eps * scale / flags.eps
+    ulps = min(SETTLE_BAND, max(SETTLE_MARGIN * ctx.numerical_cache.ulps(key), SETTLE_FLOOR))
+    band = ulps * torch.finfo(out.real.dtype if out.is_complex() else out.dtype).eps * scale / flags.eps
     if not band > 0:
         return numerical
     dtype = torch.promote_types(analytical.dtype, numerical.dtype)
     a, n = analytical.detach().to(dtype=dtype, device="cpu"), numerical.detach().to(dtype=dtype, device="cpu")
-    margin = (a - n).abs() - (flags.atol + flags.rtol * n.abs())
-    near = (margin.abs() <= band).any(dim=1)
+    # |(|a - n| - (atol + rtol |n|))| with few temporaries (a block can have 64M entries); abs of a
+    # complex difference is real, so in place from there
+    margin = torch.sub(a, n).abs().sub_(n.abs().mul_(flags.rtol).add_(flags.atol)).abs_()
+    near = (margin <= band).any(dim=1)
     settled = ctx.numerical_cache.settled(key, input_idx)
     rows = [int(r) for r in torch.nonzero(near).flatten() if int(r) not in settled]
     if not rows:

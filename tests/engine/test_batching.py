@@ -440,6 +440,15 @@ def test_batched_central_differences_of_large_values_are_settled_by_plain_calls(
     assert report.passed == unbatched == verdict(torch.autograd.gradgradcheck)
 
 
+def test_exact_batched_differences_of_large_values_are_not_redone():
+    # sort's vmapped values equal the plain ones bit for bit: no row is near the tolerance by more
+    # than a few ulps, though the outputs are large (each row redone would cost two plain calls).
+    x = (_x(300, seed=11) * 100).detach().requires_grad_()
+    report = opcheck.gradcheck_report(lambda t: t.sort().values, (x,))
+    assert report.passed and report.stats.batched_calls > 0
+    assert not any(f.startswith("settled ") for f in report.stats.fallbacks), report.stats.fallbacks
+
+
 def test_the_reentrancy_pass_repeats_the_first_passs_batches(monkeypatch):
     # Kernels for other batch sizes may round otherwise (baddbmm's complex backward in OpInfo):
     # the second pass must use the first one's batches, the pilot's included.

@@ -9,6 +9,20 @@ class Disagreement(Exception):
     """The batched result differs from the loop's on the probe column."""
 
 
+def ulps_apart(got: torch.Tensor, want: torch.Tensor) -> float:
+    """How far apart two results that `close` accepted are: max |got - want| in units of the last
+    place of max |want| (0 where they are equal, as most batched kernels give)."""
+    got, want = got.detach(), want.detach()
+    if got.numel() == 0 or not (got.is_floating_point() or got.is_complex()):
+        return 0.0
+    diff = float(torch.sub(got, want).abs().nan_to_num(0.0, 0.0, 0.0).max())
+    if diff == 0.0:
+        return 0.0
+    scale = float(want.abs().nan_to_num(0.0, 0.0, 0.0).max())
+    eps = torch.finfo(got.real.dtype if got.is_complex() else got.dtype).eps
+    return diff / (eps * scale) if scale > 0 else float("inf")
+
+
 def close(got: torch.Tensor, want: torch.Tensor, extra_atol: float = 0.0) -> bool:
     """Agreement up to reassociation: what batched and plain kernels may differ by."""
     got, want = got.detach(), want.detach()

@@ -102,6 +102,9 @@ class Evaluator:
         self.legacy_jvp_first = False
         self.jvp_kind_used: Kind | Literal["loop"] | None = None
         self.numerical_batched = False  # whether the latest numerical_columns call was vmapped
+        # How far its vmapped rows were from the plain calls that probed them, in ulps of the
+        # outputs' scale (agreement.ulps_apart): what settle_rows expects the other rows to be off by.
+        self.numerical_ulps = 0.0
         self.stats = EvalStats()
         # Outputs whose batched VJP already matched the plain one, with the batches it used: the
         # reentrancy pass repeats them (kernels for other batch sizes may round otherwise).

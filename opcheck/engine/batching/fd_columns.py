@@ -16,7 +16,7 @@ import torch
 
 from opcheck.engine._util import as_tuple, detached, of_inputs, vmap_form
 from opcheck.engine.batching import settings
-from opcheck.engine.batching.agreement import Disagreement, close
+from opcheck.engine.batching.agreement import Disagreement, close, ulps_apart
 from opcheck.engine.batching.evaluator import untimed
 from opcheck.engine.batching.finite_differences import Differences, difference_quotient
 from opcheck.engine.batching.schedule import Schedule
@@ -41,7 +41,7 @@ def numerical_columns(
     """
     ev = diffs.ev
     total = sum(diffs.inputs[idx].numel() for idx, _ in segments)
-    ev.numerical_batched = False
+    ev.numerical_batched, ev.numerical_ulps = False, 0.0
     # Without a plain probe call (center_probe) one vmapped call beats the loop from about 5 columns.
     if ev.batch_forward and total >= (5 if ev.center_probe else settings.MIN_BATCH_COLUMNS):
         try:
@@ -166,6 +166,7 @@ class _BatchedDifferences:
         if probe and ev.center_probe:
             if not all(close(o[2 * b], ref.detach()) for o, ref in zip(outs, self.refs)):
                 raise Disagreement("vmapped evaluation at the unperturbed point differs from the plain call")
+            self._observed([o[2 * b] for o in outs], self.refs)
         elif probe:
             _, t_plain = ev.timed(self._probe, [o[2 * b] for o in outs])
             # A column is two rows (x - delta e_k and x + delta e_k); the probe evaluated one.
@@ -191,6 +192,11 @@ class _BatchedDifferences:
         for o, r in zip(batched_row, ref):
             if not close(o, r):
                 raise Disagreement("vmapped evaluation differs from the plain call")
+        self._observed(batched_row, ref)
+
+    def _observed(self, batched_row: Sequence[torch.Tensor], plain: Sequence[torch.Tensor]) -> None:
+        ulps = max((ulps_apart(o, r) for o, r in zip(batched_row, plain)), default=0.0)
+        self.ev.numerical_ulps = max(self.ev.numerical_ulps, ulps)
 
 
 def _difference_dtype(output: torch.Tensor) -> torch.dtype:
