@@ -51,6 +51,15 @@ def is_float_or_complex(obj: Any) -> bool:
     return _is_tensor_like(obj) and bool(obj.is_floating_point() or obj.is_complex())
 
 
+def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch.equal, a fast path before a difference is computed; False for the dtypes it does not
+    implement (complex32), whose difference then decides, as in torch's own checks."""
+    try:
+        return bool(torch.equal(a, b))
+    except NotImplementedError:
+        return False
+
+
 def requires_grad(obj: Any) -> bool:
     return _is_tensor_like(obj) and bool(obj.requires_grad)
 

@@ -103,6 +103,7 @@ from opcheck.engine._util import (
     diff_input_indices,
     exception_line,
     float_outputs,
+    identical,
     is_float_or_complex,
     unravel,
 )
@@ -336,7 +337,7 @@ class _ProjectionCheck:
                 ctx.fail_gradient_dtype()
         nondet_tol = ctx.flags.nondet_tol
         for a, b in zip(first, second):
-            if a is not None and b is not None and a.numel() and not torch.equal(a, b):
+            if a is not None and b is not None and a.numel() and not identical(a, b):
                 if (a - b).abs().max() > nondet_tol:
                     fail_reentrancy(ctx, nondet_tol, float((a - b).abs().max()))
 

@@ -21,6 +21,7 @@ from opcheck.engine._util import (
     at_positions,
     detached,
     diff_input_indices,
+    identical,
     of_inputs,
     requires_grad,
     vmap_form,
@@ -157,7 +158,7 @@ def _plain_gradients(
         b = g.detach() if g is not None else a
         if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
             raise Fallback(f"output {i}: the plain gradient of input {j} has an unexpected dtype or shape")
-        if not torch.equal(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.flags.nondet_tol):
+        if not identical(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.flags.nondet_tol):
             raise Fallback(f"two plain backward passes of output {i} differ (reentrancy)")
         result.append(a.reshape(-1))
     return result

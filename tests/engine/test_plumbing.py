@@ -206,3 +206,19 @@ def test_columns_are_stacked_in_place_and_as_torch_stack_when_shapes_change():
     with pytest.raises(RuntimeError) as torchs:
         torch.stack([c[0] for c in changed])
     assert str(ours.value) == str(torchs.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_a_complex32_output_gets_torchs_second_order_verdict(dtype):
+    # torch.equal has no complex32 kernel: the reentrancy check's fast path must not be the verdict.
+    x = torch.randn(4, dtype=dtype, generator=torch.Generator().manual_seed(0)).requires_grad_()
+
+    def first_line(check):
+        torch.manual_seed(0)
+        with pytest.raises(Exception) as info:
+            check(torch.Tensor.chalf, (x,))
+        return type(info.value).__name__, str(info.value).splitlines()[0]
+
+    theirs = first_line(torch.autograd.gradgradcheck)
+    assert theirs[0] == "GradcheckError"
+    assert first_line(opcheck.gradgradcheck) == theirs
