@@ -43,10 +43,15 @@ def warm_functorch(transform: Literal["vjp", "jvp"]) -> None:
         return
     _WARM.add(transform)
     z = torch.zeros(2, 1, dtype=torch.float64)  # under vmap, as the batches call them
-    if transform == "vjp":
-        torch.func.vmap(lambda a: torch.func.vjp(torch.sin, a)[1](a)[0])(z)
-    else:
-        torch.func.vmap(lambda a: torch.func.jvp(torch.sin, (a,), (a,))[1])(z)
+    try:
+        with warnings.catch_warnings():  # what torch's modules warn of as they import, as in a batch
+            warnings.simplefilter("ignore")
+            if transform == "vjp":
+                torch.func.vmap(lambda a: torch.func.vjp(torch.sin, a)[1](a)[0])(z)
+            else:
+                torch.func.vmap(lambda a: torch.func.jvp(torch.sin, (a,), (a,))[1])(z)
+    except Exception:  # noqa: BLE001 - a torch.func that cannot run here fails in the batch, which falls back
+        pass
 
 
 class SlowerThanLoop(Exception):
