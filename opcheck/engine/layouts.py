@@ -321,12 +321,17 @@ class LayoutInputs:
         self._wrapped[id(with_layouts)] = (with_layouts, func)
         return with_layouts
 
+    def _unwrapped(self, fn: Callable[..., Any], inputs: Sequence[Any]) -> Callable[..., Any] | None:
+        """The function as given, where fn at inputs is the stand-ins' call (wrap's function at
+        self.inputs); else None."""
+        wrapped = self._wrapped.get(id(fn))
+        same = len(inputs) == len(self.inputs) and all(a is b for a, b in zip(inputs, self.inputs))
+        return wrapped[1] if wrapped is not None and wrapped[0] is fn and same else None
+
     def rows_call(self, call: Call) -> Call:
         """The call whose backward gives the full check's analytical rows: for the stand-ins' call,
         the call as given (torch's rows, without a stand-in's backward in every pass), else `call`."""
-        wrapped = self._wrapped.get(id(call.func))
-        same_inputs = len(call.inputs) == len(self.inputs) and all(a is b for a, b in zip(call.inputs, self.inputs))
-        if self.given is None or wrapped is None or wrapped[0] is not call.func or not same_inputs:
+        if self.given is None or self._unwrapped(call.func, call.inputs) is None:
             return call
         return self.given
 
@@ -334,19 +339,15 @@ class LayoutInputs:
         """The numerical loop's central differences: torch's, moving the values of each sparse input
         in place and calling the function itself, where `diffs` are those of a wrapped function at the
         stand-ins; otherwise `diffs` as they are (MKLDNN inputs go through their stand-ins)."""
-        wrapped = self._wrapped.get(id(diffs.fn))
-        if (
-            wrapped is None
-            or wrapped[0] is not diffs.fn
-            or any(s.pattern is None or diffs.inputs[i] is not s.dense for i, s in self.stand_ins.items())
-        ):
+        func = self._unwrapped(diffs.fn, diffs.inputs)
+        if func is None or any(s.pattern is None for s in self.stand_ins.values()):
             return diffs
         inputs = list(diffs.inputs)
         values: dict[int, tuple[torch.Tensor, dict[int, int]]] = {}
         for i, s in self.stand_ins.items():
             inputs[i], flat, where = s.numerical_values()
             values[i] = (flat, where)
-        return ValueDifferences(diffs.ev, wrapped[1], tuple(inputs), diffs.eps, values)
+        return ValueDifferences(diffs.ev, func, tuple(inputs), diffs.eps, values)
 
     def random_vector(self, t: torch.Tensor, generator: torch.Generator, downcast_complex: bool) -> torch.Tensor | None:
         """fast mode's direction for a stand-in (torch's, for its layout), or None for other tensors."""
