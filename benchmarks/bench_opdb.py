@@ -23,7 +23,8 @@ disagrees (verdict or first line) is run through torch again: when torch disagre
 the pair is marked nondeterministic and counted apart.
 
 Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
-finished has a ``{"done": ...}`` line and is skipped when the same file is given again.
+finished has a ``{"done": ...}`` line and is skipped when the same file is given again, and in a
+group a run stopped inside, the calls it recorded are not made again.
 A call that runs past ``--limit-seconds`` is a timeout, one that cannot allocate within
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
 memory; both are counted apart. ``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
@@ -221,8 +222,11 @@ def groups(ops_filter, dtypes=DTYPES):
     return out
 
 
-def done_groups(path: str) -> set[str]:
-    done = set()
+def finished(path: str) -> tuple[set[str], set[tuple]]:
+    """What an earlier run of this file finished: its done groups, and the (group, sample, call,
+    mode) of every call it recorded (a run stopped inside a group resumes after its last call:
+    samples are rebuilt from the same seed, so sample k is the same sample)."""
+    groups, calls = set(), set()
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
@@ -231,8 +235,16 @@ def done_groups(path: str) -> set[str]:
                 except json.JSONDecodeError:  # a line cut short by a killed run
                     continue
                 if "done" in rec:
-                    done.add(rec["done"])
-    return done
+                    groups.add(rec["done"])
+                elif "call" in rec:
+                    calls.add((rec["group"], rec["sample"], rec["call"], rec["mode"]))
+    return groups, calls
+
+
+def ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def run_groups(args) -> int:
@@ -245,8 +257,10 @@ def run_groups(args) -> int:
     gc.freeze()  # op_db's objects: later collections need not walk them
     shard, nshards = (int(x) for x in args.shard.split("/"))
     todo = [g for k, g in enumerate(todo) if k % nshards == shard]
-    done = done_groups(args.out)
+    done, recorded = finished(args.out)
     with open(args.out, "a") as out:
+        if out.tell() and not ends_with_newline(args.out):
+            out.write("\n")  # after a line a killed run cut short, not onto it
         for op, dtype in todo:
             key = op_key(op.name, op.variant_test_name)
             group = f"{key}|{str(dtype).replace('torch.', '')}"
@@ -266,6 +280,8 @@ def run_groups(args) -> int:
                         continue
                     for name, checker, kwargs in calls_for(op):
                         for mode, fast in MODES.items():
+                            if (group, k, name, mode) in recorded:
+                                continue
                             kw = dict(kwargs, fast_mode=fast)
                             t = (
                                 None

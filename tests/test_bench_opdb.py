@@ -44,6 +44,19 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     again = bench("--ops", "abs", "--limit", "1", "--out", str(on))  # every group is done: nothing reruns
     assert again.returncode == 0 and len(records(on)) == len(recs)
 
+    # a run stopped inside a group: the next one makes only the calls it had not recorded
+    partial = tmp_path / "partial.jsonl"
+    kept = [r for r in calls if r["group"] == "abs|float64"][:5]
+    partial.write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"call": "cut sh')
+    proc = bench("--ops", "abs", "--limit", "1", "--dtypes", "float64", "--out", str(partial))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed = [json.loads(line) for line in partial.read_text().splitlines()[: len(kept)]]
+    after = [json.loads(line) for line in partial.read_text().splitlines()[len(kept) + 1 :]]
+    assert resumed == kept  # untouched
+    keys = [(r["sample"], r["call"], r["mode"]) for r in kept + after if "call" in r]
+    assert len(keys) == len(set(keys)) == 12
+    assert after[-1] == {"done": "abs|float64"}
+
     report = bench("--report", str(on))
     assert report.returncode == 0, report.stdout
     assert "1 ops, 2 samples, 24 paired calls" in report.stdout
