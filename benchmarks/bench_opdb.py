@@ -372,7 +372,9 @@ def report(paths, slow_factor: float) -> int:
             lines.append(r)
     ops = {r["op"] for r in recs}
     samples = {(r["group"], r["sample"]) for r in recs}
+    done = set().union(*(finished(path)[0] for path in paths))
     print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
+    print(f"  groups: {len(done)} of op_db's {len(groups(None))} (op, dtype) groups done")
     on_wall = len(recs) - len(limited) - on_cpu
     print(f"  times: CPU seconds for {on_cpu} calls, wall seconds for the {on_wall} older records")
     for mode in MODES:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,7 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     report = bench("--report", str(on))
     assert report.returncode == 0, report.stdout
     assert "1 ops, 2 samples, 24 paired calls" in report.stdout
+    assert re.search(r"groups: 2 of op_db.s [1-9][0-9]{2} \(op, dtype\) groups done", report.stdout), report.stdout
     assert "times: CPU seconds for 24 calls, wall seconds for the 0 older records" in report.stdout
     assert "verdict disagreements: 0" in report.stdout and "first-line disagreements: 0" in report.stdout
 
