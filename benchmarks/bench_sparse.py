@@ -6,7 +6,8 @@ and one with a wrong gradient on one specified value, at kernel-like sizes (64x6
 and smaller). Both tools run in one process on separately built copies of each sample, in torch's
 slow mode (fast_mode=False) and fast mode (fast_mode=True), and opcheck's default fast_mode="auto"
 timed against torch's fast mode, its verdict compared with torch's slow mode. Prints each row's
-verdicts and times and the totals; exits 1 when a verdict differs.
+verdicts and times and the totals; exits 1 when a verdict differs. Times are the process's CPU
+seconds (torch runs on one thread here), which other work on a shared machine does not stretch.
 
     python benchmarks/bench_sparse.py
 """
@@ -99,7 +100,7 @@ def run(check, fn, make, **kwargs):
     from torch.autograd.gradcheck import GradcheckError
 
     inputs = make()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -108,7 +109,7 @@ def run(check, fn, make, **kwargs):
         verdict = "GradcheckError"
     except Exception as e:  # noqa: BLE001 - the exception type is the verdict
         verdict = type(e).__name__
-    return verdict, time.perf_counter() - t0
+    return verdict, time.process_time() - t0
 
 
 def main(argv=None) -> int:

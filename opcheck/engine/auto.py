@@ -99,6 +99,7 @@ import torch
 
 from opcheck.engine._util import (
     Inputs,
+    allclose_promoted,
     as_tuple,
     diff_input_indices,
     exception_line,
@@ -119,7 +120,7 @@ from opcheck.engine.auto_sources import (
     rows_along,
 )
 from opcheck.engine.batching import vjp_batch
-from opcheck.engine.compare import BACKWARD, Part, allclose_promoted, block_mismatch
+from opcheck.engine.compare import BACKWARD, Part, block_mismatch
 from opcheck.engine.complex_views import RealViews, real_views
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.core import full_check

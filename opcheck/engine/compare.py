@@ -16,30 +16,6 @@ from opcheck.engine._util import diff_input_indices, float_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.diagnostics import BlockLabel, JacobianMismatch, find_mismatch
 
-_COMPARE_CHUNK = 1 << 16
-"""Elements compared per step on the fast path: small enough for the temporaries to stay in cache."""
-
-
-def allclose_promoted(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
-    """torch.allclose after type promotion, with one reduction per band of rows on the way to a pass."""
-    dtype = torch.promote_types(a.dtype, b.dtype)
-    a, b = a.to(dtype=dtype), b.to(dtype=dtype)
-    if a.shape == b.shape and a.numel() and a.dim() <= 2:
-        # isclose's own formula, |a - b| <= atol + rtol * |b|, as max(|a - b| - allowance) <= 0: for
-        # finite values the rounded difference has the exact difference's sign, so a band passes
-        # here exactly when torch.allclose passes it. NaN and inf (in a or in b) never pass here;
-        # torch.allclose decides those and every mismatch. Bands keep the temporaries in cache.
-        a2 = a.detach().reshape(a.shape[0] if a.dim() == 2 else 1, -1)
-        b2 = b.detach().reshape(b.shape[0] if b.dim() == 2 else 1, -1)
-        step = max(1, _COMPARE_CHUNK // max(1, a2.shape[1]))
-        for r in range(0, a2.shape[0], step):
-            ac, bc = a2[r : r + step], b2[r : r + step]
-            excess = torch.sub(ac, bc).abs().sub_(bc.abs().mul_(rtol).add_(atol)).max()
-            if not float(excess) <= 0:
-                return bool(torch.allclose(a, b, rtol, atol))
-        return True
-    return bool(torch.allclose(a, b, rtol, atol))
-
 
 @dataclass(frozen=True)
 class Part:

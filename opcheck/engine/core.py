@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from opcheck.engine._util import allclose_promoted
 from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
-from opcheck.engine.compare import BACKWARD, Block, Part, allclose_promoted, block_mismatch, raise_mismatch
+from opcheck.engine.compare import BACKWARD, Block, Part, block_mismatch, raise_mismatch
 from opcheck.engine.context import FULL_CHECK_ELEMENTS, Call, CheckContext
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.numerical import numerical_jacobian, settle_rows

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from opcheck.engine._util import unravel
+from opcheck.engine._util import allclose_promoted, unravel
 from opcheck.engine.pattern_hints import index_hint, swapped_hint
 
 WORST_ENTRIES = 5
@@ -124,13 +124,22 @@ def find_mismatch(
     dtype = torch.promote_types(analytical.dtype, numerical.dtype)
     a = analytical.detach().to(device="cpu", dtype=dtype)
     n = numerical.detach().to(device="cpu", dtype=dtype)
-    diff = (a - n).abs()
-    allowed = atol + rtol * n.abs()
-    bad = ~(diff <= allowed)  # NaN anywhere counts as a mismatch, as in allclose
-    excess = torch.where(torch.isnan(diff) | torch.isnan(allowed), torch.full_like(diff, math.inf), diff - allowed)
+    # A block can hold millions of entries (4096 x 4096: 16.7M), and a report is made on every
+    # failure: each pass below is one over the block, the rest works on the failing entries only.
+    norms = _abs_max(a), _abs_max(n)
+    diff = torch.sub(a, n).abs() if dtype.is_complex else torch.sub(a, n).abs_()
+    allowed = n.abs().mul_(rtol).add_(atol)
+    if all(map(math.isfinite, norms)):
+        bad = diff.le(allowed).logical_not_()
+    else:  # isclose's own rules for NaN and inf (an inf is close only to the same inf)
+        bad = torch.isclose(a, n, rtol=rtol, atol=atol).logical_not_()
+    failing = torch.nonzero(bad.reshape(-1)).flatten()
+    diff_bad, allowed_bad = diff.reshape(-1)[failing], allowed.reshape(-1)[failing]
+    del allowed
+    excess = torch.where(diff_bad.isfinite() & allowed_bad.isfinite(), diff_bad - allowed_bad, math.inf)
     worst = []
-    for flat in _largest(excess.reshape(-1), min(WORST_ENTRIES, int(bad.sum()))):
-        row, col = divmod(flat, a.shape[1])
+    for k in _largest(excess, min(WORST_ENTRIES, failing.numel())):
+        row, col = divmod(int(failing[k]), a.shape[1])
         av, nv = a[row, col].item(), n[row, col].item()
         d = diff[row, col].item()
         worst.append(
@@ -155,6 +164,8 @@ def find_mismatch(
         input_idx=label.input_idx,
         numerical_of_inputs=numerical_of_inputs,
         forward=label.forward_mode,
+        failing=failing,
+        norms=norms,
     )
     return JacobianMismatch(
         **label.label_fields(),
@@ -162,7 +173,7 @@ def find_mismatch(
         output_shape=output_shape,
         atol=atol,
         rtol=rtol,
-        mismatched=int(bad.sum()),
+        mismatched=failing.numel(),
         total=bad.numel(),
         worst=tuple(worst),
         hints=tuple(hints),
@@ -199,6 +210,8 @@ def hints_for(
     input_idx: int = 0,
     numerical_of_inputs: Sequence[Tensor | None] = (),
     forward: bool = False,
+    failing: Tensor | None = None,
+    norms: tuple[float, float] | None = None,
 ) -> list[str]:
     """Recognize the common shapes of a wrong gradient: one that explains the whole block, else
     what the wrong entries have in common.
@@ -206,29 +219,37 @@ def hints_for(
     names: the block's (input name, output name); input_idx and numerical_of_inputs (see
     find_mismatch) let a gradient that belongs to another input be recognized. forward: the block
     is a forward-mode (JVP) Jacobian, whose causes differ from backward's (a zero JVP usually means
-    no forward-mode formula, not a detached output).
+    no forward-mode formula, not a detached output). failing (the flat indices of bad's entries)
+    and norms (max |a| and max |n|): where the caller has them.
     """
-    nonfinite = _nonfinite_hint(a, n)
+    a_max, n_max = norms if norms is not None else (_abs_max(a), _abs_max(n))
+    nonfinite = _nonfinite_hint(a_max, n_max)
     if nonfinite:
         return [nonfinite]
 
     # A hypothesis about the whole block ("analytical = 2 x numerical") is first tried on the
     # entries that fail: where it fails there, allclose over the block is False too, and most
-    # hypotheses are rejected without a pass over millions of entries.
-    failing = torch.nonzero(bad.reshape(-1)).flatten()[:PROBE_ENTRIES]
+    # hypotheses are rejected without a pass over millions of entries. The probe indexes by row
+    # and column, so that a view (an expanded column, a transpose) is not copied for it.
+    if failing is None:
+        failing = torch.nonzero(bad.reshape(-1)).flatten()
+    count = failing.numel()
+    probe = failing[:PROBE_ENTRIES]
+    rows, cols = (probe // bad.shape[1], probe % bad.shape[1]) if bad.dim() == 2 else (None, None)
 
-    def close(x: Tensor, y: Tensor) -> bool:
-        if x.shape == y.shape == bad.shape and failing.numel():
-            xs, ys = x.reshape(-1)[failing], y.reshape(-1)[failing]
-            if not torch.allclose(xs, ys, rtol=rtol, atol=atol):
+    def close(x: Tensor, y: Tensor, scale: float | complex | None = None) -> bool:
+        """allclose(x, scale * y) (scale: 1 when None)."""
+        if rows is not None and x.shape == y.shape == bad.shape and rows.numel():
+            xs, ys = x[rows, cols], y[rows, cols]
+            if not torch.allclose(xs, ys if scale is None else scale * ys, rtol=rtol, atol=atol):
                 return False
-        return bool(torch.allclose(x, y, rtol=rtol, atol=atol))
+        return allclose_promoted(x, y if scale is None else scale * y, rtol, atol)
 
     swapped = swapped_hint(a, input_idx, numerical_of_inputs, close)
     if swapped:
         return [swapped]
 
-    whole = _whole_block_hint(a, n, close, atol, forward=forward)
+    whole = _whole_block_hint(a, n, close, atol, forward=forward, norms=(a_max, n_max))
     if whole:
         return [whole]
     hints = []
@@ -242,16 +263,27 @@ def hints_for(
     related = _related_hint(a, n, close)
     if related:
         return [*hints, related]
-    return hints + _entry_hints(bad, input_shape, output_shape, names)
+    return hints + _entry_hints(bad, count, input_shape, output_shape, names)
 
 
-def _nonfinite_hint(a: Tensor, n: Tensor) -> str | None:
-    if not bool(torch.isfinite(a).all()):
+def _abs_max(x: Tensor) -> float:
+    """max |x| in one pass without a temporary: NaN where x has a NaN, inf where it has an inf."""
+    if not x.numel():
+        return 0.0
+    if x.is_complex():
+        return float(torch.linalg.vector_norm(x.reshape(-1), math.inf))
+    lo, hi = (float(v) for v in torch.aminmax(x.reshape(-1)))
+    return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
+
+
+def _nonfinite_hint(a_max: float, n_max: float) -> str | None:
+    """a_max, n_max: _abs_max of the analytical and numerical blocks."""
+    if not math.isfinite(a_max):
         return (
             "the analytical Jacobian has NaN or inf entries: backward divides by zero or "
             "evaluates a function outside its domain at this sample"
         )
-    if not bool(torch.isfinite(n).all()):
+    if not math.isfinite(n_max):
         return (
             "the numerical Jacobian has NaN or inf entries: the sample sits at or next to a "
             "point where the op is undefined; move the sample away from it"
@@ -260,11 +292,17 @@ def _nonfinite_hint(a: Tensor, n: Tensor) -> str | None:
 
 
 def _whole_block_hint(
-    a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool], atol: float, *, forward: bool = False
+    a: Tensor,
+    n: Tensor,
+    close: Callable[..., bool],
+    atol: float,
+    *,
+    forward: bool = False,
+    norms: tuple[float, float] | None = None,
 ) -> str | None:
     """A cause that explains every entry: a detached output or a missing forward-mode formula, an
-    ignored grad_output, a missing conj."""
-    a_norm, n_norm = float(a.abs().max()), float(n.abs().max())
+    ignored grad_output, a missing conj. norms: max |a| and max |n|, where the caller has them."""
+    a_norm, n_norm = norms if norms is not None else (_abs_max(a), _abs_max(n))
     if a_norm <= atol and n_norm > atol:
         if forward:
             # torch does not raise for an op without a forward-mode formula that it cannot see
@@ -299,10 +337,10 @@ def _whole_block_hint(
     return None
 
 
-def _related_hint(a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool]) -> str | None:
+def _related_hint(a: Tensor, n: Tensor, close: Callable[..., bool]) -> str | None:
     """The analytical block as a simple function of the numerical one: a multiple, or its transpose."""
     scale = _scale(a, n)
-    if scale is not None and close(a, scale * n):
+    if scale is not None and close(a, n, scale):
         c = complex(scale) if isinstance(scale, complex) else float(scale)
         if isinstance(c, float) and abs(c + 1) < 1e-3:
             return "analytical ≈ -1 × numerical everywhere: the gradient's sign is flipped"
@@ -318,9 +356,9 @@ def _related_hint(a: Tensor, n: Tensor, close: Callable[[Tensor, Tensor], bool])
     return None
 
 
-def _entry_hints(bad: Tensor, input_shape: Shape, output_shape: Shape, names: tuple[str, str]) -> list[str]:
-    """What the wrong entries have in common: a broadcast input's dims, one entry, one input or
-    output element, one index of either."""
+def _entry_hints(bad: Tensor, count: int, input_shape: Shape, output_shape: Shape, names: tuple[str, str]) -> list[str]:
+    """What the wrong entries (count of them) have in common: a broadcast input's dims, one entry,
+    one input or output element, one index of either."""
     hints = []
     dims = _broadcast_dims(input_shape, output_shape)
     if dims:
@@ -330,9 +368,9 @@ def _entry_hints(bad: Tensor, input_shape: Shape, output_shape: Shape, names: tu
             "summed over exactly those dims; a mismatch here often means it was reduced over the "
             "wrong one"
         )
-    if int(bad.sum()) == 1:
+    if count == 1:
         hints.append("only one entry differs: look for a special case or an off-by-one index in backward")
-    elif bad.any():
+    elif count:
         rows = bad.any(dim=1)
         if int(rows.sum()) == 1 and bad.shape[0] > 1:
             row = int(rows.nonzero()[0])
@@ -348,10 +386,12 @@ def _entry_hints(bad: Tensor, input_shape: Shape, output_shape: Shape, names: tu
 
 
 def _scale(a: torch.Tensor, n: torch.Tensor) -> float | complex | None:
-    denom = torch.vdot(n.reshape(-1), n.reshape(-1)) if n.is_complex() else (n * n).sum()
+    """The least-squares c of a ≈ c n (None for 1 or a zero n)."""
+    af, nf = a.reshape(-1), n.reshape(-1)
+    denom = torch.vdot(nf, nf) if n.is_complex() else torch.dot(nf, nf)
     if float(denom.abs()) == 0.0:
         return None
-    num = torch.vdot(n.reshape(-1), a.reshape(-1)) if n.is_complex() else (n * a).sum()
+    num = torch.vdot(nf, af) if n.is_complex() else torch.dot(nf, af)
     c = (num / denom).item()
     if isinstance(c, complex):
         if abs(c.imag) <= 1e-6 * max(1.0, abs(c)):

@@ -15,6 +15,7 @@ import torch.autograd.forward_ad as fwAD
 
 from opcheck.engine._util import (
     Inputs,
+    allclose_promoted,
     as_tuple,
     diff_input_indices,
     float_outputs,
@@ -25,7 +26,7 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, stack_rows
 from opcheck.engine.batching import Differences
-from opcheck.engine.compare import BACKWARD, Block, Part, allclose_promoted, block_mismatch
+from opcheck.engine.compare import BACKWARD, Block, Part, block_mismatch
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.core import second_order_hint
 from opcheck.engine.errors import FAILED_NONDET_NOTE, FAST_FAIL_SLOW_OK_NOTE

@@ -59,10 +59,9 @@ from typing import Any
 import torch
 
 from opcheck.engine import aux_checks
-from opcheck.engine._util import Inputs, detached, diff_input_indices, float_outputs, vmap_form
+from opcheck.engine._util import Inputs, allclose_promoted, detached, diff_input_indices, float_outputs, vmap_form
 from opcheck.engine.analytical import analytical_jvp_jacobian
 from opcheck.engine.batching import close, combination_close, difference_quotient, settings
-from opcheck.engine.compare import allclose_promoted
 from opcheck.engine.context import Blocks, Call, CheckContext
 from opcheck.engine.fused_backward import batched_backward
 from opcheck.engine.numerical import numerical_jacobian

@@ -18,6 +18,7 @@ from opcheck.engine import aux_checks
 from opcheck.engine._util import (
     Func,
     Inputs,
+    allclose_promoted,
     at_positions,
     detached,
     diff_input_indices,
@@ -27,7 +28,6 @@ from opcheck.engine._util import (
     vmap_form,
 )
 from opcheck.engine.batching import Evaluator, close
-from opcheck.engine.compare import allclose_promoted
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.passes import Fallback
 

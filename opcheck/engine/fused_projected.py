@@ -45,6 +45,7 @@ from opcheck.engine import aux_checks
 from opcheck.engine._util import (
     Func,
     Inputs,
+    allclose_promoted,
     as_tuple,
     detached,
     diff_input_indices,
@@ -57,7 +58,6 @@ from opcheck.engine._util import (
     vmap_form,
 )
 from opcheck.engine.batching import ForwardCalls, close, combination_close, difference_quotient, legacy_tangents
-from opcheck.engine.compare import allclose_promoted
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.fast import make_vectors, real_direction
 from opcheck.engine.fused_backward import batched_backward

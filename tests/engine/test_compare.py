@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from opcheck.engine import compare
+from opcheck.engine import _util
 
 
 def _blocks(kind: str):
@@ -42,6 +42,6 @@ def _blocks(kind: str):
 )
 @pytest.mark.parametrize("chunk", [1 << 16, 64])
 def test_banded_comparison_agrees_with_allclose(kind, chunk, monkeypatch):
-    monkeypatch.setattr(compare, "_COMPARE_CHUNK", chunk)
+    monkeypatch.setattr(_util, "_COMPARE_CHUNK", chunk)
     a, n = _blocks(kind)
-    assert compare.allclose_promoted(a, n, 1e-3, 1e-5) == bool(torch.allclose(a, n, 1e-3, 1e-5))
+    assert _util.allclose_promoted(a, n, 1e-3, 1e-5) == bool(torch.allclose(a, n, 1e-3, 1e-5))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import corpus
@@ -406,3 +407,40 @@ def test_a_hypothesis_that_holds_on_the_failing_entries_only_gives_no_hint(probe
     row_doubled[3] *= 2  # every failing entry is twice the numerical one, the other rows are right
     assert not _hint_with("× numerical everywhere", hints(row_doubled))
     assert _hint_with("all wrong entries belong to input element [3]", hints(row_doubled))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("side", ["analytical", "numerical"])
+def test_a_nonfinite_entry_is_the_one_listed_and_named_on_its_side(dtype, value, side):
+    n = _x(6, 5, seed=9, dtype=dtype).detach()
+    a = n.clone()
+    (a if side == "analytical" else n)[4, 2] = value
+    m = find_mismatch(a, n, rtol=1e-3, atol=1e-5, label=_label(0), shapes=((6,), (5,)))
+    assert m.mismatched == 1 and [(e.input_index, e.output_index) for e in m.worst] == [((4,), (2,))]
+    assert m.mismatched == int((~torch.isclose(a, n, rtol=1e-3, atol=1e-5)).sum())
+    assert m.hints[0].startswith(f"the {side} Jacobian has NaN or inf entries"), m.hints
+
+
+def test_an_inf_matched_by_the_same_inf_is_not_a_mismatch():
+    n = _x(6, 5, seed=10).detach()
+    n[1, 1] = math.inf
+    a = n.clone()
+    a[0, 0] += 1.0
+    m = find_mismatch(a, n, rtol=1e-3, atol=1e-5, label=_label(0), shapes=((6,), (5,)))
+    assert m.mismatched == 1 and [(e.input_index, e.output_index) for e in m.worst] == [((0,), (0,))]
+
+
+@pytest.mark.parametrize("view", ["expanded column", "transposed"])
+def test_hypotheses_about_views_are_probed_without_copying_them(view, monkeypatch):
+    # close() indexes a view by row and column on the failing entries; the hint is the same
+    from opcheck.engine import diagnostics
+
+    n = _x(40, 40, seed=11).detach()
+    a = n[:, :1].expand_as(n).clone() if view == "expanded column" else n.t().clone()
+    hints = {}
+    for probe in (64, 0):
+        monkeypatch.setattr(diagnostics, "PROBE_ENTRIES", probe)
+        hints[probe] = find_mismatch(a, n, rtol=1e-3, atol=1e-5, label=_label(0), shapes=((40,), (40,))).hints
+    assert hints[64] == hints[0]
+    assert _hint_with("ignores grad_output" if view == "expanded column" else "transpose", hints[64])
