@@ -533,3 +533,33 @@ print(sorted(set(sys.modules) - before))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_the_default_clock_does_not_charge_a_batched_call_its_time_off_the_cpu(accelerator, monkeypatch):
+    # On a loaded machine the batched call of a decision loses the CPU midway (wall seconds long,
+    # CPU seconds short): by the default clock it still undercuts the loop, except where the
+    # process uses an accelerator, whose work the host's CPU time does not see.
+    from types import SimpleNamespace
+
+    from opcheck.engine.batching import evaluator, settings
+
+    wall, cpu = _Spans(batched=1.0, plain=1e-6), _Spans(batched=1e-7, plain=1e-6)
+    monkeypatch.setattr(evaluator, "time", SimpleNamespace(perf_counter=wall, process_time=cpu))
+    monkeypatch.setattr(settings, "accelerator_in_use", lambda: accelerator)
+    with batching_clock(None):
+        report = opcheck.gradcheck_report(torch.sin, (_x(40),))  # one batch of each kind, no pilot
+    assert report.passed and wall.readings and wall.readings == cpu.readings
+    slower = [f for f in report.stats.fallbacks if "slower than the loop" in f]
+    assert bool(slower) is accelerator, report.stats.fallbacks
+
+
+def test_cost_seconds_is_the_smaller_clock_without_an_accelerator(monkeypatch):
+    from opcheck.engine.batching import settings
+
+    monkeypatch.setattr(settings, "accelerator_in_use", lambda: False)
+    assert settings.cost_seconds(wall=2.0, cpu=0.5) == 0.5  # off the CPU for 1.5 s
+    assert settings.cost_seconds(wall=0.5, cpu=2.0) == 0.5  # four threads of a parallel kernel
+    monkeypatch.setattr(settings, "accelerator_in_use", lambda: True)
+    assert settings.cost_seconds(wall=2.0, cpu=0.5) == 2.0
+    assert settings.accelerator_in_use() is True

@@ -19,7 +19,7 @@ import torch
 
 from opcheck.engine._util import Func, as_tuple, legacy_vmap
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
-from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock
+from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds
 
 Kind = Literal["forward", "vjp", "jvp_func", "jvp"]
 """A kind of batching: forward evaluation (finite differences), VJP rows (is_grads_batched), JVP
@@ -77,8 +77,8 @@ class Evaluator:
     """Per-call batching policy and counters.
 
     `batch=False` forces the loop everywhere. Once a kind of batching (forward evaluation, VJP,
-    JVP) fails, or costs more per column than the loop as timed by `clock`, it stays off for the
-    rest of the call.
+    JVP) fails, or costs more per column than the loop as timed by `clock` (None: cost_seconds), it
+    stays off for the rest of the call.
     """
 
     def __init__(
@@ -86,7 +86,7 @@ class Evaluator:
         batch: bool = True,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         adaptive: bool = True,
-        clock: Clock = time.perf_counter,
+        clock: Clock | None = None,
     ):
         self.batch_forward = batch
         self.batch_vjp = batch
@@ -185,13 +185,17 @@ class Evaluator:
         schedule.measured(batched_per_column, plain_per_column)
 
     def timed(self, f: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
-        """f's result and the seconds it took by this evaluator's clock."""
-        start = self.clock()
-        try:
-            result = f(*args, **kwargs)
-        finally:  # read even when f raises: the clock sees its readings in pairs (see batching_clock)
-            stop = self.clock()
-        return result, stop - start
+        """f's result and the seconds it took by this evaluator's clock (or cost_seconds)."""
+        if self.clock is not None:
+            start = self.clock()
+            try:
+                result = f(*args, **kwargs)
+            finally:  # read even when f raises: the clock sees its readings in pairs (see batching_clock)
+                stop = self.clock()
+            return result, stop - start
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = f(*args, **kwargs)
+        return result, cost_seconds(time.perf_counter() - wall, time.process_time() - cpu)
 
     # ------------------------------------------------------------ evaluations
     def vmap(self, f: Func, *args: Any) -> Any:

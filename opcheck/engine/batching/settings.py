@@ -7,9 +7,10 @@ concurrent checks (threads, tasks) never see each other's.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+
+import torch
 
 DEFAULT_MEMORY_BUDGET = 64 * 2**20
 """Bytes the batched tensors of one chunk may take (perturbed inputs and outputs, or cotangents and
@@ -31,7 +32,32 @@ Clock = Callable[[], float]
 """Seconds from an arbitrary origin, like time.perf_counter."""
 
 _BATCHING: ContextVar[bool] = ContextVar("opcheck_vmap_batching", default=True)
-_CLOCK: ContextVar[Clock] = ContextVar("opcheck_batching_clock", default=time.perf_counter)
+_CLOCK: ContextVar[Clock | None] = ContextVar("opcheck_batching_clock", default=None)
+
+
+def cost_seconds(wall: float, cpu: float) -> float:
+    """What a timed call cost the adaptive rule: its wall seconds, or the process's CPU seconds over
+    the call where fewer; wall seconds alone while an accelerator is in use.
+
+    On a loaded machine a call loses the CPU to other processes midway (a time slice is a few
+    milliseconds, about what a batched call takes), and of the two calls a decision compares, the
+    longer, batched one is the likelier to: timed by the wall clock, three processes on two cores
+    made conv2d's batched VJP look 2-4x dearer per column than the loop, cheaper by CPU time. CPU
+    time leaves out time off the CPU; it adds up every thread of a parallel kernel, where the wall
+    clock is the smaller. The host's CPU time does not see a device's work, hence wall seconds there.
+    """
+    return wall if accelerator_in_use() else min(wall, cpu)
+
+
+def accelerator_in_use() -> bool:
+    """Whether this process has started a CUDA (or ROCm) or XPU context, or runs where MPS is."""
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return True
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_initialized():
+        return True
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
 
 
 def batching_enabled() -> bool:
@@ -49,14 +75,15 @@ def vmap_batching(enabled: bool) -> Iterator[None]:
         _BATCHING.reset(token)
 
 
-def adaptive_clock() -> Clock:
-    """The clock the adaptive rule of a check started now reads (see batching_clock)."""
+def adaptive_clock() -> Clock | None:
+    """The clock the adaptive rule of a check started now reads (see batching_clock); None: the
+    wall and CPU clocks, as cost_seconds combines them."""
     return _CLOCK.get()
 
 
 @contextlib.contextmanager
-def batching_clock(clock: Clock) -> Iterator[None]:
-    """Time the adaptive rule with `clock` instead of time.perf_counter in the checks run inside.
+def batching_clock(clock: Clock | None) -> Iterator[None]:
+    """Time the adaptive rule with `clock` instead of cost_seconds's clocks in the checks run inside.
 
     The rule reads the clock in pairs, around the two calls each of its decisions compares: first a
     batched call of b columns, then the plain call of one column that probes it (a batched call
