@@ -347,6 +347,7 @@ def report(paths, slow_factor: float) -> int:
     per_op_t, per_op_o = defaultdict(float), defaultdict(float)
     worst_call = defaultdict(float)  # op -> max (opcheck - torch) seconds on one call
     calls_slower = []  # (opcheck - torch seconds, record) for every call opcheck took longer on
+    cpu_t, cpu_o, cpu_calls = defaultdict(float), defaultdict(float), defaultdict(int)  # per op, CPU-timed calls
     on_cpu = 0
     for r in recs:
         t, o = r["torch"], r["opcheck"]
@@ -354,7 +355,11 @@ def report(paths, slow_factor: float) -> int:
             limited.append(r)
             continue
         st, so = spent(t), spent(o)
-        on_cpu += "cpu_seconds" in t and "cpu_seconds" in o
+        if "cpu_seconds" in t and "cpu_seconds" in o:
+            on_cpu += 1
+            cpu_t[r["op"]] += t["cpu_seconds"]
+            cpu_o[r["op"]] += o["cpu_seconds"]
+            cpu_calls[r["op"]] += 1
         time_t[r["mode"]] += st
         time_o[r["mode"]] += so
         per_op_t[r["op"]] += st
@@ -424,6 +429,12 @@ def report(paths, slow_factor: float) -> int:
                 f"  {r['group']} sample {r['sample']} {r['call']} {r['mode']}: +{extra:.2f} s "
                 f"({spent(r['opcheck']):.2f} s vs {spent(r['torch']):.2f} s)"
             )
+    longer = sorted(((cpu_o[k] - cpu_t[k], k) for k in cpu_o if cpu_o[k] > cpu_t[k]), reverse=True)
+    print(
+        f"\n-- ops opcheck takes longer on than torch in sum, of the {len(cpu_o)} with CPU-timed calls: {len(longer)}"
+    )
+    for extra, k in longer[:10]:
+        print(f"  {k}: +{extra:.3f} s ({cpu_o[k]:.3f} s vs {cpu_t[k]:.3f} s over {cpu_calls[k]} calls)")
     return 0 if not verdicts and not lines else 1
 
 

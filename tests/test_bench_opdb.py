@@ -63,6 +63,8 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     assert "1 ops, 2 samples, 24 paired calls" in report.stdout
     assert re.search(r"groups: 2 of op_db.s [1-9][0-9]{2} \(op, dtype\) groups done", report.stdout), report.stdout
     assert "times: CPU seconds for 24 calls, wall seconds for the 0 older records" in report.stdout
+    longer = r"ops opcheck takes longer on than torch in sum, of the 1 with CPU-timed calls: [01]\n"
+    assert re.search(longer, report.stdout), report.stdout
     assert "verdict disagreements: 0" in report.stdout and "first-line disagreements: 0" in report.stdout
 
     proc = bench("--ops", "abs", "--limit", "1", "--out", str(off), "--no-batching")
