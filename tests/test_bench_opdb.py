@@ -115,3 +115,31 @@ print(big["verdict"], small["verdict"])
     assert report.returncode == 0, report.stdout
     assert "verdict disagreements: 0" in report.stdout
     assert "timeouts or out of memory, apart: 1" in report.stdout
+
+
+def test_the_time_limit_counts_cpu_seconds_and_a_wall_limit_backs_it():
+    script = f"""
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
+bench = importlib.util.module_from_spec(spec)
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+spec.loader.exec_module(bench)
+
+def spin(fn, args, **kw):
+    end = time.monotonic() + 60
+    while time.monotonic() < end:  # computes: its CPU seconds run out
+        sum(range(1000))
+    return True
+
+def nap(fn, args, seconds, **kw):
+    time.sleep(seconds)  # waits: no CPU seconds
+    return True
+
+burn = bench.run(spin, None, (), {{}}, 0.2)
+short = bench.run(nap, None, (), {{"seconds": 0.3}}, 0.2)
+long = bench.run(nap, None, (), {{"seconds": 60}}, 0.2)
+print(burn["verdict"], burn["first_line"], "|", short["verdict"], "|", long["verdict"], long["first_line"])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "Timeout over 0.2 CPU s | True | Timeout over 0.8 wall s"
