@@ -360,6 +360,7 @@ def report(paths, slow_factor: float) -> int:
     worst_call = defaultdict(float)  # op -> max (opcheck - torch) seconds on one call
     calls_slower = []  # (opcheck - torch seconds, record) for every call opcheck took longer on
     cpu_t, cpu_o, cpu_calls = defaultdict(float), defaultdict(float), defaultdict(int)  # per op, CPU-timed calls
+    cpu_mode_t, cpu_mode_o = defaultdict(float), defaultdict(float)
     on_cpu = 0
     for r in recs:
         t, o = r["torch"], r["opcheck"]
@@ -372,6 +373,8 @@ def report(paths, slow_factor: float) -> int:
             cpu_t[r["op"]] += t["cpu_seconds"]
             cpu_o[r["op"]] += o["cpu_seconds"]
             cpu_calls[r["op"]] += 1
+            cpu_mode_t[r["mode"]] += t["cpu_seconds"]
+            cpu_mode_o[r["mode"]] += o["cpu_seconds"]
         time_t[r["mode"]] += st
         time_o[r["mode"]] += so
         per_op_t[r["op"]] += st
@@ -403,6 +406,19 @@ def report(paths, slow_factor: float) -> int:
     ratios = [per_op_t[k] / per_op_o[k] for k in per_op_t if per_op_o[k] > 0 and per_op_t[k] > 0]
     if ratios:
         print(f"  geomean per op torch / opcheck: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    if on_cpu and on_wall:
+        print(f"  the {on_cpu} calls timed in CPU seconds alone:")
+        for mode in MODES:
+            if cpu_mode_t[mode]:
+                print(
+                    f"    {mode}: torch {cpu_mode_t[mode]:.1f} s, opcheck {cpu_mode_o[mode]:.1f} s "
+                    f"(torch / opcheck {cpu_mode_t[mode] / max(cpu_mode_o[mode], 1e-9):.2f}x)"
+                )
+        cpu_ratios = [cpu_t[k] / cpu_o[k] for k in cpu_t if cpu_o[k] > 0 and cpu_t[k] > 0]
+        if cpu_ratios:
+            print(
+                f"    geomean per op torch / opcheck: {math.exp(sum(map(math.log, cpu_ratios)) / len(cpu_ratios)):.2f}x"
+            )
     print(f"verdict disagreements: {len(verdicts)}")
     print(f"first-line disagreements: {len(lines)}")
     print(f"nondeterministic (torch disagrees with itself), apart: {len(nondet)}")

@@ -111,10 +111,21 @@ print(big["verdict"], small["verdict"])
         + json.dumps(dict(rec, sample=1, torch=ok, opcheck=oom))
         + "\n"
     )
+    timed = {"verdict": True, "first_line": "", "seconds": 9.0}
+    path.write_text(
+        path.read_text()
+        + json.dumps(dict(rec, sample=2, torch=dict(timed, cpu_seconds=3.0), opcheck=dict(timed, cpu_seconds=1.5)))
+        + "\n"
+    )
     report = bench("--report", str(path))
     assert report.returncode == 0, report.stdout
     assert "verdict disagreements: 0" in report.stdout
     assert "timeouts or out of memory, apart: 1" in report.stdout
+    # wall seconds where a record has no CPU seconds; the CPU-timed calls are also summed alone
+    assert "slow: torch 4.0 s, opcheck 2.5 s (torch / opcheck 1.60x)" in report.stdout  # sample 1 is apart
+    assert "the 1 calls timed in CPU seconds alone:\n    slow: torch 3.0 s, opcheck 1.5 s (torch / opcheck 2.00x)" in (
+        report.stdout
+    )
 
 
 def test_the_time_limit_counts_cpu_seconds_and_a_wall_limit_backs_it():
