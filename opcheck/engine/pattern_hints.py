@@ -1,6 +1,6 @@
 """Hints that name where a wrong gradient lives: another input's gradient, or one index of a tensor.
 
-diagnostics.hints_for asks swapped_hint right after the non-finite check (a swap explains the whole
+hints.hints_for asks swapped_hint right after the non-finite check (a swap explains the whole
 block), and index_hint with the hints about what the wrong entries have in common. A swap can only
 be seen where the other inputs' numerical blocks are at hand: find_mismatch's numerical_of_inputs.
 Where no block is held (fast_mode="auto"'s projections), swapped_in_projections sees a swap in the

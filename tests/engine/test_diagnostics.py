@@ -394,9 +394,9 @@ def test_swapped_gradients_are_named_by_gradcheck():
 
 @pytest.mark.parametrize("probe", [64, 0])  # 0: every hypothesis is tried on the whole block only
 def test_a_hypothesis_that_holds_on_the_failing_entries_only_gives_no_hint(probe, monkeypatch):
-    from opcheck.engine import diagnostics
+    from opcheck.engine import hints as block_hints
 
-    monkeypatch.setattr(diagnostics, "PROBE_ENTRIES", probe)
+    monkeypatch.setattr(block_hints, "PROBE_ENTRIES", probe)
     n = _x(10, 10, seed=8).detach()
 
     def hints(a):
@@ -434,13 +434,13 @@ def test_an_inf_matched_by_the_same_inf_is_not_a_mismatch():
 @pytest.mark.parametrize("view", ["expanded column", "transposed"])
 def test_hypotheses_about_views_are_probed_without_copying_them(view, monkeypatch):
     # close() indexes a view by row and column on the failing entries; the hint is the same
-    from opcheck.engine import diagnostics
+    from opcheck.engine import hints as block_hints
 
     n = _x(40, 40, seed=11).detach()
     a = n[:, :1].expand_as(n).clone() if view == "expanded column" else n.t().clone()
     hints = {}
     for probe in (64, 0):
-        monkeypatch.setattr(diagnostics, "PROBE_ENTRIES", probe)
+        monkeypatch.setattr(block_hints, "PROBE_ENTRIES", probe)
         hints[probe] = find_mismatch(a, n, rtol=1e-3, atol=1e-5, label=_label(0), shapes=((40,), (40,))).hints
     assert hints[64] == hints[0]
     assert _hint_with("ignores grad_output" if view == "expanded column" else "transpose", hints[64])
