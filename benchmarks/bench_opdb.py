@@ -349,6 +349,19 @@ def spent(side: dict) -> float:
     return side.get("cpu_seconds", side["seconds"])
 
 
+def print_times(mode_t: dict, mode_o: dict, op_t: dict, op_o: dict, indent: str) -> None:
+    """Each mode's seconds for torch and opcheck (by mode) and the geometric mean of the ratios per op."""
+    for mode in MODES:
+        if mode_t[mode]:
+            print(
+                f"{indent}{mode}: torch {mode_t[mode]:.1f} s, opcheck {mode_o[mode]:.1f} s "
+                f"(torch / opcheck {mode_t[mode] / max(mode_o[mode], 1e-9):.2f}x)"
+            )
+    ratios = [op_t[k] / op_o[k] for k in op_t if op_o[k] > 0 and op_t[k] > 0]
+    if ratios:
+        print(f"{indent}geomean per op torch / opcheck: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+
+
 def report(paths, slow_factor: float) -> int:
     recs = load(paths, paired=True)
     if not recs:
@@ -397,28 +410,10 @@ def report(paths, slow_factor: float) -> int:
     print(f"  groups: {len(done)} of op_db's {len(groups(None))} (op, dtype) groups done")
     on_wall = len(recs) - len(limited) - on_cpu
     print(f"  times: CPU seconds for {on_cpu} calls, wall seconds for the {on_wall} older records")
-    for mode in MODES:
-        if time_t[mode]:
-            print(
-                f"  {mode}: torch {time_t[mode]:.1f} s, opcheck {time_o[mode]:.1f} s "
-                f"(torch / opcheck {time_t[mode] / max(time_o[mode], 1e-9):.2f}x)"
-            )
-    ratios = [per_op_t[k] / per_op_o[k] for k in per_op_t if per_op_o[k] > 0 and per_op_t[k] > 0]
-    if ratios:
-        print(f"  geomean per op torch / opcheck: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    print_times(time_t, time_o, per_op_t, per_op_o, "  ")
     if on_cpu and on_wall:
         print(f"  the {on_cpu} calls timed in CPU seconds alone:")
-        for mode in MODES:
-            if cpu_mode_t[mode]:
-                print(
-                    f"    {mode}: torch {cpu_mode_t[mode]:.1f} s, opcheck {cpu_mode_o[mode]:.1f} s "
-                    f"(torch / opcheck {cpu_mode_t[mode] / max(cpu_mode_o[mode], 1e-9):.2f}x)"
-                )
-        cpu_ratios = [cpu_t[k] / cpu_o[k] for k in cpu_t if cpu_o[k] > 0 and cpu_t[k] > 0]
-        if cpu_ratios:
-            print(
-                f"    geomean per op torch / opcheck: {math.exp(sum(map(math.log, cpu_ratios)) / len(cpu_ratios)):.2f}x"
-            )
+        print_times(cpu_mode_t, cpu_mode_o, cpu_t, cpu_o, "    ")
     print(f"verdict disagreements: {len(verdicts)}")
     print(f"first-line disagreements: {len(lines)}")
     print(f"nondeterministic (torch disagrees with itself), apart: {len(nondet)}")
