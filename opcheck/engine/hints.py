@@ -28,6 +28,8 @@ def hints_for(
     n: Tensor,
     bad: Tensor,
     *,
+    failing: Tensor,
+    norms: tuple[float, float],
     rtol: float,
     atol: float,
     input_shape: Shape,
@@ -36,8 +38,6 @@ def hints_for(
     input_idx: int = 0,
     numerical_of_inputs: Sequence[Tensor | None] = (),
     forward: bool = False,
-    failing: Tensor | None = None,
-    norms: tuple[float, float] | None = None,
 ) -> list[str]:
     """Recognize the common shapes of a wrong gradient: one that explains the whole block, else
     what the wrong entries have in common.
@@ -45,11 +45,10 @@ def hints_for(
     names: the block's (input name, output name); input_idx and numerical_of_inputs (see
     find_mismatch) let a gradient that belongs to another input be recognized. forward: the block
     is a forward-mode (JVP) Jacobian, whose causes differ from backward's (a zero JVP usually means
-    no forward-mode formula, not a detached output). failing (the flat indices of bad's entries)
-    and norms (max |a| and max |n|): where the caller has them.
+    no forward-mode formula, not a detached output). failing: the flat indices of bad's entries;
+    norms: abs_max of a and of n.
     """
-    a_max, n_max = norms if norms is not None else (abs_max(a), abs_max(n))
-    nonfinite = _nonfinite_hint(a_max, n_max)
+    nonfinite = _nonfinite_hint(*norms)
     if nonfinite:
         return [nonfinite]
 
@@ -57,8 +56,6 @@ def hints_for(
     # entries that fail: where it fails there, allclose over the block is False too, and most
     # hypotheses are rejected without a pass over millions of entries. The probe indexes by row
     # and column, so that a view (an expanded column, a transpose) is not copied for it.
-    if failing is None:
-        failing = torch.nonzero(bad.reshape(-1)).flatten()
     count = failing.numel()
     probe = failing[:PROBE_ENTRIES]
     rows, cols = (probe // bad.shape[1], probe % bad.shape[1]) if bad.dim() == 2 else (None, None)
@@ -75,7 +72,7 @@ def hints_for(
     if swapped:
         return [swapped]
 
-    whole = _whole_block_hint(a, n, close, atol, forward=forward, norms=(a_max, n_max))
+    whole = _whole_block_hint(a, n, close, atol, norms, forward=forward)
     if whole:
         return [whole]
     hints = []
@@ -122,13 +119,13 @@ def _whole_block_hint(
     n: Tensor,
     close: Callable[..., bool],
     atol: float,
+    norms: tuple[float, float],
     *,
     forward: bool = False,
-    norms: tuple[float, float] | None = None,
 ) -> str | None:
     """A cause that explains every entry: a detached output or a missing forward-mode formula, an
-    ignored grad_output, a missing conj. norms: max |a| and max |n|, where the caller has them."""
-    a_norm, n_norm = norms if norms is not None else (abs_max(a), abs_max(n))
+    ignored grad_output, a missing conj. norms: max |a| and max |n|."""
+    a_norm, n_norm = norms
     if a_norm <= atol and n_norm > atol:
         if forward:
             # torch does not raise for an op without a forward-mode formula that it cannot see
