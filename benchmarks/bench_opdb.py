@@ -24,16 +24,20 @@ the pair is marked nondeterministic and counted apart.
 
 Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
 finished has a ``{"done": ...}`` line and is skipped when the same file is given again, and in a
-group a run stopped inside, the calls it recorded are not made again.
+group a run stopped inside, the calls it recorded are not made again. ``--skip-recorded FILE...``
+does the same for the records of earlier runs kept elsewhere: the run's records that are kept with
+the project, gzipped, in benchmarks/results/opdb/ (every reader takes ``.gz`` files as they are).
 A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that cannot allocate within
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
-memory; both are counted apart. ``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
-``--compare A B`` lists the calls where two files' opcheck verdicts differ (batching on against
-off). ``--report FILE...`` prints the totals.
+memory; both are counted apart. ``--no-batching`` runs opcheck alone with vmapped evaluation off
+(torch's loop), and ``--compare FILE...`` lists the calls where opcheck's verdict or first line
+differs between the paired records (batching on) and the ``--no-batching`` ones (``"torch":
+null``) of the files. ``--report FILE...`` prints the totals.
 
     python benchmarks/bench_opdb.py --shard 0/2 --out opdb.jsonl &
     python benchmarks/bench_opdb.py --shard 1/2 --out opdb.jsonl
     python benchmarks/bench_opdb.py --report opdb.jsonl
+    python benchmarks/bench_opdb.py --report benchmarks/results/opdb/*.jsonl.gz
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import gzip
 import json
 import math
 import os
@@ -234,22 +239,34 @@ def groups(ops_filter, dtypes=DTYPES):
     return out
 
 
-def finished(path: str) -> tuple[set[str], set[tuple]]:
-    """What an earlier run of this file finished: its done groups, and the (group, sample, call,
-    mode) of every call it recorded (a run stopped inside a group resumes after its last call:
-    samples are rebuilt from the same seed, so sample k is the same sample)."""
+def lines_of(path: str):
+    """The JSON records of a run's file, plain or gzipped (``.gz``); a line a killed run cut short
+    is left out."""
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+        for line in f:
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+def call_key(rec: dict) -> tuple:
+    return rec["group"], rec["sample"], rec["call"], rec["mode"]
+
+
+def finished(paths, no_batching: bool = False) -> tuple[set[str], set[tuple]]:
+    """What earlier runs of one kind (paired, or ``--no-batching``) recorded in these files: their
+    done groups, and the (group, sample, call, mode) of every call they made (a run stopped inside
+    a group resumes after its last call: samples are rebuilt from the same seed, so sample k is
+    the same sample). The other kind's records do not count: the two runs are made apart."""
     groups, calls = set(), set()
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:  # a line cut short by a killed run
-                    continue
-                if "done" in rec:
+    for path in paths:
+        if os.path.exists(path):
+            for rec in lines_of(path):
+                if "done" in rec and rec.get("no_batching", False) == no_batching:
                     groups.add(rec["done"])
-                elif "call" in rec:
-                    calls.add((rec["group"], rec["sample"], rec["call"], rec["mode"]))
+                elif "call" in rec and (rec.get("torch") is None) == no_batching:
+                    calls.add(call_key(rec))
     return groups, calls
 
 
@@ -269,7 +286,8 @@ def run_groups(args) -> int:
     gc.freeze()  # op_db's objects: later collections need not walk them
     shard, nshards = (int(x) for x in args.shard.split("/"))
     todo = [g for k, g in enumerate(todo) if k % nshards == shard]
-    done, recorded = finished(args.out)
+    done, recorded = finished([args.out, *(args.skip_recorded or ())], args.no_batching)
+    kind = {"no_batching": True} if args.no_batching else {}
     with open(args.out, "a") as out:
         if out.tell() and not ends_with_newline(args.out):
             out.write("\n")  # after a line a killed run cut short, not onto it
@@ -282,7 +300,7 @@ def run_groups(args) -> int:
             try:
                 samples = {tool: make_samples(op, dtype, args.limit) for tool in ("torch", "opcheck")}
             except Exception as e:  # noqa: BLE001 - an op_db entry that cannot make samples here
-                out.write(json.dumps({"group": group, "error": first_line(e)}) + "\n")
+                out.write(json.dumps({"group": group, "error": first_line(e), **kind}) + "\n")
                 samples = None
             if samples:
                 for k, (s_t, s_o) in enumerate(zip(samples["torch"], samples["opcheck"])):
@@ -319,7 +337,7 @@ def run_groups(args) -> int:
                                 )
                             out.write(json.dumps(rec) + "\n")
                             out.flush()
-            out.write(json.dumps({"done": group}) + "\n")
+            out.write(json.dumps({"done": group, **kind}) + "\n")
             out.flush()
             if args.verbose:
                 print(group, flush=True)
@@ -331,16 +349,11 @@ def load(paths, paired: bool = False) -> list[dict]:
     """The files' call records; ``paired``: only those with torch's side (not --no-batching's)."""
     recs: dict[tuple, dict] = {}
     for path in paths:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if paired and rec.get("torch") is None:
-                    continue
-                if "call" in rec:  # a group redone after an interrupted run: the last record wins
-                    recs[(rec["group"], rec["sample"], rec["call"], rec["mode"])] = rec
+        for rec in lines_of(path):
+            if paired and rec.get("torch") is None:
+                continue
+            if "call" in rec:  # a group redone after an interrupted run: the last record wins
+                recs[call_key(rec)] = rec
     return list(recs.values())
 
 
@@ -405,7 +418,7 @@ def report(paths, slow_factor: float) -> int:
             lines.append(r)
     ops = {r["op"] for r in recs}
     samples = {(r["group"], r["sample"]) for r in recs}
-    done = set().union(*(finished(path)[0] for path in paths))
+    done = finished(paths)[0]
     print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
     print(f"  groups: {len(done)} of op_db's {len(groups(None))} (op, dtype) groups done")
     on_wall = len(recs) - len(limited) - on_cpu
@@ -461,10 +474,14 @@ def report(paths, slow_factor: float) -> int:
     return 0 if not verdicts and not lines else 1
 
 
-def compare(a: str, b: str) -> int:
-    """Two runs of opcheck (e.g. with and without batching): the calls whose verdict differs."""
-    ra = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([a])}
-    rb = {(r["group"], r["sample"], r["call"], r["mode"]): r for r in load([b])}
+def compare(paths) -> int:
+    """opcheck with batching (the paired records) against opcheck without (the --no-batching
+    records, torch's side null) in these files: the calls whose verdict or first line differs."""
+    ra, rb = {}, {}
+    for path in paths:
+        for rec in lines_of(path):
+            if "call" in rec:
+                (rb if rec.get("torch") is None else ra)[call_key(rec)] = rec
     both = sorted(set(ra) & set(rb))
     limited = [k for k in both if {ra[k]["opcheck"]["verdict"], rb[k]["opcheck"]["verdict"]} & set(LIMITED)]
     common = [k for k in both if k not in limited]
@@ -504,15 +521,29 @@ def main(argv=None) -> int:
     p.add_argument(
         "--no-batching", action="store_true", help="opcheck alone, without vmapped evaluation (for --compare)"
     )
+    p.add_argument(
+        "--skip-recorded",
+        nargs="+",
+        metavar="FILE",
+        help="the groups and calls these earlier runs' files recorded are not made again (.gz read as is)",
+    )
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--report", nargs="+", metavar="FILE", help="summarize these files instead of running")
     p.add_argument("--slow-factor", type=float, default=2.0, help="report ops slower than this x torch")
-    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare opcheck's verdicts of two runs")
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FILE",
+        help="opcheck's verdicts in these files' paired records against their --no-batching ones",
+    )
     args = p.parse_args(argv)
+    for path in (args.report or []) + (args.compare or []) + (args.skip_recorded or []):
+        if not os.path.isfile(path):
+            p.error(f"{path}: no such file")
     if args.report:
         return report(args.report, args.slow_factor)
     if args.compare:
-        return compare(*args.compare)
+        return compare(args.compare)
     return run_groups(args)
 
 

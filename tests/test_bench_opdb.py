@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -58,8 +59,29 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     assert len(keys) == len(set(keys)) == 12
     assert after[-1] == {"done": "abs|float64"}
 
+    # the records of earlier runs kept gzipped elsewhere: their groups and calls are not made again
+    kept_gz = tmp_path / "kept.jsonl.gz"
+    with gzip.open(kept_gz, "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in kept))
+    fresh = tmp_path / "fresh.jsonl"
+    proc = bench(
+        "--ops", "abs", "--limit", "1", "--dtypes", "float64", "--out", str(fresh), "--skip-recorded", str(kept_gz)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = records(fresh)
+    assert {(r["sample"], r["call"], r["mode"]) for r in made if "call" in r} == set(keys) - {
+        (r["sample"], r["call"], r["mode"]) for r in kept
+    }
+    assert len(made) == 12 - len(kept) + 1 and made[-1] == {"done": "abs|float64"}
+    on_gz = tmp_path / "on.jsonl.gz"
+    on_gz.write_bytes(gzip.compress(on.read_bytes()))
+    nothing = tmp_path / "nothing.jsonl"
+    proc = bench("--ops", "abs", "--limit", "1", "--out", str(nothing), "--skip-recorded", str(fresh), str(on_gz))
+    assert proc.returncode == 0 and nothing.read_text() == "", proc.stderr[-3000:]
+
     report = bench("--report", str(on))
     assert report.returncode == 0, report.stdout
+    assert bench("--report", str(on_gz)).stdout == report.stdout
     assert "1 ops, 2 samples, 24 paired calls" in report.stdout
     assert re.search(r"groups: 2 of op_db.s [1-9][0-9]{2} \(op, dtype\) groups done", report.stdout), report.stdout
     assert "times: CPU seconds for 24 calls, wall seconds for the 0 older records" in report.stdout
@@ -67,12 +89,26 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     assert re.search(longer, report.stdout), report.stdout
     assert "verdict disagreements: 0" in report.stdout and "first-line disagreements: 0" in report.stdout
 
-    proc = bench("--ops", "abs", "--limit", "1", "--out", str(off), "--no-batching")
+    # the paired run's records do not stand for the --no-batching run's: all 24 calls are made
+    proc = bench("--ops", "abs", "--limit", "1", "--out", str(off), "--no-batching", "--skip-recorded", str(on_gz))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len([r for r in records(off) if "call" in r]) == 24
     assert all(r["torch"] is None for r in records(off) if "call" in r)  # opcheck alone
+    assert [r for r in records(off) if "done" in r] == [
+        {"done": g, "no_batching": True} for g in ("abs|float64", "abs|complex128")
+    ]
+    again = bench("--ops", "abs", "--limit", "1", "--out", str(nothing), "--no-batching", "--skip-recorded", str(off))
+    assert again.returncode == 0 and nothing.read_text() == "", again.stderr[-3000:]
+    missing = bench("--report", str(tmp_path / "missing.jsonl.gz"))
+    assert missing.returncode == 2 and "missing.jsonl.gz: no such file" in missing.stderr
     same = bench("--compare", str(on), str(off))
     assert same.returncode == 0, same.stdout
     assert "24 calls in both runs; opcheck's verdict differs on 0, its first line on 0 more" in same.stdout
+    # the paired and the --no-batching records are told apart by torch's side, in any files
+    mixed = tmp_path / "mixed.jsonl.gz"
+    mixed.write_bytes(gzip.compress(off.read_bytes() + on.read_bytes()))
+    assert bench("--compare", str(mixed)).stdout == same.stdout
+    assert bench("--compare", str(on)).returncode == 1  # nothing to compare is not a pass
 
     # a run whose verdict differs on one call is reported and fails the compare
     changed = records(off)
