@@ -545,21 +545,64 @@ def test_the_default_clock_does_not_charge_a_batched_call_its_time_off_the_cpu(a
     from opcheck.engine.batching import evaluator, settings
 
     wall, cpu = _Spans(batched=1.0, plain=1e-6), _Spans(batched=1e-7, plain=1e-6)
-    monkeypatch.setattr(evaluator, "time", SimpleNamespace(perf_counter=wall, process_time=cpu))
+    monkeypatch.setattr(evaluator, "time", SimpleNamespace(perf_counter=wall))
+    monkeypatch.setattr(settings, "time", SimpleNamespace(process_time=cpu, thread_time=None))
+    monkeypatch.setattr(settings, "_process_cpu_timer_armed", lambda: False)
     monkeypatch.setattr(settings, "accelerator_in_use", lambda: accelerator)
     with batching_clock(None):
         report = opcheck.gradcheck_report(torch.sin, (_x(40),))  # one batch of each kind, no pilot
-    assert report.passed and wall.readings and wall.readings == cpu.readings
+    assert report.passed and wall.readings and cpu.readings == (0 if accelerator else wall.readings)
     slower = [f for f in report.stats.fallbacks if "slower than the loop" in f]
     assert bool(slower) is accelerator, report.stats.fallbacks
 
 
-def test_cost_seconds_is_the_smaller_clock_without_an_accelerator(monkeypatch):
+def test_cost_seconds_is_the_smaller_clock_where_the_cpu_clock_counts():
     from opcheck.engine.batching import settings
 
-    monkeypatch.setattr(settings, "accelerator_in_use", lambda: False)
     assert settings.cost_seconds(wall=2.0, cpu=0.5) == 0.5  # off the CPU for 1.5 s
     assert settings.cost_seconds(wall=0.5, cpu=2.0) == 0.5  # four threads of a parallel kernel
-    monkeypatch.setattr(settings, "accelerator_in_use", lambda: True)
-    assert settings.cost_seconds(wall=2.0, cpu=0.5) == 2.0
-    assert settings.accelerator_in_use() is True
+    assert settings.cost_seconds(wall=2.0, cpu=None) == 2.0
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "platform", "armed", "threads", "clock"),
+    [
+        (False, "linux", False, 4, "process_time"),
+        (False, "darwin", False, 1, "process_time"),
+        (False, "linux", True, 1, "thread_time"),  # the process's clock reads in ticks
+        (False, "linux", True, 2, None),  # the thread's would leave out the other threads
+        (True, "linux", False, 1, None),  # a device's work is on no host clock
+        (False, "win32", False, 1, None),  # 15.6 ms ticks
+    ],
+)
+def test_the_cpu_clock_is_one_that_resolves_a_call(accelerator, platform, armed, threads, clock, monkeypatch):
+    import time
+
+    from opcheck.engine.batching import settings
+
+    monkeypatch.setattr(settings, "accelerator_in_use", lambda: accelerator)
+    monkeypatch.setattr(settings.sys, "platform", platform)
+    monkeypatch.setattr(settings, "_process_cpu_timer_armed", lambda: armed)
+    monkeypatch.setattr(settings.torch, "get_num_threads", lambda: threads)
+    assert settings.cpu_clock() is (getattr(time, clock) if clock else None)
+
+
+def test_an_armed_cpu_timer_of_the_process_is_seen():
+    # In a child process: a real ITIMER_PROF (a harness's time limit, as bench_opdb's), armed and
+    # disarmed; the detection is what decides, no clock is read here.
+    script = """
+import signal, time, torch
+from opcheck.engine.batching import settings
+torch.set_num_threads(1)
+seen = [settings.cpu_clock() is time.process_time]
+signal.signal(signal.SIGPROF, lambda *a: None)
+for which in (signal.ITIMER_PROF, signal.ITIMER_VIRTUAL):
+    signal.setitimer(which, 300)
+    seen.append(settings.cpu_clock() is time.thread_time)
+    signal.setitimer(which, 0)
+seen.append(settings.cpu_clock() is time.process_time)
+print(seen)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[True, True, True, True]"

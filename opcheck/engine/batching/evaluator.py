@@ -19,7 +19,7 @@ import torch
 
 from opcheck.engine._util import Func, as_tuple, legacy_vmap
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
-from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds
+from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds, cpu_clock
 
 Kind = Literal["forward", "vjp", "jvp_func", "jvp"]
 """A kind of batching: forward evaluation (finite differences), VJP rows (is_grads_batched), JVP
@@ -193,9 +193,10 @@ class Evaluator:
             finally:  # read even when f raises: the clock sees its readings in pairs (see batching_clock)
                 stop = self.clock()
             return result, stop - start
-        wall, cpu = time.perf_counter(), time.process_time()
+        clock = cpu_clock()
+        wall, cpu = time.perf_counter(), clock() if clock else 0.0
         result = f(*args, **kwargs)
-        return result, cost_seconds(time.perf_counter() - wall, time.process_time() - cpu)
+        return result, cost_seconds(time.perf_counter() - wall, clock() - cpu if clock else None)
 
     # ------------------------------------------------------------ evaluations
     def vmap(self, f: Func, *args: Any) -> Any:

@@ -7,6 +7,9 @@ concurrent checks (threads, tasks) never see each other's.
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
@@ -35,18 +38,40 @@ _BATCHING: ContextVar[bool] = ContextVar("opcheck_vmap_batching", default=True)
 _CLOCK: ContextVar[Clock | None] = ContextVar("opcheck_batching_clock", default=None)
 
 
-def cost_seconds(wall: float, cpu: float) -> float:
-    """What a timed call cost the adaptive rule: its wall seconds, or the process's CPU seconds over
-    the call where fewer; wall seconds alone while an accelerator is in use.
+def cost_seconds(wall: float, cpu: float | None) -> float:
+    """What a timed call cost the adaptive rule: its wall seconds, or its CPU seconds by
+    cpu_clock where fewer (None: that clock is not to be trusted now, wall seconds alone).
 
     On a loaded machine a call loses the CPU to other processes midway (a time slice is a few
     milliseconds, about what a batched call takes), and of the two calls a decision compares, the
     longer, batched one is the likelier to: timed by the wall clock, three processes on two cores
     made conv2d's batched VJP look 2-4x dearer per column than the loop, cheaper by CPU time. CPU
     time leaves out time off the CPU; it adds up every thread of a parallel kernel, where the wall
-    clock is the smaller. The host's CPU time does not see a device's work, hence wall seconds there.
+    clock is the smaller.
     """
-    return wall if accelerator_in_use() else min(wall, cpu)
+    return wall if cpu is None else min(wall, cpu)
+
+
+def cpu_clock() -> Clock | None:
+    """The CPU clock a call timed now is read by: the process's, or None for wall seconds alone.
+
+    None while an accelerator is in use (the host's CPU time does not see a device's work) and on
+    Windows, which counts CPU time in 15.6 ms scheduler ticks. While a CPU timer of the process is
+    armed (``setitimer(ITIMER_PROF)`` or ``ITIMER_VIRTUAL``: a profiler's, or a harness's time
+    limit), Linux too reads the process's CPU clock in 4 ms ticks, and a plain call of 1 ms read
+    0 s, so that the loop took over from a batch 13x cheaper: the calling thread's CPU clock, which
+    stays exact, stands in where torch runs on one thread; with more, wall seconds (the thread's
+    clock would leave out the other threads' share of a parallel kernel).
+    """
+    if accelerator_in_use() or sys.platform == "win32":
+        return None
+    if not _process_cpu_timer_armed():
+        return time.process_time
+    return time.thread_time if torch.get_num_threads() == 1 else None
+
+
+def _process_cpu_timer_armed() -> bool:
+    return any(any(signal.getitimer(which)) for which in (signal.ITIMER_PROF, signal.ITIMER_VIRTUAL))
 
 
 def accelerator_in_use() -> bool:
