@@ -348,16 +348,17 @@ def run_groups(args) -> int:
 
 
 # ------------------------------------------------------------------------------------ reports
-def load(paths, paired: bool = False) -> list[dict]:
-    """The files' call records; ``paired``: only those with torch's side (not --no-batching's)."""
+def load_paired(paths) -> tuple[list[dict], set[str]]:
+    """The files' paired call records (not --no-batching's), and the groups paired runs finished."""
     recs: dict[tuple, dict] = {}
+    done = set()
     for path in paths:
         for rec in lines_of(path):
-            if paired and rec.get("torch") is None:
-                continue
-            if "call" in rec:  # a group redone after an interrupted run: the last record wins
-                recs[call_key(rec)] = rec
-    return list(recs.values())
+            if "done" in rec and not rec.get("no_batching"):
+                done.add(rec["done"])
+            elif "call" in rec and rec.get("torch") is not None:
+                recs[call_key(rec)] = rec  # a group redone after an interrupted run: the last record wins
+    return list(recs.values()), done
 
 
 def spent(side: dict) -> float:
@@ -379,7 +380,7 @@ def print_times(mode_t: dict, mode_o: dict, op_t: dict, op_o: dict, indent: str)
 
 
 def report(paths, slow_factor: float) -> int:
-    recs = load(paths, paired=True)
+    recs, done = load_paired(paths)
     if not recs:
         print("no paired records")
         return 1
@@ -421,7 +422,6 @@ def report(paths, slow_factor: float) -> int:
             lines.append(r)
     ops = {r["op"] for r in recs}
     samples = {(r["group"], r["sample"]) for r in recs}
-    done = finished(paths)[0]
     print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
     print(f"  groups: {len(done)} of op_db's {len(groups(None))} (op, dtype) groups done")
     on_wall = len(recs) - len(limited) - on_cpu
