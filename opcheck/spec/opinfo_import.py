@@ -116,9 +116,26 @@ def find_entry(ref: str, db: Iterable[Any]) -> Any:
         raise OpInfoImportError(str(e)) from None
 
 
-def spec_name(info: Any) -> str:
-    """A spec name (`[a-z][a-z0-9_]*`) from the entry's key: `nn.functional.relu` → `nn_functional_relu`."""
-    name = re.sub(r"[^a-z0-9]+", "_", op_key(info).lower()).strip("_")
+def spec_name(info: Any, db: Iterable[Any] = ()) -> str:
+    """A spec name (`[a-z][a-z0-9_]*`) from the entry's key: `nn.functional.relu` → `nn_functional_relu`.
+
+    Where another entry of `db` comes to the same name, the entry whose key the name changed more
+    says how: `__rsub__` beside `rsub` is `rsub_dunder`, `T` beside `t` is `t_upper` (one spec
+    file, test module and test id per entry).
+    """
+    key = op_key(info)
+    name = _base_name(key)
+    if not any(_base_name(k) == name and k != key for k in (op_key(e) for e in db)):
+        return name
+    return (
+        name
+        + ("_dunder" if key.startswith("__") and key.endswith("__") else "")
+        + ("_upper" if key != key.lower() else "")
+    )
+
+
+def _base_name(key: str) -> str:
+    name = re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
     return name if re.match(r"[a-z]", name) else f"op_{name}"
 
 
@@ -266,8 +283,9 @@ def rules_from(decos: Iterable[Decoration], spec: dict[str, Any], key: str) -> d
     return out
 
 
-def build_spec(info: Any) -> dict[str, Any]:
-    """The spec for one entry, as the mapping the YAML file holds (keys in FORMAT.md's order)."""
+def build_spec(info: Any, db: Iterable[Any] = ()) -> dict[str, Any]:
+    """The spec for one entry, as the mapping the YAML file holds (keys in FORMAT.md's order);
+    `db`: the entries its name must differ from."""
     key = op_key(info)
     if not info.supports_autograd:
         raise OpInfoImportError(f"OpInfo {key!r} does not support autograd (supports_autograd=False): nothing to check")
@@ -276,7 +294,7 @@ def build_spec(info: Any) -> dict[str, Any]:
         raise OpInfoImportError(f"OpInfo {key!r} has no float64 or complex128 backward on cpu: nothing to gradcheck")
     spec: dict[str, Any] = {
         "op": op_path(info),
-        "name": spec_name(info),
+        "name": spec_name(info, db),
         "dtypes": dtypes,
         "devices": list(DEVICES),
         "samples": [{"name": SAMPLE_NAME, "opinfo": opinfo_ref(info)}],
@@ -379,5 +397,6 @@ class ImportedSpec:
 
 def import_opinfo(ref: str, db: Iterable[Any] | None = None) -> ImportedSpec:
     """The spec for the entry `ref` names (`name`, `name.variant` or `name:variant`); `db` defaults to op_db."""
-    info = find_entry(ref, load_op_db() if db is None else db)
-    return ImportedSpec(op_key(info), build_spec(info))
+    entries = list(load_op_db() if db is None else db)
+    info = find_entry(ref, entries)
+    return ImportedSpec(op_key(info), build_spec(info, entries))

@@ -337,6 +337,10 @@ def test_names_and_paths():
     assert oi.spec_name(variant) == "div_trunc_rounding"
     assert oi.opinfo_ref(variant) == "div:trunc_rounding" and oi.op_key(variant) == "div.trunc_rounding"
     assert oi.spec_name(entry(name="__rsub__")) == "rsub"
+    # beside an entry that comes to the same name, the one whose key the name changed more says how
+    rsub, dunder, t, upper = entry(name="rsub"), entry(name="__rsub__"), entry(name="t"), entry(name="T")
+    db = (rsub, dunder, t, upper, relu)
+    assert [oi.spec_name(e, db) for e in db] == ["rsub", "rsub_dunder", "t", "t_upper", "nn_functional_relu"]
     assert oi.spec_name(entry(name="_softmax_backward_data")) == "softmax_backward_data"
     assert oi.spec_name(entry(name="2d")) == "op_2d"
     assert oi.op_path(entry(name="linalg.det", op=torch.linalg.det, aten_name="linalg_det")) == "torch.linalg.det"
@@ -347,6 +351,14 @@ def test_names_and_paths():
 def stand_in_db(monkeypatch, *entries: SimpleNamespace) -> None:
     """`opinfo:` op paths resolve against these entries instead of torch's op_db."""
     monkeypatch.setattr(opinfo_db, "_op_db", lambda: entries)
+
+
+def test_every_op_db_entry_gets_a_spec_name_of_its_own():
+    db = oi.load_op_db()
+    names = [oi.spec_name(e, db) for e in db]
+    keys = [oi.op_key(e) for e in db]
+    assert len(set(names)) == len(set(keys)) > 500  # one name per key (variants share op_db's key)
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", n) for n in names)
 
 
 def test_ops_only_op_db_holds_get_an_opinfo_path(monkeypatch):
