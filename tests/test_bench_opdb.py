@@ -190,3 +190,32 @@ print(burn["verdict"], burn["first_line"], "|", short["verdict"], "|", long["ver
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "Timeout over 0.2 CPU s | True | Timeout over 0.8 wall s"
+
+
+RESULTS = SCRIPT.parent / "results" / "opdb"
+README = SCRIPT.parents[1] / "README.md"
+
+
+def test_the_readme_quotes_the_kept_records_of_the_op_db_run():
+    # The op_db run's records are kept with the project: README's numbers are what they report.
+    files = [str(p) for p in sorted(RESULTS.glob("*.jsonl.gz"))]
+    assert files, f"no records in {RESULTS}"
+    text = " ".join(README.read_text().split())
+    quoted = re.search(
+        r"so far ([\d,]+) of ([\d,]+) groups \(([\d,]+) ops, ([\d,]+) samples, ([\d,]+) paired calls\): "
+        r"0 verdict and 0 first-line disagreements",
+        text,
+    )
+    assert quoted, "README quotes no op_db totals"
+    groups, total, ops, samples, calls = (int(x.replace(",", "")) for x in quoted.groups())
+    report = bench("--report", *files)
+    assert report.returncode == 0, report.stdout[-3000:]  # 0 verdict and 0 first-line disagreements
+    assert f"{ops} ops, {samples} samples, {calls} paired calls\n" in report.stdout, report.stdout[:300]
+    assert f"groups: {groups} of op_db's {total} (op, dtype) groups done" in report.stdout, report.stdout[:300]
+    same = re.search(r"With batching off \(.*?\): the ([\d,]+) calls run so far", text)
+    assert same, "README quotes no batching compare"
+    compared = bench("--compare", *files)
+    assert compared.returncode == 0, compared.stdout[-3000:]
+    assert compared.stdout.startswith(
+        f"{int(same.group(1).replace(',', ''))} calls in both runs; opcheck's verdict differs on 0, its first line on 0"
+    ), compared.stdout[:300]
