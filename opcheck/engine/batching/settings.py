@@ -53,7 +53,8 @@ def cost_seconds(wall: float, cpu: float | None) -> float:
 
 
 def cpu_clock() -> Clock | None:
-    """The CPU clock a call timed now is read by: the process's, or None for wall seconds alone.
+    """The CPU clock a call timed now is read by (the process's or the calling thread's), or None
+    for wall seconds alone.
 
     None while an accelerator is in use (the host's CPU time does not see a device's work) and on
     Windows, which counts CPU time in 15.6 ms scheduler ticks. While a CPU timer of the process is
