@@ -19,15 +19,14 @@ from the global generator). Each call's verdict (True, "GradcheckError" or the e
 name), the first line of its message and its time are written as one JSON line: wall seconds,
 and the CPU seconds of the thread that runs both, which other work on a shared machine does not
 stretch (torch runs on one thread here), so the report compares CPU seconds where a record has
-them. A pair that
-disagrees (verdict or first line) is run through torch again: when torch disagrees with itself
-the pair is marked nondeterministic and counted apart.
+them. A pair that disagrees (verdict or first line) is run through torch again: when torch
+disagrees with itself the pair is marked nondeterministic and counted apart.
 
 Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
 finished has a ``{"done": ...}`` line and is skipped when the same file is given again, and in a
 group a run stopped inside, the calls it recorded are not made again. ``--skip-recorded FILE...``
-does the same for the records of earlier runs kept elsewhere: the run's records that are kept with
-the project, gzipped, in benchmarks/results/opdb/ (every reader takes ``.gz`` files as they are).
+does the same for the records of earlier runs kept in other files, such as those kept with the
+project, gzipped, in benchmarks/results/opdb/ (every reader takes ``.gz`` files as they are).
 A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that cannot allocate within
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
 memory; both are counted apart. ``--no-batching`` runs opcheck alone with vmapped evaluation off
@@ -257,6 +256,11 @@ def call_key(rec: dict) -> tuple:
     return rec["group"], rec["sample"], rec["call"], rec["mode"]
 
 
+def of_no_batching_run(rec: dict) -> bool:
+    """Whether a record is a --no-batching run's: a call with torch's side null, a done line that says so."""
+    return rec.get("torch") is None if "call" in rec else rec.get("no_batching", False)
+
+
 def finished(paths, no_batching: bool = False) -> tuple[set[str], set[tuple]]:
     """What earlier runs of one kind (paired, or ``--no-batching``) recorded in these files: their
     done groups, and the (group, sample, call, mode) of every call they made (a run stopped inside
@@ -266,9 +270,11 @@ def finished(paths, no_batching: bool = False) -> tuple[set[str], set[tuple]]:
     for path in paths:
         if os.path.exists(path):
             for rec in lines_of(path):
-                if "done" in rec and rec.get("no_batching", False) == no_batching:
+                if of_no_batching_run(rec) != no_batching:
+                    continue
+                if "done" in rec:
                     groups.add(rec["done"])
-                elif "call" in rec and (rec.get("torch") is None) == no_batching:
+                elif "call" in rec:
                     calls.add(call_key(rec))
     return groups, calls
 
@@ -354,9 +360,11 @@ def load_paired(paths) -> tuple[list[dict], set[str]]:
     done = set()
     for path in paths:
         for rec in lines_of(path):
-            if "done" in rec and not rec.get("no_batching"):
+            if of_no_batching_run(rec):
+                continue
+            if "done" in rec:
                 done.add(rec["done"])
-            elif "call" in rec and rec.get("torch") is not None:
+            elif "call" in rec:
                 recs[call_key(rec)] = rec  # a group redone after an interrupted run: the last record wins
     return list(recs.values()), done
 
@@ -484,7 +492,7 @@ def compare(paths) -> int:
     for path in paths:
         for rec in lines_of(path):
             if "call" in rec:
-                (rb if rec.get("torch") is None else ra)[call_key(rec)] = rec
+                (rb if of_no_batching_run(rec) else ra)[call_key(rec)] = rec
     both = sorted(set(ra) & set(rb))
     limited = [k for k in both if {ra[k]["opcheck"]["verdict"], rb[k]["opcheck"]["verdict"]} & set(LIMITED)]
     common = [k for k in both if k not in limited]
