@@ -29,10 +29,13 @@ does the same for the records of earlier runs kept in other files, such as those
 project, gzipped, in benchmarks/results/opdb/ (every reader takes ``.gz`` files as they are).
 A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that cannot allocate within
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
-memory; both are counted apart. ``--no-batching`` runs opcheck alone with vmapped evaluation off
-(torch's loop), and ``--compare FILE...`` lists the calls where opcheck's verdict or first line
-differs between the paired records (batching on) and the ``--no-batching`` ones (``"torch":
-null``) of the files. ``--report FILE...`` prints the totals.
+memory; both are counted apart. A slow-mode call whose least cost (two evaluations of the
+function per input element, each at least its fastest call) is over twice the limit is not made:
+both sides are recorded as a predicted timeout, listed apart by group. ``--no-batching`` runs
+opcheck alone with vmapped evaluation off (torch's loop), and ``--compare FILE...`` lists the
+calls where opcheck's verdict or first line differs between the paired records (batching on)
+and the ``--no-batching`` ones (``"torch": null``) of the files. ``--report FILE...`` prints
+the totals.
 
     python benchmarks/bench_opdb.py --shard 0/2 --out opdb.jsonl &
     python benchmarks/bench_opdb.py --shard 1/2 --out opdb.jsonl
@@ -207,6 +210,39 @@ def run(checker, fn, args, kwargs, limit: float) -> dict:
     return {"verdict": verdict, "first_line": line[:300], "seconds": round(seconds, 6), "cpu_seconds": round(cpu, 6)}
 
 
+PREDICT_FACTOR = 2
+"""A slow-mode call is not made when its least cost is this many times the time limit."""
+
+
+def least_slow_seconds(fn, args, limit: float, clock=time.thread_time, repeats: int = 3) -> float:
+    """A lower bound on the CPU seconds of a slow-mode call on these arguments, or 0 where fn
+    raises: torch's numerical Jacobian, and opcheck's without batching, evaluate fn twice per
+    input element (central differences; four times per complex one, and gradgradcheck's function
+    does more than fn), each at least fn's fastest call here, under no_grad. Probing stops once a
+    call shows the bound is under `limit`: op_db's 5M-element grid_sampler_3d samples would run
+    past any limit in either tool (2 x 5,179,680 evaluations), most samples take microseconds."""
+    n = sum(a.numel() for a in args)
+    fastest = math.inf
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(repeats):
+            fresh = fresh_args(args)
+            c0 = clock()
+            try:
+                fn(*fresh)
+            except Exception:  # noqa: BLE001 - the call itself will say what is wrong
+                return 0.0
+            fastest = min(fastest, clock() - c0)
+            if 2 * n * fastest < limit:
+                break
+    return 2 * n * fastest
+
+
+def predicted_timeout(line: str) -> dict:
+    """The record of a call not made: a timeout, counted apart, that says so."""
+    return {"verdict": "Timeout", "first_line": line, "seconds": 0.0, "cpu_seconds": 0.0, "predicted": True}
+
+
 def tools(no_batching: bool):
     import opcheck
     from opcheck.engine.batching import vmap_batching
@@ -317,17 +353,27 @@ def run_groups(args) -> int:
                     fn_o, args_o = build_check(op, s_o)
                     if not args_t:
                         continue
+                    bound = None  # the sample's least slow-mode cost, probed at its first slow call
                     for name, checker, kwargs in calls_for(op):
                         for mode, fast in MODES.items():
                             if (group, k, name, mode) in recorded:
                                 continue
                             kw = dict(kwargs, fast_mode=fast)
-                            t = (
-                                None
-                                if args.no_batching
-                                else run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
-                            )
-                            o = run(opcheck_tools[checker], fn_o, args_o, kw, args.limit_seconds)
+                            if not fast and bound is None:
+                                bound = least_slow_seconds(fn_o, args_o, PREDICT_FACTOR * args.limit_seconds)
+                            if not fast and bound >= PREDICT_FACTOR * args.limit_seconds:
+                                # torch's loop (and opcheck's without batching) would run past the limit, so
+                                # there is no verdict to compare opcheck's with
+                                line = f"predicted: over {args.limit_seconds:g} CPU s (at least {bound:.4g} s)"
+                                t = None if args.no_batching else predicted_timeout(line)
+                                o = predicted_timeout(line if args.no_batching else "not run: torch's call " + line)
+                            else:
+                                t = (
+                                    None
+                                    if args.no_batching
+                                    else run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
+                                )
+                                o = run(opcheck_tools[checker], fn_o, args_o, kw, args.limit_seconds)
                             rec = {
                                 "group": group,
                                 "op": key,
@@ -441,12 +487,13 @@ def report(paths, slow_factor: float) -> int:
     print(f"verdict disagreements: {len(verdicts)}")
     print(f"first-line disagreements: {len(lines)}")
     print(f"nondeterministic (torch disagrees with itself), apart: {len(nondet)}")
-    print(f"timeouts or out of memory, apart: {len(limited)}")
+    predicted = [r for r in limited if r["torch"].get("predicted")]
+    print(f"timeouts or out of memory, apart: {len(limited)} ({len(predicted)} of them predicted, not run)")
     for title, rows in (
         ("verdicts", verdicts),
         ("first lines", lines),
         ("nondeterministic", nondet),
-        ("timeouts or out of memory", limited),
+        ("timeouts or out of memory", [r for r in limited if not r["torch"].get("predicted")]),
     ):
         if rows:
             print(f"\n-- {title}")
@@ -456,6 +503,13 @@ def report(paths, slow_factor: float) -> int:
                     f"    torch:   {r['torch']['verdict']} {r['torch']['first_line'][:160]}\n"
                     f"    opcheck: {r['opcheck']['verdict']} {r['opcheck']['first_line'][:160]}"
                 )
+    if predicted:
+        print(f"\n-- slow-mode calls not run: torch's loop would take over {PREDICT_FACTOR}x the time limit")
+        by_group = defaultdict(list)
+        for r in predicted:
+            by_group[r["group"]].append(r)
+        for group, rows in sorted(by_group.items()):
+            print(f"  {group}: {len(rows)} calls on samples {sorted({r['sample'] for r in rows})}")
     slower = sorted(
         (
             (per_op_o[k] / max(per_op_t[k], 1e-9), k)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_opdb.py"
 
@@ -219,3 +222,66 @@ def test_the_readme_quotes_the_kept_records_of_the_op_db_run():
     assert compared.stdout.startswith(
         f"{int(same.group(1).replace(',', ''))} calls in both runs; opcheck's verdict differs on 0, its first line on 0"
     ), compared.stdout[:300]
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_opdb", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def test_the_least_cost_of_a_slow_call_is_two_calls_per_input_element_at_the_fastest_probe():
+    bench = load_bench()
+    args = (torch.zeros(2, 3), torch.zeros(4))  # 10 elements
+    ticks = iter([0.0, 5.0, 10.0, 12.0, 20.0, 23.0])  # probes of 5, 2 and 3 seconds
+    assert bench.least_slow_seconds(torch.add, args[:1] * 2, limit=1.0, clock=lambda: next(ticks)) == 2 * 12 * 2.0
+    ticks = iter([0.0, 5.0])  # one probe already puts the bound (100 s) under the limit: no more probes
+    assert bench.least_slow_seconds(lambda a, b: a, args, limit=1000.0, clock=lambda: next(ticks)) == 100.0
+
+    def fails(a, b):
+        raise ValueError("shapes")
+
+    assert bench.least_slow_seconds(fails, args, limit=1.0, clock=iter(range(10)).__next__) == 0.0
+
+
+def test_a_slow_call_predicted_past_the_limit_is_not_made_and_is_counted_apart(tmp_path):
+    # In a child process whose probe says every slow call would take 1e9 CPU s.
+    paired, alone = tmp_path / "paired.jsonl", tmp_path / "alone.jsonl"
+    script = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
+bench = importlib.util.module_from_spec(spec)
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+spec.loader.exec_module(bench)
+bench.least_slow_seconds = lambda fn, args, limit: 1e9
+common = ["--ops", "abs", "--limit", "1", "--dtypes", "float64"]
+bench.main([*common, "--out", {str(paired)!r}])
+bench.main([*common, "--out", {str(alone)!r}, "--no-batching"])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = [r for r in records(paired) if "call" in r]
+    slow, fast = [r for r in calls if r["mode"] == "slow"], [r for r in calls if r["mode"] == "fast"]
+    assert len(slow) == len(fast) == 6
+    assert all(r["torch"]["verdict"] is True and r["opcheck"]["verdict"] is True for r in fast)
+    line = "predicted: over 300 CPU s (at least 1e+09 s)"
+    assert all(r["torch"] == bench_record(line) for r in slow)
+    assert all(r["opcheck"] == bench_record("not run: torch's call " + line) for r in slow)
+    assert all(r["opcheck"] == bench_record(line) for r in records(alone) if r.get("mode") == "slow")
+
+    report = bench("--report", str(paired))
+    assert report.returncode == 0, report.stdout
+    assert "timeouts or out of memory, apart: 6 (6 of them predicted, not run)" in report.stdout
+    assert "  abs|float64: 6 calls on samples [0]\n" in report.stdout
+    compared = bench("--compare", str(paired), str(alone))
+    assert compared.stdout.startswith("6 calls in both runs; opcheck's verdict differs on 0, its first line on 0 more;")
+    assert "6 timeouts or out of memory apart" in compared.stdout
+
+
+def bench_record(line: str) -> dict:
+    return {"verdict": "Timeout", "first_line": line, "seconds": 0.0, "cpu_seconds": 0.0, "predicted": True}
