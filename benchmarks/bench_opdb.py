@@ -30,8 +30,8 @@ project, gzipped, in benchmarks/results/opdb/ (every reader takes ``.gz`` files 
 A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that cannot allocate within
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
 memory; both are counted apart. A slow-mode call whose least cost (two evaluations of the
-function per input element, each at least its fastest call) is over twice the limit is not made:
-both sides are recorded as a predicted timeout, listed apart by group. ``--no-batching`` runs
+checked function per input direction, each at least its fastest call) is over 1.5x the limit is
+not made: both sides are recorded as a predicted timeout, listed apart by group. ``--no-batching`` runs
 opcheck alone with vmapped evaluation off (torch's loop), and ``--compare FILE...`` lists the
 calls where opcheck's verdict or first line differs between the paired records (batching on)
 and the ``--no-batching`` ones (``"torch": null``) of the files. ``--report FILE...`` prints
@@ -210,32 +210,60 @@ def run(checker, fn, args, kwargs, limit: float) -> dict:
     return {"verdict": verdict, "first_line": line[:300], "seconds": round(seconds, 6), "cpu_seconds": round(cpu, 6)}
 
 
-PREDICT_FACTOR = 2
-"""A slow-mode call is not made when its least cost is this many times the time limit."""
+PREDICT_FACTOR = 1.5
+"""A slow-mode call is not made when its least cost is this many times the time limit (the
+margin covers the probe's noise: the bound itself is a floor)."""
+
+SECOND_ORDER = ("gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
 
 
-def least_slow_seconds(fn, args, limit: float, clock=time.thread_time, repeats: int = 3) -> float:
-    """A lower bound on the CPU seconds of a slow-mode call on these arguments, or 0 where fn
-    raises: torch's numerical Jacobian, and opcheck's without batching, evaluate fn twice per
-    input element (central differences; four times per complex one, and gradgradcheck's function
-    does more than fn), each at least fn's fastest call here, under no_grad. Probing stops once a
-    call shows the bound is under `limit`: op_db's 5M-element grid_sampler_3d samples would run
-    past any limit in either tool (2 x 5,179,680 evaluations), most samples take microseconds."""
-    n = sum(a.numel() for a in args)
-    fastest = math.inf
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(repeats):
-            fresh = fresh_args(args)
-            c0 = clock()
-            try:
-                fn(*fresh)
-            except Exception:  # noqa: BLE001 - the call itself will say what is wrong
-                return 0.0
-            fastest = min(fastest, clock() - c0)
-            if 2 * n * fastest < limit:
-                break
-    return 2 * n * fastest
+def directions(t: torch.Tensor) -> int:
+    """The numerical Jacobian's perturbations of t: one per element, two per complex element
+    (the real and the imaginary part), each a central difference of two evaluations."""
+    return t.numel() * (2 if t.is_complex() else 1)
+
+
+def least_slow_seconds(fn, args, limit: float, call: str = "fwd", clock=time.thread_time, repeats: int = 3) -> float:
+    """A floor under torch's CPU seconds for a slow-mode call on these arguments, or 0 where the
+    probe raises, from fn's fastest calls here. torch's numerical Jacobian evaluates the checked
+    function twice per direction of its inputs: for gradcheck that is fn (timed under no_grad);
+    for gradgradcheck it is fn's VJP (fn and one backward, without create_graph), whose inputs
+    add the grad_outputs. A ``grad`` call also takes the analytical Jacobian by rows, one
+    backward per element of the output, twice (the reentrancy check): counted where fn has one
+    differentiable output, since a backward from all of several outputs is no floor for one.
+    Probing stops once a call puts the floor under `limit`: most samples take microseconds,
+    while op_db's grid_sampler_3d has samples of 5,179,680 elements."""
+    n_in, floor = sum(directions(a) for a in args), math.inf
+    for _ in range(repeats):
+        fresh = fresh_args(args)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with torch.no_grad():
+                    c0 = clock()
+                    fn(*fresh)
+                    forward = clock() - c0
+                cost = 2 * n_in * forward
+                if call == "grad" or call in SECOND_ORDER:
+                    out = fn(*fresh)
+                    outs = [
+                        o
+                        for o in (out if isinstance(out, (tuple, list)) else (out,))
+                        if isinstance(o, torch.Tensor) and o.requires_grad
+                    ]
+                    c0 = clock()
+                    torch.autograd.grad(outs, fresh, [torch.ones_like(o) for o in outs], allow_unused=True)
+                    backward = clock() - c0
+                    if call in SECOND_ORDER:
+                        cost = 2 * (n_in + sum(directions(o) for o in outs)) * (forward + backward)
+                    elif len(outs) == 1:
+                        cost += 2 * outs[0].numel() * backward
+        except Exception:  # noqa: BLE001 - the call itself will say what is wrong
+            return 0.0
+        floor = min(floor, cost)
+        if floor < limit:
+            break
+    return floor
 
 
 def predicted_timeout(line: str) -> dict:
@@ -353,15 +381,19 @@ def run_groups(args) -> int:
                     fn_o, args_o = build_check(op, s_o)
                     if not args_t:
                         continue
-                    bound = None  # the sample's least slow-mode cost, probed at its first slow call
+                    floors: dict[str, float] = {}  # each slow call's least cost in torch, probed once
                     for name, checker, kwargs in calls_for(op):
                         for mode, fast in MODES.items():
                             if (group, k, name, mode) in recorded:
                                 continue
                             kw = dict(kwargs, fast_mode=fast)
-                            if not fast and bound is None:
-                                bound = least_slow_seconds(fn_o, args_o, PREDICT_FACTOR * args.limit_seconds)
-                            if not fast and bound >= PREDICT_FACTOR * args.limit_seconds:
+                            checked = "vjp" if name in SECOND_ORDER else name  # all four check fn's VJP
+                            if not fast and checked not in floors:
+                                floors[checked] = least_slow_seconds(
+                                    fn_o, args_o, PREDICT_FACTOR * args.limit_seconds, name
+                                )
+                            bound = 0.0 if fast else floors[checked]
+                            if bound >= PREDICT_FACTOR * args.limit_seconds:
                                 # torch's loop (and opcheck's without batching) would run past the limit, so
                                 # there is no verdict to compare opcheck's with
                                 line = f"predicted: over {args.limit_seconds:g} CPU s (at least {bound:.4g} s)"

@@ -247,6 +247,42 @@ def test_the_least_cost_of_a_slow_call_is_two_calls_per_input_element_at_the_fas
         raise ValueError("shapes")
 
     assert bench.least_slow_seconds(fails, args, limit=1.0, clock=iter(range(10)).__next__) == 0.0
+    # a complex element is two directions (real and imaginary part)
+    z = torch.zeros(3, dtype=torch.complex128)
+    assert bench.least_slow_seconds(torch.neg, (z,), limit=1.0, clock=iter([0.0, 1.0] * 3).__next__) == 2 * 6 * 1.0
+
+
+def test_the_least_cost_of_a_grad_or_second_order_call_counts_its_backward_calls():
+    bench = load_bench()
+    x = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    grad_enabled, backward = [], []
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            backward.append(g.shape)
+            return g * 2
+
+    def fn(a):
+        grad_enabled.append(torch.is_grad_enabled())
+        return Double.apply(a).sum(0), a.detach()  # one differentiable output of 3 elements, one not
+
+    def probe(call, f=fn):  # each probe: a forward of 1 s under no_grad, a backward of 3 s
+        ticks = iter([0.0, 1.0, 10.0, 13.0] * 3)
+        return bench.least_slow_seconds(f, (x,), limit=1.0, call=call, clock=lambda: next(ticks))
+
+    # gradgradcheck's function is the VJP (forward and backward) of x and the sum's grad_output
+    assert probe("gradgrad") == 2 * (6 + 3) * (1.0 + 3.0)
+    assert grad_enabled == [False, True] * 3 and backward == [(2, 3)] * 3
+    # gradcheck: 2 forwards per direction of x, then 2 backward calls per element of the output
+    assert probe("grad") == 2 * 6 * 1.0 + 2 * 3 * 3.0
+    # with two differentiable outputs, one backward from both is no floor for either alone
+    assert probe("grad", lambda a: (Double.apply(a), Double.apply(a).sum(0))) == 2 * 6 * 1.0
+    assert bench.least_slow_seconds(fn, (x,), limit=1.0, call="fwd", clock=iter([0.0, 1.0] * 3).__next__) == 12.0
 
 
 def test_a_slow_call_predicted_past_the_limit_is_not_made_and_is_counted_apart(tmp_path):
@@ -258,7 +294,7 @@ spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
 bench = importlib.util.module_from_spec(spec)
 sys.path.insert(0, {str(SCRIPT.parent)!r})
 spec.loader.exec_module(bench)
-bench.least_slow_seconds = lambda fn, args, limit: 1e9
+bench.least_slow_seconds = lambda *probe: 1e9
 common = ["--ops", "abs", "--limit", "1", "--dtypes", "float64"]
 bench.main([*common, "--out", {str(paired)!r}])
 bench.main([*common, "--out", {str(alone)!r}, "--no-batching"])
