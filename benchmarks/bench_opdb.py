@@ -212,7 +212,10 @@ def run(checker, fn, args, kwargs, limit: float) -> dict:
 
 PREDICT_FACTOR = 1.5
 """A slow-mode call is not made when its least cost is this many times the time limit (the
-margin covers the probe's noise: the bound itself is a floor)."""
+margin covers the probe's noise: the floor itself is one)."""
+
+FLOOR_SHOWN = 1.0
+"""The report holds the probe's floors to torch's time on the slow calls that took this long."""
 
 SECOND_ORDER = ("gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
 
@@ -392,11 +395,11 @@ def run_groups(args) -> int:
                                 floors[checked] = least_slow_seconds(
                                     fn_o, args_o, PREDICT_FACTOR * args.limit_seconds, name
                                 )
-                            bound = 0.0 if fast else floors[checked]
-                            if bound >= PREDICT_FACTOR * args.limit_seconds:
+                            floor = 0.0 if fast else floors[checked]
+                            if floor >= PREDICT_FACTOR * args.limit_seconds:
                                 # torch's loop (and opcheck's without batching) would run past the limit, so
                                 # there is no verdict to compare opcheck's with
-                                line = f"predicted: over {args.limit_seconds:g} CPU s (at least {bound:.4g} s)"
+                                line = f"predicted: over {args.limit_seconds:g} CPU s (at least {floor:.4g} s)"
                                 t = None if args.no_batching else predicted_timeout(line)
                                 o = predicted_timeout(line if args.no_batching else "not run: torch's call " + line)
                             else:
@@ -416,6 +419,8 @@ def run_groups(args) -> int:
                                 "torch": t,
                                 "opcheck": o,
                             }
+                            if not fast:
+                                rec["floor"] = round(floor, 6)  # the report holds it to torch's time
                             if t and (t["verdict"], t["first_line"]) != (o["verdict"], o["first_line"]):
                                 again = run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
                                 rec["nondeterministic"] = (again["verdict"], again["first_line"]) != (
@@ -508,6 +513,8 @@ def report(paths, slow_factor: float) -> int:
             lines.append(r)
     ops = {r["op"] for r in recs}
     samples = {(r["group"], r["sample"]) for r in recs}
+    apart = {id(r) for r in limited}
+    floored = [r for r in recs if "floor" in r and id(r) not in apart and spent(r["torch"]) >= FLOOR_SHOWN]
     print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
     print(f"  groups: {len(done)} of op_db's {len(groups(None))} (op, dtype) groups done")
     on_wall = len(recs) - len(limited) - on_cpu
@@ -521,6 +528,12 @@ def report(paths, slow_factor: float) -> int:
     print(f"nondeterministic (torch disagrees with itself), apart: {len(nondet)}")
     predicted = [r for r in limited if r["torch"].get("predicted")]
     print(f"timeouts or out of memory, apart: {len(limited)} ({len(predicted)} of them predicted, not run)")
+    if floored:
+        most = max(r["floor"] / spent(r["torch"]) for r in floored)
+        print(
+            f"the probe's floor under a slow call, of the {len(floored)} that took torch {FLOOR_SHOWN:g} s or more: "
+            f"at most {most:.2f} of torch's time"
+        )
     for title, rows in (
         ("verdicts", verdicts),
         ("first lines", lines),

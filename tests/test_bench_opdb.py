@@ -309,6 +309,7 @@ bench.main([*common, "--out", {str(alone)!r}, "--no-batching"])
     assert all(r["torch"] == bench_record(line) for r in slow)
     assert all(r["opcheck"] == bench_record("not run: torch's call " + line) for r in slow)
     assert all(r["opcheck"] == bench_record(line) for r in records(alone) if r.get("mode") == "slow")
+    assert all(r["floor"] == 1e9 for r in slow) and all("floor" not in r for r in fast)
 
     report = bench("--report", str(paired))
     assert report.returncode == 0, report.stdout
@@ -321,3 +322,21 @@ bench.main([*common, "--out", {str(alone)!r}, "--no-batching"])
 
 def bench_record(line: str) -> dict:
     return {"verdict": "Timeout", "first_line": line, "seconds": 0.0, "cpu_seconds": 0.0, "predicted": True}
+
+
+def test_the_report_holds_the_probes_floors_to_torchs_time(tmp_path):
+    path = tmp_path / "floors.jsonl"
+    rec = {"group": "abs|float64", "op": "abs", "dtype": "float64", "call": "grad", "mode": "slow"}
+    side = {"verdict": True, "first_line": "", "seconds": 9.0}
+    rows = [
+        dict(rec, sample=0, floor=1.5, torch=dict(side, cpu_seconds=2.0), opcheck=dict(side, cpu_seconds=1.0)),
+        dict(rec, sample=1, floor=0.5, torch=dict(side, cpu_seconds=4.0), opcheck=dict(side, cpu_seconds=1.0)),
+        dict(rec, sample=2, floor=0.5, torch=dict(side, cpu_seconds=0.5), opcheck=dict(side, cpu_seconds=0.1)),
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = bench("--report", str(path))
+    assert report.returncode == 0, report.stdout
+    # sample 2 took torch under a second: too short to hold a probe's floor to
+    assert "the probe's floor under a slow call, of the 2 that took torch 1 s or more: at most 0.75 of" in (
+        report.stdout
+    )
