@@ -29,13 +29,13 @@ does the same for the records of earlier runs kept in other files, such as those
 project, gzipped, in benchmarks/results/opdb/ (every reader takes ``.gz`` files as they are).
 A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that cannot allocate within
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
-memory; both are counted apart. A slow-mode call whose least cost (two evaluations of the
-checked function per input direction, each at least its fastest call) is over 1.5x the limit is
-not made: both sides are recorded as a predicted timeout, listed apart by group. ``--no-batching`` runs
-opcheck alone with vmapped evaluation off (torch's loop), and ``--compare FILE...`` lists the
-calls where opcheck's verdict or first line differs between the paired records (batching on)
-and the ``--no-batching`` ones (``"torch": null``) of the files. ``--report FILE...`` prints
-the totals.
+memory; both are counted apart. A slow-mode call whose least cost in torch (two evaluations
+of the checked function per input direction, each at least its fastest call) is over 1.5x the
+limit is not made: both sides are recorded as a predicted timeout, listed apart by group.
+``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
+``--compare FILE...`` lists the calls where opcheck's verdict or first line differs between the
+paired records (batching on) and the ``--no-batching`` ones (``"torch": null``) of the files.
+``--report FILE...`` prints the totals.
 
     python benchmarks/bench_opdb.py --shard 0/2 --out opdb.jsonl &
     python benchmarks/bench_opdb.py --shard 1/2 --out opdb.jsonl
@@ -226,16 +226,16 @@ def directions(t: torch.Tensor) -> int:
     return t.numel() * (2 if t.is_complex() else 1)
 
 
-def least_slow_seconds(fn, args, limit: float, call: str = "fwd", clock=time.thread_time, repeats: int = 3) -> float:
+def least_slow_seconds(fn, args, call: str = "fwd", clock=time.thread_time, repeats: int = 3) -> float:
     """A floor under torch's CPU seconds for a slow-mode call on these arguments, or 0 where the
-    probe raises, from fn's fastest calls here. torch's numerical Jacobian evaluates the checked
+    probe raises, from fn's fastest of `repeats` calls here (one alone is no floor: a first call
+    of a few microseconds was seen to take 10x its next). torch's numerical Jacobian evaluates the checked
     function twice per direction of its inputs: for gradcheck that is fn (timed under no_grad);
     for gradgradcheck it is fn's VJP (fn and one backward, without create_graph), whose inputs
     add the grad_outputs. A ``grad`` call also takes the analytical Jacobian by rows, one
     backward per element of the output, twice (the reentrancy check): counted where fn has one
     differentiable output, since a backward from all of several outputs is no floor for one.
-    Probing stops once a call puts the floor under `limit`: most samples take microseconds,
-    while op_db's grid_sampler_3d has samples of 5,179,680 elements."""
+    The probe costs 1/(2 x directions) of the numerical Jacobian's time, or less."""
     n_in, floor = sum(directions(a) for a in args), math.inf
     for _ in range(repeats):
         fresh = fresh_args(args)
@@ -264,8 +264,6 @@ def least_slow_seconds(fn, args, limit: float, call: str = "fwd", clock=time.thr
         except Exception:  # noqa: BLE001 - the call itself will say what is wrong
             return 0.0
         floor = min(floor, cost)
-        if floor < limit:
-            break
     return floor
 
 
@@ -392,9 +390,7 @@ def run_groups(args) -> int:
                             kw = dict(kwargs, fast_mode=fast)
                             checked = "vjp" if name in SECOND_ORDER else name  # all four check fn's VJP
                             if not fast and checked not in floors:
-                                floors[checked] = least_slow_seconds(
-                                    fn_o, args_o, PREDICT_FACTOR * args.limit_seconds, name
-                                )
+                                floors[checked] = least_slow_seconds(fn_o, args_o, name)
                             floor = 0.0 if fast else floors[checked]
                             if floor >= PREDICT_FACTOR * args.limit_seconds:
                                 # torch's loop (and opcheck's without batching) would run past the limit, so
