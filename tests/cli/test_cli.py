@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def opcheck(*args, cwd: Path) -> subprocess.CompletedProcess:
+def opcheck(*args, cwd: Path, **popen) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True, text=True, **popen
+    )
 
 
 @pytest.fixture
@@ -281,5 +284,7 @@ def test_a_real_ctrl_c_while_importing_stops_without_a_traceback(project):
     # A SIGINT that arrives while the op's module is imported is the user's Ctrl-C, not a spec problem.
     (project / "slow_import.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n")
     (project / "op_specs" / "slow.yaml").write_text("op: slow_import:f\nsamples: [{name: v, args: [{shape: [4]}]}]\n")
-    result = opcheck("validate", cwd=project)
+    # SIGINT's default action in the child, as in a terminal: a shell's background job inherits it
+    # ignored, and Python then leaves it ignored
+    result = opcheck("validate", cwd=project, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert result.returncode == 130 and result.stderr == "opcheck: interrupted\n", result.stderr
