@@ -19,8 +19,8 @@ from the global generator). Each call's verdict (True, "GradcheckError" or the e
 name), the first line of its message and its time are written as one JSON line: wall seconds,
 and the CPU seconds of the thread that runs both, which other work on a shared machine does not
 stretch (torch runs on one thread here), so the report compares CPU seconds where a record has
-them. A pair that disagrees (verdict or first line) is run through torch again: when torch
-disagrees with itself the pair is marked nondeterministic and counted apart.
+them. A pair that disagrees (verdict or first line; neither a timeout) is run through torch
+again: when torch disagrees with itself the pair is marked nondeterministic and counted apart.
 
 Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
 finished has a ``{"done": ...}`` line and is skipped when the same file is given again, and in a
@@ -31,7 +31,8 @@ A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that can
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
 memory; both are counted apart. A slow-mode call whose least cost in torch (two evaluations
 of the checked function per input direction, each at least its fastest call) is over twice the
-limit is not made: both sides are recorded as a predicted timeout, listed apart by group.
+limit is not made, nor one with non-contiguous grad_outputs whose contiguous twin ran past the
+limit in torch's loop: both sides are recorded as a predicted timeout, listed apart by group.
 ``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
 ``--compare FILE...`` lists the calls where opcheck's verdict or first line differs between the
 paired records (batching on) and the ``--no-batching`` ones (``"torch": null``) of the files.
@@ -327,12 +328,20 @@ def of_no_batching_run(rec: dict) -> bool:
     return rec.get("torch") is None if "call" in rec else rec.get("no_batching", False)
 
 
-def finished(paths, no_batching: bool = False) -> tuple[set[str], set[tuple]]:
+def loop_side(rec: dict) -> dict:
+    """The side of a call record that ran a loop over the Jacobian: torch's, or opcheck's in a
+    --no-batching run."""
+    return rec["opcheck"] if rec["torch"] is None else rec["torch"]
+
+
+def finished(paths, no_batching: bool = False) -> tuple[set[str], dict[tuple, object]]:
     """What earlier runs of one kind (paired, or ``--no-batching``) recorded in these files: their
-    done groups, and the (group, sample, call, mode) of every call they made (a run stopped inside
-    a group resumes after its last call: samples are rebuilt from the same seed, so sample k is
-    the same sample). The other kind's records do not count: the two runs are made apart."""
-    groups, calls = set(), set()
+    done groups, and the (group, sample, call, mode) of every call they made with its loop side's
+    verdict (a run stopped inside a group resumes after its last call: samples are rebuilt from
+    the same seed, so sample k is the same sample). The other kind's records do not count: the
+    two runs are made apart."""
+    groups: set[str] = set()
+    calls: dict[tuple, object] = {}
     for path in paths:
         if os.path.exists(path):
             for rec in lines_of(path):
@@ -341,7 +350,7 @@ def finished(paths, no_batching: bool = False) -> tuple[set[str], set[tuple]]:
                 if "done" in rec:
                     groups.add(rec["done"])
                 elif "call" in rec:
-                    calls.add(call_key(rec))
+                    calls[call_key(rec)] = loop_side(rec)["verdict"]
     return groups, calls
 
 
@@ -393,10 +402,16 @@ def run_groups(args) -> int:
                             if not fast and checked not in floors:
                                 floors[checked] = least_slow_seconds(fn_o, args_o, name)
                             floor = 0.0 if fast else floors[checked]
+                            twin = (group, k, name.removesuffix("_noncontig"), mode)
+                            line = None
                             if floor >= PREDICT_FACTOR * args.limit_seconds:
+                                line = f"predicted: over {args.limit_seconds:g} CPU s (at least {floor:.4g} s)"
+                            elif not fast and twin[2] != name and recorded.get(twin) == "Timeout":
+                                # the same work with contiguous grad_outputs
+                                line = f"predicted: over {args.limit_seconds:g} CPU s (its contiguous twin ran past it)"
+                            if line:
                                 # torch's loop (and opcheck's without batching) would run past the limit, so
                                 # there is no verdict to compare opcheck's with
-                                line = f"predicted: over {args.limit_seconds:g} CPU s (at least {floor:.4g} s)"
                                 t = None if args.no_batching else predicted_timeout(line)
                                 o = predicted_timeout(line if args.no_batching else "not run: torch's call " + line)
                             else:
@@ -418,7 +433,9 @@ def run_groups(args) -> int:
                             }
                             if not fast:
                                 rec["floor"] = round(floor, 6)  # the report holds it to torch's time
-                            if t and (t["verdict"], t["first_line"]) != (o["verdict"], o["first_line"]):
+                            recorded[call_key(rec)] = loop_side(rec)["verdict"]
+                            answered = t and not {t["verdict"], o["verdict"]} & set(LIMITED)
+                            if answered and (t["verdict"], t["first_line"]) != (o["verdict"], o["first_line"]):
                                 again = run(torch_tools[checker], fn_t, args_t, kw, args.limit_seconds)
                                 rec["nondeterministic"] = (again["verdict"], again["first_line"]) != (
                                     t["verdict"],

@@ -338,3 +338,44 @@ def test_the_report_holds_the_probes_floors_to_torchs_time(tmp_path):
     assert report.returncode == 0, report.stdout
     # sample 2 took torch under a second: too short to hold a probe's floor to
     assert "of the 2 that took torch 1 s or more: at most 0.75 of torch's time" in report.stdout
+
+
+def test_a_noncontiguous_twin_of_a_call_past_the_limit_is_not_made_and_no_timeout_is_rerun(tmp_path):
+    # In a child process whose torch gradgradcheck (reverse over reverse, slow) runs past the limit.
+    first, resumed = tmp_path / "first.jsonl", tmp_path / "resumed.jsonl"
+    script = f"""
+import importlib.util, json, sys, torch
+spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
+bench = importlib.util.module_from_spec(spec)
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+spec.loader.exec_module(bench)
+real, calls = bench.run, []
+
+def run(checker, fn, args, kwargs, limit):
+    slow_rev = checker is torch.autograd.gradgradcheck and not kwargs["fast_mode"]
+    if slow_rev and not kwargs.get("check_fwd_over_rev"):
+        calls.append(kwargs["gen_non_contig_grad_outputs"])
+        return {{"verdict": "Timeout", "first_line": "over 300 CPU s", "seconds": 1.0, "cpu_seconds": 1.0}}
+    return real(checker, fn, args, kwargs, limit)
+
+bench.run = run
+common = ["--ops", "abs", "--limit", "1", "--dtypes", "float64"]
+bench.main([*common, "--out", {str(first)!r}])
+print(json.dumps(calls))
+bench.run = real  # a later run knows the twin's timeout from the records alone
+recs = [json.loads(line) for line in open({str(first)!r})]
+cut = next(i for i, r in enumerate(recs) if r.get("call") == "gradgrad" and r["mode"] == "fast")
+open({str(resumed)!r}, "w").write("".join(json.dumps(r) + "\\n" for r in recs[: cut + 1]))
+bench.main([*common, "--out", {str(resumed)!r}])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == [False]  # torch's timed-out call is not rerun; its twin is not made
+    for path in (first, resumed):
+        slow = {r["call"]: r for r in records(path) if r.get("mode") == "slow"}
+        twin = slow["gradgrad_noncontig"]
+        line = "predicted: over 300 CPU s (its contiguous twin ran past it)"
+        assert twin["torch"] == bench_record(line), path
+        assert twin["opcheck"] == bench_record("not run: torch's call " + line)
+        assert "nondeterministic" not in slow["gradgrad"]
+        assert slow["fwgrad_bwgrad_noncontig"]["torch"]["verdict"] is True  # its twin answered
