@@ -19,6 +19,19 @@ def bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600)
 
 
+def in_child(script: str) -> subprocess.CompletedProcess:
+    """Python `script` in a child process, with the benchmark module loaded as `bench` (a time or
+    memory limit, or a patched function, holds there for the rest of the process)."""
+    loader = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('bench_opdb', {str(SCRIPT)!r})\n"
+        "bench = importlib.util.module_from_spec(spec)\n"
+        f"sys.path.insert(0, {str(SCRIPT.parent)!r})\n"
+        "spec.loader.exec_module(bench)\n"
+    )
+    return subprocess.run([sys.executable, "-c", loader + script], capture_output=True, text=True, timeout=300)
+
+
 def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -125,18 +138,14 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
 
 def test_a_call_past_the_memory_limit_is_out_of_memory_and_counted_apart(tmp_path):
     # In a child process: the limit holds for the rest of the process.
-    script = f"""
-import importlib.util, sys, torch
-spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
-bench = importlib.util.module_from_spec(spec)
-sys.path.insert(0, {str(SCRIPT.parent)!r})
-spec.loader.exec_module(bench)
+    script = """
+import torch
 bench.limit_memory(0.5)
-big = bench.run(lambda fn, args, **kw: torch.empty(2**28, dtype=torch.float64).fill_(1.0), None, (), {{}}, 60)
-small = bench.run(lambda fn, args, **kw: bool(torch.ones(2**20).sum() > 0), None, (), {{}}, 60)
+big = bench.run(lambda fn, args, **kw: torch.empty(2**28, dtype=torch.float64).fill_(1.0), None, (), {}, 60)
+small = bench.run(lambda fn, args, **kw: bool(torch.ones(2**20).sum() > 0), None, (), {}, 60)
 print(big["verdict"], small["verdict"])
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = in_child(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["OutOfMemory", "True"]  # 2 GiB refused, 8 MiB still fine after it
 
@@ -168,12 +177,8 @@ print(big["verdict"], small["verdict"])
 
 
 def test_the_time_limit_counts_cpu_seconds_and_a_wall_limit_backs_it():
-    script = f"""
-import importlib.util, sys, time
-spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
-bench = importlib.util.module_from_spec(spec)
-sys.path.insert(0, {str(SCRIPT.parent)!r})
-spec.loader.exec_module(bench)
+    script = """
+import time
 
 def spin(fn, args, **kw):
     end = time.monotonic() + 60
@@ -185,12 +190,12 @@ def nap(fn, args, seconds, **kw):
     time.sleep(seconds)  # waits: no CPU seconds
     return True
 
-burn = bench.run(spin, None, (), {{}}, 0.2)
-short = bench.run(nap, None, (), {{"seconds": 0.3}}, 0.2)
-long = bench.run(nap, None, (), {{"seconds": 60}}, 0.2)
+burn = bench.run(spin, None, (), {}, 0.2)
+short = bench.run(nap, None, (), {"seconds": 0.3}, 0.2)
+long = bench.run(nap, None, (), {"seconds": 60}, 0.2)
 print(burn["verdict"], burn["first_line"], "|", short["verdict"], "|", long["verdict"], long["first_line"])
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = in_child(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "Timeout over 0.2 CPU s | True | Timeout over 0.8 wall s"
 
@@ -289,17 +294,12 @@ def test_a_slow_call_predicted_past_the_limit_is_not_made_and_is_counted_apart(t
     # In a child process whose probe says every slow call would take 1e9 CPU s.
     paired, alone = tmp_path / "paired.jsonl", tmp_path / "alone.jsonl"
     script = f"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
-bench = importlib.util.module_from_spec(spec)
-sys.path.insert(0, {str(SCRIPT.parent)!r})
-spec.loader.exec_module(bench)
 bench.least_slow_seconds = lambda *probe: 1e9
 common = ["--ops", "abs", "--limit", "1", "--dtypes", "float64"]
 bench.main([*common, "--out", {str(paired)!r}])
 bench.main([*common, "--out", {str(alone)!r}, "--no-batching"])
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = in_child(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     calls = [r for r in records(paired) if "call" in r]
     slow, fast = [r for r in calls if r["mode"] == "slow"], [r for r in calls if r["mode"] == "fast"]
@@ -344,11 +344,7 @@ def test_a_noncontiguous_twin_of_a_call_past_the_limit_is_not_made_and_no_timeou
     # In a child process whose torch gradgradcheck (reverse over reverse, slow) runs past the limit.
     first, resumed = tmp_path / "first.jsonl", tmp_path / "resumed.jsonl"
     script = f"""
-import importlib.util, json, sys, torch
-spec = importlib.util.spec_from_file_location("bench_opdb", {str(SCRIPT)!r})
-bench = importlib.util.module_from_spec(spec)
-sys.path.insert(0, {str(SCRIPT.parent)!r})
-spec.loader.exec_module(bench)
+import json, torch
 real, calls = bench.run, []
 
 def run(checker, fn, args, kwargs, limit):
@@ -368,7 +364,7 @@ cut = next(i for i, r in enumerate(recs) if r.get("call") == "gradgrad" and r["m
 open({str(resumed)!r}, "w").write("".join(json.dumps(r) + "\\n" for r in recs[: cut + 1]))
 bench.main([*common, "--out", {str(resumed)!r}])
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = in_child(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == [False]  # torch's timed-out call is not rerun; its twin is not made
     for path in (first, resumed):
