@@ -31,8 +31,9 @@ A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that can
 ``--limit-memory`` (GiB of address space over what the process holds at the start) is out of
 memory; both are counted apart. A slow-mode call whose least cost in torch (two evaluations
 of the checked function per input direction, each at least its fastest call) is over twice the
-limit is not made, nor one with non-contiguous grad_outputs whose contiguous twin ran past the
-limit in torch's loop: both sides are recorded as a predicted timeout, listed apart by group.
+limit is not made, nor one with non-contiguous grad_outputs whose contiguous twin ran past the time
+or memory limit in torch's loop: both sides are recorded as the twin's verdict, predicted (a
+predicted timeout or out of memory), listed apart by group.
 ``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
 ``--compare FILE...`` lists the calls where opcheck's verdict or first line differs between the
 paired records (batching on) and the ``--no-batching`` ones (``"torch": null``) of the files.
@@ -269,9 +270,9 @@ def least_slow_seconds(fn, args, call: str = "fwd", clock=time.thread_time, repe
     return floor
 
 
-def predicted_timeout(line: str) -> dict:
-    """The record of a call not made: a timeout, counted apart, that says so."""
-    return {"verdict": "Timeout", "first_line": line, "seconds": 0.0, "cpu_seconds": 0.0, "predicted": True}
+def predicted(line: str, verdict: str = "Timeout") -> dict:
+    """The record of a call not made: a timeout (or out of memory), counted apart, that says so."""
+    return {"verdict": verdict, "first_line": line, "seconds": 0.0, "cpu_seconds": 0.0, "predicted": True}
 
 
 def tools(no_batching: bool):
@@ -403,17 +404,23 @@ def run_groups(args) -> int:
                                 floors[checked] = least_slow_seconds(fn_o, args_o, name)
                             floor = 0.0 if fast else floors[checked]
                             twin = (group, k, name.removesuffix("_noncontig"), mode)
-                            line = None
+                            line, verdict = None, "Timeout"
                             if floor >= PREDICT_FACTOR * args.limit_seconds:
                                 line = f"predicted: over {args.limit_seconds:g} CPU s (at least {floor:.4g} s)"
-                            elif not fast and twin[2] != name and recorded.get(twin) == "Timeout":
-                                # the same work with contiguous grad_outputs
-                                line = f"predicted: over {args.limit_seconds:g} CPU s (its contiguous twin ran past it)"
+                            elif not fast and twin[2] != name and recorded.get(twin) in LIMITED:
+                                # the same work, and the same allocations, with contiguous grad_outputs
+                                verdict = recorded[twin]
+                                past = (
+                                    f"{args.limit_seconds:g} CPU s"
+                                    if verdict == "Timeout"
+                                    else f"the {args.limit_memory:g} GiB memory limit"
+                                )
+                                line = f"predicted: over {past} (its contiguous twin ran past it)"
                             if line:
                                 # torch's loop (and opcheck's without batching) would run past the limit, so
                                 # there is no verdict to compare opcheck's with
-                                t = None if args.no_batching else predicted_timeout(line)
-                                o = predicted_timeout(line if args.no_batching else "not run: torch's call " + line)
+                                t = None if args.no_batching else predicted(line, verdict)
+                                o = predicted(line if args.no_batching else "not run: torch's call " + line, verdict)
                             else:
                                 t = (
                                     None
@@ -563,7 +570,10 @@ def report(paths, slow_factor: float) -> int:
                     f"    opcheck: {r['opcheck']['verdict']} {r['opcheck']['first_line'][:160]}"
                 )
     if predicted:
-        print(f"\n-- slow-mode calls not run: torch's loop would take over {PREDICT_FACTOR}x the time limit")
+        print(
+            f"\n-- slow-mode calls not run: a probe put torch's loop over {PREDICT_FACTOR}x the time limit,"
+            " or their twin with contiguous grad_outputs ran past a limit"
+        )
         by_group = defaultdict(list)
         for r in predicted:
             by_group[r["group"]].append(r)

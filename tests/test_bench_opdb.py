@@ -340,38 +340,56 @@ def test_the_report_holds_the_probes_floors_to_torchs_time(tmp_path):
     assert "of the 2 that took torch 1 s or more: at most 0.75 of torch's time" in report.stdout
 
 
-def test_a_noncontiguous_twin_of_a_call_past_the_limit_is_not_made_and_no_timeout_is_rerun(tmp_path):
-    # In a child process whose torch gradgradcheck (reverse over reverse, slow) runs past the limit.
+def test_a_noncontiguous_twin_of_a_call_past_a_limit_is_not_made_and_no_limited_call_is_rerun(tmp_path):
+    # In a child process whose torch gradgradcheck runs past the time limit in slow reverse over
+    # reverse and past the memory limit in slow forward over reverse.
     first, resumed = tmp_path / "first.jsonl", tmp_path / "resumed.jsonl"
     script = f"""
 import json, torch
 real, calls = bench.run, []
+PAST = {{
+    False: {{"verdict": "Timeout", "first_line": "over 300 CPU s", "seconds": 1.0, "cpu_seconds": 1.0}},
+    True: {{"verdict": "OutOfMemory", "first_line": "RuntimeError: can't allocate memory", "seconds": 1.0,
+            "cpu_seconds": 1.0}},
+}}
 
 def run(checker, fn, args, kwargs, limit):
-    slow_rev = checker is torch.autograd.gradgradcheck and not kwargs["fast_mode"]
-    if slow_rev and not kwargs.get("check_fwd_over_rev"):
-        calls.append(kwargs["gen_non_contig_grad_outputs"])
-        return {{"verdict": "Timeout", "first_line": "over 300 CPU s", "seconds": 1.0, "cpu_seconds": 1.0}}
+    if checker is torch.autograd.gradgradcheck and not kwargs["fast_mode"]:
+        over = bool(kwargs.get("check_fwd_over_rev"))
+        calls.append([over, kwargs["gen_non_contig_grad_outputs"]])
+        return PAST[over]
     return real(checker, fn, args, kwargs, limit)
 
 bench.run = run
 common = ["--ops", "abs", "--limit", "1", "--dtypes", "float64"]
 bench.main([*common, "--out", {str(first)!r}])
 print(json.dumps(calls))
-bench.run = real  # a later run knows the twin's timeout from the records alone
+bench.run = real  # a later run knows the twins' verdicts from the records alone
 recs = [json.loads(line) for line in open({str(first)!r})]
-cut = next(i for i, r in enumerate(recs) if r.get("call") == "gradgrad" and r["mode"] == "fast")
+cut = next(i for i, r in enumerate(recs) if r.get("call") == "fwgrad_bwgrad" and r["mode"] == "fast")
 open({str(resumed)!r}, "w").write("".join(json.dumps(r) + "\\n" for r in recs[: cut + 1]))
 bench.main([*common, "--out", {str(resumed)!r}])
 """
     proc = in_child(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout) == [False]  # torch's timed-out call is not rerun; its twin is not made
+    # torch's calls past a limit are not rerun; their twins are not made
+    assert json.loads(proc.stdout) == [[False, False], [True, False]]
     for path in (first, resumed):
         slow = {r["call"]: r for r in records(path) if r.get("mode") == "slow"}
-        twin = slow["gradgrad_noncontig"]
-        line = "predicted: over 300 CPU s (its contiguous twin ran past it)"
-        assert twin["torch"] == bench_record(line), path
-        assert twin["opcheck"] == bench_record("not run: torch's call " + line)
-        assert "nondeterministic" not in slow["gradgrad"]
-        assert slow["fwgrad_bwgrad_noncontig"]["torch"]["verdict"] is True  # its twin answered
+        made = ("grad", "fwd", "gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
+        assert set(slow) == set(made)
+        for name, verdict, past in [
+            ("gradgrad", "Timeout", "300 CPU s"),
+            ("fwgrad_bwgrad", "OutOfMemory", "the 10 GiB memory limit"),
+        ]:
+            twin = slow[name + "_noncontig"]
+            line = f"predicted: over {past} (its contiguous twin ran past it)"
+            assert twin["torch"] == dict(bench_record(line), verdict=verdict), path
+            assert twin["opcheck"] == dict(bench_record("not run: torch's call " + line), verdict=verdict)
+            assert slow[name]["torch"]["verdict"] == verdict and not slow[name]["torch"].get("predicted")
+            assert "nondeterministic" not in slow[name]
+        assert slow["grad"]["torch"]["verdict"] is True  # no twin: made
+    report = bench("--report", str(first))
+    assert report.returncode == 0, report.stdout
+    assert "timeouts or out of memory, apart: 4 (2 of them predicted, not run)" in report.stdout
+    assert "  abs|float64: 2 calls on samples [0]\n" in report.stdout
