@@ -32,8 +32,8 @@ A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that can
 memory; both are counted apart. A slow-mode call whose least cost in torch (two evaluations
 of the checked function per input direction, each at least its fastest call) is over twice the
 limit is not made, nor one with non-contiguous grad_outputs whose contiguous twin ran past the time
-or memory limit in torch's loop: both sides are recorded as the twin's verdict, predicted (a
-predicted timeout or out of memory), listed apart by group.
+or memory limit in torch's loop: both sides are recorded as a predicted timeout (or, after the
+twin's out of memory, a predicted out of memory), listed apart by group.
 ``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
 ``--compare FILE...`` lists the calls where opcheck's verdict or first line differs between the
 paired records (batching on) and the ``--no-batching`` ones (``"torch": null``) of the files.
@@ -270,7 +270,7 @@ def least_slow_seconds(fn, args, call: str = "fwd", clock=time.thread_time, repe
     return floor
 
 
-def predicted(line: str, verdict: str = "Timeout") -> dict:
+def not_made(line: str, verdict: str = "Timeout") -> dict:
     """The record of a call not made: a timeout (or out of memory), counted apart, that says so."""
     return {"verdict": verdict, "first_line": line, "seconds": 0.0, "cpu_seconds": 0.0, "predicted": True}
 
@@ -419,8 +419,8 @@ def run_groups(args) -> int:
                             if line:
                                 # torch's loop (and opcheck's without batching) would run past the limit, so
                                 # there is no verdict to compare opcheck's with
-                                t = None if args.no_batching else predicted(line, verdict)
-                                o = predicted(line if args.no_batching else "not run: torch's call " + line, verdict)
+                                t = None if args.no_batching else not_made(line, verdict)
+                                o = not_made(line if args.no_batching else "not run: torch's call " + line, verdict)
                             else:
                                 t = (
                                     None
