@@ -233,6 +233,10 @@ def _localize_fast_failure(
     else:
         rows = ctx.layouts.rows_call(call) if ctx.layouts is not None else call
         analytical = analytical_vjp_jacobian(ctx, rows.inputs, rows.outputs[output_j], nondet_tol=float("inf"))[input_i]
+    # torch takes the largest difference before it compares the blocks, and an empty block (an
+    # input or output of no elements) has none: its max() raises, and so does this one.
+    diff = (analytical - numerical.to(analytical.device)).abs()
+    largest = diff.max()
     if analytical.dtype != numerical.dtype:
         # torch compares the two blocks with torch.allclose, which refuses mixed dtypes
         # ("Float did not match Double": an input whose dtype is not its output's).
@@ -241,8 +245,7 @@ def _localize_fast_failure(
     extra = ""
     if allclose_promoted(analytical, numerical.to(analytical.device), rtol, ctx.flags.atol):
         extra = "\n" + FAST_FAIL_SLOW_OK_NOTE
-        diff = (analytical - numerical.to(analytical.device)).abs()
-        extra += f" (max element-wise difference {float(diff.max()) if diff.numel() else 0.0:.4g})"
+        extra += f" (max element-wise difference {float(largest):.4g})"
     ctx.fail(
         f"{block.first_line()}{head}{mismatch.describe()}{extra}",
         check=mismatch.check,
