@@ -306,6 +306,7 @@ class LayoutInputs:
         self.inputs = tuple(self.stand_ins[i].dense if i in self.stand_ins else a for i, a in enumerate(inputs))
         self._by_id = {id(s.dense): s for s in self.stand_ins.values()}
         self._wrapped: dict[int, tuple[Callable[..., Any], Callable[..., Any]]] = {}  # id -> (wrapped, func)
+        self._derived: dict[int, tuple[Callable[..., Any], Callable[..., Any]]] = {}  # id -> (derived, of func)
         self.given: Call | None = None  # the call as given, whose rows the full check takes (rows_call)
 
     def __bool__(self) -> bool:
@@ -321,12 +322,29 @@ class LayoutInputs:
         self._wrapped[id(with_layouts)] = (with_layouts, func)
         return with_layouts
 
-    def _unwrapped(self, fn: Callable[..., Any], inputs: Sequence[Any]) -> Callable[..., Any] | None:
-        """The function as given, where fn at inputs is the stand-ins' call (wrap's function at
-        self.inputs); else None."""
+    def derive(
+        self, fn: Callable[..., Any], make: Callable[[Callable[..., Any]], Callable[..., Any]]
+    ) -> Callable[..., Any]:
+        """make(fn); where fn is wrap's function, the numerical loop calls make() of the function as
+        given in its place (a complex output's real or imaginary part, moving the values in place as
+        torch does, not through the stand-ins)."""
+        made = make(fn)
         wrapped = self._wrapped.get(id(fn))
+        if wrapped is not None and wrapped[0] is fn:
+            self._derived[id(made)] = (made, make(wrapped[1]))
+        return made
+
+    def _unwrapped(
+        self, fn: Callable[..., Any], inputs: Sequence[Any], derived: bool = False
+    ) -> Callable[..., Any] | None:
+        """The function as given, where fn at inputs is the stand-ins' call (wrap's function at
+        self.inputs, or with `derived`, one derive() made of it); else None."""
         same = len(inputs) == len(self.inputs) and all(a is b for a, b in zip(inputs, self.inputs))
-        return wrapped[1] if wrapped is not None and wrapped[0] is fn and same else None
+        for table in (self._wrapped, self._derived) if derived else (self._wrapped,):
+            found = table.get(id(fn))
+            if found is not None and found[0] is fn and same:
+                return found[1]
+        return None
 
     def rows_call(self, call: Call) -> Call:
         """The call whose backward gives the full check's analytical rows: for the stand-ins' call,
@@ -339,7 +357,7 @@ class LayoutInputs:
         """The numerical loop's central differences: torch's, moving the values of each sparse input
         in place and calling the function itself, where `diffs` are those of a wrapped function at the
         stand-ins; otherwise `diffs` as they are (MKLDNN inputs go through their stand-ins)."""
-        func = self._unwrapped(diffs.fn, diffs.inputs)
+        func = self._unwrapped(diffs.fn, diffs.inputs, derived=True)
         if func is None or any(s.pattern is None for s in self.stand_ins.values()):
             return diffs
         inputs = list(diffs.inputs)

@@ -7,6 +7,7 @@ functions of real inputs, the inputs' imaginary parts (the real parts held), the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +29,9 @@ def compare_parts(ctx: CheckContext, compare: Comparison, call: Call, forward_ad
         if any(o.is_complex() for o in call.func_out):
             complex_out = [i for i, o in enumerate(call.outputs) if o.is_complex()]
             for part, test_imag in ((torch.imag, True), (torch.real, False)):
-                compare(ctx, Call.of(_output_part(call.func, part), call.inputs), Part(False, complex_out, test_imag))
+                of_part = functools.partial(_output_part, part=part)
+                fn = of_part(call.func) if ctx.layouts is None else ctx.layouts.derive(call.func, of_part)
+                compare(ctx, Call.of(fn, call.inputs), Part(False, complex_out, test_imag))
         else:
             compare(ctx, call, BACKWARD)
     if forward_ad:

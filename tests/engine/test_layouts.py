@@ -76,8 +76,10 @@ def test_the_input_as_given_reaches_the_function_at_its_own_values():
     [(torch.sparse_coo, None), (torch.sparse_csr, None), (torch.sparse_csc, None), (torch.sparse_bsr, (2, 2))],
 )
 @pytest.mark.parametrize("masked", [True, False])
-def test_the_numerical_loop_moves_the_values_of_a_leaf_as_torch_does(layout, blocksize, masked):
-    # No stand-in per call: a leaf of the numerical pattern, one value moved in place at a time.
+@pytest.mark.parametrize("scale", [3.0, 3 + 2j], ids=["real", "complex_output"])
+def test_the_numerical_loop_moves_the_values_of_a_leaf_as_torch_does(layout, blocksize, masked, scale):
+    # No stand-in per call: a leaf of the numerical pattern, one value moved in place at a time;
+    # a complex output is checked part by part (imaginary, then real), one loop for each.
     dense = torch.zeros(4, 6, dtype=torch.float64)
     dense[0, 0:2], dense[1, 0:2], dense[2, 4:6], dense[3, 4:6] = 1.0, 2.0, 3.0, 4.0
     x = dense.to_sparse(layout=layout, blocksize=blocksize).requires_grad_()
@@ -86,12 +88,12 @@ def test_the_numerical_loop_moves_the_values_of_a_leaf_as_torch_does(layout, blo
     def f(s):
         if s.is_leaf:
             leaves.append(s.detach().to_dense())
-        return s.to_dense(masked_grad=masked) * 3
+        return s.to_dense(masked_grad=masked) * scale
 
     assert opcheck.gradcheck(f, (x,), masked=masked, check_batched_grad=False, check_undefined_grad=False)
     perturbed = (dense != 0).sum().item() if masked else dense.numel()
     moved = [m for m in ((v - dense).abs() for v in leaves) if m.max() > 0]  # not the call as given
-    assert len(moved) == 2 * perturbed
+    assert len(moved) == 2 * perturbed * (2 if isinstance(scale, complex) else 1)
     assert all(int((m > 0).sum()) == 1 and abs(float(m.max()) - 1e-6) < 1e-12 for m in moved)
     assert len({tuple(torch.nonzero(m)[0].tolist()) for m in moved}) == perturbed
 
