@@ -210,7 +210,7 @@ def test_the_readme_quotes_the_kept_records_of_the_op_db_run():
     assert files, f"no records in {RESULTS}"
     text = " ".join(README.read_text().split())
     quoted = re.search(
-        r"so far ([\d,]+) of ([\d,]+) groups \(([\d,]+) ops, ([\d,]+) samples, ([\d,]+) paired calls\): "
+        r"([\d,]+) of ([\d,]+) groups \(([\d,]+) ops, ([\d,]+) samples, ([\d,]+) paired calls\): "
         r"0 verdict and 0 first-line disagreements",
         text,
     )
@@ -220,7 +220,7 @@ def test_the_readme_quotes_the_kept_records_of_the_op_db_run():
     assert report.returncode == 0, report.stdout[-3000:]  # 0 verdict and 0 first-line disagreements
     assert f"{ops} ops, {samples} samples, {calls} paired calls\n" in report.stdout, report.stdout[:300]
     assert f"groups: {groups} of op_db's {total} (op, dtype) groups done" in report.stdout, report.stdout[:300]
-    same = re.search(r"With batching off \(.*?\): the ([\d,]+) calls run so far", text)
+    same = re.search(r"With batching off \(.*?\): the ([\d,]+) calls made in both runs", text)
     assert same, "README quotes no batching compare"
     compared = bench("--compare", *files)
     assert compared.returncode == 0, compared.stdout[-3000:]
