@@ -18,6 +18,10 @@ _ENGINE_NAMES = (
     "gradcheck_report",
     "gradgradcheck",
     "gradgradcheck_report",
+    "LowPrecisionError",
+    "LowPrecisionReport",
+    "lowprec_check",
+    "lowprec_report",
 )
 __all__ = list(_ENGINE_NAMES)
 __getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(_ENGINE_NAMES, "opcheck.engine"))

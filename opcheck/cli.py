@@ -189,6 +189,7 @@ def _use_root(root: Path) -> Path:
 
 def _load(specs: Path, root: Path):
     from opcheck.spec import SpecError, load_specs
+    from opcheck.spec.requires import validation_notes
 
     if not specs.exists():
         raise _Failure(f"{specs}: no such file or folder (pass --specs PATH)")
@@ -200,10 +201,13 @@ def _load(specs: Path, root: Path):
         )
     _use_root(root)
     try:
-        return load_specs([specs], root=root)
+        loaded = load_specs([specs], root=root)
     except SpecError as e:
         where = "" if _same(root, Path.cwd()) else f" (paths are relative to the project root, {_relative(root)})"
         raise _Failure(f"{e}\n{len(e.problems)} problem(s) found{where}.") from None
+    for note in validation_notes(loaded):  # a note, not a problem: the exit status stays
+        print(note, file=sys.stderr)
+    return loaded
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -14,6 +14,7 @@ from opcheck.engine.batching import EvalStats, vmap_batching
 from opcheck.engine.diagnostics import EntryError, JacobianMismatch
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
+from opcheck.engine.lowprec import LowPrecisionError, LowPrecisionReport, lowprec_check, lowprec_report
 from opcheck.engine.projections import ProjectionMismatch
 
 __all__ = [
@@ -23,6 +24,11 @@ __all__ = [
     "gradcheck_report",
     "gradgradcheck_report",
     "GradcheckReport",
+    # the low-precision check (lowprec)
+    "lowprec_check",
+    "lowprec_report",
+    "LowPrecisionReport",
+    "LowPrecisionError",
     # what a failure carries (errors, diagnostics, projections)
     "GradcheckError",
     "JacobianMismatch",

@@ -28,23 +28,60 @@ def analytical_vjp_jacobian(
     jac2, _ = stack_rows(rows2, diff_inputs, m)
     if not types_ok:
         ctx.fail_gradient_dtype()
-    for a, b in zip(jac1, jac2):
+    for k, (a, b) in enumerate(zip(jac1, jac2)):
         if a.numel() != 0 and not identical(a, b) and (a - b).abs().max() > nondet_tol:
-            fail_reentrancy(ctx, nondet_tol, float((a - b).abs().max()))
+            fail_reentrancy(ctx, nondet_tol, a, b, k)
     return jac1
 
 
-def fail_reentrancy(ctx: CheckContext, nondet_tol: float, worst: float) -> NoReturn:
-    """Two identical backward passes differ by more than nondet_tol (by up to `worst`)."""
-    ctx.fail(
+def fail_reentrancy(
+    ctx: CheckContext,
+    nondet_tol: float,
+    first: torch.Tensor,
+    second: torch.Tensor,
+    input_idx: int,
+    block: bool = True,
+) -> NoReturn:
+    """Two identical backward passes differ by more than nondet_tol: torch's first line, then
+    where they differ and the usual cause.
+
+    `first`, `second`: what the two passes gave for input `input_idx`: its (input numel, output
+    numel) Jacobian block, or (block=False) its VJPs for the same cotangents.
+    """
+    diff = (first - second).abs()
+    worst = float(diff.max())
+    differing = int((diff > nondet_tol).sum())
+    lines = [
         "Backward is not reentrant, i.e., running backward with same input and grad_output "
         "multiple times gives different values, although analytical gradient matches numerical "
-        f"gradient.The tolerance for nondeterminism was {nondet_tol}.\n"
-        f"check: reentrancy ({ctx.backward_path}); two identical backward passes differ by up to "
-        f"{worst:.4g}.\n{FAILED_NONDET_NOTE}",
-        check="reentrancy",
-        path=ctx.backward_path,
-    )
+        f"gradient.The tolerance for nondeterminism was {nondet_tol}.",
+        f"check: reentrancy ({ctx.backward_path}); two identical backward passes differ by up to {worst:.4g}, "
+        f"in {differing} of {diff.numel()} entries of "
+        + (f"d outputs / d input {input_idx}" if block else f"the gradient of input {input_idx}")
+        + " (the analytical and numerical Jacobians are compared only after this check, so they may not "
+        "match either):",
+    ]
+    for flat in torch.argsort(diff.reshape(-1), descending=True)[: min(5, differing)].tolist():
+        if block and diff.dim() == 2:
+            i, j = divmod(flat, diff.shape[1])
+            where = f"d out[{j}] / d in[{i}]"
+        else:
+            where = "[" + ", ".join(str(int(k)) for k in torch.unravel_index(torch.tensor(flat), diff.shape)) + "]"
+        lines.append(
+            f"  {where}: first pass {float(first.reshape(-1)[flat]):.6g}, "
+            f"second pass {float(second.reshape(-1)[flat]):.6g}"
+        )
+    lines.append(REENTRANCY_CAUSES)
+    lines.append(FAILED_NONDET_NOTE)
+    ctx.fail("\n".join(lines), check="reentrancy", path=ctx.backward_path)
+
+
+REENTRANCY_CAUSES = (
+    "A backward that writes into its saved tensors or the op's inputs gives this (a Triton or CUDA kernel "
+    "writing through a pointer gets past autograd's version counter): the second pass reads what the "
+    "first wrote. Give the op fresh copies of its inputs on every call (in an op spec: clone_inputs: "
+    "true), or clone inside it."
+)
 
 
 def stack_rows(

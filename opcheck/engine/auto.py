@@ -337,10 +337,10 @@ class _ProjectionCheck:
             if g is not None and g.dtype != x.dtype:
                 ctx.fail_gradient_dtype()
         nondet_tol = ctx.flags.nondet_tol
-        for a, b in zip(first, second):
+        for k, (a, b) in enumerate(zip(first, second)):
             if a is not None and b is not None and a.numel() and not identical(a, b):
                 if (a - b).abs().max() > nondet_tol:
-                    fail_reentrancy(ctx, nondet_tol, float((a - b).abs().max()))
+                    fail_reentrancy(ctx, nondet_tol, a, b, k, block=False)
 
     # ------------------------------------------------------------- reporting
     def _fail(self, found: _Found) -> NoReturn:

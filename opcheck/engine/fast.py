@@ -24,12 +24,12 @@ from opcheck.engine._util import (
     requires_grad,
     unpack_dual,
 )
-from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, stack_rows
+from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, fail_reentrancy, stack_rows
 from opcheck.engine.batching import Differences
 from opcheck.engine.compare import BACKWARD, Block, Part, block_mismatch
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.core import second_order_hint
-from opcheck.engine.errors import FAILED_NONDET_NOTE, FAST_FAIL_SLOW_OK_NOTE
+from opcheck.engine.errors import FAST_FAIL_SLOW_OK_NOTE
 from opcheck.engine.numerical import numerical_jacobian
 
 Direction = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
@@ -158,15 +158,9 @@ def _analytical_fast_backward(
     if not types_ok:
         ctx.fail_gradient_dtype()
     nondet_tol = ctx.flags.nondet_tol
-    for a, b in zip(jac1, jac2):
+    for k, (a, b) in enumerate(zip(jac1, jac2)):
         if a.numel() != 0 and (a - b).abs().max() > nondet_tol:
-            ctx.fail(
-                "Backward is not reentrant, i.e., running backward with same input and grad_output "
-                "multiple times gives different values, although analytical gradient matches numerical "
-                f"gradient.The tolerance for nondeterminism was {nondet_tol}.\n{FAILED_NONDET_NOTE}",
-                check="reentrancy",
-                path=ctx.backward_path,
-            )
+            fail_reentrancy(ctx, nondet_tol, a.reshape(-1), b.reshape(-1), k, block=False)
     return [j.t().squeeze(0) for j in jac1]
 
 

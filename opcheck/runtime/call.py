@@ -26,9 +26,14 @@ class Call:
     label: str = ""  # "OpInfo sample 3 of 7" for OpInfo samples
     post: Callable | None = None  # OpInfo's output_process_fn_grad
     description: str = ""
+    # Every call gets fresh (differentiable) copies of its tensors: for kernels that write into
+    # their inputs (the spec's `clone_inputs: true`).
+    clone_inputs: bool = False
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # a crash report starts at the op's own frame
+        if self.clone_inputs:
+            args, kwargs = _map_tensors((args, kwargs), lambda t: t.clone())
         out = self.op(*args, **kwargs)
         return self.post(out) if self.post is not None else out
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, cast
 
@@ -42,9 +42,11 @@ from opcheck.runtime.lowprec import compare_lowprec, resolve_parts
 from opcheck.runtime.makers import SampleError
 from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
+from opcheck.runtime.precision import describe as describe_precision
+from opcheck.runtime.precision import reduced_precision
 from opcheck.runtime.report import Case, format_failure, write_heatmap
 from opcheck.runtime.samples import Call, build_calls, is_random
-from opcheck.runtime.tolerances import Tolerances, resolve_tolerances
+from opcheck.runtime.tolerances import Tolerances, resolve_lowprec_criterion, resolve_tolerances
 from opcheck.spec.model import (
     CHECKS,
     FORWARD_AD,
@@ -60,6 +62,7 @@ from opcheck.spec.model import (
 )
 from opcheck.spec.opinfo_db import OpInfoUnavailable
 from opcheck.spec.oppath import OpPathError, resolve_op
+from opcheck.spec.requires import not_installed_reason
 from opcheck.spec.sparse import has_sparse
 
 MAX_REDRAWS = 3
@@ -103,7 +106,7 @@ def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) ->
     __tracebackhide__ = True
     if check not in CHECKS:
         raise ValueError(f"unknown check {check!r}; expected one of {', '.join(CHECKS)}")
-    reason = unavailable_reason(device) or unsupported_dtype_reason(device, dtype)
+    reason = not_installed_reason(spec) or unavailable_reason(device) or unsupported_dtype_reason(device, dtype)
     if reason:
         raise CheckSkipped(reason)
     case = Case.of(spec, check, device, dtype, sample)
@@ -137,7 +140,8 @@ def _calls(case: Case) -> list[Call]:
     """The calls of this draw of the case's sample (its seed: the case's id and attempt)."""
     __tracebackhide__ = True
     try:
-        return build_calls(case.spec, case.sample, case.device, case.dtype, case.seed)
+        calls = build_calls(case.spec, case.sample, case.device, case.dtype, case.seed)
+        return [replace(c, clone_inputs=True) for c in calls] if case.spec.clone_inputs else calls
     except CheckSkipped:  # `opinfo:` without expecttest: a skip, not the sample's fault
         raise
     except OpPathError as e:
@@ -166,6 +170,7 @@ def _crash(
     what: str,
     tol: Tolerances | None = None,
     policy: Policy | None = None,
+    tolerances: str | None = None,
 ) -> CheckCrashed:
     text = f"{type(e).__name__}: {e}".strip() + _crash_hint(e)
     return CheckCrashed(
@@ -176,7 +181,7 @@ def _crash(
             body=text,
             call=call,
             path=PATHS.get(case.check),
-            tolerances=(tol.describe(("atol", "rtol")) if case.check == LOWPREC else tol.describe()) if tol else None,
+            tolerances=tolerances or (tol.describe() if tol else None),
             policy=policy.describe() if policy else None,
         )
     )
@@ -534,7 +539,7 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
 
 def _lowprec(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
-    tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
+    resolved = resolve_lowprec_criterion(case.spec, case.device, case.dtype, case.sample.name)
     forward = case.spec.gradcheck.check_forward_ad and case.spec.supports_forward_ad
     reference = resolve_op(case.spec.reference) if case.spec.reference else None
     parts = resolve_parts(case.spec, case.device, case.dtype, case.sample.name)
@@ -542,30 +547,43 @@ def _lowprec(case: Case, settings: Settings) -> None:
     if note is not None:
         _announce_parts(note)
         case = case.with_note(note)
+    switches = case.spec.reduced_precision
     for call in _calls(case):
         try:
-            diff = compare_lowprec(
-                call,
-                case.id,
-                attempt=case.attempt,
-                tolerances=tol,
-                check_forward_ad=forward,
-                reference_op=reference,
-                parts=parts.parts,
-            )
+            with reduced_precision(switches):
+                diff = compare_lowprec(
+                    call,
+                    case.id,
+                    attempt=case.attempt,
+                    criterion=resolved.criterion,
+                    check_forward_ad=forward,
+                    reference_op=reference,
+                    parts=parts.parts,
+                )
         except Exception as e:
-            raise _crash(case, call, e, "the low-precision run", tol) from e
+            raise _crash(case, call, e, "the low-precision run", tolerances=resolved.describe(case.dtype)) from e
         if diff is not None:
+            against = f"reference {case.spec.reference}" if case.spec.reference else "run"
+            headline = (
+                f"opcheck lowprec failed for {case.spec.op} on {case.device}/{case.dtype}, sample "
+                f"{case.sample.name!r}: "
+                + (
+                    "the op wrote into an input"
+                    if diff.path == "inputs"
+                    else f"{diff.what} differs from the float64 {against}"
+                )
+            )
             raise LowPrecisionMismatch(
                 format_failure(
                     case,
-                    headline=f"opcheck lowprec failed for {case.spec.op} on {case.device}/{case.dtype}, "
-                    f"sample {case.sample.name!r}: {diff.what} differs from the float64 "
-                    + (f"reference {case.spec.reference}" if case.spec.reference else "run"),
+                    headline=headline,
                     body=diff.text,
                     call=call,
-                    path=f"{diff.path} at {case.dtype} against the float64 reference",
-                    tolerances=tol.describe(("atol", "rtol")),
+                    path=f"{diff.path} at {case.dtype} against the float64 reference"
+                    if diff.path != "inputs"
+                    else None,
+                    tolerances=resolved.describe(case.dtype),
+                    precision=describe_precision(switches),
                 )
             )
 

@@ -80,6 +80,7 @@ def format_failure(
     tolerances: str | None = None,
     policy: str | None = None,
     plot: str | None = None,
+    precision: str | None = None,
 ) -> str:
     """The whole message: a headline, one line per field, then the engine's own report."""
     seed_note = f" (sha256 of '{case.id.seed_key()}'" + (f", re-draw {case.attempt})" if case.attempt else ")")
@@ -99,6 +100,8 @@ def format_failure(
         rows.append(("tolerances", tolerances))
     if policy:
         rows.append(("policy", policy))
+    if precision:
+        rows.append(("precision", precision))
     for note in case.notes:
         rows.append(("note", note))
     if plot:

@@ -33,8 +33,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL
-from opcheck.spec.model import LOWPREC, Dtype, OpSpec
+from opcheck.engine.lowprec import BASELINE, DEFAULT_FACTOR, LOWPREC_FLOORS, TABLE, Criterion
+from opcheck.spec.model import LOWPREC, Dtype, OpSpec, ToleranceRule
 
 FIELDS = ("eps", "atol", "rtol", "nondet_tol")
 
@@ -141,3 +144,65 @@ def resolve_tolerances(spec: OpSpec, check: str, device: str, dtype: str, sample
             f"rule at {where}" + (f": {rule.reason}" if rule.reason else ""),
         )
     return Tolerances(sources=sources, **values)
+
+
+@dataclass(frozen=True)
+class LowprecCriterion:
+    """The low-precision check's criterion for one test, and where each of its values came from."""
+
+    criterion: Criterion
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def describe(self, dtype: str) -> str:
+        """`criterion=baseline (default), factor=2 (default), floor=0.5 (default for bfloat16)`, with the
+        table's atol and rtol when the table decides."""
+        c = self.criterion
+        shown = [("criterion", c.kind)]
+        if c.kind == BASELINE:
+            shown += [("factor", f"{c.factor:g}"), ("floor", f"{c.floor:g}" if c.floor is not None else "?")]
+        else:
+            shown += [("atol", f"{c.atol:g}"), ("rtol", f"{c.rtol:g}")]
+        return ", ".join(f"{name}={value} ({self.sources.get(name, 'default')})" for name, value in shown)
+
+
+def _matching_rules(spec: OpSpec, check: str, device: str, dtype: str, sample: str) -> list[ToleranceRule]:
+    matching = [
+        (i, r)
+        for i, r in enumerate(spec.tolerances)
+        if r.where.matches(device=device, dtype=dtype, check=check, sample=sample)
+    ]
+    matching.sort(key=lambda ir: (ir[1].where.specificity, ir[0]))
+    return [r for _, r in matching]
+
+
+def resolve_lowprec_criterion(spec: OpSpec, device: str, dtype: str, sample: str) -> LowprecCriterion:
+    """The criterion of one low-precision test: "baseline" with its default factor and the dtype's
+    floor, changed by the matching `tolerances:` rules in the order resolve_tolerances applies them.
+    A rule that sets atol or rtol (and no criterion) judges by the table: those values are the
+    table's, and a spec written for the table keeps its meaning."""
+    tol = resolve_tolerances(spec, LOWPREC, device, dtype, sample)
+    torch_dtype = getattr(torch, dtype)
+    kind, factor = BASELINE, DEFAULT_FACTOR
+    floor = LOWPREC_FLOORS.get(torch_dtype, 256.0)
+    sources = {
+        "criterion": "default",
+        "factor": "default",
+        "floor": f"default for {dtype}",
+        "atol": tol.sources["atol"],
+        "rtol": tol.sources["rtol"],
+    }
+    for rule in _matching_rules(spec, LOWPREC, device, dtype, sample):
+        where = "rule at " + (str(rule.location) if rule.location.file else f"{spec.source} tolerances")
+        if rule.reason:
+            where += f": {rule.reason}"
+        if rule.criterion is not None:
+            kind = rule.criterion
+            sources["criterion"] = where
+        elif rule.atol is not None or rule.rtol is not None:
+            kind = TABLE
+            sources["criterion"] = f"implied by atol/rtol at {where}"
+        if rule.factor is not None:
+            factor, sources["factor"] = float(rule.factor), where
+        if rule.floor is not None:
+            floor, sources["floor"] = float(rule.floor), where
+    return LowprecCriterion(Criterion(kind, factor, floor, tol.atol, tol.rtol), sources)

@@ -20,14 +20,17 @@ from opcheck.spec.model import (
     GradcheckFlags,
     GradgradcheckFlags,
     Location,
+    LowprecCriterion,
     LowprecPartsRule,
     OpSpec,
+    ReducedPrecision,
     Rule,
     ToleranceRule,
     Where,
 )
 from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
 from opcheck.spec.problems import FlaggedPath, Problem, did_you_mean, format_path
+from opcheck.spec.requires import missing_modules
 from opcheck.spec.samples import build_sample
 from opcheck.spec.signature import check_arguments
 from opcheck.spec.sparse import has_sparse
@@ -36,7 +39,8 @@ from opcheck.spec.yamlload import MAX_NODES, Node, tagged_paths
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
-_Flags = TypeVar("_Flags", GradcheckFlags, GradgradcheckFlags)
+_LOWPREC_RULE_KEYS = ("criterion", "factor", "floor")  # tolerance rule keys the low-precision check alone reads
+_Flags = TypeVar("_Flags", GradcheckFlags, GradgradcheckFlags, ReducedPrecision)
 
 
 @dataclass(frozen=True)
@@ -167,20 +171,22 @@ def _build_op(
     """One op's spec (None if it has a problem), and its name claim (even then, for the cross pass)."""
     before = ctx.count()
     fields = m.value
-    op = _op(ctx, fields.get("op"))
+    op = _op_path(ctx, fields.get("op"))
     name, claim = _name(ctx, fields.get("name"), fields.get("op"))
+    reference = _op_path(ctx, fields.get("reference")) if "reference" in fields else None
+    requires = _requires(ctx, fields)
+    # The one gate on importing the op's modules while validating: where a module the op needs
+    # is not installed, importing its op or reference would fail, so neither is imported (nor
+    # the samples bound to its signature); its tests skip at run time, and the CLI says so.
+    if requires is not None and not missing_modules(requires):
+        op, reference = _check_imports(ctx, fields, op, reference)
     variant = _value(ctx, fields, "variant", "function")
     if op and variant == "method":
         _check_method(ctx, fields["variant"], op)
-    if op and _value(ctx, fields, "library_opcheck", False) and not _is_library_op(op):
-        ctx.report(
-            fields["library_opcheck"],
-            f"library_opcheck checks torch.ops.* operators and torch.library custom ops; {op!r} is neither",
-        )
-    reference = _op(ctx, fields.get("reference")) if "reference" in fields else None
     _check_dtype_lists(ctx, fields, reference)
     samples, sample_names = _samples(ctx, m)
     label = f"op {op!r}" if family else None
+    lowprec = _lowprec_dtypes(ctx, fields)
     # Every part is built (and so checked) before deciding: all of a spec's problems show at once.
     parts = dict(
         dtypes=_strings(ctx, fields, "dtypes", ("float64",)),
@@ -191,17 +197,18 @@ def _build_op(
         supports_forward_ad=_value(ctx, fields, "supports_forward_ad", True),
         supports_gradgrad=_value(ctx, fields, "supports_gradgrad", True),
         library_opcheck=_value(ctx, fields, "library_opcheck", False),
+        requires=requires or (),
         reference=reference,
+        clone_inputs=_value(ctx, fields, "clone_inputs", False),
+        reduced_precision=_reduced_precision(ctx, fields, lowprec, label),
         **{
-            key: _rules(ctx, fields.get(key), key, sample_names, label)
+            key: _rules(ctx, fields.get(key), key, sample_names, label, lowprec)
             for key in ("tolerances", "skips", "expected_failures")
         },
-        lowprec_parts=_lowprec_parts(ctx, fields, sample_names, label),
+        lowprec_parts=_lowprec_parts(ctx, fields, sample_names, label, lowprec),
     )
     _check_masked(ctx, fields.get("gradcheck"), parts["gradcheck"], samples)
     check_flags(ctx, fields)
-    if op:
-        check_arguments(ctx, op, fields.get("samples"))
     if ctx.count() != before or op is None or name is None or samples is None:
         return None, claim
     spec = OpSpec(
@@ -220,10 +227,37 @@ def _build_op(
 # -- op, name, variant -------------------------------------------------------------------------
 
 
-def _op(ctx: Checker, node: Node | None) -> str | None:
-    """The op path if it resolves to a callable (reported where `op:` is written otherwise)."""
-    if not ctx.clean(node):
-        return None
+def _op_path(ctx: Checker, node: Node | None) -> str | None:
+    """The op path as written (the schema checked its form; _check_imports, what it names)."""
+    return node.value if ctx.clean(node) else None
+
+
+def _requires(ctx: Checker, fields: dict[str, Node]) -> tuple[str, ...] | None:
+    """The `requires:` modules, () without the key; None when it cannot be read (already reported)."""
+    node = fields.get("requires")
+    return () if node is None else strings(node) if ctx.clean(node) else None
+
+
+def _check_imports(
+    ctx: Checker, fields: dict[str, Node], op: str | None, reference: str | None
+) -> tuple[str | None, str | None]:
+    """What needs the op's modules imported: the op and the reference resolve to callables, a
+    library_opcheck op is a torch.library one, the samples fit the op's signature. The op and the
+    reference, each None where it does not resolve (reported where it is written)."""
+    op = _resolved(ctx, fields["op"]) if op else None
+    reference = _resolved(ctx, fields["reference"]) if reference else None
+    if op and _value(ctx, fields, "library_opcheck", False) and not _is_library_op(op):
+        ctx.report(
+            fields["library_opcheck"],
+            f"library_opcheck checks torch.ops.* operators and torch.library custom ops; {op!r} is neither",
+        )
+    if op:
+        check_arguments(ctx, op, fields.get("samples"))
+    return op, reference
+
+
+def _resolved(ctx: Checker, node: Node) -> str | None:
+    """The op path if it resolves to a callable (reported where it is written otherwise)."""
     try:
         resolve_op(node.value)
     except OpPathError as e:
@@ -352,7 +386,12 @@ def _check_masked(
 
 
 def _rules(
-    ctx: Checker, node: Node | None, key: str, sample_names: set[str] | None, label: str | None
+    ctx: Checker,
+    node: Node | None,
+    key: str,
+    sample_names: set[str] | None,
+    label: str | None,
+    lowprec: tuple[str, ...] | None,
 ) -> tuple[ToleranceRule | Rule, ...]:
     if node is None or not node.is_list:
         return ()
@@ -366,7 +405,7 @@ def _rules(
             # a family) the other branch; either way the document is already rejected.
             reason = rule.value.get("reason")
             rules.append(
-                _tolerance_rule(ctx, rule, where)
+                _tolerance_rule(ctx, rule, where, lowprec, label)
                 if key == "tolerances"
                 else Rule(where=where, reason=reason.value if reason is not None else "", location=rule.loc)
             )
@@ -395,24 +434,76 @@ def _check_sample_names(ctx: Checker, node: Node | None, sample_names: set[str],
             )
 
 
-def _tolerance_rule(ctx: Checker, rule: Node, where: Where) -> ToleranceRule:
+def _tolerance_rule(
+    ctx: Checker, rule: Node, where: Where, lowprec: tuple[str, ...] | None, label: str | None
+) -> ToleranceRule:
     f = rule.value
-    if not any(key in f for key in _TOLERANCE_KEYS):
-        ctx.report(rule, f"a tolerance rule needs at least one of {', '.join(_TOLERANCE_KEYS)}")
-    numbers = {key: ctx.finite(f.get(key)) for key in _TOLERANCE_KEYS}
+    if not any(key in f for key in _TOLERANCE_KEYS + _LOWPREC_RULE_KEYS):
+        ctx.report(rule, f"a tolerance rule needs at least one of {', '.join(_TOLERANCE_KEYS + _LOWPREC_RULE_KEYS)}")
+    _check_lowprec_rule_keys(ctx, rule, where, lowprec, label)
+    numbers = {key: ctx.finite(f.get(key)) for key in _TOLERANCE_KEYS + ("factor", "floor")}
+    criterion = LowprecCriterion.parse(f["criterion"].value).value if "criterion" in f else None
     reason = f["reason"].value if "reason" in f else None
-    return ToleranceRule(where=where, reason=reason, location=rule.loc, **numbers)
+    return ToleranceRule(where=where, criterion=criterion, reason=reason, location=rule.loc, **numbers)
+
+
+def _check_lowprec_rule_keys(
+    ctx: Checker, rule: Node, where: Where, lowprec: tuple[str, ...] | None, label: str | None
+) -> None:
+    """criterion, factor and floor are read by the low-precision check alone: in a rule that
+    matches no low-precision test they would be dropped without a word. (The rule's other keys
+    apply to every test it matches, as always.)"""
+    for key in (k for k in _LOWPREC_RULE_KEYS if k in rule.value):
+        if lowprec == ():
+            why = f"{label or 'the spec'} has no lowprec_dtypes, so no test reads it; add lowprec_dtypes, or remove it"
+        elif where.check and model.LOWPREC not in where.check:
+            why = (
+                f"this rule's where.check ({', '.join(where.check)}) leaves out lowprec; "
+                f"add lowprec to where.check, or move {key} to a rule of its own"
+            )
+        elif lowprec and where.dtype and not set(where.dtype) & set(lowprec):
+            why = (
+                f"this rule's where.dtype ({', '.join(where.dtype)}) has none of lowprec_dtypes "
+                f"({', '.join(lowprec)}); name one of them, or move {key} to a rule of its own"
+            )
+        else:
+            continue
+        ctx.report(rule.value[key], f"applies to the lowprec check only; {why}", at_key=True)
+
+
+def _lowprec_dtypes(ctx: Checker, fields: dict[str, Node]) -> tuple[str, ...] | None:
+    """The spec's lowprec_dtypes, () without them; None when they cannot be read (already reported)."""
+    node = fields.get("lowprec_dtypes")
+    return () if node is None else strings(node) if ctx.clean(node) else None
+
+
+def _reduced_precision(
+    ctx: Checker, fields: dict[str, Node], lowprec: tuple[str, ...] | None, label: str | None
+) -> ReducedPrecision:
+    """The `reduced_precision:` switches, which hold only while the low-precision tests run."""
+    node = fields.get("reduced_precision")
+    if node is not None and lowprec == ():
+        none = f" ({label} has none)" if label else ""
+        ctx.report(
+            node,
+            "its switches are set only while the low-precision check runs, and that check does not "
+            f"run without lowprec_dtypes{none}; add them",
+            at_key=True,
+        )
+    return _flags(ctx, node, ReducedPrecision)
 
 
 def _lowprec_parts(
-    ctx: Checker, fields: dict[str, Node], sample_names: set[str] | None, label: str | None
+    ctx: Checker,
+    fields: dict[str, Node],
+    sample_names: set[str] | None,
+    label: str | None,
+    dtypes: tuple[str, ...] | None,
 ) -> tuple[LowprecPartsRule, ...]:
     """The `lowprec_parts:` rules; the schema checked their keys, parts and where: fields."""
     node = fields.get("lowprec_parts")
     if node is None or not node.is_list:
         return ()
-    lowprec = fields.get("lowprec_dtypes")
-    dtypes = () if lowprec is None else strings(lowprec) if ctx.clean(lowprec) else None
     if dtypes == () and node.value:
         ctx.report(node, "the low-precision check does not run without lowprec_dtypes; add them", at_key=True)
     rules: list[LowprecPartsRule] = []

@@ -124,6 +124,14 @@ class LowprecPart(NameEnum):
         return self._value_ if self is LowprecPart.OUTPUT else self._value_.upper()
 
 
+class LowprecCriterion(NameEnum):
+    """How the low-precision check judges each entry's error (a `tolerances:` rule's `criterion`;
+    FORMAT.md, "The low-precision criterion")."""
+
+    BASELINE = "baseline"
+    TABLE = "table"
+
+
 # The members under the names code imported before the enums.
 GRADCHECK = Check.GRADCHECK
 FORWARD_AD = Check.FORWARD_AD
@@ -147,6 +155,8 @@ LOWPREC_DTYPES = _values(Dtype.FLOAT32, Dtype.FLOAT16, Dtype.BFLOAT16, Dtype.COM
 """The low-precision check's dtypes (`lowprec_dtypes:`)."""
 LOWPREC_PARTS = LowprecPart.values()
 """The parts of the low-precision check, in the order it compares them; all by default."""
+LOWPREC_CRITERIA = LowprecCriterion.values()
+"""The low-precision check's criteria (a `tolerances:` rule's `criterion`)."""
 INDEX_DTYPES = _values(Dtype.INT64, Dtype.INT32, Dtype.INT16, Dtype.INT8, Dtype.UINT8, Dtype.BOOL)
 """Integer and bool dtypes: never differentiable, for index and mask arguments."""
 TENSOR_DTYPES = Dtype.values()
@@ -359,6 +369,18 @@ class GradgradcheckFlags:
 
 
 @dataclass(frozen=True)
+class ReducedPrecision:
+    """The `reduced_precision:` block: torch switches set while the spec's low-precision tests
+    run, and restored after. Off by default: the strict setting."""
+
+    # torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    tf32: bool = False
+    # torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction and
+    # allow_bf16_reduced_precision_reduction
+    reduced_precision_reduction: bool = False
+
+
+@dataclass(frozen=True)
 class Where:
     """Which tests a rule applies to: every listed field must match (an empty tuple matches all)."""
 
@@ -385,11 +407,20 @@ class Where:
 
 @dataclass(frozen=True)
 class ToleranceRule:
+    """Tolerances for the tests a rule matches. None leaves a value to the layers below.
+
+    criterion, factor and floor concern the low-precision check only: a rule that sets them
+    without `where.check` still applies its eps/atol/rtol/nondet_tol to every matching test.
+    """
+
     where: Where = Where()
     eps: float | None = None
     atol: float | None = None
     rtol: float | None = None
     nondet_tol: float | None = None
+    criterion: str | None = None  # one of LOWPREC_CRITERIA
+    factor: float | None = None  # > 0
+    floor: float | None = None  # >= 0
     reason: str | None = None
     location: Location = field(default=Location(""), compare=False)
 
@@ -427,6 +458,9 @@ class OpSpec:
     sha256: str  # of the spec file's bytes
     samples: tuple[Sample, ...]
     variant: str = "function"  # "function" | "method" (called as args[0].<attr>(*args[1:]))
+    # Top-level (or dotted) modules the op needs that may not be installed (`triton`): where one
+    # is missing, validation does not import the op and every test skips (opcheck.spec.requires).
+    requires: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("float64",)
     lowprec_dtypes: tuple[str, ...] = ()
     devices: tuple[str, ...] = KNOWN_DEVICES
@@ -438,6 +472,10 @@ class OpSpec:
     # A float64-capable implementation of the same math: the low-precision check's reference for
     # kernels that have no float64 path (then `dtypes` may be empty).
     reference: str | None = None
+    # Fresh copies of the sample's tensors for every call of the op and of its reference: for
+    # kernels that write into their inputs (past autograd's version counter).
+    clone_inputs: bool = False
+    reduced_precision: ReducedPrecision = ReducedPrecision()
     tolerances: tuple[ToleranceRule, ...] = ()
     lowprec_parts: tuple[LowprecPartsRule, ...] = ()
     skips: tuple[Rule, ...] = ()

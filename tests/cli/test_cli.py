@@ -288,3 +288,42 @@ def test_a_real_ctrl_c_while_importing_stops_without_a_traceback(project):
     # ignored, and Python then leaves it ignored
     result = opcheck("validate", cwd=project, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert result.returncode == 130 and result.stderr == "opcheck: interrupted\n", result.stderr
+
+
+def test_a_spec_whose_required_module_is_missing_validates_generates_and_skips(project):
+    # As on macOS, where triton has no wheel: the op's module imports a module that is missing.
+    missing = "a_module_that_does_not_exist_xyz"
+    (project / "kernels_needing_xyz.py").write_text(f"import {missing}\n\n\ndef kernel(x):\n    return x\n")
+    (project / "op_specs" / "kernel.yaml").write_text(
+        f"op: kernels_needing_xyz:kernel\nrequires: [{missing}]\ndevices: [cpu]\n"
+        "samples:\n  - name: v\n    args: [{shape: [4]}, 1]  # one argument too many: not judged\n"
+    )
+    note = (
+        f"op_specs/kernel.yaml: requires {missing}, which is not installed: its op is not imported, "
+        "and its tests skip\n"
+    )
+    for command in (["validate"], ["generate"], ["generate", "--check"], ["list"]):
+        result = opcheck(*command, cwd=project)
+        assert result.returncode == 0, (command, result.stderr)
+        assert result.stderr == note, command
+    assert "ok: 2 spec(s)" in opcheck("validate", cwd=project).stdout
+    module = (project / "generated_tests" / "test_kernel.py").read_text()
+    assert f'requires=("{missing}",),' in module and missing not in module.replace(f'requires=("{missing}",)', "")
+
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=", "-rs"]
+        + ["generated_tests/test_kernel.py"],
+        cwd=project,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 skipped" in run.stdout and "failed" not in run.stdout and "error" not in run.stdout
+    assert f"requires {missing}, which is not installed (op_specs/kernel.yaml: requires: [{missing}])" in run.stdout
+
+    # Without the key the spec is invalid, as it always was: its op does not import.
+    spec = project / "op_specs" / "kernel.yaml"
+    spec.write_text(spec.read_text().replace(f"requires: [{missing}]\n", ""))
+    result = opcheck("validate", cwd=project)
+    assert result.returncode == 1 and "op_specs/kernel.yaml:1:5: op: cannot import module" in result.stderr

@@ -194,6 +194,33 @@ def test_nondeterministic_backward_is_reentrancy():
     assert "nondet_tol" in str(err)
 
 
+class _BackwardWritesIntoSavedInput(torch.autograd.Function):
+    """x * x whose backward adds 1 to its saved x, as a kernel reusing its input's memory does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        out = g * 2 * x
+        x.data.add_(1.0)  # through the pointer: autograd's version counter does not see it
+        return out
+
+
+@pytest.mark.parametrize("fast_mode", [False, True, "auto"])
+def test_a_backward_writing_into_its_input_says_where_the_passes_differ_and_why(fast_mode):
+    err = _fail(opcheck.gradcheck, _BackwardWritesIntoSavedInput.apply, (_x(4),), fast_mode=fast_mode)
+    text = str(err)
+    assert err.check == "reentrancy" and text.startswith("Backward is not reentrant")
+    lines = text.splitlines()
+    assert "two identical backward passes differ by up to" in lines[1] and "compared only after" in lines[1]
+    assert "first pass" in lines[2] and "second pass" in lines[2]
+    assert "writes into its saved tensors or the op's inputs" in text and "clone_inputs: true" in text
+
+
 def test_undefined_grad_crash():
     err = _fail(opcheck.gradcheck, corpus.SinCosStackCrashesOnAllUndefined.apply, (_x(4),))
     assert err.check == "undefined grad_output"

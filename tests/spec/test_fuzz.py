@@ -134,7 +134,14 @@ where = st.fixed_dictionaries(
 tolerance_rules = st.lists(
     st.fixed_dictionaries(
         {"atol": _mostly(numbers)},
-        optional={"where": _mostly(where), "eps": _mostly(numbers), "reason": st.text(max_size=5)},
+        optional={
+            "where": _mostly(where),
+            "eps": _mostly(numbers),
+            "criterion": _mostly(st.sampled_from(model.LOWPREC_CRITERIA)),
+            "factor": _mostly(numbers),
+            "floor": _mostly(numbers),
+            "reason": st.text(max_size=5),
+        },
     ),
     max_size=2,
 )
@@ -144,6 +151,7 @@ reason_rules = st.lists(
 )
 optional_keys = {
     "dtypes": _mostly(st.lists(st.sampled_from(model.GRAD_DTYPES), min_size=1, max_size=2, unique=True)),
+    "lowprec_dtypes": _mostly(st.lists(st.sampled_from(model.LOWPREC_DTYPES), max_size=2, unique=True)),
     "devices": _mostly(st.lists(st.sampled_from(model.KNOWN_DEVICES), min_size=1, max_size=3, unique=True)),
     "variant": _mostly(st.sampled_from(["function", "method"])),
     "gradcheck": _mostly(
@@ -157,6 +165,13 @@ optional_keys = {
         )
     ),
     "library_opcheck": _mostly(st.booleans()),
+    "requires": _mostly(
+        st.lists(st.sampled_from(["json", "json.decoder", "no_such_module_xyz", "no_such.sub", "bad name"]), max_size=2)
+    ),
+    "clone_inputs": _mostly(st.booleans()),
+    "reduced_precision": _mostly(
+        st.fixed_dictionaries({}, optional={"tf32": st.booleans(), "reduced_precision_reduction": st.booleans()})
+    ),
     "tolerances": _mostly(tolerance_rules),
     "skips": _mostly(reason_rules),
     "expected_failures": _mostly(reason_rules),

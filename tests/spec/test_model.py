@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from opcheck.spec import model
-from opcheck.spec.model import Check, Device, Dtype, FastMode, OpSpec, Sample, TensorArg
+from opcheck.spec.model import Check, Device, Dtype, FastMode, LowprecCriterion, OpSpec, Sample, TensorArg
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -27,6 +27,8 @@ def test_the_sets_keep_their_names_and_order():
     assert model.KNOWN_DEVICES == ("cpu", "cuda", "mps", "xpu")
     assert model.GRAD_DTYPES == ("float64", "complex128")
     assert model.LOWPREC_DTYPES == ("float32", "float16", "bfloat16", "complex64")
+    assert model.LOWPREC_PARTS == ("output", "vjp", "jvp")
+    assert model.LOWPREC_CRITERIA == ("baseline", "table")
     assert model.INDEX_DTYPES == ("int64", "int32", "int16", "int8", "uint8", "bool")
     assert model.TENSOR_DTYPES == model.GRAD_DTYPES + model.LOWPREC_DTYPES + model.INDEX_DTYPES
 
@@ -40,13 +42,17 @@ def test_the_tuples_hold_plain_strings():
         model.TENSOR_DTYPES,
         model.GRAD_DTYPES,
         model.LOWPREC_DTYPES,
+        model.LOWPREC_PARTS,
+        model.LOWPREC_CRITERIA,
         model.INDEX_DTYPES,
     ):
         assert all(type(name) is str for name in names), names
     assert repr(model.KNOWN_DEVICES[0]) == "'cpu'"
 
 
-@pytest.mark.parametrize("member", [Check.FWGRAD_BWGRAD, FastMode.TRUE, Device.CUDA, Dtype.BFLOAT16])
+@pytest.mark.parametrize(
+    "member", [Check.FWGRAD_BWGRAD, FastMode.TRUE, Device.CUDA, Dtype.BFLOAT16, LowprecCriterion.BASELINE]
+)
 def test_a_member_reads_as_its_name(member):
     name = member.value
     assert str(member) == f"{member}" == format(member) == "%s" % member == name  # noqa: UP031  # %-format, as old code writes it
@@ -78,6 +84,9 @@ def test_parse_names_the_set_and_its_members():
         Device.parse("tpu")
     with pytest.raises(ValueError, match="unknown Check 'GradCheck'"):
         Check.parse("GradCheck")
+    assert LowprecCriterion.parse("table") is LowprecCriterion.TABLE
+    with pytest.raises(ValueError, match=r"^unknown LowprecCriterion 'ulp'; expected one of baseline, table$"):
+        LowprecCriterion.parse("ulp")
 
 
 def test_pyproject_markers_are_the_check_table():

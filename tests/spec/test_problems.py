@@ -277,9 +277,10 @@ def test_a_tagged_argument_is_not_built():
 def test_a_key_problem_is_reported_even_when_its_value_could_not_be_read():
     # Both are said at once: the key at the key, the value's tag at the value.
     assert [str(p) for p in _problems(f"{GOOD}bogus: !custom 1\n")] == [
-        "op_specs/x.yaml:3:1: bogus: unknown key 'bogus' (expected one of: op, name, variant, dtypes, "
+        "op_specs/x.yaml:3:1: bogus: unknown key 'bogus' (expected one of: op, name, variant, requires, dtypes, "
         "lowprec_dtypes, devices, samples, gradcheck, gradgradcheck, supports_forward_ad, supports_gradgrad, "
-        "library_opcheck, reference, tolerances, lowprec_parts, skips, expected_failures)",
+        "library_opcheck, reference, clone_inputs, reduced_precision, tolerances, lowprec_parts, skips, "
+        "expected_failures)",
         "op_specs/x.yaml:3:8: bogus: unsupported YAML tag '!custom'",
     ]
 

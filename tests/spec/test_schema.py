@@ -84,6 +84,20 @@ def test_schema_choices_are_the_models():
         }, name
 
 
+def test_schema_keys_are_the_models_fields():
+    # A key the schema accepts and the model has no field for would be dropped on the way to the
+    # generated module; a field with no key could never be set from a spec.
+    spec_fields = set(model.OpSpec.__dataclass_fields__) - {"source", "sha256", "location"}
+    assert set(DEFS["opSpec"]["properties"]) == spec_fields
+    rule = DEFS["toleranceRule"]["properties"]
+    assert set(rule) == set(model.ToleranceRule.__dataclass_fields__) - {"location"}
+    assert rule["criterion"]["enum"] == list(model.LOWPREC_CRITERIA)
+    assert (rule["factor"]["exclusiveMinimum"], rule["floor"]["minimum"]) == (0, 0)
+    switches = DEFS["reducedPrecision"]["properties"]
+    assert {key: sub["default"] for key, sub in switches.items()} == vars(model.ReducedPrecision())
+    assert DEFS["clone_inputs"]["default"] is model.OpSpec.__dataclass_fields__["clone_inputs"].default is False
+
+
 def test_sparse_tensor_keys_default_and_range_as_the_model_says():
     tensor = DEFS["tensor"]["properties"]
     arg = model.TensorArg(shape=(1,))
@@ -129,3 +143,15 @@ def test_format_md_lists_the_models_choices():
     assert "`fast_mode` (" + "\\|".join(f"`{n}`" for n in model.FAST_MODES) + ", default `auto`)" in text
     checks = re.search(r"Checks are (.*?)\. ", " ".join(text.split()))
     assert checks is not None and checks[1] == ", ".join(f"`{c}`" for c in model.CHECKS)
+    assert "| `criterion` | " + " \\| ".join(f"`{c}`" for c in model.LOWPREC_CRITERIA) + " |" in text
+
+
+def test_format_md_documents_every_key_and_rule_key():
+    text = FORMAT_MD.read_text(encoding="utf-8")
+    for key in DEFS["opSpec"]["properties"]:
+        assert f"\n| `{key}` | " in text, key
+    for key in DEFS["toleranceRule"]["properties"]:
+        assert re.search(rf"\n\| [^|]*`{key}`[^|]* \| ", text), key
+    for key in DEFS["reducedPrecision"]["properties"]:
+        assert f"\n| `{key}` | false | " in text, key
+    assert "\n### The low-precision criterion\n" in text
