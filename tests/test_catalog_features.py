@@ -230,6 +230,14 @@ def test_library_opcheck_and_reference_are_used(specs):
     assert users(specs, lambda s: s.reference and s.dtypes), "reference next to float64 dtypes"
 
 
+def test_every_triton_spec_requires_triton(specs):
+    # triton installs on Linux x86_64 only: elsewhere a Triton spec without `requires: [triton]`
+    # would make `opcheck validate` fail and its tests crash, instead of a note and skips.
+    triton = users(specs, lambda s: s.op.startswith("examples.triton_kernels:"))
+    assert triton and users(specs, lambda s: s.requires) == triton
+    assert users(specs, lambda s: s.requires == ("triton",)) == triton
+
+
 # ------------------------------------------------------------------------------ flags
 def test_gradcheck_flags_are_used(specs, documents):
     g = [s.gradcheck for s in specs]
@@ -313,6 +321,7 @@ def test_model_fields_checked_here_still_exist():
         "skips",
         "expected_failures",
         "reference",
+        "requires",
         "library_opcheck",
         "supports_forward_ad",
         "supports_gradgrad",

@@ -129,9 +129,15 @@ def header(spec: model.OpSpec, regenerate: str) -> str:
     )
 
 
+DOCSTRING_WIDTH = 120 - len('""""""')
+"""The line length the linters hold generated modules to, less the docstring's quotes."""
+
+
 def docstring(spec: model.OpSpec) -> str:
-    """The module docstring, to be placed between triple quotes."""
-    return f"Gradient tests for {text(spec.op)}, generated from {text(spec.source)}."
+    """The module docstring, to be placed between triple quotes: one line, or two where one would
+    be longer than the linters allow."""
+    what, where = f"Gradient tests for {text(spec.op)},", f"generated from {text(spec.source)}."
+    return f"{what} {where}" if len(what) + 1 + len(where) <= DOCSTRING_WIDTH else f"{what}\n{where}"
 
 
 def imports(spec: model.OpSpec, marked: dict[CaseId, str]) -> str:
