@@ -77,10 +77,12 @@ def fail_reentrancy(
 
 
 REENTRANCY_CAUSES = (
-    "A backward that writes into its saved tensors or the op's inputs gives this (a Triton or CUDA kernel "
-    "writing through a pointer gets past autograd's version counter): the second pass reads what the "
-    "first wrote. Give the op fresh copies of its inputs on every call (in an op spec: clone_inputs: "
-    "true), or clone inside it."
+    "An op that writes into its inputs or its saved tensors gives this (a Triton or CUDA kernel writing "
+    "through a pointer gets past autograd's version counter): the second pass reads what the first wrote. "
+    "A forward that writes into its inputs needs fresh copies on every call (in an op spec: clone_inputs: "
+    "true). A backward that overwrites its saved tensors can run once per forward only, which the "
+    "repeated backward passes here do not allow: check such a kernel by the low-precision check against "
+    "a reference instead (an op spec's lowprec_dtypes and reference, with dtypes: [])."
 )
 
 
