@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from opcheck.engine.lowprec import LOWPREC_FLOORS, TABLE, Criterion, lowprec_report  # noqa: E402
 from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason  # noqa: E402
-from opcheck.runtime.lowprec import ENGINE_PARTS, resolve_parts  # noqa: E402
+from opcheck.runtime.lowprec import case_report, resolve_parts  # noqa: E402
 from opcheck.runtime.precision import reduced_precision  # noqa: E402
-from opcheck.runtime.samples import build_calls, seeded_generator  # noqa: E402
+from opcheck.runtime.samples import build_calls  # noqa: E402
 from opcheck.runtime.tolerances import resolve_lowprec_criterion  # noqa: E402
 from opcheck.spec import load_specs  # noqa: E402
 from opcheck.spec.case import CaseId  # noqa: E402
@@ -153,28 +153,8 @@ def catalog(device: str, block: ReducedPrecision | None, details: bool, floors: 
 
 
 def _run(call, case, criterion: Criterion, forward, reference, parts, block):
-    from opcheck.runtime.devices import reference_device
-    from opcheck.runtime.lowprec import upcast
-
-    ref_device = reference_device(case.device)
-    ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
-    plain = None
-    if reference is not None:
-        ref_call = replace(ref_call, op=reference)
-        plain = replace(call, op=reference).as_function()
     with reduced_precision(block):
-        return lowprec_report(
-            call.as_function(),
-            call.gradcheck_inputs(),
-            reference=ref_call.as_function(),
-            plain=plain,
-            parts=tuple(ENGINE_PARTS[p] for p in parts),
-            check_forward_ad=forward,
-            criterion=criterion,
-            reference_device=ref_device,
-            generator=seeded_generator(case.seed(0, stream="cotangent")),
-            dtype=getattr(torch, case.dtype),
-        )
+        return case_report(call, case, criterion, check_forward_ad=forward, reference_op=reference, parts=parts)
 
 
 def main(argv=None) -> int:

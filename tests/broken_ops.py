@@ -439,3 +439,46 @@ def sin_grad_in_float32(x):
 
 def sin_grad_one_percent_off_for_float32(x):
     return SinGradOnePercentOffForFloat32.apply(x)
+
+
+# Ops that write into their inputs through the pointer, as Triton and CUDA kernels can: autograd's
+# version counter does not see it (tests of clone_inputs and of the reentrancy failure).
+
+
+class _SquareWritingIntoInput(torch.autograd.Function):
+    """x * x whose backward adds 1 to its saved x through the pointer, as a kernel reusing its
+    input's memory does: autograd's version counter does not see it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        out = g * 2 * x
+        x.data.add_(1.0)
+        return out
+
+
+def square_writing_into_input(x):
+    return _SquareWritingIntoInput.apply(x)
+
+
+class _DoubleWritingIntoInput(torch.autograd.Function):
+    """2x, left in x's own memory by the forward (through the pointer, as an in-place kernel)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = x * 2
+        x.data.copy_(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def double_writing_into_input(x):
+    return _DoubleWritingIntoInput.apply(x)

@@ -33,16 +33,6 @@ DTYPES = {
     "bool": torch.bool,
 }
 
-HIGH_PRECISION = {
-    torch.float32: torch.float64,
-    torch.float16: torch.float64,
-    torch.bfloat16: torch.float64,
-    torch.complex64: torch.complex128,
-    torch.float64: torch.float64,
-    torch.complex128: torch.complex128,
-}
-"""The reference dtype the low-precision check compares each dtype against."""
-
 
 def torch_dtype(name: str) -> torch.dtype:
     try:

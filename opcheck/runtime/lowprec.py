@@ -22,7 +22,15 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from opcheck.engine.lowprec import TABLE, Criterion, judge, lowprec_report, narrower_dtype_hint, upcast
+from opcheck.engine.lowprec import (
+    TABLE,
+    Criterion,
+    LowPrecisionReport,
+    judge,
+    lowprec_report,
+    narrower_dtype_hint,
+    upcast,
+)
 from opcheck.runtime.call import Call
 from opcheck.runtime.devices import reference_device
 from opcheck.runtime.samples import seeded_generator
@@ -30,7 +38,15 @@ from opcheck.runtime.tolerances import Tolerances
 from opcheck.spec.case import CaseId
 from opcheck.spec.model import LOWPREC, LOWPREC_PARTS, LowprecPart, OpSpec
 
-__all__ = ["LowPrecisionDiff", "LowPrecisionParts", "compare", "compare_lowprec", "narrower_dtype_hint", "upcast"]
+__all__ = [
+    "LowPrecisionDiff",
+    "LowPrecisionParts",
+    "case_report",
+    "compare",
+    "compare_lowprec",
+    "narrower_dtype_hint",
+    "upcast",
+]
 
 
 @dataclass(frozen=True)
@@ -100,27 +116,57 @@ def compare_lowprec(
 ) -> LowPrecisionDiff | None:
     """The first quantity beyond the criterion's bound, or None when outputs, VJP and JVP all agree.
 
-    `call` is the case's sample drawn on its device and low-precision dtype. criterion: the
-    engine's Criterion (default: "baseline" with its defaults; `tolerances` alone selects the table
-    with those atol/rtol). reference_op: the float64 implementation to compare with (the spec's
-    `reference`), for kernels that have no float64 path; by default the op itself on upcast inputs.
-    clone_inputs: every call gets fresh copies of the inputs (the call's own setting also does).
+    criterion: the engine's Criterion (default: "baseline" with its defaults; `tolerances` alone
+    selects the table with those atol/rtol). The rest as for case_report.
     """
     __tracebackhide__ = True
     if criterion is None:
         criterion = Criterion(TABLE, atol=tolerances.atol, rtol=tolerances.rtol) if tolerances else Criterion()
+    report = case_report(
+        call,
+        case,
+        criterion,
+        attempt=attempt,
+        check_forward_ad=check_forward_ad,
+        reference_op=reference_op,
+        parts=parts,
+        clone_inputs=clone_inputs,
+    )
+    if report.error is None:
+        return None
+    failing = report.first_failure
+    if failing is None:  # an input written into, or outputs that do not pair up
+        return LowPrecisionDiff("inputs" if "wrote into" in report.message else "output", "the op", report.message)
+    return LowPrecisionDiff(failing.path, failing.what, report.message)
+
+
+def case_report(
+    call: Call,
+    case: CaseId,
+    criterion: Criterion,
+    *,
+    attempt: int = 0,
+    check_forward_ad: bool,
+    reference_op=None,
+    parts: Collection[str] = LOWPREC_PARTS,
+    clone_inputs: bool = False,
+) -> LowPrecisionReport:
+    """The engine's report on one call of a case: `call` is the case's sample drawn on its device
+    and low-precision dtype. reference_op: the float64 implementation to compare with (the spec's
+    `reference`), for kernels that have no float64 path; by default the op itself on upcast inputs.
+    clone_inputs: every call gets fresh copies of the inputs (the call's own setting also does)."""
+    __tracebackhide__ = True
     ref_device = reference_device(case.device)
     ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
-    base_fn = None
+    plain = None
     if reference_op is not None:
         ref_call = replace(ref_call, op=reference_op)
-        base_fn = replace(call, op=reference_op).as_function()
-    inputs = call.gradcheck_inputs()
-    report = lowprec_report(
+        plain = replace(call, op=reference_op).as_function()
+    return lowprec_report(
         call.as_function(),
-        inputs,
+        call.gradcheck_inputs(),
         reference=ref_call.as_function(),
-        plain=base_fn,
+        plain=plain,
         parts=tuple(ENGINE_PARTS[p] for p in parts),
         check_forward_ad=check_forward_ad,
         criterion=criterion,
@@ -129,12 +175,6 @@ def compare_lowprec(
         generator=seeded_generator(case.seed(attempt, stream="cotangent")),
         dtype=_low_dtype(call, case.dtype),
     )
-    if report.error is None:
-        return None
-    failing = report.first_failure
-    if failing is None:  # an input written into, or outputs that do not pair up
-        return LowPrecisionDiff("inputs" if "wrote into" in report.message else "output", "the op", report.message)
-    return LowPrecisionDiff(failing.path, failing.what, report.message)
 
 
 def _low_dtype(call: Call, dtype: str) -> torch.dtype:

@@ -14,6 +14,7 @@ import opcheck
 from opcheck import GradcheckError
 from opcheck.engine.diagnostics import BlockLabel, find_mismatch
 from tests import broken_ops
+from tests.broken_ops import square_writing_into_input
 
 
 def _x(*shape, seed=0, dtype=torch.float64):
@@ -194,25 +195,9 @@ def test_nondeterministic_backward_is_reentrancy():
     assert "nondet_tol" in str(err)
 
 
-class _BackwardWritesIntoSavedInput(torch.autograd.Function):
-    """x * x whose backward adds 1 to its saved x, as a kernel reusing its input's memory does."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        out = g * 2 * x
-        x.data.add_(1.0)  # through the pointer: autograd's version counter does not see it
-        return out
-
-
 @pytest.mark.parametrize("fast_mode", [False, True, "auto"])
 def test_a_backward_writing_into_its_input_says_where_the_passes_differ_and_why(fast_mode):
-    err = _fail(opcheck.gradcheck, _BackwardWritesIntoSavedInput.apply, (_x(4),), fast_mode=fast_mode)
+    err = _fail(opcheck.gradcheck, square_writing_into_input, (_x(4),), fast_mode=fast_mode)
     text = str(err)
     assert err.check == "reentrancy" and text.startswith("Backward is not reentrant")
     lines = text.splitlines()

@@ -21,6 +21,8 @@ from tests.broken_ops import (
     sparse_mm,
     zero_dim,
 )
+from tests.broken_ops import double_writing_into_input as double_writing_into_input
+from tests.broken_ops import square_writing_into_input as square_writing_into_input
 
 # sin(x) whose backward doubles the gradient of element [0, 3] only (vmappable, so the engine's
 # batched full check applies).
@@ -209,42 +211,3 @@ _SparseMmWrongInFloat32 = sparse_mm(
 
 def sparse_mm_wrong_in_float32(a, b):
     return _SparseMmWrongInFloat32.apply(a, b)
-
-
-class _SquareWritingIntoInput(torch.autograd.Function):
-    """x * x whose backward adds 1 to its saved x through the pointer, as a kernel reusing its
-    input's memory does: autograd's version counter does not see it."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        out = g * 2 * x
-        x.data.add_(1.0)
-        return out
-
-
-def square_writing_into_input(x):
-    return _SquareWritingIntoInput.apply(x)
-
-
-class _DoubleWritingIntoInput(torch.autograd.Function):
-    """2x, left in x's own memory by the forward (through the pointer, as an in-place kernel)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        out = x * 2
-        x.data.copy_(out)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 2
-
-
-def double_writing_into_input(x):
-    return _DoubleWritingIntoInput.apply(x)
