@@ -23,10 +23,9 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from examples import triton_kernels as tk  # noqa: E402
 from opcheck.config import tomllib  # noqa: E402
+from tests.test_readme import blocks, section  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text(encoding="utf-8")
-FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
 # The interpreter runs CPU tensors, compiled kernels GPU tensors (the module's docstring).
 DEVICE = "cpu" if isinstance(tk._rounded, InterpretedFunction) else "cuda"
 SPECS = ("triton_rms_norm", "triton_swiglu", "triton_cross_entropy", "triton_cross_entropy_inplace")
@@ -262,20 +261,6 @@ def test_with_the_interpreter_off_kernels_compile_for_a_gpu_and_refuse_cpu_tenso
 
 
 # ------------------------------------------------------------------------------------ README
-def section(title: str) -> str:
-    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.M | re.S)
-    assert m, f"README.md has no '## {title}' section"
-    return m.group(1)
-
-
-def blocks(text: str) -> list[tuple[str, str]]:
-    out = []
-    for m in FENCE.finditer(text):
-        indent = len(m["indent"])
-        out.append((m["lang"], "".join(line[indent:] for line in m["body"].splitlines(keepends=True))))
-    return out
-
-
 def run_line(line: str, cwd: Path) -> subprocess.CompletedProcess:
     argv = shlex.split(line)
     if argv[0] == "opcheck":
