@@ -125,13 +125,14 @@ def _has_sparse(sample: Sample) -> bool:
 
 @functools.cache
 def _load_forward_ad_decompositions() -> None:
-    """torch scripts its forward-AD decompositions on first use, with one DeprecationWarning per
-    function (torch.jit.script is deprecated): noise in every test report, not the user's code.
-    Once per process (functools.cache)."""
+    """torch scripts its forward-AD decompositions on first use, with one warning per function
+    (torch.jit.script is deprecated: a DeprecationWarning, a FutureWarning from torch 2.14): noise
+    in every test report, not the user's code. Once per process (functools.cache)."""
     load = getattr(torch.autograd.forward_ad, "_maybe_load_decompositions", None)
     if load is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
             load()
 
 

@@ -273,3 +273,23 @@ def test_compare_does_not_call_a_constant_factor_rounding():
     for factor in (1 + 2**-9, 1 + 2**-12, 1.01):
         report = compare((ref * factor).to(torch.float32), ref, FLOAT32_TOL, "x")
         assert report is not None and NARROW_HINT not in report
+
+
+def test_torchs_jit_script_deprecation_stays_out_of_a_low_precision_test():
+    # torch scripts its forward-AD decompositions on first use with a DeprecationWarning (a
+    # FutureWarning from torch 2.14) per function; a fresh process shows whether any gets through.
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "from opcheck.runtime import run_check\n"
+        "from opcheck.spec.model import GradcheckFlags, OpSpec, Sample, TensorArg\n"
+        "spec = OpSpec(name='lp', op='torch.sin', source='op_specs/lp.yaml', sha256='0',\n"
+        "              samples=(Sample('vec', args=(TensorArg(shape=(8,)),)),), lowprec_dtypes=('float32',),\n"
+        "              gradcheck=GradcheckFlags(check_forward_ad=True))\n"
+        "run_check(spec, 'lowprec', 'cpu', 'float32', 'vec')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "torch.jit.script" not in done.stderr, done.stderr[-3000:]
