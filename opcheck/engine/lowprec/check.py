@@ -1,0 +1,395 @@
+"""lowprec_report and lowprec_check: the runs of the op, its reference and the baselines, and the
+check of the inputs after each call."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from opcheck.engine._util import make_dual, unpack_dual
+from opcheck.engine.lowprec.criterion import (
+    BASELINE,
+    DEFAULT_PERTURBATIONS,
+    JVP,
+    OUTPUT,
+    PARTS,
+    VJP,
+    Criterion,
+    LowPrecisionError,
+    LowPrecisionReport,
+    PartResult,
+)
+from opcheck.engine.lowprec.judge import judge_part
+from opcheck.engine.lowprec.numbers import (
+    RoundedTo,
+    _as_tuple,
+    _cast,
+    _compute_dtype,
+    _device_of,
+    _differentiable,
+    _is_float,
+    _low_dtype,
+    _name,
+    _outputs,
+    _perturb,
+    _random_like,
+    upcast,
+)
+
+
+# ------------------------------------------------------------------------------------ public API
+def lowprec_check(fn: Callable[..., Any], inputs: Any, **kwargs: Any) -> bool:
+    """`lowprec_report`, raising LowPrecisionError on a failure; True otherwise."""
+    __tracebackhide__ = True
+    report = lowprec_report(fn, inputs, **kwargs)
+    if report.error is not None:
+        raise report.error
+    return True
+
+
+def lowprec_report(
+    fn: Callable[..., Any],
+    inputs: Any,
+    *,
+    dtype: torch.dtype | None = None,
+    reference: Callable[..., Any] | None = None,
+    plain: Callable[..., Any] | None | str = "reference",
+    parts: Sequence[str] = PARTS,
+    check_forward_ad: bool = False,
+    criterion: Criterion | str = BASELINE,
+    factor: float | None = None,
+    floor: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    reference_device: torch.device | str | None = None,
+    clone_inputs: bool = False,
+    generator: torch.Generator | None = None,
+    perturbations: int = DEFAULT_PERTURBATIONS,
+) -> LowPrecisionReport:
+    """Compare fn at a low dtype with a float64 reference, part by part, entry by entry.
+
+    fn: called as fn(*inputs), like torch.autograd.gradcheck's function. inputs: a tensor or a
+    tuple; floating tensors are cast to ``dtype`` when given (else used as they are), and the
+    VJP/JVP are taken with respect to those that require grad. reference: the float64 implementation,
+    called with the float64/complex128 copies (default: fn itself); when given, it is also run at the
+    dtype where that dtype is the one kernels compute in (float32, complex64). plain: what is run
+    there instead (the same math in plain PyTorch, called with the low-precision inputs), or None
+    for nothing. check_forward_ad:
+    also compare the JVP. criterion: "baseline" (default) or "table", or a Criterion; factor, floor,
+    atol, rtol override its values. generator: draws the cotangent and tangent (default seed 0).
+    """
+    __tracebackhide__ = True
+    crit = _criterion(criterion, factor=factor, floor=floor, atol=atol, rtol=rtol)
+    low_inputs = _as_tuple(inputs)
+    if dtype is not None:
+        low_inputs = tuple(_cast(x, dtype) for x in low_inputs)
+    low_dtype = dtype or _low_dtype(low_inputs)
+    if low_dtype is None:
+        raise ValueError("lowprec_report needs a floating tensor input or dtype=")
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    device = reference_device if reference_device is not None else _device_of(low_inputs)
+    ref_inputs = tuple(upcast(x, device) if _is_float(x) else x for x in low_inputs)
+    ref_fn = reference if reference is not None else fn
+    # Where kernels have no wider type to compute in (float32, complex64), plain PyTorch at the
+    # dtype is a baseline too (FlashAttention's rule): a separate reference, run at the dtype.
+    base_fn = None
+    if _compute_dtype(low_dtype) == low_dtype:
+        base_fn = reference if plain == "reference" else plain
+    if isinstance(base_fn, str):
+        raise ValueError(f"plain must be a callable, None or 'reference', got {plain!r}")
+    run = _Run(crit, low_dtype, clone_inputs)
+    return run.compare(fn, ref_fn, base_fn, low_inputs, ref_inputs, parts, check_forward_ad, generator, perturbations)
+
+
+def judge(
+    low: torch.Tensor,
+    ref: torch.Tensor,
+    criterion: Criterion | str = BASELINE,
+    *,
+    what: str = "tensor",
+    dtype: torch.dtype | None = None,
+    baselines: Sequence[torch.Tensor] = (),
+    moved: Sequence[torch.Tensor] = (),
+) -> PartResult:
+    """Judge one low-precision tensor against its float64 reference by `criterion`.
+
+    baselines: results of the same math at the dtype (their error against ref is the entry's
+    baseline); moved: the reference's results on perturbed inputs (B_cond). dtype: the low dtype
+    (default: low's). Without baselines and moved values, the baseline criterion is the rounding of
+    ref, one ulp and the floor."""
+    crit = criterion if isinstance(criterion, Criterion) else Criterion(kind=criterion)
+    path = what.split(":")[0] if what.startswith((VJP, JVP)) else OUTPUT
+    return judge_part(crit, dtype or low.dtype, path, what, low, ref, list(baselines), list(moved))
+
+
+def _criterion(criterion: Criterion | str, **overrides: float | None) -> Criterion:
+    crit = criterion if isinstance(criterion, Criterion) else Criterion(kind=criterion)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return crit
+    values = {"kind": crit.kind, "factor": crit.factor, "floor": crit.floor, "atol": crit.atol, "rtol": crit.rtol}
+    values.update(given)
+    return Criterion(**values)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------ the run
+class _InputsChanged(Exception):
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+@dataclass
+class _Run:
+    criterion: Criterion
+    dtype: torch.dtype
+    clone_inputs: bool
+    notes: list[str] = field(default_factory=list)
+
+    def compare(
+        self,
+        fn: Callable[..., Any],
+        ref_fn: Callable[..., Any],
+        base_fn: Callable[..., Any] | None,
+        low_inputs: tuple[Any, ...],
+        ref_inputs: tuple[Any, ...],
+        parts: Sequence[str],
+        check_forward_ad: bool,
+        gen: torch.Generator,
+        perturbations: int,
+    ) -> LowPrecisionReport:
+        __tracebackhide__ = True
+        diff_low = [i for i, x in enumerate(low_inputs) if _is_float(x) and x.requires_grad]
+        want_vjp = VJP in parts and bool(diff_low)
+        want_jvp = JVP in parts and check_forward_ad and bool(diff_low)
+        drawn: dict[str, list[torch.Tensor]] = {}
+
+        def draw(outs: list[Any]) -> list[torch.Tensor]:
+            # Cotangent then tangents, drawn whatever is compared so that each stays the same.
+            drawn["cots"] = [_random_like(o, gen) for o in outs if _differentiable(o)] if diff_low else []
+            drawn["tans"] = [_random_like(low_inputs[i], gen) for i in diff_low]
+            return drawn["cots"]
+
+        call = _cloning(fn) if self.clone_inputs else fn
+        ref_call = _cloning(ref_fn) if self.clone_inputs else ref_fn
+        ref_device = _device_of(ref_inputs)
+        try:
+            low = self._guarded(call, low_inputs, diff_low, draw, want_vjp, want_jvp, drawn, "the op")
+            up = {k: [upcast(t, ref_device) for t in v] for k, v in drawn.items()}
+            ref = self._guarded(
+                ref_call, ref_inputs, diff_low, lambda _: up["cots"], want_vjp, want_jvp, up, "the reference"
+            )
+        except _InputsChanged as e:
+            return self._report((), LowPrecisionError(e.text))
+        if len(low.outputs) != len(ref.outputs):
+            text = f"the low-precision run returned {len(low.outputs)} outputs, the reference {len(ref.outputs)}"
+            return self._report((), LowPrecisionError(text))
+        base: _Evaluated | None = None
+        emulated: list[_Evaluated] = []
+        conds: list[_Evaluated] = []
+        if self.criterion.kind == BASELINE:
+            for rounding in dict.fromkeys((self.dtype, _compute_dtype(self.dtype))):
+                try:
+                    with RoundedTo(rounding):
+                        emulated.append(
+                            _evaluate(
+                                ref_call,
+                                ref_inputs,
+                                diff_low,
+                                lambda _: up["cots"],
+                                want_vjp,
+                                up["tans"] if want_jvp else None,
+                            )
+                        )
+                except Exception as e:  # e.g. an op that rejects rounded values: no such baseline then
+                    self.notes.append(
+                        f"the reference does not run with its steps rounded to {_name(rounding)} "
+                        f"({type(e).__name__}: {e}): no baseline from it"
+                    )
+            pgen = torch.Generator().manual_seed(0x10F)
+            u = torch.finfo(self.dtype).eps / 2
+            for _ in range(perturbations):
+                p_in = tuple(_perturb(x, u, pgen) if _is_float(x) else x for x in ref_inputs)
+                p_cots = [_perturb(c, u, pgen) for c in up["cots"]]
+                p_tans = [_perturb(t, u, pgen) for t in up["tans"]]
+                conds.append(
+                    _evaluate(ref_call, p_in, diff_low, _constant(p_cots), want_vjp, p_tans if want_jvp else None)
+                )
+        names = _part_names(low, parts)
+        results = []
+        for key, what in names:
+            lo, rf = low.get(key), ref.get(key)
+            if lo is None and rf is None:
+                continue
+            if lo is None or rf is None:
+                side = "low-precision" if lo is None else "reference"
+                results.append(PartResult(key[0], what, 0, 1, math.inf, text=f"{what} is None in the {side} run only"))
+                continue
+            bs = [b.get(key) for b in ([base] if base is not None else []) + emulated]
+            cs = [c.get(key) for c in conds]
+            results.append(
+                judge_part(
+                    self.criterion,
+                    self.dtype,
+                    key[0],
+                    what,
+                    lo,
+                    rf,
+                    [b for b in bs if b is not None],
+                    [c for c in cs if c is not None],
+                )
+            )
+        failing = next((r for r in results if not r.passed), None)
+        error = LowPrecisionError(self._failure_text(failing, results)) if failing is not None else None
+        return self._report(tuple(results), error)
+
+    def _report(self, parts: tuple[PartResult, ...], error: LowPrecisionError | None) -> LowPrecisionReport:
+        report = LowPrecisionReport(self.dtype, self.criterion, parts, tuple(self.notes), error)
+        if error is not None:
+            error.report = report
+        return report
+
+    def _guarded(
+        self,
+        fn: Callable[..., Any],
+        inputs: tuple[Any, ...],
+        diff: list[int],
+        cots: Callable[[list[Any]], list[torch.Tensor]],
+        want_vjp: bool,
+        want_jvp: bool,
+        drawn: dict[str, list[torch.Tensor]],
+        who: str,
+    ) -> _Evaluated:
+        """_evaluate, failing when a call writes into the inputs (compared by value with a copy)."""
+        __tracebackhide__ = True
+        before = [x.detach().clone() if isinstance(x, torch.Tensor) else None for x in inputs]
+        return _evaluate(
+            fn,
+            inputs,
+            diff,
+            cots,
+            want_vjp,
+            lambda: drawn["tans"] if want_jvp else None,
+            guard=lambda when: self._unchanged(inputs, before, who, when),
+        )
+
+    def _unchanged(self, inputs: tuple[Any, ...], before: list[torch.Tensor | None], who: str, when: str) -> None:
+        for k, (x, old) in enumerate(zip(inputs, before)):
+            if old is None or not isinstance(x, torch.Tensor):
+                continue
+            now = x.detach()
+            if now.layout != torch.strided:
+                now, old = now.to_dense(), old.to_dense()
+            same = (now == old) | (torch.isnan(now) & torch.isnan(old)) if _is_float(now) else now == old
+            if bool(same.all()):
+                continue
+            changed = int((~same).sum())
+            raise _InputsChanged(
+                f"{who} wrote into its input {k} (Tensor{list(x.shape)} {_name(x.dtype)}): {changed} of "
+                f"{x.numel()} entries changed by value during its {when}. A kernel that writes into its inputs "
+                "through a raw pointer (Triton, CUDA) gets past autograd's version counter, so every later "
+                "comparison would read the overwritten values.\nfix: give every call fresh copies "
+                "(`clone_inputs: true` in the spec, clone_inputs=True here), or clone inside the op"
+            )
+
+    def _failure_text(self, failing: PartResult, results: list[PartResult]) -> str:
+        others = [r for r in results if not r.passed and r is not failing]
+        text = failing.text
+        if others:
+            text += "\nalso beyond the bound: " + ", ".join(f"{r.what} ({r.exceeding} entries)" for r in others)
+        passed = [r.what for r in results if r.passed]
+        if passed:
+            text += "\nwithin the bound: " + ", ".join(passed)
+        if self.notes:
+            text += "\n" + "\n".join(f"note: {n}" for n in self.notes)
+        return text
+
+
+@dataclass
+class _Evaluated:
+    outputs: list[Any]
+    values: dict[tuple[str, int], torch.Tensor | None]
+
+    def get(self, key: tuple[str, int]) -> torch.Tensor | None:
+        return self.values.get(key)
+
+
+def _evaluate(
+    fn: Callable[..., Any],
+    inputs: tuple[Any, ...],
+    diff: list[int],
+    cots: Callable[[list[Any]], list[torch.Tensor]],
+    want_vjp: bool,
+    tans: list[torch.Tensor] | Callable[[], list[torch.Tensor] | None] | None,
+    guard: Callable[[str], None] | None = None,
+) -> _Evaluated:
+    """The outputs of fn(*inputs), its VJP for cots(outputs) when want_vjp, its JVP for the
+    tangents when given; `guard` runs after each call of fn."""
+    __tracebackhide__ = True
+    xs = list(inputs)
+    for i in diff:
+        xs[i] = inputs[i].detach().requires_grad_(True)
+    outs = _outputs(fn(*xs))
+    if guard is not None:
+        guard("call")
+    cot = cots(outs)
+    values: dict[tuple[str, int], torch.Tensor | None] = {}
+    for i, o in enumerate(outs):
+        if isinstance(o, torch.Tensor) and _is_float(o):
+            values[(OUTPUT, i)] = o.detach()
+    pairs = [o for o in outs if _differentiable(o)]
+    if want_vjp and pairs:
+        grads = torch.autograd.grad(pairs, [xs[i] for i in diff], cot[: len(pairs)], allow_unused=True)
+        for k, g in enumerate(grads):
+            values[(VJP, k)] = None if g is None else g.detach()
+        if guard is not None:
+            guard("backward (VJP)")
+    tangents = tans() if callable(tans) else tans
+    if tangents is not None:
+        values.update(_jvp(fn, inputs, diff, tangents).values)
+        if guard is not None:
+            guard("forward-mode call (JVP)")
+    return _Evaluated(outs, values)
+
+
+def _jvp(fn: Callable[..., Any], inputs: tuple[Any, ...], diff: list[int], tans: list[torch.Tensor]) -> _Evaluated:
+    __tracebackhide__ = True
+    with fwAD.dual_level():
+        xs = list(inputs)
+        for i, t in zip(diff, tans):
+            xs[i] = make_dual(inputs[i].detach(), t)
+        outs = _outputs(fn(*xs))
+        values: dict[tuple[str, int], torch.Tensor | None] = {}
+        for i, o in enumerate(outs):
+            if isinstance(o, torch.Tensor) and _is_float(o):
+                tangent = unpack_dual(o)[1]
+                values[(JVP, i)] = None if tangent is None else tangent.detach()
+    return _Evaluated(outs, values)
+
+
+def _part_names(low: _Evaluated, parts: Sequence[str]) -> list[tuple[tuple[str, int], str]]:
+    names = []
+    for key in low.values:
+        path, k = key
+        if path not in parts:
+            continue
+        what = {OUTPUT: f"output {k}", VJP: f"VJP: gradient of input {k}", JVP: f"JVP: tangent of output {k}"}[path]
+        names.append((key, what))
+    return names
+
+
+def _constant(cots: list[torch.Tensor]) -> Callable[[list[Any]], list[torch.Tensor]]:
+    return lambda _: cots
+
+
+def _cloning(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*xs: Any) -> Any:
+        return fn(*[x.clone() if isinstance(x, torch.Tensor) else x for x in xs])
+
+    return call
