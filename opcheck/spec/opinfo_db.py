@@ -13,6 +13,7 @@ OpInfo never pay its import (several seconds) or need those packages.
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
@@ -54,12 +55,25 @@ def load_op_db() -> tuple[Any, ...]:
     return _op_db()
 
 
+# torch.testing._internal imports torch.utils.cpp_extension, which on a CUDA build without a GPU
+# logs "No CUDA runtime is found, using CUDA_HOME=..." on stderr: about building C++ extensions,
+# nothing a spec or its user does.
+QUIET_LOGGERS = ("torch.utils.cpp_extension",)
+
+
 @lru_cache(maxsize=1)
 def _op_db() -> tuple[Any, ...]:
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         from torch.testing._internal.common_methods_invocations import op_db
     except ImportError as e:
         raise OpInfoUnavailable(f"cannot import torch's OpInfo database: {e}") from None
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
     return tuple(op_db)
 
 
