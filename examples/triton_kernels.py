@@ -337,13 +337,19 @@ def _log1p(r):
 
 
 @triton.jit
-def _cross_entropy_row(x, cols, target, x_target):
+def _cross_entropy_row(row_ptr, TARGETS, row, cols, mask):
     """The row's loss, probabilities and 1 - p[target], in float32, without cancellation.
+
+    The row is loaded from row_ptr (masked lanes as -inf: out of the max and the sums), its
+    target from TARGETS[row].
 
     With m = max(x), e = exp(x - m), s = sum(e) and rest = s - e[target] summed directly: the loss
     is log(s) - (x[target] - m), which is log1p(rest / e[target]) when the target dominates (a
     confident model's loss of 1e-10 is not rounded to 0), and 1 - p[target] is rest / s, not
     1 - p[target] (p[target] -> 1 would leave its rounding error alone)."""
+    x = tl.load(row_ptr + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    target = tl.load(TARGETS + row)
+    x_target = tl.load(row_ptr + target).to(tl.float32)
     m = tl.max(x, axis=0)
     e = tl.exp(x - m)  # 0 in the tail: exp(-inf)
     s = tl.sum(e, axis=0)
@@ -351,7 +357,7 @@ def _cross_entropy_row(x, cols, target, x_target):
     e_target = tl.exp(x_target - m)
     ratio = rest / e_target
     loss = tl.where(ratio < 1.0, _log1p(ratio), tl.log(s) - (x_target - m))
-    return loss, e / s, rest / s
+    return loss, e / s, rest / s, target
 
 
 @triton.jit
@@ -364,10 +370,7 @@ def _cross_entropy_fwd_kernel(
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     row_ptr = LOGITS + row * logits_row_stride
-    x = tl.load(row_ptr + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    target = tl.load(TARGETS + row)
-    x_target = tl.load(row_ptr + target).to(tl.float32)
-    loss, p, not_target = _cross_entropy_row(x, cols, target, x_target)
+    loss, p, not_target, target = _cross_entropy_row(row_ptr, TARGETS, row, cols, mask)
     tl.store(LOSS + row, loss)
     if WRITE_GRAD:
         grad = tl.where(cols == target, -not_target, p) / n_rows
@@ -383,12 +386,8 @@ def _cross_entropy_bwd_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
-    row_ptr = LOGITS + row * logits_row_stride
-    x = tl.load(row_ptr + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    target = tl.load(TARGETS + row)
-    x_target = tl.load(row_ptr + target).to(tl.float32)
     scale = tl.load(DLOSS).to(tl.float32) / n_rows
-    _, p, not_target = _cross_entropy_row(x, cols, target, x_target)
+    _, p, not_target, target = _cross_entropy_row(LOGITS + row * logits_row_stride, TARGETS, row, cols, mask)
     grad = tl.where(cols == target, -not_target, p) * scale
     tl.store(DLOGITS + row * dlogits_row_stride + cols, _rounded(grad, DLOGITS.dtype.element_ty), mask=mask)
 
