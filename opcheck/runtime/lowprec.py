@@ -136,7 +136,7 @@ def compare_lowprec(
         return None
     failing = report.first_failure
     if failing is None:  # an input written into, or outputs that do not pair up
-        return LowPrecisionDiff("inputs" if "wrote into" in report.message else "output", "the op", report.message)
+        return LowPrecisionDiff("inputs" if report.inputs_written else "output", "the op", report.message)
     return LowPrecisionDiff(failing.path, failing.what, report.message)
 
 
@@ -173,12 +173,8 @@ def case_report(
         reference_device=ref_device,
         clone_inputs=clone_inputs,
         generator=seeded_generator(case.seed(attempt, stream="cotangent")),
-        dtype=_low_dtype(call, case.dtype),
+        dtype=getattr(torch, case.dtype),
     )
-
-
-def _low_dtype(call: Call, dtype: str) -> torch.dtype:
-    return getattr(torch, dtype)
 
 
 def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) -> str | None:

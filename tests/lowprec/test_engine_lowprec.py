@@ -144,7 +144,7 @@ def test_an_op_that_writes_into_its_input_fails_with_the_input_named_and_the_fix
     text = str(info.value)
     assert text.startswith("the op wrote into its input 0 (Tensor[20] float32): 20 of 20 entries changed")
     assert "during its call" in text and "clone_inputs: true" in text and "clone_inputs=True" in text
-    assert info.value.report is not None and not info.value.report.passed
+    assert info.value.report is not None and not info.value.report.passed and info.value.report.inputs_written
     assert not torch.equal(x.detach(), before)  # what the check found: the caller's tensor was written
 
 
@@ -159,5 +159,6 @@ def test_a_backward_that_overwrites_a_saved_input_is_caught_after_the_vjp():
     x, y = (torch.rand(10, dtype=torch.float16, requires_grad=True) for _ in range(2))
     report = lowprec_report(_OverwritesSavedInput.apply, (x, y), reference=lambda x, y: x * y)
     assert "wrote into its input 0" in report.message and "during its backward (VJP)" in report.message
+    assert report.inputs_written
     ok = lowprec_report(_OverwritesSavedInput.apply, (x, y), reference=lambda x, y: x * y, clone_inputs=True)
-    assert "wrote into" not in ok.message
+    assert "wrote into" not in ok.message and not ok.inputs_written

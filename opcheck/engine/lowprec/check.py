@@ -186,7 +186,7 @@ class _Run:
                 ref_call, ref_inputs, diff_low, lambda _: up["cots"], want_vjp, want_jvp, up, "the reference"
             )
         except _InputsChanged as e:
-            return self._report((), LowPrecisionError(e.text))
+            return self._report((), LowPrecisionError(e.text), inputs_written=True)
         if len(low.outputs) != len(ref.outputs):
             text = f"the low-precision run returned {len(low.outputs)} outputs, the reference {len(ref.outputs)}"
             return self._report((), LowPrecisionError(text))
@@ -249,8 +249,10 @@ class _Run:
         error = LowPrecisionError(self._failure_text(failing, results)) if failing is not None else None
         return self._report(tuple(results), error)
 
-    def _report(self, parts: tuple[PartResult, ...], error: LowPrecisionError | None) -> LowPrecisionReport:
-        report = LowPrecisionReport(self.dtype, self.criterion, parts, tuple(self.notes), error)
+    def _report(
+        self, parts: tuple[PartResult, ...], error: LowPrecisionError | None, inputs_written: bool = False
+    ) -> LowPrecisionReport:
+        report = LowPrecisionReport(self.dtype, self.criterion, parts, tuple(self.notes), error, inputs_written)
         if error is not None:
             error.report = report
         return report

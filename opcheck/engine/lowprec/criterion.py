@@ -127,6 +127,7 @@ class LowPrecisionReport:
     parts: tuple[PartResult, ...] = ()
     notes: tuple[str, ...] = ()
     error: LowPrecisionError | None = field(default=None, compare=False)
+    inputs_written: bool = False  # the op or its reference wrote into an input (error says which)
 
     @property
     def passed(self) -> bool:
