@@ -40,6 +40,7 @@ PYPROJECT = "pyproject.toml"
 TABLE = "[tool.opcheck]"
 POLICIES = ("auto", "full", "fast")
 ALL_DEVICES = "all"
+ALL_DTYPES = "all"
 THREADS_KEEP = "keep"
 DEFAULT_THREADS = 1
 
@@ -124,11 +125,17 @@ def check_devices(devices: list[str], where: str) -> list[str]:
 
 
 def check_dtypes(dtypes: list[str], where: str) -> list[str]:
+    """dtype names, or `all` alone, which selects every dtype as no list does (returned as [])."""
     from opcheck.spec.model import TENSOR_DTYPES
 
     for d in dtypes:
-        if d not in TENSOR_DTYPES:
-            raise unknown(where, "dtype", d, TENSOR_DTYPES)
+        if d not in TENSOR_DTYPES and d != ALL_DTYPES:
+            raise unknown(where, "dtype", d, (*TENSOR_DTYPES, ALL_DTYPES))
+    if ALL_DTYPES in dtypes:
+        if len(dtypes) > 1:
+            others = ", ".join(d for d in dtypes if d != ALL_DTYPES)
+            raise ConfigError(f"{where}: {ALL_DTYPES!r} already means every dtype; drop {others} or {ALL_DTYPES!r}")
+        return []
     return dtypes
 
 

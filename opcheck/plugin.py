@@ -89,8 +89,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="DTYPE[,DTYPE]",
         help="run generated tests only for these dtypes (repeatable or comma-separated: float64, "
-        "complex128, float32, bfloat16, ...); the others are deselected. Ini: opcheck_dtype or "
-        "[tool.opcheck] dtype",
+        "complex128, float32, bfloat16, ...); the others are deselected; `all` for every dtype. Ini: "
+        "opcheck_dtype or [tool.opcheck] dtype",
     )
     group.addoption(
         "--opcheck-policy",

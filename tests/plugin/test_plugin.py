@@ -266,6 +266,8 @@ def test_device_and_dtype_options_deselect(pytester):
         "test_sin.py::test_lowprec[cpu-float32-vec]",
         unrelated,
     }
+    # `all` takes every dtype, as for devices
+    assert selected(pytester, "--opcheck-device", "all", "--opcheck-dtype", "all") == every
     assert selected(pytester, "--opcheck-device", "cpu", "-m", "lowprec") == {
         "test_sin.py::test_lowprec[cpu-float32-vec]",
         "test_sin.py::test_lowprec[cpu-bfloat16-vec]",
@@ -287,6 +289,7 @@ def test_device_and_dtype_options_deselect(pytester):
             "--opcheck-threads: expected a positive number of threads or 'keep', got 'many'",
         ),
         (["--opcheck-dtype", "float46"], "--opcheck-dtype: unknown dtype 'float46' (did you mean 'float64'?)*"),
+        (["--opcheck-dtype", "all,float64"], "--opcheck-dtype: 'all' already means every dtype; drop float64 or 'all'"),
         (
             ["--opcheck-policy", "full", "--opcheck-budget", "1000"],
             "--opcheck-budget sets the budget of the auto policy; it has no effect with --opcheck-policy=full*",
