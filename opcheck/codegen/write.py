@@ -117,20 +117,31 @@ def plan_generation(
     return plan
 
 
-def stale_diff(plan: Plan) -> str:
-    """A unified diff from what is on disk to what generation would write."""
+def stale_diff(plan: Plan, base: Path | None = None) -> str:
+    """A unified diff from what is on disk to what generation would write, its paths relative to
+    `base` (default: the current directory) as `git apply` reads them there; a path outside `base`
+    is written whole."""
+    base = Path.cwd() if base is None else base
     chunks: list[str] = []
     for path, text in plan.write.items():
         old = _read_text(path).splitlines(keepends=True) if _existing(path).exists else []
-        chunks.extend(
-            difflib.unified_diff(
-                old, text.splitlines(keepends=True), fromfile=f"a/{path.as_posix()}", tofile=f"b/{path.as_posix()}"
-            )
-        )
+        name = _diff_name(path, base)
+        new = text.splitlines(keepends=True)
+        chunks.extend(difflib.unified_diff(old, new, fromfile=f"a/{name}", tofile=f"b/{name}"))
     for path in plan.delete:
         old = _read_text(path).splitlines(keepends=True)
-        chunks.extend(difflib.unified_diff(old, [], fromfile=f"a/{path.as_posix()}", tofile="/dev/null"))
+        chunks.extend(difflib.unified_diff(old, [], fromfile=f"a/{_diff_name(path, base)}", tofile="/dev/null"))
     return "".join(chunks)
+
+
+def _diff_name(path: Path, base: Path) -> str:
+    """`path` relative to `base` where it lies below it (both resolved), else absolute without its
+    leading slash, so that `a/` and `b/` prefix it as git's diffs do."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix().lstrip("/")
 
 
 def apply_plan(plan: Plan) -> None:

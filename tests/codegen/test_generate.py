@@ -260,5 +260,10 @@ def test_check_mode_prints_a_diff_and_fails_when_stale(tmp_path):
     stale = run("generate", "--check")
     assert stale.returncode == 1 and "+++ b/generated_tests/test_everything.py" in stale.stdout
     assert not list((tmp_path / "generated_tests").iterdir()), "--check must not write"
+    # an absolute --out (as [tool.opcheck] out resolves to) still gives paths git applies from here
+    absolute = run("generate", "--check", "--out", str(tmp_path / "generated_tests"))
+    headers = [line for line in absolute.stdout.splitlines() if line.startswith(("--- ", "+++ "))]
+    prefixes = ("a/generated_tests/", "b/generated_tests/")
+    assert headers and all(line[4:].startswith(prefixes) for line in headers), headers
     assert run("generate").returncode == 0
     assert run("generate", "--check").returncode == 0
