@@ -504,8 +504,12 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
     absent = "came out all zero" if case.check == GRADGRAD_UNSUPPORTED else "left the outputs without a tangent"
     tol = resolve_tolerances(case.spec, case.check, case.device, case.dtype, case.sample.name)
     outcomes = []
+    empty: list[str] = []
     for call in _calls(case):
         fn, inputs = call.as_function(), call.gradcheck_inputs()
+        if inputs and (why := _shows_no_derivative(fn, inputs)):
+            empty.append(why)  # an empty derivative neither works nor fails: nothing to declare on
+            continue
         if not inputs:
             raise CheckCrashed(
                 format_failure(
@@ -535,7 +539,24 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
                 policy=policy.describe(),
             )
         )
+    if empty and not outcomes:
+        raise CheckSkipped(
+            f"sample {case.sample.name!r} cannot show whether {what} is supported: " + "; ".join(sorted(set(empty)))
+        )
     _announce_unsupported(case, outcomes)
+
+
+def _shows_no_derivative(fn: Callable, inputs: tuple) -> str | None:
+    """Why a call has no derivative entry to check (no input or no output element), or None."""
+    __tracebackhide__ = True
+    if sum(x.numel() for x in inputs) == 0:
+        return "its inputs that require grad have no elements"
+    out = fn(*inputs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    floats = [o for o in outs if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
+    if sum(o.numel() for o in floats) == 0:
+        return "its outputs have no elements"
+    return None
 
 
 def _lowprec(case: Case, settings: Settings) -> None:
