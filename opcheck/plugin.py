@@ -38,6 +38,7 @@ import importlib.util
 import os
 import re
 import shlex
+import sys
 import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -640,7 +641,10 @@ def pytest_runtest_call(item: pytest.Item):
         add_report_section=item.add_report_section,
     )
     token = current_item.set(ctx)
-    threads = settings.threads if is_generated_item(item) else None
+    generated = is_generated_item(item)
+    if generated:
+        _import_from_project_root(item)
+    threads = settings.threads if generated else None
     with _torch_threads(threads):
         try:
             return (yield)
@@ -648,6 +652,24 @@ def pytest_runtest_call(item: pytest.Item):
             raise as_pytest_skip(e) from None
         finally:
             current_item.reset(token)
+
+
+def _import_from_project_root(item: pytest.Function) -> None:
+    """Put the project root (the folder its spec's path is relative to) on sys.path, as the
+    `opcheck` command does: a spec names its ops from there (`myops:rms_norm`), and a bare `pytest`
+    puts only the test module's folder on the path (`python -m pytest` adds the current one too)."""
+    spec = getattr(item.module, "SPEC", None)
+    source = getattr(spec, "source", None)
+    if not isinstance(source, str):
+        return
+    found = _spec_path(source, item.path, item.config.rootpath)
+    if found is None:
+        return
+    root = found
+    for _ in Path(source).parts:
+        root = root.parent
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
 
 
 def as_pytest_skip(skipped: CheckSkipped) -> BaseException:
