@@ -641,8 +641,9 @@ def pytest_runtest_call(item: pytest.Item):
         add_report_section=item.add_report_section,
     )
     token = current_item.set(ctx)
-    generated = is_generated_item(item)
-    if generated:
+    generated = False
+    if is_generated_item(item):
+        generated = True
         _import_from_project_root(item)
     threads = settings.threads if generated else None
     with _torch_threads(threads):
