@@ -5,7 +5,8 @@ samples are its SPEC's) and which of its tests a rule marks. `grid` makes that f
 `pytest.mark.parametrize` over (device, dtype, sample): one `pytest.param` per case of
 `opcheck.spec.case.cases_of(spec)` for the check, in that order, with the case's id, so ids, order
 and seeds are the case's own. `skip` and `xfail` make a rule's mark, with its reason and where the
-spec says it.
+spec says it; a rule's torch condition becomes the mark's condition, evaluated here, when the module
+is collected, so the module's text is the same whatever torch generated it.
 
 Only generated modules (and the plugin) import this module; the rest of opcheck never imports pytest
 through it.
@@ -71,12 +72,17 @@ def grid(
 
 
 def skip(rule: Rule) -> pytest.MarkDecorator:
-    """The mark of a `skips:` rule."""
+    """The mark of a `skips:` rule; with a torch condition, a `skipif` on the installed torch."""
+    if rule.where.torch is not None:
+        return pytest.mark.skipif(rule.where.matches_torch(), reason=reason(rule))
     return pytest.mark.skip(reason=reason(rule))
 
 
 def xfail(rule: Rule) -> pytest.MarkDecorator:
-    """The mark of an `expected_failures:` rule: strict, so an unexpected pass fails."""
+    """The mark of an `expected_failures:` rule: strict, so an unexpected pass fails; with a torch
+    condition, expected only where the installed torch meets it."""
+    if rule.where.torch is not None:
+        return pytest.mark.xfail(rule.where.matches_torch(), reason=reason(rule), strict=True)
     return pytest.mark.xfail(reason=reason(rule), strict=True)
 
 

@@ -293,7 +293,7 @@ def test_every_expected_failure_runs_on_cpu(specs):
                 for check in s.checks()
                 for dtype in s.dtypes_for(check)
                 for sample in s.samples
-                if rule.where.matches(device="cpu", dtype=dtype, check=check, sample=sample.name)
+                if rule.where.matches_case(device="cpu", dtype=dtype, check=check, sample=sample.name)
             ]
             assert hits, f"{s.name}: expected failure at {rule.location} matches no CPU test"
 

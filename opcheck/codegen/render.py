@@ -58,23 +58,37 @@ def module_name(spec: model.OpSpec) -> str:
     return f"test_{spec.name}.py"
 
 
-def marked_cases(spec: model.OpSpec) -> dict[CaseId, str]:
-    """The cases a rule marks → the constant naming that rule's mark (`SKIP_0`, `XFAIL_1`), in
-    collection order. A skip wins over an expected failure; the first matching rule of each wins."""
+def marked_cases(spec: model.OpSpec) -> dict[CaseId, tuple[str, ...]]:
+    """The cases a rule marks → the constants naming those rules' marks (`SKIP_0`, `XFAIL_1`), in
+    collection order. A skip wins over an expected failure; the first matching rule of each wins.
+
+    A rule with a torch condition is decided when the module is collected, so its mark is kept with
+    the rules after it, up to the first that has none: pytest skips if any skip mark's condition
+    holds, and takes the first expected failure whose condition holds.
+    """
     marked = {}
     for case in cases_of(spec):
         if not case.is_clean():  # the spec validator guarantees this; a bug if it ever fires
             raise ValueError(f"test id {case.param_id!r} has characters outside [A-Za-z0-9_.-]")
         where = dict(device=case.device, dtype=case.dtype, check=case.check, sample=case.sample)
-        for field, _, constant in _RULE_KINDS:
-            index = next((i for i, rule in enumerate(getattr(spec, field)) if rule.where.matches(**where)), None)
-            if index is not None:
-                marked[case] = f"{constant}_{index}"
-                break
+        marks = _case_marks(spec, where)
+        if marks:
+            marked[case] = marks
     return marked
 
 
-def generated_functions(spec: model.OpSpec, marked: dict[CaseId, str]) -> list[GeneratedFunction]:
+def _case_marks(spec: model.OpSpec, where: dict[str, str]) -> tuple[str, ...]:
+    marks = []
+    for field, _, constant in _RULE_KINDS:
+        for index, rule in enumerate(getattr(spec, field)):
+            if rule.where.matches_case(**where):
+                marks.append(f"{constant}_{index}")
+                if rule.where.torch is None:  # it applies on every torch: no later rule decides
+                    return tuple(marks)
+    return tuple(marks)
+
+
+def generated_functions(spec: model.OpSpec, marked: dict[CaseId, tuple[str, ...]]) -> list[GeneratedFunction]:
     """The module's test functions: one per check, over its grid of devices × dtypes × samples
     (`marked`: what `marked_cases` says of the spec)."""
     marked_checks = {case.check for case in marked}
@@ -103,19 +117,25 @@ def generated_functions(spec: model.OpSpec, marked: dict[CaseId, str]) -> list[G
     return out
 
 
-def definitions(spec: model.OpSpec, marked: dict[CaseId, str]) -> str:
+def definitions(spec: model.OpSpec, marked: dict[CaseId, tuple[str, ...]]) -> str:
     """The module's top-level assignments: SOURCE and SPEC; then the rules' marks and MARKED, if any."""
     spec_expr = to_expr(spec, source=spec.source, source_name=SOURCE_NAME)
     out = [f"{SOURCE_NAME} = {literal(spec.source)}", *lines(spec_expr, prefix=f"{SPEC_NAME} = ")]
     if marked:
         out.append("")
+        used = {mark for marks in marked.values() for mark in marks}
         for field, helper, constant in _RULE_KINDS:
             for index in range(len(getattr(spec, field))):
-                if f"{constant}_{index}" in marked.values():
+                if f"{constant}_{index}" in used:
                     out.append(f"{constant}_{index} = {helper}({SPEC_NAME}.{field}[{index}])")
-        table = Dict(tuple((Str(case.name), Atom(mark)) for case, mark in marked.items()))
+        table = Dict(tuple((Str(case.name), _marks_expr(marks)) for case, marks in marked.items()))
         out += lines(table, prefix=f"{MARKED_NAME} = ")
     return "\n".join(out)
+
+
+def _marks_expr(marks: tuple[str, ...]) -> Expr:
+    """One mark's name, or the tuple of them where a torch condition leaves more than one."""
+    return Atom(marks[0]) if len(marks) == 1 else Seq(tuple(map(Atom, marks)))
 
 
 def header(spec: model.OpSpec, regenerate: str) -> str:
@@ -140,12 +160,12 @@ def docstring(spec: model.OpSpec) -> str:
     return f"{what} {where}" if len(what) + 1 + len(where) <= DOCSTRING_WIDTH else f"{what}\n{where}"
 
 
-def imports(spec: model.OpSpec, marked: dict[CaseId, str]) -> str:
+def imports(spec: model.OpSpec, marked: dict[CaseId, tuple[str, ...]]) -> str:
     """The module's imports from opcheck: the grid and rule marks, run_check, the model classes."""
     helpers = ["grid"] + [
         helper
         for field, helper, constant in _RULE_KINDS
-        if any(mark.startswith(f"{constant}_") for mark in marked.values())
+        if any(mark.startswith(f"{constant}_") for marks in marked.values() for mark in marks)
     ]
     classes = [identifier(name) for name in sorted(used_classes(spec))]
     return "\n".join(

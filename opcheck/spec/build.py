@@ -418,7 +418,11 @@ def _where(ctx: Checker, node: Node | None, sample_names: set[str] | None, label
     fields = {key: strings(node.value.get(key)) for key in ("device", "dtype", "check", "sample")}
     if sample_names is not None:
         _check_sample_names(ctx, node.value.get("sample"), sample_names, label)
-    return Where(**{key: value for key, value in fields.items() if value is not None})
+    torch = node.value.get("torch")  # its form is the schema's (torchCondition)
+    return Where(
+        **{key: value for key, value in fields.items() if value is not None},
+        torch=torch.value if torch is not None else None,
+    )
 
 
 def _check_sample_names(ctx: Checker, node: Node | None, sample_names: set[str], label: str | None) -> None:

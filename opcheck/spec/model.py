@@ -3,7 +3,8 @@
 This is the contract between the stages: `opcheck.spec` builds it from YAML, `opcheck.codegen`
 renders it as Python source (constructor calls of these classes, defaults omitted) into the
 generated modules, and `opcheck.runtime` executes it. Field defaults here are the spec format's
-defaults. Nothing in this module imports torch.
+defaults. Nothing in this module imports torch (a rule's torch condition reads the installed
+version when a test is matched against it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
+
+from opcheck.spec import torch_condition
 
 _N = TypeVar("_N", bound="NameEnum")
 
@@ -382,14 +385,28 @@ class ReducedPrecision:
 
 @dataclass(frozen=True)
 class Where:
-    """Which tests a rule applies to: every listed field must match (an empty tuple matches all)."""
+    """Which tests a rule applies to: every listed field must match (an empty tuple matches all),
+    and the installed torch must meet `torch`, a version condition such as "<2.14" (None: any torch;
+    opcheck.spec.torch_condition)."""
 
     device: tuple[str, ...] = ()
     dtype: tuple[str, ...] = ()
     check: tuple[str, ...] = ()
     sample: tuple[str, ...] = ()
+    torch: str | None = None
 
     def matches(self, *, device: str, dtype: str, check: str, sample: str) -> bool:
+        """Whether the rule applies to this test on the installed torch (imports torch when the
+        rule has a torch condition)."""
+        return self.matches_case(device=device, dtype=dtype, check=check, sample=sample) and self.matches_torch()
+
+    def matches_torch(self) -> bool:
+        """Whether the installed torch meets the rule's torch condition (True without one)."""
+        return self.torch is None or torch_condition.installed_satisfies(self.torch)
+
+    def matches_case(self, *, device: str, dtype: str, check: str, sample: str) -> bool:
+        """Whether the rule names this test, whatever torch is installed: what code generation can
+        know (a generated module evaluates the torch condition when it is collected)."""
         return all(
             not allowed or value in allowed
             for allowed, value in (
@@ -402,7 +419,9 @@ class Where:
 
     @property
     def specificity(self) -> int:
-        return sum(1 for allowed in (self.device, self.dtype, self.check, self.sample) if allowed)
+        return sum(1 for allowed in (self.device, self.dtype, self.check, self.sample) if allowed) + (
+            self.torch is not None
+        )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 lint-clean, and short.
 
 catalog_ids.txt is the catalog as collected (`--opcheck-device all`): each node id, then a tab and its
-skip/xfail marks where it has any, in collection order. Results files and `.test_durations` are keyed
+skip/skipif/xfail marks where it has any, in collection order (a mark's torch condition is left out,
+so the listing is the same on every torch). Results files and `.test_durations` are keyed
 by these ids, and seeds are made from them, so a change to any of them shows here as a diff of the
 listing to review. It was first written when every (device, dtype, sample) was its own
 `pytest.param` line; the modules' present shape kept every id, its order and its marks, and left out
@@ -40,7 +41,7 @@ def pytest_collection_modifyitems(session, config, items):
     rows = []
     for item in items:
         marks = [f"{m.name}({m.kwargs.get('reason', '')!s}, strict={m.kwargs.get('strict')})"
-                 for m in item.iter_markers() if m.name in ("skip", "xfail")]
+                 for m in item.iter_markers() if m.name in ("skip", "skipif", "xfail")]
         rows.append(item.nodeid + ("\\t" + "; ".join(marks) if marks else ""))
     with open(os.environ["CATALOG_ROWS"], "w", encoding="utf-8") as f:
         f.write("\\n".join(rows) + "\\n")

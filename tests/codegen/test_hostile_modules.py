@@ -279,8 +279,8 @@ RULE_MARKS = {"skip": ("SKIP", "skips"), "xfail": ("XFAIL", "expected_failures")
 
 def check_statements(tree: ast.Module, path: Path) -> None:
     """The module is: docstring, the four imports, `SOURCE = <str>`, `SPEC = <model value>`, one
-    `<KIND>_<i> = <kind>(SPEC.<rules>[i])` per rule that marks a test, `MARKED = {<test name>: <mark>}`
-    when there are any, then test functions."""
+    `<KIND>_<i> = <kind>(SPEC.<rules>[i])` per rule that marks a test, `MARKED = {<test name>: <mark>
+    or a tuple of marks}` when there are any, then test functions."""
     body = list(tree.body)
     where = f"{path}: "
     assert len(body) >= 8, where + "too few statements"
@@ -341,7 +341,11 @@ def _check_marked(node: ast.Assign, marks: set[str], where: str) -> None:
     table = node.value
     assert isinstance(table, ast.Dict) and table.keys, where + ast.dump(node)
     for key, value in zip(table.keys, table.values):
-        assert _is_constant(key, str) and isinstance(value, ast.Name) and value.id in marks, where + ast.dump(node)
+        # one mark, or a tuple of them where a rule's torch condition leaves more than one
+        names = value.elts if isinstance(value, ast.Tuple) and len(value.elts) > 1 else [value]
+        assert _is_constant(key, str) and all(isinstance(n, ast.Name) and n.id in marks for n in names), (
+            where + ast.dump(node)
+        )
 
 
 def _check_test_function(node, has_table: bool, where: str) -> None:

@@ -128,3 +128,49 @@ def test_gradcheck(device, dtype, sample):
     result.stdout.fnmatch_lines(
         ["XFAIL test_demo.py::test_gradcheck[[]cpu-float64-w[]] - sin is not cos (op_specs/demo.yaml:9:5)"]
     )
+
+
+TORCH_CONDITIONS = """\
+op: torch.sin
+devices: [cpu]
+samples:
+  - {name: a, args: [{shape: [3]}]}
+  - {name: b, args: [{shape: [3]}]}
+  - {name: c, args: [{shape: [3]}]}
+skips:
+  - where: {sample: a, torch: ">=999.0"}
+    reason: never on this torch
+  - where: {sample: [b, c], torch: "<999.0"}
+    reason: always on this torch
+expected_failures:
+  - where: {sample: c}
+    reason: unconditional, behind a conditional skip
+  - where: {sample: a, torch: ">=999.0"}
+    reason: never expected to fail on this torch
+"""
+
+
+def test_a_rule_with_a_torch_condition_marks_its_tests_when_they_are_collected(pytester):
+    from opcheck.codegen import render_module
+    from opcheck.spec.loader import load_spec_text
+
+    (spec,) = load_spec_text(TORCH_CONDITIONS, source="op_specs/demo.yaml")
+    module = render_module(spec)
+    # Rendered the same on every torch: each rule's mark, and behind a conditional rule the next.
+    assert "SKIP_0 = skip(SPEC.skips[0])" in module and "XFAIL_1 = xfail(SPEC.expected_failures[1])" in module
+    assert '"test_gradcheck[cpu-float64-a]": (SKIP_0, XFAIL_1),' in module
+    assert '"test_gradcheck[cpu-float64-b]": SKIP_1,' in module
+    assert '"test_gradcheck[cpu-float64-c]": (SKIP_1, XFAIL_0),' in module
+    pytester.makepyfile(test_demo=module)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "-o", "addopts=")
+    result.assert_outcomes(passed=2, skipped=4)  # gradcheck and gradgradcheck of a pass; b and c skip
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]] test_demo.py:*: always on this torch (op_specs/demo.yaml:10:5)"])
+
+
+def test_a_torch_condition_becomes_the_marks_condition():
+    never = M.Rule(where=M.Where(torch=">=999.0"), reason="r")
+    always = M.Rule(where=M.Where(torch="<999.0"), reason="r")
+    assert skip(never).mark.name == "skipif" and skip(never).mark.args == (False,)
+    assert skip(always).mark.args == (True,)
+    assert xfail(never).mark.args == (False,) and xfail(always).mark.args == (True,)
+    assert xfail(always).mark.kwargs == {"reason": "r", "strict": True}

@@ -217,6 +217,18 @@ def test_resolve_parts_most_specific_then_last_rule_wins_and_jvp_needs_forward_a
     assert resolve_parts(replace(no_fwd, lowprec_parts=()), "cpu", "float32", "vec").parts == ("output", "vjp")
 
 
+def test_resolve_parts_honours_the_rules_torch_condition():
+    from opcheck.runtime.lowprec import resolve_parts
+    from opcheck.spec.model import Location, LowprecPartsRule, Where
+
+    never = LowprecPartsRule(Where(torch=">=999.0"), ("output",), "never", Location("x.yaml", 3, 5))
+    always = LowprecPartsRule(Where(torch="<999.0"), ("vjp",), "always", Location("x.yaml", 6, 5))
+    s = spec("torch.sin")
+    assert resolve_parts(replace(s, lowprec_parts=(never,)), "cpu", "float32", "vec").parts == ("output", "vjp")
+    assert resolve_parts(replace(s, lowprec_parts=(never, always)), "cpu", "float32", "vec").parts == ("vjp",)
+    assert resolve_parts(replace(s, lowprec_parts=(always, never)), "cpu", "float32", "vec").parts == ("vjp",)
+
+
 NARROW_HINT = "is a kernel computing in a narrower dtype?"
 
 

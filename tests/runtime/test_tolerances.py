@@ -38,7 +38,7 @@ def spec(gradcheck=None, tolerances=()):
 
 
 def rule(line, **kw):
-    where = Where(**{k: kw.pop(k) for k in ("device", "dtype", "check", "sample") if k in kw})
+    where = Where(**{k: kw.pop(k) for k in ("device", "dtype", "check", "sample", "torch") if k in kw})
     return ToleranceRule(where=where, location=Location("op_specs/t.yaml", line, 5), **kw)
 
 
@@ -102,6 +102,14 @@ def test_more_specific_rules_win_then_later_rules():
     assert t.sources["atol"].startswith("rule at op_specs/t.yaml:10:5")
     assert t.sources["rtol"].startswith("rule at op_specs/t.yaml:14:5")
     assert t.sources["eps"] == "gradient table for float64"
+
+
+def test_a_rule_applies_only_where_the_installed_torch_meets_its_condition():
+    s = spec(tolerances=[rule(10, torch=">=999.0", atol=1.0), rule(12, torch="<999.0", rtol=0.5)])
+    t = resolve_tolerances(s, "gradcheck", "cpu", "float64", "a")
+    assert t.atol == GRADIENT_TOLERANCES["float64"].get("atol", ENGINE_DEFAULTS["atol"])
+    assert t.sources["atol"] != "rule at op_specs/t.yaml:10:5"
+    assert t.rtol == 0.5 and t.sources["rtol"].startswith("rule at op_specs/t.yaml:12:5")
 
 
 def test_lowprec_uses_its_own_table_not_the_gradcheck_block():
