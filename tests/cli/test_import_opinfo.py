@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from opcheck.spec import opinfo_db
+from opcheck.spec import opinfo_db, torch_condition
 from opcheck.spec import opinfo_import as oi
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +92,13 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.xfail(
+    torch_condition.installed_satisfies(">=2.14"),
+    reason="torch 2.14's OpInfo samples fail specs imported from them (cov's float32 aweights in its "
+    "float64 samples, linalg.norm's second derivative, logcumsumexp's complex forward AD): import-opinfo "
+    "does not yet read what torch 2.14 expects of them",
+    strict=True,
+)
 def test_round_trip_import_validate_generate_run(project):
     started = time.perf_counter()
     script = (
