@@ -57,10 +57,24 @@ def resolve_op(path: str) -> Callable[..., Any]:
             module, used = found, i
         if module is None:
             raise OpPathError(f"no module named {parts[0]!r} (while resolving {path!r})")
-        obj = _getattrs(module, parts[used:], ".".join(parts[:used]), path)
+        obj = _evaluate(module, parts, used, path)
     if not callable(obj):
         raise OpPathError(f"{path!r} is a {type(obj).__name__}, not a callable")
     return obj
+
+
+def _evaluate(module: ModuleType, parts: list[str], imported: int, path: str) -> object:
+    """The object `parts` names, where its first `imported` parts are importable modules (imported
+    already; `module` is the last of them): the attributes after it. A path that is a module whole, and that its
+    package binds to something callable of the same name, is what Python evaluates it to: that
+    callable (`from .roi_align import roi_align` in torchvision.ops)."""
+    import sys
+
+    if imported == len(parts) > 1:
+        bound = getattr(sys.modules.get(".".join(parts[:-1])), parts[-1], None)
+        if callable(bound) and not isinstance(bound, ModuleType):
+            return bound
+    return _getattrs(module, parts[imported:], ".".join(parts[:imported]), path)
 
 
 def _opinfo_op(path: str) -> object:
@@ -106,10 +120,21 @@ def _getattrs(obj: object, attrs: Sequence[str], prefix: str, path: str) -> obje
             try:
                 obj = getattr(obj, attr)
             except Exception:
-                hint = _suggest(obj, attr)
+                hint = _suggest(obj, attr) or _registration_hint(prefix)
                 raise OpPathError(f"{prefix!r} has no attribute {attr!r}{hint} (while resolving {path!r})") from None
         prefix = f"{prefix}.{attr}" if prefix else attr
     return obj
+
+
+def _registration_hint(prefix: str) -> str:
+    """For `torch.ops.NS`: operators appear there when the code that registers them has run."""
+    if prefix.startswith("torch.ops.") and prefix.count(".") == 2:
+        return (
+            f"; an operator appears in {prefix} once the module that registers it (torch.library.custom_op, "
+            "torch.library.Library, a C++ extension's TORCH_LIBRARY) has been imported: import it before the op is "
+            "resolved, or name the op by that module's function (`mypkg.ops:my_op`)"
+        )
+    return ""
 
 
 @contextlib.contextmanager

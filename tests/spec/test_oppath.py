@@ -113,3 +113,25 @@ def test_the_sigint_handler_is_restored_and_a_module_s_own_is_kept(make_module):
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_a_dotted_path_resolves_as_python_evaluates_it(make_module, tmp_path):
+    # torchvision.ops binds roi_align, the function, over its submodule of that name
+    make_module("visionlike.ops.roi_align", "def roi_align(x):\n    return x\n\ndef helper(x):\n    return x\n")
+    (tmp_path / "visionlike" / "ops" / "__init__.py").write_text("from .roi_align import roi_align\n")
+    op = resolve_op("visionlike.ops.roi_align")
+    assert callable(op) and op.__name__ == "roi_align" and op.__module__ == "visionlike.ops.roi_align"
+    assert resolve_op("visionlike.ops:roi_align") is op
+    # a submodule the package does not bind is still reached, and so is its function
+    assert resolve_op("visionlike.ops.roi_align.helper").__name__ == "helper"
+
+
+def test_a_torch_ops_operator_not_registered_says_what_registers_it():
+    with pytest.raises(OpPathError) as info:
+        resolve_op("torch.ops.aten.no_such_operator_xyz")
+    assert "no attribute 'no_such_operator_xyz'" in str(info.value)
+    with pytest.raises(OpPathError) as info:
+        resolve_op("torch.ops.opcheck_unregistered_ns.rms_normalize")
+    text = str(info.value)
+    assert "'torch.ops.opcheck_unregistered_ns' has no attribute 'rms_normalize'" in text
+    assert "once the module that registers it" in text and "has been imported" in text
