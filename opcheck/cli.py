@@ -120,6 +120,15 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("new", help="scaffold a commented spec for an op")
     p.add_argument("name", help="spec name: op_specs/NAME.yaml, generated_tests/test_NAME.py")
     p.add_argument("--op", required=True, help="the op path, e.g. torch.sin or mypkg.ops:MyOp.apply")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module to import before resolving the op (repeatable): the one registering a torch.ops.* "
+        "operator; written to the spec's `imports:`",
+    )
     specs_option(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
     p.set_defaults(run=_new)
@@ -312,7 +321,12 @@ def _new(args) -> int:
     schema = Path(__file__).parent / "spec" / "op_spec.schema.json"
     root = _use_root(project_root(folder))
     try:
-        text = scaffold_spec(args.name, args.op, schema=Path(os.path.relpath(schema, folder.resolve())).as_posix())
+        text = scaffold_spec(
+            args.name,
+            args.op,
+            schema=Path(os.path.relpath(schema, folder.resolve())).as_posix(),
+            imports=tuple(args.imports),
+        )
     except ValueError as e:
         raise _Failure(f"opcheck new: {e}") from None
     taken = _taken(folder, args.name, args.op, path, root)

@@ -104,9 +104,12 @@ def torch_op_of(spec: OpSpec) -> str | None:
     - torch.<path>: the path after "torch." ("sin", "linalg.qr", "nn.functional.pad");
     - a user module's function counts only when it declares the torch op it wraps
       (examples.catalog.wraps sets `wraps_torch_op`), as that op.
-    The catalog's own example ops (examples/ops.py) wrap nothing and do not count.
+    The catalog's own example ops (examples/ops.py) wrap nothing and do not count, nor do the
+    torch.ops operators they register (a spec's `imports:` runs the code registering them).
     """
     op = spec.op
+    if spec.imports:
+        return None
     if ":" in op:
         wrapped = getattr(resolve_op(op), "wraps_torch_op", None)
         return torch_op_name(wrapped) if wrapped else None
@@ -212,10 +215,14 @@ def test_generator_and_opinfo_samples_are_used(specs):
 # ------------------------------------------------------------------------------ ops, variants, dtypes
 def test_op_path_kinds_are_used(specs):
     assert users(specs, lambda s: s.variant == "method"), "variant: method"
-    overloads = users(specs, lambda s: s.op.startswith("torch.ops."))
+    overloads = users(specs, lambda s: s.op.startswith("torch.ops.aten."))
     assert overloads and all(
         isinstance(resolve_op(s.op), torch._ops.OpOverload) for s in specs if s.name in overloads
     ), "overload path"
+    registered = [s for s in specs if s.op.startswith("torch.ops.") and s.imports]
+    assert registered and all(
+        isinstance(resolve_op(s.op, imports=s.imports), torch._ops.OpOverloadPacket) for s in registered
+    ), "a torch.ops operator a listed module registers"
     assert users(specs, lambda s: s.op.startswith("examples.catalog:")), "user module path"
 
 

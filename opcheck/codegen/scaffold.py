@@ -8,18 +8,28 @@ from collections.abc import Callable
 
 from opcheck.codegen.render import template_environment
 from opcheck.spec.oppath import OpPathError, resolve_op
+from opcheck.spec.requires import MODULE_NAME_RE
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def scaffold_spec(name: str, op: str, *, schema: str) -> str:
-    """The spec text; `schema` is the JSON Schema's path relative to the spec's folder."""
+def scaffold_spec(name: str, op: str, *, schema: str, imports: tuple[str, ...] = ()) -> str:
+    """The spec text; `schema` is the JSON Schema's path relative to the spec's folder; `imports`,
+    the modules to import before resolving the op (the spec's `imports:`)."""
     if not _NAME.match(name):
         raise ValueError(f"name {name!r} must match [a-z][a-z0-9_]* (it names test_{name}.py)")
+    for module in imports:
+        if not MODULE_NAME_RE.match(module):
+            raise ValueError(f"--import {module}: not a dotted module name ('mypkg.ops')")
+    if len(set(imports)) != len(imports):
+        raise ValueError(f"--import: a module is given twice ({', '.join(imports)})")
     try:
-        fn = resolve_op(op)
+        fn = resolve_op(op, imports=imports)
     except OpPathError as e:
-        raise ValueError(f"--op {op}: {e}") from None
+        hint = (
+            "; `opcheck new` imports it with --import mypkg.ops" if op.startswith("torch.ops.") and not imports else ""
+        )
+        raise ValueError(f"--op {op}: {e}{hint}") from None
     schema_args = _schema_args(fn)
     if schema_args is not None:  # a torch.library op: its schema says what to pass
         args, kwargs = schema_args
@@ -33,6 +43,9 @@ def scaffold_spec(name: str, op: str, *, schema: str) -> str:
         .render(
             name=name,
             op=op,
+            imports=_commented(f"imports: [{', '.join(imports)}]", "imported before the op is resolved")
+            if imports
+            else "",
             args=", ".join(args),
             kwargs=", ".join(kwargs),
             probed=probed,
@@ -122,3 +135,8 @@ def _probe_arity(fn: Callable[..., object]) -> int | None:
         if any(isinstance(o, torch.Tensor) and o.is_floating_point() for o in outs):
             return arity
     return None
+
+
+def _commented(line: str, comment: str) -> str:
+    """`line` with `comment` in the template's comment column (36), or one space after a longer line."""
+    return f"{line.ljust(35)} # {comment}"

@@ -563,7 +563,7 @@ def _lowprec(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
     resolved = resolve_lowprec_criterion(case.spec, case.device, case.dtype, case.sample.name)
     forward = case.spec.gradcheck.check_forward_ad and case.spec.supports_forward_ad
-    reference = resolve_op(case.spec.reference) if case.spec.reference else None
+    reference = resolve_op(case.spec.reference, imports=case.spec.imports) if case.spec.reference else None
     parts = resolve_parts(case.spec, case.device, case.dtype, case.sample.name)
     note = parts.note()
     if note is not None:
@@ -612,7 +612,7 @@ def _lowprec(case: Case, settings: Settings) -> None:
 
 def _library_opcheck(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
-    op = resolve_op(case.spec.op)
+    op = resolve_op(case.spec.op, imports=case.spec.imports)
     kinds = [torch._ops.OpOverload, torch._ops.OpOverloadPacket]
     custom = getattr(getattr(torch, "_library", None), "custom_ops", None)
     if custom is not None:

@@ -47,7 +47,7 @@ def seeded_generator(seed: int) -> torch.Generator:
 
 # ------------------------------------------------------------------------------------ the op
 def op_callable(spec: OpSpec) -> Callable:
-    op = resolve_op(spec.op)
+    op = resolve_op(spec.op, imports=spec.imports)
     if spec.variant != "method":
         return op
     name = spec.op.replace(":", ".").rsplit(".", 1)[-1]

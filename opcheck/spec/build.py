@@ -28,7 +28,7 @@ from opcheck.spec.model import (
     ToleranceRule,
     Where,
 )
-from opcheck.spec.oppath import OP_PATH_RE, OpPathError, resolve_op
+from opcheck.spec.oppath import OP_PATH_RE, OpPathError, import_listed, resolve_op
 from opcheck.spec.problems import FlaggedPath, Problem, did_you_mean, format_path
 from opcheck.spec.requires import missing_modules
 from opcheck.spec.samples import build_sample
@@ -175,11 +175,15 @@ def _build_op(
     name, claim = _name(ctx, fields.get("name"), fields.get("op"))
     reference = _op_path(ctx, fields.get("reference")) if "reference" in fields else None
     requires = _requires(ctx, fields)
+    imports = _imports(ctx, fields)
     # The one gate on importing the op's modules while validating: where a module the op needs
     # is not installed, importing its op or reference would fail, so neither is imported (nor
     # the samples bound to its signature); its tests skip at run time, and the CLI says so.
     if requires is not None and not missing_modules(requires):
-        op, reference = _check_imports(ctx, fields, op, reference)
+        if imports is not None and _imported(ctx, fields, op):
+            op, reference = _check_imports(ctx, fields, op, reference)
+        else:  # the op cannot be resolved without the modules that register it
+            op = reference = None
     variant = _value(ctx, fields, "variant", "function")
     if op and variant == "method":
         _check_method(ctx, fields["variant"], op)
@@ -198,6 +202,7 @@ def _build_op(
         supports_gradgrad=_value(ctx, fields, "supports_gradgrad", True),
         library_opcheck=_value(ctx, fields, "library_opcheck", False),
         requires=requires or (),
+        imports=imports or (),
         reference=reference,
         clone_inputs=_value(ctx, fields, "clone_inputs", False),
         reduced_precision=_reduced_precision(ctx, fields, lowprec, label),
@@ -236,6 +241,30 @@ def _requires(ctx: Checker, fields: dict[str, Node]) -> tuple[str, ...] | None:
     """The `requires:` modules, () without the key; None when it cannot be read (already reported)."""
     node = fields.get("requires")
     return () if node is None else strings(node) if ctx.clean(node) else None
+
+
+def _imports(ctx: Checker, fields: dict[str, Node]) -> tuple[str, ...] | None:
+    """The `imports:` modules, () without the key; None when it cannot be read (already reported)."""
+    node = fields.get("imports")
+    return () if node is None else strings(node) if ctx.clean(node) else None
+
+
+def _imported(ctx: Checker, fields: dict[str, Node], op: str | None) -> bool:
+    """Imports each module `imports:` lists, in order, reporting the ones that fail where they are
+    listed; whether all of them were imported."""
+    node = fields.get("imports")
+    if node is None:
+        return True
+    for item in node.value:
+        try:
+            import_listed(item.value, op or "")
+        except OpPathError as e:
+            ctx.report(item, str(e))
+            return False
+        except Exception as e:  # the import machinery itself failing: reported, never a traceback
+            ctx.report(item, f"importing {item.value!r} failed: {type(e).__name__}: {e}")
+            return False
+    return True
 
 
 def _check_imports(

@@ -480,6 +480,9 @@ class OpSpec:
     # Top-level (or dotted) modules the op needs that may not be installed (`triton`): where one
     # is missing, validation does not import the op and every test skips (opcheck.spec.requires).
     requires: tuple[str, ...] = ()
+    # Modules imported, in order, before the op and the reference are resolved: those whose code
+    # registers a `torch.ops.*` operator the op path names (torch.library, TORCH_LIBRARY).
+    imports: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("float64",)
     lowprec_dtypes: tuple[str, ...] = ()
     devices: tuple[str, ...] = KNOWN_DEVICES

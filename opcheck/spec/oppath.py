@@ -32,8 +32,14 @@ class OpPathError(ValueError):
     """The path does not name a callable; the message says which part failed."""
 
 
-def resolve_op(path: str) -> Callable[..., Any]:
-    """The callable `path` names; OpPathError saying which part failed otherwise."""
+def resolve_op(path: str, *, imports: Sequence[str] = ()) -> Callable[..., Any]:
+    """The callable `path` names; OpPathError saying which part failed otherwise.
+
+    `imports` (a spec's `imports:`) are imported first, in order: the modules whose code registers
+    the op (torch.library, a C++ extension's TORCH_LIBRARY) where the path does not import them.
+    """
+    for name in imports:
+        import_listed(name, path)
     if not OP_PATH_RE.match(path):
         raise OpPathError(
             f"{path!r} is not a dotted path ('torch.sin'), 'package.module:attribute' or 'opinfo:name[:variant]'"
@@ -95,6 +101,15 @@ def _opinfo_op(path: str) -> object:
     return info.op
 
 
+def import_listed(name: str, path: str) -> ModuleType:
+    """Import a module a spec's `imports:` lists, before resolving `path`; OpPathError otherwise."""
+    try:
+        return _import_module(name, path)
+    except ImportError as e:
+        resolving = f" (while resolving {path!r})" if path else ""
+        raise OpPathError(f"cannot import module {name!r}, listed in `imports:`{resolving}: {e}") from e
+
+
 def _import(name: str, path: str) -> ModuleType:
     try:
         return _import_module(name, path)
@@ -131,8 +146,8 @@ def _registration_hint(prefix: str) -> str:
     if prefix.startswith("torch.ops.") and prefix.count(".") == 2:
         return (
             f"; an operator appears in {prefix} once the module that registers it (torch.library.custom_op, "
-            "torch.library.Library, a C++ extension's TORCH_LIBRARY) has been imported: import it before the op is "
-            "resolved, or name the op by that module's function (`mypkg.ops:my_op`)"
+            "torch.library.Library, a C++ extension's TORCH_LIBRARY) has been imported: list that module in the "
+            "spec's `imports:` (`imports: [mypkg.ops]`), or name the op by that module's function (`mypkg.ops:my_op`)"
         )
     return ""
 

@@ -141,6 +141,37 @@ def test_new_reads_a_custom_ops_schema_and_says_what_torch_library_implies(tmp_p
         assert f"PASSED generated_tests/test_scaled_sin.py::test_{check}[cpu-float64-small]" in run.stdout
 
 
+def test_new_imports_the_module_registering_a_torch_ops_operator_and_writes_it(tmp_path):
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "ops.py").write_text(CUSTOM_OP.replace("opcheck_new_test::", "opcheck_new_import::"))
+    op = "torch.ops.opcheck_new_import.scaled_sin"
+    refused = opcheck("new", "scaled_sin", "--op", op, cwd=tmp_path)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "list that module in the spec's `imports:`" in refused.stderr
+    assert refused.stderr.rstrip().endswith("`opcheck new` imports it with --import mypkg.ops")
+    bad = opcheck("new", "scaled_sin", "--op", op, "--import", "my-pkg", cwd=tmp_path)
+    assert bad.returncode == 1 and "--import my-pkg: not a dotted module name" in bad.stderr
+    made = opcheck("new", "scaled_sin", "--op", op, "--import", "mypkg.ops", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "op_specs" / "scaled_sin.yaml").read_text()
+    assert "\nimports: [mypkg.ops]                # imported before the op is resolved\n" in text
+    assert "args: [{shape: [3, 3]}, 1.5]" in text and "kwargs: {shift: 2}" in text  # the schema was read
+    assert opcheck("validate", cwd=tmp_path).returncode == 0
+    assert opcheck("generate", cwd=tmp_path).returncode == 0
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "generated_tests",
+         "--opcheck-device", "cpu", "-rA", "-k", "gradcheck and not gradgrad"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "PASSED generated_tests/test_scaled_sin.py::test_gradcheck[cpu-float64-small]" in run.stdout
+
+
 def test_new_refuses_to_overwrite_and_rejects_bad_input(tmp_path):
     assert opcheck("new", "sin", "--op", "torch.sin", cwd=tmp_path).returncode == 0
     again = opcheck("new", "sin", "--op", "torch.sin", cwd=tmp_path)

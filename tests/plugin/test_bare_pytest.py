@@ -18,13 +18,37 @@ samples:
     args: [{shape: [3, 4]}]
 """
 
+# A torch.library operator, named through torch.ops: only `imports:` runs the code registering it.
+REGISTERS = """
+import torch
+
+
+@torch.library.custom_op("opcheck_bare::triple", mutates_args=())
+def triple(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+triple.register_fake(lambda x: torch.empty_like(x))
+triple.register_autograd(lambda ctx, g: g * 3)
+"""
+
+LIBRARY_SPEC = """\
+op: torch.ops.opcheck_bare.triple
+imports: [myops]
+samples:
+  - name: rows
+    args: [{shape: [3, 4]}]
+gradcheck: {check_batched_grad: false}
+"""
+
 
 @pytest.fixture
 def project(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "myproject"\nversion = "0"\n')
-    (tmp_path / "myops.py").write_text("def double(x):\n    return x * 2\n")
+    (tmp_path / "myops.py").write_text("def double(x):\n    return x * 2\n" + REGISTERS)
     (tmp_path / "op_specs").mkdir()
     (tmp_path / "op_specs" / "double.yaml").write_text(SPEC)
+    (tmp_path / "op_specs" / "triple.yaml").write_text(LIBRARY_SPEC)
     return tmp_path
 
 
@@ -43,7 +67,14 @@ def run(args, cwd):
 def test_bare_pytest_runs_the_ops_of_a_package_that_is_not_installed(project, where):
     generated = run([sys.executable, "-m", "opcheck", "generate"], project)
     assert generated.returncode == 0, generated.stdout + generated.stderr
-    target = "generated_tests" if where == "." else "test_double.py"
-    done = run([str(PYTEST), target, "-p", "no:cacheprovider", "-q"], project / where)
+    targets = ["generated_tests"] if where == "." else ["test_double.py", "test_triple.py"]
+    done = run([str(PYTEST), *targets, "-p", "no:cacheprovider", "-q", "-rA"], project / where)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "passed" in done.stdout and "OpPathError" not in done.stdout
+    assert "OpPathError" not in done.stdout
+    folder = "generated_tests/" if where == "." else ""
+    for test in (
+        "test_double.py::test_gradcheck",
+        "test_triple.py::test_gradcheck",
+        "test_triple.py::test_gradgradcheck",
+    ):
+        assert f"PASSED {folder}{test}[cpu-float64-rows]" in done.stdout, done.stdout[-3000:]
