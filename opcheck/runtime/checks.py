@@ -29,7 +29,6 @@ import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Any, cast
 
 import torch
@@ -37,6 +36,8 @@ import torch
 import opcheck.engine as engine
 from opcheck.engine.errors import GradcheckError
 from opcheck.runtime.context import Settings, current_item, current_settings
+from opcheck.runtime.declared import Tolerance as DeclaredTolerance
+from opcheck.runtime.declared import UnsupportedCase, UnsupportedOutcome, forward_ad_outcome, gradgrad_outcome
 from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
 from opcheck.runtime.lowprec import compare_lowprec, resolve_parts
 from opcheck.runtime.makers import SampleError
@@ -438,30 +439,12 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
     return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
 
 
-class UnsupportedCase(Enum):
-    """How a derivative that the spec declares unsupported behaved on one call of the check."""
-
-    RAISED = "raised"  # declared unsupported, and torch says so: pass
-    ALL_ZERO = "all zero"  # no derivative where finite differences see one (no tangent, for forward AD): pass
-    WRONG = "wrong"  # present but disagrees with finite differences: pass; the declaration takes it out of scope
-    WORKS = "works"  # present and right: fail, the declaration is stale
-
-
-@dataclass(frozen=True)
-class UnsupportedOutcome:
-    """Which UnsupportedCase held, and one line of evidence for it."""
-
-    case: UnsupportedCase
-    detail: str
-
-
 def unsupported_outcome(run: Callable[[], engine.GradcheckReport], path: str = "JVP") -> UnsupportedOutcome:
-    """Run the check of a derivative declared unsupported and say which UnsupportedCase held.
+    """Run the engine's check of a derivative declared unsupported and say which UnsupportedCase held.
 
-    ALL_ZERO: the failed block's analytical derivative is zero within atol while its numerical one
-    is not. For forward AD that is what torch gives when no forward-mode formula is registered and
-    it does not raise: a torch.library custom op (register_autograd is reverse mode only) returns
-    outputs without a tangent, which the check reads as a zero JVP.
+    For samples with sparse or other non-strided inputs, whose directions the engine draws; strided
+    samples take opcheck.runtime.declared's few calls instead. ALL_ZERO: the failed block's
+    analytical derivative is zero within atol while its numerical one is not.
     """
     try:
         report = run()
@@ -520,9 +503,7 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
                     call=call,
                 )
             )
-        policy = Policy(True, "only whether the derivative raises, is zero or passes matters")
-        check_fn, kwargs = engine_call(case, tol, policy)
-        outcome = unsupported_outcome(functools.partial(check_fn, fn, inputs, **kwargs), PATHS[case.check])
+        outcome, how = _declared_outcome(case, tol, fn, inputs)
         if outcome.case is not UnsupportedCase.WORKS:
             outcomes.append(outcome)
             continue
@@ -531,12 +512,12 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
                 case,
                 headline=f"the spec declares `{flag}: false`, but {what} of {case.spec.op} works: remove "
                 f"`{flag}: false` from {case.spec.source} so that the derivative is checked instead",
-                body=f"{check_fn.__name__} passed on this sample: {what} neither raised nor {absent}, and it "
-                "agrees with finite differences.",
+                body=f"On this sample {what} neither raised nor {absent}, and it agrees with finite "
+                f"differences ({how}).",
                 call=call,
                 path=PATHS[case.check],
                 tolerances=tol.describe(),
-                policy=policy.describe(),
+                policy=how,
             )
         )
     if empty and not outcomes:
@@ -544,6 +525,25 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
             f"sample {case.sample.name!r} cannot show whether {what} is supported: " + "; ".join(sorted(set(empty)))
         )
     _announce_unsupported(case, outcomes)
+
+
+def _declared_outcome(case: Case, tol: Tolerances, fn: Callable, inputs: tuple) -> tuple[UnsupportedOutcome, str]:
+    """Which case held for the declared-unsupported derivative, and how it was decided.
+
+    Strided inputs: one derivative along a random direction against central differences, in a few
+    calls (opcheck.runtime.declared). Sparse and other layouts: the engine's fast mode, which draws
+    directions that keep their structure.
+    """
+    __tracebackhide__ = True
+    if all(x.layout == torch.strided for x in inputs):
+        probe = forward_ad_outcome if case.check == FORWARD_AD_UNSUPPORTED else gradgrad_outcome
+        generator = torch.Generator().manual_seed(case.seed)
+        how = "one random direction against central differences"
+        return probe(fn, inputs, DeclaredTolerance(tol.eps, tol.atol, tol.rtol), generator), how
+    policy = Policy(True, "only whether the derivative raises, is zero or passes matters")
+    check_fn, kwargs = engine_call(case, tol, policy)
+    outcome = unsupported_outcome(functools.partial(check_fn, fn, inputs, **kwargs), PATHS[case.check])
+    return outcome, f"{check_fn.__name__}, {policy.describe()}"
 
 
 def _shows_no_derivative(fn: Callable, inputs: tuple) -> str | None:

@@ -211,3 +211,42 @@ _SparseMmWrongInFloat32 = sparse_mm(
 
 def sparse_mm_wrong_in_float32(a, b):
     return _SparseMmWrongInFloat32.apply(a, b)
+
+
+# A convolution with a backward and nothing else (a custom op: no forward AD, no double backward,
+# no vmap rule), as a CUDA or Triton kernel is registered; CONV_CALLS counts its forward calls.
+CONV_CALLS = [0]
+
+
+@torch.library.custom_op("opcheck_runtime_tests::backward_only_conv", mutates_args=())
+def backward_only_conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    CONV_CALLS[0] += 1
+    return torch.nn.functional.conv2d(x, w, padding=1)
+
+
+@backward_only_conv.register_fake
+def _(x, w):
+    return x.new_empty(x.shape[0], w.shape[0], *x.shape[2:])
+
+
+def _conv_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+@torch.library.custom_op("opcheck_runtime_tests::conv_backward", mutates_args=())
+def _conv_backward_kernel(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward kernel, registered without autograd of its own: double backward raises."""
+    return torch.nn.grad.conv2d_input(x.shape, w, g, padding=1), torch.nn.grad.conv2d_weight(x, w.shape, g, padding=1)
+
+
+@_conv_backward_kernel.register_fake
+def _(g, x, w):
+    return torch.empty_like(x), torch.empty_like(w)
+
+
+def _conv_backward(ctx, g):
+    x, w = ctx.saved_tensors
+    return _conv_backward_kernel(g, x, w)
+
+
+backward_only_conv.register_autograd(_conv_backward, setup_context=_conv_setup)

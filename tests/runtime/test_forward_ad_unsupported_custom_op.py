@@ -6,17 +6,15 @@ pass on it and say so; `check_forward_ad: true` must fail with a hint that names
 forward-mode formula, not a detached output, while a backward-mode zero keeps the detach hint.
 """
 
-import functools
 
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 
 import opcheck
-import opcheck.engine as engine
 from opcheck.runtime import Settings, UnsupportedButWorks, run_check
-from opcheck.runtime.checks import UnsupportedCase, unsupported_outcome
 from opcheck.runtime.context import ItemContext, current_item
+from opcheck.runtime.declared import Tolerance, UnsupportedCase, forward_ad_outcome
 from opcheck.spec.model import GradcheckFlags, Location, OpSpec, Sample, TensorArg
 
 # torch scripts its forward-AD decompositions on first use, warning once per function; run_check
@@ -108,19 +106,9 @@ def _x():
     return torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
 
 
-def _forward_check(fn, x, **kw):
-    """The engine call forward_ad_unsupported makes, as a thunk for unsupported_outcome."""
-    return functools.partial(
-        engine.gradcheck_report,
-        fn,
-        (x,),
-        check_forward_ad=True,
-        check_backward_ad=False,
-        check_batched_grad=False,
-        check_undefined_grad=False,
-        fast_mode=True,
-        **kw,
-    )
+def _forward_outcome(fn, x):
+    """What forward_ad_unsupported decides for `fn` at `x`, at float64's gradient tolerances."""
+    return forward_ad_outcome(fn, (x,), Tolerance(eps=1e-6, atol=1e-5, rtol=1e-3), torch.Generator().manual_seed(1))
 
 
 # ------------------------------------------------------------------------------------ the premise
@@ -145,7 +133,7 @@ def test_the_custom_op_gives_no_tangent_and_a_right_backward():
     ids=["raises", "custom_op_no_tangent", "wrong_jvp", "works"],
 )
 def test_unsupported_outcome_tells_the_cases_apart(fn, expected):
-    outcome = unsupported_outcome(_forward_check(fn, _x()), "JVP")
+    outcome = _forward_outcome(fn, _x())
     assert outcome.case is expected
     if expected is UnsupportedCase.RAISED:
         assert outcome.detail.startswith("NotImplementedError: You must implement the jvp function")
@@ -155,15 +143,15 @@ def test_unsupported_outcome_tells_the_cases_apart(fn, expected):
 
 def test_a_small_but_present_jvp_is_wrong_not_all_zero():
     """ALL_ZERO means zero within atol: a JVP a thousand times too small (still above atol) is there."""
-    outcome = unsupported_outcome(_forward_check(_sin_with_jvp(1e-3), _x()), "JVP")
+    outcome = _forward_outcome(_sin_with_jvp(1e-3), _x())
     assert outcome.case is UnsupportedCase.WRONG
-    below_atol = unsupported_outcome(_forward_check(_sin_with_jvp(1e-7), _x()), "JVP")
+    below_atol = _forward_outcome(_sin_with_jvp(1e-7), _x())
     assert below_atol.case is UnsupportedCase.ALL_ZERO
 
 
 def test_custom_op_declared_unsupported_passes_and_reports_no_tangent(capsys):
     text = _reported(spec(CUSTOM_SIN, supports_forward_ad=False))
-    assert text.startswith("all zero: the JVP of output 0 with respect to input 0 is all zero (the outputs carry no")
+    assert text.startswith("all zero: the JVP of output 0 along a random direction is all zero (the outputs carry no")
     assert "opcheck forward_ad_unsupported: all zero:" in capsys.readouterr().out
 
 
@@ -175,7 +163,7 @@ def test_raising_op_declared_unsupported_reports_that_it_raised():
 def test_wrong_jvp_declared_unsupported_still_passes():
     """The declaration takes forward AD out of scope: a present but wrong JVP passes (FORMAT.md)."""
     text = _reported(spec("runtime_ops:square_wrong_jvp", supports_forward_ad=False))
-    assert text.startswith("wrong: the JVP is present but fails the check (forward AD)")
+    assert text.startswith("wrong: the JVP is present but disagrees with finite differences along a random direction")
 
 
 def test_working_forward_ad_declared_unsupported_fails_and_says_what_it_tried():
@@ -184,6 +172,7 @@ def test_working_forward_ad_declared_unsupported_fails_and_says_what_it_tried():
     text = str(info.value)
     assert "declares `supports_forward_ad: false`, but forward-mode AD (JVP) of torch.sin works" in text
     assert "neither raised nor left the outputs without a tangent, and it agrees with finite differences" in text
+    assert "one random direction against central differences" in text
 
 
 # ------------------------------------------------------------------------------------ the zero-JVP hint
