@@ -8,6 +8,9 @@ misspelt name gets the same suggestions, wherever it is written.
 op_db lives in torch.testing._internal, which imports the expecttest package (and pytest): it is
 imported on first use only, never by importing this module, so that specs and tests that name no
 OpInfo never pay its import (several seconds) or need those packages.
+
+An entry's skips and expected failures of torch's gradient tests are not all in op_db from torch
+2.14 on: opcheck.spec.opinfo_skipops holds those the test files hold.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ The spec runs the entry's own samples (`opinfo:`) through the checks torch's gra
 - `supports_gradgrad` unset → `gradgradcheck.enabled: false` (torch skips the test, unverified);
 - `check_batched_gradgrad` → `gradgradcheck.check_batched_grad`;
 - `supports_fwgrad_bwgrad` → `gradgradcheck.check_fwd_over_rev`;
-- skips and expected failures of those tests (TEST_CHECKS) → `skips` / `expected_failures`.
+- skips and expected failures of those tests (TEST_CHECKS) → `skips` / `expected_failures`: the
+  entry's DecorateInfos, and from torch 2.14 on also the `skipOps` rules of torch's gradient test
+  files that name it (opcheck.spec.opinfo_skipops.SKIP_OPS_RULES), which op_db no longer holds.
 
 `gradcheck_fast_mode` is not copied: the spec keeps `fast_mode: auto`, which fails wherever the full
 check fails within the Jacobian budget and stays bounded beyond it.
@@ -45,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from opcheck.spec import opinfo_db
+from opcheck.spec import opinfo_db, opinfo_skipops
 from opcheck.spec.model import KNOWN_DEVICES
 from opcheck.spec.opinfo_db import op_key, opinfo_ref
 from opcheck.spec.oppath import OPINFO_PREFIX, resolve_op
@@ -96,9 +98,10 @@ class Decoration:
     kind: str  # "skip" | "xfail"
     cls_name: str | None
     test_name: str | None
-    device_type: str | None
+    devices: tuple[str, ...] | None  # None: every device
     dtypes: tuple[str, ...] | None  # None: every dtype
     why: str
+    source: str | None = None  # the test file that states it; None: the entry in op_db
 
 
 def load_op_db() -> tuple[Any, ...]:
@@ -174,8 +177,10 @@ def grad_dtypes(info: Any, device: str) -> list[str]:
     return [d for d in GRAD_DTYPES if d in supported]
 
 
-def decorations(info: Any) -> list[Decoration]:
-    """The skips and expected failures the entry puts on torch's gradient tests, in op_db's order."""
+def decorations(info: Any, *, torch_version: str | None = None) -> list[Decoration]:
+    """The skips and expected failures torch's gradient tests put on the entry: its own, in op_db's
+    order, then the test files' `skipOps` rules that name it, for the torch of `torch_version`
+    (default: the installed one)."""
     found: list[Decoration] = []
     for item in (*info.skips, *info.decorators):
         if hasattr(item, "decorators"):  # a DecorateInfo
@@ -192,8 +197,20 @@ def decorations(info: Any) -> list[Decoration]:
         for decorator in decorators:
             kind, why = _kind(decorator)
             if kind is not None:
-                found.append(Decoration(kind, cls_name, test_name, device_type, names, why))
+                found.append(Decoration(kind, cls_name, test_name, _devices(device_type), names, why))
+    for source, cls_name, test_name, rule in opinfo_skipops.skip_ops_rules(info, torch_version):
+        why = "Skipped!" if rule.kind == "skip" else ""  # skipOps skips with unittest.skip("Skipped!")
+        found.append(Decoration(rule.kind, cls_name, test_name, None, rule.dtypes, why, source))
     return found
+
+
+def _devices(device_type: Any) -> tuple[str, ...] | None:
+    """A DecorateInfo's devices: it takes one device type or, from torch 2.14 on, a list of them."""
+    if device_type is None:
+        return None
+    if isinstance(device_type, str):
+        return (device_type,)
+    return tuple(str(d) for d in device_type)
 
 
 def _active(active_if: Any) -> bool:
@@ -242,7 +259,8 @@ def rules_from(decos: Iterable[Decoration], spec: dict[str, Any], key: str) -> d
     out: dict[str, list[dict[str, Any]]] = {"skips": [], "expected_failures": []}
     seen: set[tuple[Any, ...]] = set()
     for d in decos:
-        if d.device_type is not None and d.device_type not in KNOWN_DEVICES:
+        devices = None if d.devices is None else [t for t in d.devices if t in KNOWN_DEVICES]
+        if devices == []:
             continue
         where: dict[str, Any] = {}
         if d.test_name is None:
@@ -262,8 +280,8 @@ def rules_from(decos: Iterable[Decoration], spec: dict[str, Any], key: str) -> d
         if not where_checks:
             continue
         where["check"] = where_checks[0] if len(where_checks) == 1 else where_checks
-        if d.device_type is not None:
-            where["device"] = d.device_type
+        if devices is not None:
+            where["device"] = devices[0] if len(devices) == 1 else devices
         if d.dtypes is not None:
             matched = [t for t in dtypes if t in d.dtypes]
             if not matched:
@@ -276,16 +294,20 @@ def rules_from(decos: Iterable[Decoration], spec: dict[str, Any], key: str) -> d
         seen.add(identity)
         test = f"{d.cls_name or 'every test class'}.{d.test_name or 'every test'}"
         done = "skips" if d.kind == "skip" else "expects to fail"
-        reason = f"torch's OpInfo {key} {done} {test}"
+        if d.source:
+            reason = f"torch's {d.source} {done} {test} for OpInfo {key}"
+        else:
+            reason = f"torch's OpInfo {key} {done} {test}"
         if d.why:
             reason += f": {d.why}"
         out[rule_key].append({"where": where, "reason": reason})
     return out
 
 
-def build_spec(info: Any, db: Iterable[Any] = ()) -> dict[str, Any]:
+def build_spec(info: Any, db: Iterable[Any] = (), *, torch_version: str | None = None) -> dict[str, Any]:
     """The spec for one entry, as the mapping the YAML file holds (keys in FORMAT.md's order);
-    `db`: the entries its name must differ from."""
+    `db`: the entries its name must differ from; `torch_version`: the torch whose gradient tests'
+    rules it takes (default: the installed one)."""
     key = op_key(info)
     if not info.supports_autograd:
         raise OpInfoImportError(f"OpInfo {key!r} does not support autograd (supports_autograd=False): nothing to check")
@@ -321,7 +343,7 @@ def build_spec(info: Any, db: Iterable[Any] = ()) -> dict[str, Any]:
         for t in dtypes
         if t not in cuda
     ]
-    rules = rules_from(decorations(info), spec, key)
+    rules = rules_from(decorations(info, torch_version=torch_version), spec, key)
     if skips or rules["skips"]:
         spec["skips"] = skips + rules["skips"]
     if rules["expected_failures"]:

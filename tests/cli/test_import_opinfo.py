@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -16,14 +17,15 @@ import pytest
 import torch
 import yaml
 
-from opcheck.spec import opinfo_db, torch_condition
+from opcheck.spec import opinfo_db, opinfo_skipops, torch_condition
 from opcheck.spec import opinfo_import as oi
 
 REPO = Path(__file__).resolve().parents[2]
 
 # Small sample sets: unary, binary, reductions, variants, linalg, nn.functional, and entries whose
-# gradient tests OpInfo skips (div.trunc_rounding, fmod) or expects to fail (cov, linalg.norm, and
-# logcumsumexp's complex forward AD). complex128 runs only for COMPLEX_RUN, to keep the run short.
+# gradient tests torch skips (div.trunc_rounding, fmod) or expects to fail (cov, linalg.norm, and
+# logcumsumexp's complex forward AD; op_db says so up to torch 2.13, the gradient test files from
+# 2.14 on). complex128 runs only for COMPLEX_RUN, to keep the run short.
 # NO_PATH_OPS: entries whose op no importable path names (lambdas inside op_db, one with a
 # variant) and Tensor methods, with the op path each spec gets.
 NO_PATH_OPS = {
@@ -59,6 +61,22 @@ ROUND_TRIP = (
     *NO_PATH_OPS,
 )
 COMPLEX_RUN = ("test_trace", "test_linalg_det", "test_logcumsumexp")
+EXPECTED_RULES = {
+    "cov": {
+        ("skips", (("check", "fwgrad_bwgrad"),)),
+        ("expected_failures", (("check", "gradcheck"),)),
+        ("expected_failures", (("check", "gradgradcheck"),)),
+        ("expected_failures", (("check", "forward_ad"),)),
+    },
+    "linalg_norm": {("expected_failures", (("check", "gradgradcheck"),))},
+    "logcumsumexp": {
+        ("expected_failures", (("check", "forward_ad"), ("dtype", "complex128"))),
+        ("expected_failures", (("check", "fwgrad_bwgrad"), ("dtype", "complex128"))),
+    },
+}
+"""The rules these specs get, from whichever of op_db and torch's test files holds them: cov's
+samples pass float32 aweights (requires_grad) with float64 and complex128 inputs; linalg.norm's
+second derivative fails at its empty samples; logcumsumexp's complex forward AD gives NaN."""
 
 
 def _opinfo_expects_failure(name: str, test_name: str, dtype: torch.dtype) -> bool:
@@ -92,13 +110,12 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.xfail(
-    torch_condition.installed_satisfies(">=2.14"),
-    reason="torch 2.14's OpInfo samples fail specs imported from them (cov's float32 aweights in its "
-    "float64 samples, linalg.norm's second derivative, logcumsumexp's complex forward AD): import-opinfo "
-    "does not yet read what torch 2.14 expects of them",
-    strict=True,
-)
+def written_rules(spec: dict[str, Any]) -> set[tuple[str, tuple[tuple[str, Any], ...]]]:
+    return {
+        (key, tuple(sorted(r["where"].items()))) for key in ("skips", "expected_failures") for r in spec.get(key, [])
+    }
+
+
 def test_round_trip_import_validate_generate_run(project):
     started = time.perf_counter()
     script = (
@@ -109,12 +126,14 @@ def test_round_trip_import_validate_generate_run(project):
     assert imported.returncode == 0, imported.stderr
     specs = sorted((project / "op_specs").glob("*.yaml"))
     assert len(specs) == len(ROUND_TRIP) >= 20
-    logcumsumexp = yaml.safe_load((project / "op_specs" / "logcumsumexp.yaml").read_text())
-    written = {"check": "forward_ad", "dtype": "complex128"} in [
-        r["where"] for r in logcumsumexp.get("expected_failures", [])
-    ]
-    # torch 2.13's OpInfo expects logcumsumexp's complex forward AD to fail; 2.14's no longer does.
-    assert written == _opinfo_expects_failure("logcumsumexp", "test_forward_mode_AD", torch.complex128)
+    written = {name: yaml.safe_load((project / "op_specs" / f"{name}.yaml").read_text()) for name in EXPECTED_RULES}
+    assert {name: written_rules(spec) for name, spec in written.items()} == EXPECTED_RULES
+    # torch 2.13's op_db expects logcumsumexp's complex forward AD to fail; 2.14's test file does
+    in_op_db = _opinfo_expects_failure("logcumsumexp", "test_forward_mode_AD", torch.complex128)
+    stated_by = "torch's OpInfo logcumsumexp" if in_op_db else "torch's test_ops_fwd_gradients.py"
+    forward_ad = [r for r in written["logcumsumexp"]["expected_failures"] if r["where"]["check"] == "forward_ad"]
+    assert forward_ad[0]["reason"].startswith(stated_by), forward_ad
+    assert in_op_db != torch_condition.installed_satisfies(opinfo_skipops.SKIP_OPS_SINCE)
     fmod = yaml.safe_load((project / "op_specs" / "fmod.yaml").read_text())
     assert fmod["skips"][0]["where"] == {"check": "gradcheck", "device": "cpu", "dtype": "float64"}
     ops = {yaml.safe_load(spec.read_text())["op"] for spec in specs}
@@ -356,6 +375,70 @@ def test_a_whole_test_class_reaches_only_its_own_checks():
     assert not unsupported.get("expected_failures")  # torch's conversion ops (float, cfloat): nothing left
 
 
+def test_a_decorate_info_may_name_several_devices():
+    decos = (
+        decorate(skip("Only run on MPS"), device_type=("cpu", "xpu", "cuda", "meta")),  # torch 2.14's form
+        decorate(unittest.expectedFailure, "TestBwdGradients", "test_fn_grad", device_type=["cuda"]),
+        decorate(unittest.expectedFailure, "TestBwdGradients", "test_fn_gradgrad", device_type=("meta", "lazy")),
+    )
+    spec = oi.build_spec(entry(skips=decos))
+    assert [r["where"] for r in spec["skips"]] == [
+        {"check": ["gradcheck", "forward_ad", "gradgradcheck", "fwgrad_bwgrad"], "device": ["cpu", "xpu", "cuda"]}
+    ]
+    assert [r["where"] for r in spec["expected_failures"]] == [{"check": "gradcheck", "device": "cuda"}]
+
+
+def test_the_gradient_test_files_rules_count_from_torch_2_14():
+    cov = entry(name="cov", op=torch.cov, aten_name="cov")
+    assert "skips" not in oi.build_spec(cov, torch_version="2.13.0")
+    spec = oi.build_spec(cov, torch_version="2.14.1")
+    assert spec["skips"] == [
+        {
+            "where": {"check": "fwgrad_bwgrad"},
+            "reason": "torch's test_ops_fwd_gradients.py skips TestFwdGradients.test_fn_fwgrad_bwgrad "
+            "for OpInfo cov: Skipped!",
+        }
+    ]
+    assert spec["expected_failures"] == [
+        {
+            "where": {"check": "gradcheck"},
+            "reason": "torch's test_ops_gradients.py expects to fail TestBwdGradients.test_fn_grad for OpInfo cov",
+        },
+        {
+            "where": {"check": "gradgradcheck"},
+            "reason": "torch's test_ops_gradients.py expects to fail TestBwdGradients.test_fn_gradgrad for OpInfo cov",
+        },
+        {
+            "where": {"check": "forward_ad"},
+            "reason": "torch's test_ops_fwd_gradients.py expects to fail TestFwdGradients.test_forward_mode_AD "
+            "for OpInfo cov",
+        },
+    ]
+    # a rule names one entry: the name and variant both match
+    norm = entry(name="linalg.norm", op=torch.linalg.norm, aten_name="linalg_norm")
+    at_zero = entry(name="linalg.norm", variant_test_name="subgradients_at_zero", op=torch.linalg.norm)
+    assert [r["where"] for r in oi.build_spec(norm, torch_version="2.14.0")["expected_failures"]] == [
+        {"check": "gradgradcheck"}
+    ]
+    assert {"check": "gradcheck"} in [
+        r["where"] for r in oi.build_spec(at_zero, torch_version="2.14.0")["expected_failures"]
+    ]
+    # and its dtypes limit it, like a DecorateInfo's
+    lcse = dict(name="logcumsumexp", op=torch.logcumsumexp, aten_name="logcumsumexp")
+    assert [r["where"] for r in oi.build_spec(entry(**lcse), torch_version="2.14.0")["expected_failures"]] == [
+        {"check": "fwgrad_bwgrad", "dtype": "complex128"},
+        {"check": "forward_ad", "dtype": "complex128"},
+    ]
+    real_only = entry(**lcse, cpu_dtypes=(torch.float64,))
+    assert "expected_failures" not in oi.build_spec(real_only, torch_version="2.14.0")
+    # op_db's own rule comes first, and the test file's same rule is not written twice
+    stated = decorate(unittest.expectedFailure, "TestBwdGradients", "test_fn_gradgrad")
+    twice = oi.build_spec(entry(name="cat", op=torch.cat, aten_name="cat", skips=(stated,)), torch_version="2.14.0")
+    assert [r["reason"] for r in twice["expected_failures"]] == [
+        "torch's OpInfo cat expects to fail TestBwdGradients.test_fn_gradgrad"
+    ]
+
+
 def test_names_and_paths():
     relu = entry(name="nn.functional.relu", op=torch.nn.functional.relu, aten_name="relu")
     assert oi.spec_name(relu) == "nn_functional_relu"
@@ -386,6 +469,47 @@ def test_every_op_db_entry_gets_a_spec_name_of_its_own():
     keys = [oi.op_key(e) for e in db]
     assert len(set(names)) == len(set(keys)) > 500  # one name per key (variants share op_db's key)
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", n) for n in names)
+
+
+def covered(spec: dict[str, Any]) -> set[tuple[str, str, str, str]]:
+    """(rule kind, check, device, dtype) for each test the spec's rules mark."""
+    out = set()
+    for key in ("skips", "expected_failures"):
+        for rule in spec.get(key, []):
+            where = rule["where"]
+            picked = [[v] if isinstance(v, str) else v for v in (where.get(k) for k in ("check", "device", "dtype"))]
+            for case in itertools.product(
+                picked[0] or oi.checks_of(spec), picked[1] or spec["devices"], picked[2] or spec["dtypes"]
+            ):
+                out.add((key, *case))
+    return out
+
+
+def skip_ops_entries() -> list[Any]:
+    db = oi.load_op_db()
+    named = {(r.name, r.variant) for rules in opinfo_skipops.SKIP_OPS_RULES.values() for r in rules}
+    entries = [e for e in db if (e.name, e.variant_test_name or "") in named]
+    assert {(e.name, e.variant_test_name or "") for e in entries} == named  # no rule names a missing entry
+    return entries
+
+
+@pytest.mark.skipif(
+    torch_condition.installed_satisfies(opinfo_skipops.SKIP_OPS_SINCE),
+    reason="op_db holds these rules before torch 2.14",
+)
+def test_the_test_files_rules_are_what_op_db_held_before_torch_2_14():
+    for info in skip_ops_entries():
+        try:
+            before = oi.build_spec(info, torch_version="2.13.0")
+        except oi.OpInfoImportError:  # nothing to check: no autograd, no double precision
+            continue
+        after = oi.build_spec(info, torch_version="2.14.0")
+        assert covered(after) == covered(before), oi.op_key(info)
+
+
+def test_the_test_files_rules_name_entries_of_op_db():
+    entries = skip_ops_entries()
+    assert len(entries) == len({oi.op_key(e) for e in entries}) > 40
 
 
 def test_ops_only_op_db_holds_get_an_opinfo_path(monkeypatch):
