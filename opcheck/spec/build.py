@@ -33,7 +33,7 @@ from opcheck.spec.problems import FlaggedPath, Problem, did_you_mean, format_pat
 from opcheck.spec.requires import missing_modules
 from opcheck.spec.samples import build_sample
 from opcheck.spec.signature import check_arguments
-from opcheck.spec.sparse import has_sparse
+from opcheck.spec.sparse import may_be_sparse
 from opcheck.spec.validate import is_family
 from opcheck.spec.yamlload import MAX_NODES, Node, tagged_paths
 
@@ -212,7 +212,7 @@ def _build_op(
         },
         lowprec_parts=_lowprec_parts(ctx, fields, sample_names, label, lowprec),
     )
-    _check_masked(ctx, fields.get("gradcheck"), parts["gradcheck"], samples)
+    _check_masked(ctx, fields.get("gradcheck"), fields.get("samples"))
     check_flags(ctx, fields)
     if ctx.count() != before or op is None or name is None or samples is None:
         return None, claim
@@ -312,7 +312,7 @@ def _is_library_op(op: str) -> bool:
 def _check_dtype_lists(ctx: Checker, fields: dict[str, Node], reference: str | None) -> None:
     """An op with no float64 path (dtypes: []) is checked only against a reference, at low precision."""
     dtypes, lowprec = fields.get("dtypes"), fields.get("lowprec_dtypes")
-    has_lowprec = ctx.clean(lowprec) and bool(lowprec.value)
+    has_lowprec = ctx.readable(lowprec) and bool(lowprec.value)  # a refused dtype is still one listed
     if ctx.clean(dtypes) and dtypes.value == []:
         if not has_lowprec:
             ctx.report(
@@ -387,7 +387,7 @@ def _samples(ctx: Checker, m: Node) -> tuple[tuple[model.Sample, ...] | None, se
                 at = first[name_node.value].loc
                 ctx.report(name_node, f"duplicate sample name {name_node.value!r} (first at {at.line}:{at.col})")
             first.setdefault(name_node.value, name_node)
-        if ctx.clean(sample):
+        if ctx.readable(sample):  # built only when clean; its clean arguments are checked anyway
             built.append(build_sample(ctx, sample))
     samples = tuple(sample for sample in built if sample is not None)
     if not ctx.clean(node) or len(samples) != len(built):
@@ -395,18 +395,18 @@ def _samples(ctx: Checker, m: Node) -> tuple[tuple[model.Sample, ...] | None, se
     return samples, set(first)
 
 
-def _check_masked(
-    ctx: Checker, node: Node | None, flags: GradcheckFlags, samples: tuple[model.Sample, ...] | None
-) -> None:
+def _check_masked(ctx: Checker, gradcheck: Node | None, samples: Node | None) -> None:
     """`masked: true` changes only how gradients of sparse inputs are compared: with no sparse
     tensor in any sample it is a mistake. Generator and OpInfo samples may make sparse tensors
-    themselves, so a spec with one is not judged."""
-    if node is None or not flags.masked or samples is None or any(s.generator or s.opinfo for s in samples):
+    themselves, so a spec with one is not judged, nor one whose samples hold a schema problem (it
+    may be a misspelled `layout`). A sample's other problems leave its layouts as written."""
+    masked = gradcheck.value.get("masked") if ctx.readable(gradcheck) and gradcheck.is_map else None
+    if not (ctx.clean(masked) and masked.value is True and ctx.clean(samples) and samples.is_list):
         return
-    if any(has_sparse(arg) for s in samples for arg in list(s.args) + [value for _, value in s.kwargs]):
+    if any("generator" in s.value or "opinfo" in s.value or may_be_sparse(s) for s in samples.value if s.is_map):
         return
     ctx.report(
-        node.value["masked"],
+        masked,
         "has no effect: no sample has a sparse tensor (a `layout` such as "
         "sparse_coo or sparse_csr); masked only changes how the gradients of sparse "
         "inputs are compared",
@@ -428,8 +428,11 @@ def _rules(
     for rule in node.value:
         # Parts the schema rejected may reach here in other shapes (null, a list): skip them,
         # their problem is already reported.
-        if ctx.clean(rule) and rule.is_map:
-            where = _where(ctx, rule.value.get("where"), sample_names, label)
+        if not (ctx.readable(rule) and rule.is_map):
+            continue
+        _check_where_samples(ctx, rule.value.get("where"), sample_names, label)
+        if ctx.clean(rule):
+            where = _where(rule.value.get("where"))
             # A missing reason is a schema problem of this or (for a mapping that looks more like
             # a family) the other branch; either way the document is already rejected.
             reason = rule.value.get("reason")
@@ -441,17 +444,24 @@ def _rules(
     return tuple(rules)
 
 
-def _where(ctx: Checker, node: Node | None, sample_names: set[str] | None, label: str | None) -> Where:
+def _where(node: Node | None) -> Where:
     if node is None or not node.is_map:
         return Where()
     fields = {key: strings(node.value.get(key)) for key in ("device", "dtype", "check", "sample")}
-    if sample_names is not None:
-        _check_sample_names(ctx, node.value.get("sample"), sample_names, label)
     torch = node.value.get("torch")  # its form is the schema's (torchCondition)
     return Where(
         **{key: value for key, value in fields.items() if value is not None},
         torch=torch.value if torch is not None else None,
     )
+
+
+def _check_where_samples(ctx: Checker, where: Node | None, sample_names: set[str] | None, label: str | None) -> None:
+    """The samples a rule's `where` names, where they and the spec's sample names can be read."""
+    if sample_names is None or not (ctx.readable(where) and where.is_map):
+        return
+    node = where.value.get("sample")
+    if ctx.clean(node):
+        _check_sample_names(ctx, node, sample_names, label)
 
 
 def _check_sample_names(ctx: Checker, node: Node | None, sample_names: set[str], label: str | None) -> None:
@@ -541,11 +551,14 @@ def _lowprec_parts(
         ctx.report(node, "the low-precision check does not run without lowprec_dtypes; add them", at_key=True)
     rules: list[LowprecPartsRule] = []
     for rule in node.value:
-        if not (ctx.clean(rule) and rule.is_map):
+        if not (ctx.readable(rule) and rule.is_map):
             continue
-        where = _where(ctx, rule.value.get("where"), sample_names, label)
+        _check_where_samples(ctx, rule.value.get("where"), sample_names, label)
         if dtypes:
             _check_lowprec_dtypes(ctx, rule.value.get("where"), dtypes)
+        if not ctx.clean(rule):
+            continue  # its problems are reported; its `where` is checked all the same
+        where = _where(rule.value.get("where"))
         parts, reason = rule.value.get("parts"), rule.value.get("reason")
         rules.append(
             LowprecPartsRule(
@@ -560,8 +573,8 @@ def _lowprec_parts(
 
 def _check_lowprec_dtypes(ctx: Checker, where: Node | None, dtypes: tuple[str, ...]) -> None:
     """A lowprec_parts rule's dtype outside lowprec_dtypes would silently match nothing."""
-    node = where.value.get("dtype") if where is not None and where.is_map else None
-    for item in (node.value if node.is_list else [node]) if node is not None else []:
+    node = where.value.get("dtype") if ctx.readable(where) and where.is_map else None
+    for item in (node.value if node.is_list else [node]) if ctx.clean(node) else []:
         if item.value not in dtypes:
             ctx.report(
                 item, f"dtype {item.value!r} is not in lowprec_dtypes ({', '.join(dtypes)}); the rule matches no test"

@@ -14,7 +14,9 @@ class Checker:
 
     Builders only interpret nodes the schema found nothing wrong with (`clean`): a value of the
     wrong shape has been reported once already, and reading it anyway would only add noise, or
-    fail on a shape no builder expects.
+    fail on a shape no builder expects. A rule that needs only a node's form (a list's length, a
+    mapping's keys) reads it when it is `readable`, so that a problem inside the node does not
+    hide a problem of its form.
     """
 
     def __init__(self, flagged: set[FlaggedPath]):
@@ -25,6 +27,7 @@ class Checker:
             path[:-1] + (path[-1].key,) if path and isinstance(path[-1], KeyOf) else path for path in flagged
         )
         self._holders = frozenset(path[:-1] for path in flagged if path)
+        self._bad_keys = frozenset(path for path in flagged if path and isinstance(path[-1], KeyOf))
         self._whole_memo: dict[int, tuple[Node, bool]] = {}
 
     def report(self, node: Node, message: str, *, at_key: bool = False) -> None:
@@ -39,6 +42,22 @@ class Checker:
         as a list), and anything holding one.
         """
         return node is not None and not self._inside_flagged(node.path) and self._whole(node)
+
+    def readable(self, node: Node | None) -> TypeGuard[Node]:
+        """Whether a builder may read the node's own form (a list's length, a mapping's keys),
+        whatever is wrong inside it: the schema found nothing wrong with the node itself (its
+        type, its length), and no node around it is flagged.
+
+        What depends only on that form (how many arguments a sample passes, which keywords it
+        names) is judged even where one of the items or values has a problem of its own.
+        """
+        return node is not None and node.path not in self._flagged and not self._inside_flagged(node.path)
+
+    def key_clean(self, node: Node) -> bool:
+        """Whether the schema found nothing wrong with the key the node is the value of (the
+        value itself aside): not unknown, nor badly named."""
+        path = node.path
+        return not path or isinstance(path[-1], int) or path[:-1] + (KeyOf(path[-1]),) not in self._bad_keys
 
     def _inside_flagged(self, path: KeyPath) -> bool:
         return any(path[:i] in self._flagged for i in range(len(path)))

@@ -1,7 +1,9 @@
 """Samples and their arguments: schema-checked nodes → model.Sample, with the rules about each.
 
-Every function here is given a node the schema found clean, so the node's shape is known; what
-is checked here is what a schema cannot say (exclusive keys, shapes that must agree, ranges).
+Every function here is given a node the schema found clean, so the node's shape is known (a
+sample is built only then, but its clean arguments are checked in any sample whose form can be
+read); what is checked here is what a schema cannot say (exclusive keys, shapes that must agree,
+ranges).
 """
 
 from __future__ import annotations
@@ -21,15 +23,24 @@ _INDEX_RANGE = (0.0, 10.0)  # integer dtypes: the runtime's default for index ar
 
 
 def build_sample(ctx: Checker, node: Node) -> Sample | None:
-    """The sample, or None when it has a problem (reported)."""
+    """The sample, or None when it has a problem (reported).
+
+    A sample the schema found a problem in (readable, not clean) is not built, but what does not
+    depend on that problem is still checked: each argument the schema found clean, and, when every
+    key of the sample was understood, its source (an unknown key may be a misspelled one) and, when
+    every argument is clean too, that one of them requires grad.
+    """
     before = ctx.count()
     fields = node.value
-    one_source = _check_one_source(ctx, node)
-    args = tuple(build_arg(ctx, item) for item in _items(fields.get("args")))
-    kwargs = tuple((key, build_arg(ctx, value)) for key, value in _pairs(fields.get("kwargs")))
-    if one_source and ctx.count() == before and ("args" in fields or "kwargs" in fields):
+    keys_known = all(ctx.key_clean(value) for value in fields.values())
+    one_source = keys_known and _check_one_source(ctx, node)
+    positional, named = _clean_arguments(ctx, fields)
+    args = tuple(build_arg(ctx, item) for item in positional)
+    kwargs = tuple((key, build_arg(ctx, value)) for key, value in named)
+    every_argument = all(ctx.clean(fields[key]) for key in ("args", "kwargs") if key in fields)
+    if one_source and every_argument and ("args" in fields or "kwargs" in fields):
         _check_something_requires_grad(ctx, node, list(args) + [value for _, value in kwargs])
-    if ctx.count() != before:
+    if ctx.count() != before or not ctx.clean(node):
         return None
     return Sample(
         name=fields["name"].value,
@@ -39,6 +50,15 @@ def build_sample(ctx: Checker, node: Node) -> Sample | None:
         opinfo=_text(fields.get("opinfo")),
         location=node.loc,
     )
+
+
+def _clean_arguments(ctx: Checker, fields: dict[str, Node]) -> tuple[list[Node], list[tuple[str, Node]]]:
+    """The sample's arguments the schema found clean, positional and by keyword (all of them in a
+    clean sample)."""
+    args, kwargs = fields.get("args"), fields.get("kwargs")
+    positional = args.value if ctx.readable(args) and args.is_list else []
+    named = kwargs.value.items() if ctx.readable(kwargs) and kwargs.is_map else []
+    return [item for item in positional if ctx.clean(item)], [(key, value) for key, value in named if ctx.clean(value)]
 
 
 def _check_one_source(ctx: Checker, node: Node) -> bool:
@@ -261,10 +281,6 @@ def _differentiable(arg: Arg) -> bool:
 
 def _items(node: Node | None) -> list[Node]:
     return node.value if node is not None else []
-
-
-def _pairs(node: Node | None) -> list[tuple[str, Node]]:
-    return list(node.value.items()) if node is not None else []
 
 
 def _text(node: Node | None) -> str | None:

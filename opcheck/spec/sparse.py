@@ -165,6 +165,17 @@ def specified_per_batch(values: Values, geometry: SparseGeometry) -> list[int]:
     return counts
 
 
+def may_be_sparse(node: Node) -> bool:
+    """Whether a schema-checked part of a sample holds a sparse tensor mapping, or one with a key
+    only a sparse tensor has (it may lack only its `layout`)."""
+    if node.is_map:
+        layout = node.value.get("layout")
+        if (layout is not None and layout.value != model.STRIDED) or any(key in node.value for key in _SPARSE_KEYS):
+            return True
+    children = node.value.values() if node.is_map else node.value if node.is_list else ()
+    return any(may_be_sparse(child) for child in children)
+
+
 def has_sparse(arg: Arg) -> bool:
     if isinstance(arg, TensorArg):
         return arg.is_sparse

@@ -72,7 +72,9 @@ def test_an_op_overriding_a_default_does_not_count_it():
 
 
 def _tensor(fields: str) -> str:
-    return f"op: torch.sin\nsamples: [{{name: a, args: [{{{fields}}}]}}]\n"
+    # A float tensor follows: with an integer tensor alone, the sample would also have no
+    # argument that requires grad (reported too, as a problem of its own).
+    return f"op: torch.sin\nsamples: [{{name: a, args: [{{{fields}}}, {{shape: [1]}}]}}]\n"
 
 
 def test_the_schema_states_the_models_tensor_limits():

@@ -277,8 +277,8 @@ def test_a_tagged_argument_is_not_built():
 def test_a_key_problem_is_reported_even_when_its_value_could_not_be_read():
     # Both are said at once: the key at the key, the value's tag at the value.
     assert [str(p) for p in _problems(f"{GOOD}bogus: !custom 1\n")] == [
-        "op_specs/x.yaml:3:1: bogus: unknown key 'bogus' (expected one of: op, name, variant, requires, dtypes, "
-        "lowprec_dtypes, devices, samples, gradcheck, gradgradcheck, supports_forward_ad, supports_gradgrad, "
+        "op_specs/x.yaml:3:1: bogus: unknown key 'bogus' (expected one of: op, name, variant, requires, imports, "
+        "dtypes, lowprec_dtypes, devices, samples, gradcheck, gradgradcheck, supports_forward_ad, supports_gradgrad, "
         "library_opcheck, reference, clone_inputs, reduced_precision, tolerances, lowprec_parts, skips, "
         "expected_failures)",
         "op_specs/x.yaml:3:8: bogus: unsupported YAML tag '!custom'",
@@ -295,3 +295,22 @@ def test_the_checker_reads_only_what_was_judged_clean():
     ctx = Checker({("d", KeyOf("e")), ("a", KeyOf("missing"))})
     assert not ctx.clean(root.at(("d",))) and not ctx.clean(root.at(("d", "e")))
     assert not ctx.clean(root.at(("a",))) and ctx.clean(root.at(("a", "b", 1)))
+
+
+def test_the_checker_reads_the_form_of_a_node_with_a_problem_inside():
+    root = load_yaml("a: {b: [1, 2], c: 3}\nd: {e: 4}\nf: [5]\n", "s.yaml").root
+    ctx = Checker({("a", "b", 0), ("d", KeyOf("e")), ("f",)})
+    # A list or mapping holding a problem: its length and keys read, but not the part in question.
+    assert ctx.readable(root) and ctx.readable(root.at(("a",))) and ctx.readable(root.at(("a", "b")))
+    assert not ctx.readable(root.at(("a", "b", 0))) and ctx.readable(root.at(("a", "b", 1)))
+    # The value of a refused key, and a flagged node with what is inside it, are not read at all.
+    assert ctx.readable(root.at(("d",))) and not ctx.readable(root.at(("d", "e")))
+    assert not ctx.readable(root.at(("f",))) and not ctx.readable(root.at(("f", 0)))
+    assert not ctx.readable(None)
+
+
+def test_the_checker_tells_a_refused_key_from_a_refused_value():
+    root = load_yaml("a: {b: 1, c: 2}\nd: [3]\n", "s.yaml").root
+    ctx = Checker({("a", KeyOf("b")), ("a", "c"), ("a", KeyOf("missing"))})
+    assert not ctx.key_clean(root.at(("a", "b"))) and ctx.key_clean(root.at(("a", "c")))
+    assert ctx.key_clean(root.at(("a",))) and ctx.key_clean(root.at(("d", 0))) and ctx.key_clean(root)

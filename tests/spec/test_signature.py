@@ -126,3 +126,58 @@ def test_unknown_signatures_and_generated_samples_are_not_judged():
             generator: opcheck_spec_fixture:small_inputs
         """
     )
+
+
+def test_a_problem_inside_an_argument_leaves_the_call_judged():
+    # The misspelled keyword used to be reported only once the tensor's unknown key was fixed.
+    problems = _problems(
+        """
+        op: torch.nn.functional.softmax
+        samples:
+          - name: rows
+            args: [{shape: [3, 5], lo: -1}]
+            kwargs: {dimm: -1}
+          - args: [{shape: [4]}, 0, 3, null, 5]
+        """
+    )
+    call = "torch.nn.functional.softmax(input, dim=..., _stacklevel=..., dtype=...)"
+    assert problems == [
+        "x.yaml:5:28: samples[0].args[0].lo: unknown key 'lo'; did you mean 'low'?",
+        f"x.yaml:6:14: samples[0].kwargs.dimm: unknown keyword argument 'dimm' for {call}; did you mean 'dim'?",
+        "x.yaml:7:5: samples[1]: missing required key 'name'",
+        f"x.yaml:7:5: samples[1].args: {call} takes at most 4 positional arguments, got 5",
+    ]
+
+
+def test_keywords_are_judged_when_args_cannot_be_read():
+    # What args binds is unknown: neither "also given positionally" nor a missing argument is said.
+    problems = _problems(
+        """
+        op: opcheck_spec_fixture:scaled
+        samples:
+          - name: a
+            args: {shape: [3]}
+            kwargs: {x: 1.0, scael: 2.0}
+        """
+    )
+    call = "opcheck_spec_fixture:scaled(x, /, scale=..., *, shift)"
+    assert problems == [
+        "x.yaml:5:11: samples[0].args: expected a list of arguments, got a mapping",
+        f"x.yaml:6:14: samples[0].kwargs.x: 'x' is positional-only in {call}; pass it in `args`",
+        f"x.yaml:6:22: samples[0].kwargs.scael: unknown keyword argument 'scael' for {call}; did you mean 'scale'?",
+    ]
+
+
+@pytest.mark.parametrize(
+    "sample, problem",
+    [
+        ("{name: a, args: [{shape: [3]}], kwarg: {shift: 1.0}}", "samples[0].kwarg: unknown key 'kwarg'"),
+        ("{name: a, args: [{shape: [3]}], kwargs: {shift!: 1.0}}", "samples[0].kwargs['shift!']: expected a keyword"),
+    ],
+    ids=["unknown_key_in_the_sample", "keyword_that_is_no_identifier"],
+)
+def test_no_argument_is_said_missing_while_a_key_of_the_sample_is_not_understood(sample: str, problem: str):
+    # The key may be the one that passes the argument that seems missing ('shift'); a keyword
+    # the schema refused is reported once, by the schema.
+    [reported] = _problems(f"op: opcheck_spec_fixture:scaled\nsamples: [{sample}]\n")
+    assert problem in reported
