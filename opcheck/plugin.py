@@ -14,9 +14,11 @@
 - `--opcheck-policy auto|full|fast` overrides every spec's `gradcheck.fast_mode`, and
   `--opcheck-budget N` (or OPCHECK_JACOBIAN_BUDGET) sets the auto policy's Jacobian budget;
 - `--opcheck-plot DIR` writes a heatmap of every failing Jacobian block (needs matplotlib);
-- `--opcheck-results PATH` writes one JSON record per generated test (its spec, op, check, device,
-  dtype, sample, outcome, reason and duration) at the end of the session, for `opcheck report`;
-  under pytest-xdist the workers attach each test's case to its reports and the controller writes;
+- `--opcheck-results PATH` keeps one JSON record per generated test (its spec, op, check, device,
+  dtype, sample, outcome, reason and duration; for a failure also its worst entry, hints and whole
+  message), for `opcheck report`: at the end of the session the tests that ran replace their
+  records and the others are kept (opcheck.report.store); under pytest-xdist the workers attach
+  each test's case to its reports, say which tests they collected, and the controller writes;
 - every option but `--opcheck-plot` also has an ini setting (`opcheck_device`, `opcheck_dtype`,
   `opcheck_policy`, `opcheck_budget`, `opcheck_threads`, `opcheck_results`) for pyproject.toml's
   `[tool.pytest.ini_options]` or pytest.ini, and a key of pyproject.toml's `[tool.opcheck]` table
@@ -122,8 +124,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--opcheck-results",
         default=None,
         metavar="PATH",
-        help="write the outcome of every generated test (spec, op, check, device, dtype, sample, "
-        "outcome, reason, duration) to PATH as JSON, for `opcheck report`. Ini: opcheck_results "
+        help="record the outcome of every generated test (spec, op, check, device, dtype, sample, "
+        "outcome, reason, duration; a failure's worst entry, hints and message) in PATH as JSON, for "
+        "`opcheck report`; the tests a run ran replace their records, the others keep theirs. Ini: opcheck_results "
         "(relative to the ini file's folder) or [tool.opcheck] results (relative to pyproject.toml's folder)",
     )
     threads_help = (
@@ -342,16 +345,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure_results(config: pytest.Config) -> None:
     path = config.stash[RESULTS_KEY]
-    if path is None or hasattr(config, "workerinput"):  # an xdist worker: the controller writes
+    if path is None:
+        return
+    from opcheck.report.collect import KnownTests, ResultsRecorder
+
+    if hasattr(config, "workerinput"):  # an xdist worker says which tests exist; the controller writes
+        config.pluginmanager.register(KnownTests(is_generated_item), RESULTS_PLUGIN)
         return
     if path.is_dir():
         raise pytest.UsageError(
             f"{_results_where(config)}: {path} is a directory; expected a file path such as "
             f"{path / 'opcheck-results.json'}"
         )
-    from opcheck.report.collect import ResultsRecorder
-
-    config.pluginmanager.register(ResultsRecorder(path, lambda: unavailable_tests(config)), RESULTS_PLUGIN)
+    recorder = ResultsRecorder(
+        path, lambda: unavailable_tests(config), root=config.rootpath, is_generated=is_generated_item
+    )
+    config.pluginmanager.register(recorder, RESULTS_PLUGIN)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -19,12 +19,19 @@ SEVERITY = (FAILED, ERROR, XPASSED, PASSED, XFAILED, SKIPPED)
 
 @dataclass(frozen=True)
 class Note:
-    """A reason shared by one or more tests, numbered in the order the matrix first shows it."""
+    """A reason shared by one or more tests, numbered in the order the matrix first shows it; for
+    failures, with the worst entry and the hints their messages name (the same for each test)."""
 
     number: int
     outcome: str
     text: str
     tests: int
+    worst: str = ""
+    hint: str = ""  # one hint per line
+
+    @property
+    def hints(self) -> tuple[str, ...]:
+        return tuple(self.hint.splitlines())
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,7 @@ def build_matrix(results: list[TestResult]) -> Matrix:
             ops.setdefault(r.spec, (r.op, r.source))
     keys = sorted(groups, key=lambda k: (k[0], _check_order(k[1]), _dtype_order(k[2])))
 
-    notes: dict[tuple[str, str], list] = {}  # (outcome, text) -> [number, tests]
+    notes: dict[tuple[str, str, str, str], list] = {}  # _note_key -> [number, tests]
     rows = []
     for spec, check, dtype in keys:
         cells = []
@@ -131,17 +138,24 @@ def build_matrix(results: list[TestResult]) -> Matrix:
         rows=tuple(rows),
         totals=_totals(results),
         device_totals=tuple((d, _totals([r for r in results if r.device == d])) for d in devices),
-        notes=tuple(Note(number, outcome, text, n) for (outcome, text), (number, n) in notes.items()),
-        failures=tuple((r, notes[r.outcome, r.reason][0] if r.reason else None) for r in failures),
+        notes=tuple(
+            Note(number, outcome, text, n, worst, hint) for (outcome, text, worst, hint), (number, n) in notes.items()
+        ),
+        failures=tuple((r, notes[_note_key(r)][0] if r.reason else None) for r in failures),
     )
+
+
+def _note_key(r: TestResult) -> tuple[str, str, str, str]:
+    """What makes two tests share a note: the same outcome, reason, worst entry and hints."""
+    return r.outcome, r.reason, r.worst, r.hint
 
 
 def _cell(tests: list[TestResult], notes: dict) -> Cell:
     counts = Counter(r.outcome for r in tests)
-    reasons: dict[tuple[str, str], list[str]] = {}
+    reasons: dict[tuple[str, str, str, str], list[str]] = {}
     for r in tests:
         if r.reason:
-            reasons.setdefault((r.outcome, r.reason), []).append(r.sample)
+            reasons.setdefault(_note_key(r), []).append(r.sample)
     ordered = sorted(reasons, key=lambda k: SEVERITY.index(k[0]))  # stable: first seen first within an outcome
     numbers = []
     for key in ordered:
@@ -150,7 +164,7 @@ def _cell(tests: list[TestResult], notes: dict) -> Cell:
         numbers.append(note[0])
     return Cell(
         counts=tuple((o, counts[o]) for o in OUTCOMES if counts[o]),
-        reasons=tuple((o, text, tuple(reasons[o, text])) for o, text in ordered),
+        reasons=tuple((key[0], key[1], tuple(reasons[key])) for key in ordered),
         notes=tuple(numbers),
     )
 

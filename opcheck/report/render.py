@@ -89,9 +89,12 @@ def render_markdown(matrix: Matrix, source: str) -> str:
     out += _md_table(["op", "check", "dtype", *map(_md, matrix.devices)], table)
     if matrix.notes:
         out += ["", "## Notes", ""]
-        out += [
-            f"{note.number}. {note.outcome}, {_plural(note.tests, 'test')}: {_md(note.text)}" for note in matrix.notes
-        ]
+        for note in matrix.notes:
+            out.append(f"{note.number}. {note.outcome}, {_plural(note.tests, 'test')}: {_md(note.text)}")
+            indent = " " * len(f"{note.number}. ")  # a nested list under the item
+            if note.worst:
+                out.append(f"{indent}- worst entry: {_code(note.worst)}")
+            out += [f"{indent}- hint: {_md(hint)}" for hint in note.hints]
     if matrix.failures:
         out += ["", "## Failures", ""]
         out += [
@@ -148,6 +151,47 @@ def _html_rows(matrix: Matrix) -> list[dict]:
     return rows
 
 
+_OPEN_MESSAGES = 10
+"""Up to this many failures, their messages are shown open; beyond, each opens on a click."""
+
+
+def _html_notes(matrix: Matrix) -> list[dict]:
+    """Each note, with a link to the first of its tests under Failures, where their messages are."""
+    first_failure: dict[int, int] = {}
+    for i, (_, number) in enumerate(matrix.failures, start=1):
+        if number:
+            first_failure.setdefault(number, i)
+    return [
+        {
+            "number": n.number,
+            "outcome": n.outcome,
+            "tests": _plural(n.tests, "test"),
+            "text": n.text,
+            "worst": n.worst,
+            "hints": list(n.hints),
+            "failure": first_failure.get(n.number, 0),
+            "failure_link": "the failing test" if n.tests == 1 else f"the {n.tests} failing tests",
+        }
+        for n in matrix.notes
+    ]
+
+
+def _html_failures(matrix: Matrix) -> list[dict]:
+    """One per failed or errored test: its node id, its note, and its whole message where the results have it."""
+    return [
+        {
+            "id": i,
+            "outcome": r.outcome,
+            "nodeid": r.nodeid,
+            "note": number or 0,
+            "message": r.message,
+            "lines": _plural(len(r.message.splitlines()), "line"),
+            "open": len(matrix.failures) <= _OPEN_MESSAGES,
+        }
+        for i, (r, number) in enumerate(matrix.failures, start=1)
+    ]
+
+
 def render_html(matrix: Matrix, source: str) -> str:
     header, device_rows = _device_table(matrix)
     return (
@@ -162,13 +206,7 @@ def render_html(matrix: Matrix, source: str) -> str:
             legend=list(_LEGEND),
             devices=list(matrix.devices),
             rows=_html_rows(matrix),
-            notes=[
-                {"number": n.number, "outcome": n.outcome, "tests": _plural(n.tests, "test"), "text": n.text}
-                for n in matrix.notes
-            ],
-            failures=[
-                {"outcome": r.outcome, "nodeid": r.nodeid, "note": number or 0, "reason": r.reason}
-                for r, number in matrix.failures
-            ],
+            notes=_html_notes(matrix),
+            failures=_html_failures(matrix),
         )
     )

@@ -6,8 +6,14 @@ and the same reason for the same run: a skip's or xfail's reason, or the first l
 (pytest's "crash" message, the line JUnit puts in `message=`). Tests that are not generated
 opcheck tests are left out.
 
-What JUnit cannot say: a non-strict XPASS is written as a plain pass there, and JUnit has no op
-path or spec file (only the module name, which is `test_<spec name>`).
+The JSON also keeps, for a failure or an error, its whole message and what the report's notes
+show of it: the worst entry it names and its hints (opcheck.report.failure). Version 1 files,
+written before those fields, are read as results without them.
+
+What JUnit cannot say: a non-strict XPASS is written as a plain pass there; JUnit has no op
+path or spec file (only the module name, which is `test_<spec name>`); and pytest shortens the
+failure message it writes there (the element's text is a traceback), so a failure read from
+JUnit has only its first line.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from pathlib import Path
 from opcheck.spec.case import CaseId, spec_of_module
 
 RESULTS_FORMAT = "opcheck-results"
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Version 2 added `worst`, `hint` and `message` to the records."""
 
 PASSED, FAILED, SKIPPED, XFAILED, XPASSED, ERROR = "passed", "failed", "skipped", "xfailed", "xpassed", "error"
 OUTCOMES = (FAILED, PASSED, SKIPPED, XFAILED, XPASSED, ERROR)
@@ -56,13 +64,18 @@ class TestResult:
     op: str = ""  # unknown ("") when read from JUnit XML
     source: str = ""  # the spec file; unknown ("") when read from JUnit XML
     duration: float = 0.0
+    worst: str = ""  # a failure's worst entry, as opcheck.report.failure reads it from the message
+    hint: str = ""  # a failure's hints, one per line
+    message: str = ""  # a failure's or an error's whole message, when it has more than its first line
 
     def to_json(self) -> dict:
+        """The record: every field, but the failure details only where there are some."""
         record = asdict(self)
         record["duration"] = round(self.duration, 6)
-        return {key: record[key] for key in _RECORD_ORDER}
+        return {key: record[key] for key in _RECORD_ORDER if record[key] or key not in _FAILURE_DETAILS}
 
 
+_FAILURE_DETAILS = ("worst", "hint", "message")
 _RECORD_ORDER = (
     "nodeid",
     "spec",
@@ -74,6 +87,9 @@ _RECORD_ORDER = (
     "sample",
     "outcome",
     "reason",
+    "worst",
+    "hint",
+    "message",
     "duration",
 )
 
@@ -189,9 +205,10 @@ def parse_json(text: str, where: str = "<json>") -> list[TestResult]:
             f'{where}: not opcheck results (expected a JSON object with "format": '
             f'"{RESULTS_FORMAT}", as `pytest --opcheck-results PATH` writes)'
         )
-    if data.get("version") != RESULTS_VERSION:
+    if data.get("version") not in READABLE_VERSIONS:
         raise ReportError(
-            f"{where}: results format version {data.get('version')!r}; this opcheck reads version {RESULTS_VERSION}"
+            f"{where}: results format version {data.get('version')!r}; this opcheck reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
     tests = data.get("tests")
     if not isinstance(tests, list):

@@ -112,3 +112,32 @@ def test_other_tests_are_ignored_and_a_crashed_workers_test_is_kept(tmp_path):
 def test_verdict_of_a_passing_setup_is_none():
     assert report_verdict(report("setup", "passed")) is None
     assert report_verdict(report("teardown", "passed")) is None
+
+
+FAILURE = """opcheck.runtime.checks.CheckFailed: opcheck gradcheck failed for torch.sin on cpu/float64, sample 'vec'
+  rerun:       pytest 'generated_tests/test_sin.py::test_gradcheck[cpu-float64-vec]'
+
+engine report:
+check: backward (VJP); d output 0 / d input 0
+worst entries:
+  d out[1] / d in[1]: analytical 2, numerical 1, abs err 1, rel err 1
+hint: analytical = 2 x numerical"""
+
+
+def test_a_failure_records_its_worst_entry_hints_and_message():
+    recorder = ResultsRecorder("unused.json")
+    recorder.pytest_runtest_logreport(report("call", "failed", _Crash(FAILURE)))
+    recorder.pytest_runtest_logreport(report("teardown", "failed", _Crash("OSError: then\nmore")))
+    (result,) = recorder.results()
+    assert result.outcome == "failed" and result.reason == FAILURE.splitlines()[0]
+    assert result.worst == "d output 0 / d input 0, d out[1] / d in[1]: analytical 2, numerical 1, abs err 1, rel err 1"
+    assert (result.hint, result.message) == ("analytical = 2 x numerical", FAILURE)  # the call's, not the teardown's
+
+
+def test_an_error_after_a_pass_records_the_errors_message():
+    recorder = ResultsRecorder("unused.json")
+    recorder.pytest_runtest_logreport(report("call", "passed"))
+    recorder.pytest_runtest_logreport(report("teardown", "failed", _Crash("OSError: then\nsecond line")))
+    (result,) = recorder.results()
+    assert (result.outcome, result.worst, result.hint) == ("error", "", "")
+    assert result.message == "OSError: then\nsecond line"

@@ -68,7 +68,7 @@ def test_html_is_one_self_contained_page():
     html = parse(page)
     assert html.tags.count("style") == 1 and "script" not in html.tags
     # every href is an in-page anchor
-    assert all(value.startswith("#note-") for name, value in html.attrs if name == "href")
+    assert all(value.startswith(("#note-", "#failure-")) for name, value in html.attrs if name == "href")
 
 
 def test_html_says_everything_in_text_and_tooltips():

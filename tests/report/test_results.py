@@ -173,7 +173,7 @@ def test_load_results_picks_the_reader_by_suffix_or_content(tmp_path):
         (
             "r.json",
             '{"format": "opcheck-results", "version": 7, "tests": []}',
-            "r.json: results format version 7; this opcheck reads version 1",
+            "r.json: results format version 7; this opcheck reads versions 1, 2",
         ),
         ("r.json", '{"format": "opcheck-results", "version": 1}', 'r.json: "tests": expected a list of test records'),
         ("r.txt", "hello", "r.txt: expected a JUnit XML file (pytest --junitxml=PATH.xml) or opcheck's JSON results"),
