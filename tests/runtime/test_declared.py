@@ -42,48 +42,32 @@ def _conv(x):
     return backward_only_conv(x, torch.ones(2, 2, 3, 3, dtype=x.dtype) / 9)
 
 
-class _CubeOnce(torch.autograd.Function):
-    """x³ whose backward is marked once-differentiable: double backward raises."""
+def _cube(name: str, gradient):
+    """x³ as an autograd.Function whose backward is `gradient(g, x)`."""
 
-    @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
         return x**3
 
-    @staticmethod
-    @once_differentiable
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
+        return gradient(g, x)
+
+    return type(
+        name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    )
+
+
+def _without_grad(g, x):
+    with torch.no_grad():
         return 3 * g * x**2
 
 
-class _CubeNoGrad(torch.autograd.Function):
-    """x³ whose backward runs without a graph: its result requires no grad, a zero second derivative."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        with torch.no_grad():
-            return 3 * g * x**2
-
-
-class _CubeDetached(torch.autograd.Function):
-    """x³ whose backward detaches x: differentiable in the cotangent only, wrong in x."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 3 * g * x.detach() ** 2
+# once-differentiable: double backward reaches no input; without a graph: the result requires no
+# grad; with x detached: differentiable in the cotangent only, wrong in x.
+_CubeOnce = _cube("_CubeOnce", once_differentiable(lambda g, x: 3 * g * x**2))
+_CubeNoGrad = _cube("_CubeNoGrad", _without_grad)
+_CubeDetached = _cube("_CubeDetached", lambda g, x: 3 * g * x.detach() ** 2)
 
 
 @pytest.mark.parametrize(
