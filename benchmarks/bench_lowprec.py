@@ -6,6 +6,7 @@ per-dtype table, on the mutant corpus of tests/lowprec and on the catalog's low-
     python benchmarks/bench_lowprec.py --device cuda    # the catalog on a GPU (TF32 off, the default)
     python benchmarks/bench_lowprec.py --device cuda --tf32   # ... with TF32 and reduced-precision reductions on
     python benchmarks/bench_lowprec.py --details        # every mutant, twin and failing catalog test
+    python benchmarks/bench_lowprec.py --no-corpus --ops sin,softmax   # the catalog's tests of two specs
 
 For each criterion it prints: mutants caught (every mutant at each dtype where it is a bug, per
 seed), twins passed (each correct twin at float32, float16 and bfloat16, per seed; the Triton ones
@@ -13,14 +14,14 @@ at float32 and float16, which the interpreter computes), and catalog
 tests passed (every `lowprec` test of op_specs/ that is neither skipped nor an expected failure on
 the device; with the spec's own rules, so a rule that sets atol/rtol keeps its test on the table).
 Then, per dtype, the largest `floor` the catalog's tests and the twins need, and the smallest the
-mutants need: the default floor must lie between them.
+mutants need: the default floor must lie between them. Last, the wall time (read once the device
+is done), the process's peak host RSS and the run's peak device memory (n/a on the CPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +29,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _device import clock, fmt_mb, host_peak_rss_mb, peak_memory_mb, reset_peak_memory  # noqa: E402
 
 from opcheck.engine.lowprec import LOWPREC_FLOORS, TABLE, Criterion, lowprec_report  # noqa: E402
 from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason  # noqa: E402
@@ -104,12 +108,17 @@ def corpus(seeds: int, details: bool, floors: dict) -> dict[str, tuple[Tally, Ta
     return out
 
 
-def catalog(device: str, block: ReducedPrecision | None, details: bool, floors: dict) -> dict[str, Tally]:
+def catalog(
+    device: str, block: ReducedPrecision | None, details: bool, floors: dict, ops: set[str] | None = None
+) -> dict[str, Tally]:
+    """Per criterion, the catalog's low-precision tests passed (of the specs named in `ops`, or all)."""
     specs = load_specs([ROOT / "op_specs"], root=ROOT)
+    if ops is not None and (unknown := ops - {spec.name for spec in specs}):
+        raise SystemExit(f"--ops: no spec named {', '.join(sorted(unknown))} in op_specs/")
     out = {c: Tally() for c in CRITERIA}
     skipped = 0
     for spec in specs:
-        if not spec.lowprec_dtypes or device not in spec.devices:
+        if not spec.lowprec_dtypes or device not in spec.devices or (ops is not None and spec.name not in ops):
             continue
         reference = resolve_op(spec.reference) if spec.reference else None
         forward = spec.gradcheck.check_forward_ad and spec.supports_forward_ad
@@ -163,11 +172,15 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="draws of each corpus sample (default 3)")
     p.add_argument("--tf32", action="store_true", help="run the catalog with TF32 and reduced-precision reductions on")
     p.add_argument("--no-corpus", action="store_true", help="the catalog only")
+    p.add_argument("--ops", default=None, metavar="NAME,...", help="the catalog's tests of these specs only")
     p.add_argument("--details", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     floors: dict = {}
-    t0 = time.perf_counter()
+    # The corpus runs on the CPU whatever --device says; the catalog on --device, when it is here.
+    device = torch.device(args.device if unavailable_reason(torch.device(args.device).type) is None else "cpu")
+    reset_peak_memory(device)
+    t0 = clock(device)
     rows = []
     if not args.no_corpus:
         n_triton = len(_triton_mutants())
@@ -178,7 +191,8 @@ def main(argv=None) -> int:
         rows.append(("mutants caught", {c: found[c][0] for c in CRITERIA}))
         rows.append(("twins passed", {c: found[c][1] for c in CRITERIA}))
     block = ReducedPrecision(tf32=True, reduced_precision_reduction=True) if args.tf32 else None
-    cat = catalog(args.device, block, args.details, floors)
+    ops = {name.strip() for name in args.ops.split(",") if name.strip()} if args.ops else None
+    cat = catalog(args.device, block, args.details, floors, ops)
     rows.append((f"catalog passed ({args.device}{', TF32 on' if args.tf32 else ''})", cat))
     print()
     print(f"{'':38s}" + "".join(f"{c:>22s}" for c in CRITERIA))
@@ -194,7 +208,11 @@ def main(argv=None) -> int:
             continue
         shown = "".join(f"{(f'{c:.3g}' if c is not None else '-'):>{w}s}" for c, w in zip(cells, (14, 12, 14)))
         print(f"{name:10s}{LOWPREC_FLOORS[dtype]:>10g}{shown}")
-    print(f"\n{time.perf_counter() - t0:.0f} s")
+    print(f"\n{clock(device) - t0:.0f} s")
+    print(
+        f"[memory] peak host RSS of the process {host_peak_rss_mb():.0f} MB | peak device memory of the run "
+        f"({args.device}): {fmt_mb(peak_memory_mb(device), unit=True)}"
+    )
     return 0
 
 

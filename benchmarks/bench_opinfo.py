@@ -27,6 +27,12 @@ Modes (each timed side by side, per sample):
   grad_output checks, the first call) is the same work in both tools, so opcheck's fixed time
   bounds the full-mode ratio: torch full / opcheck fixed.
 
+The samples are built on ``--device`` (default cpu; OpInfo's own ``sample_inputs(device, ...)``).
+The clock waits for the device before it is read, and on a device with memory statistics each
+sample's checks by each tool have their peak device memory recorded (torch.cuda.max_memory_allocated,
+reset before them): per op in the table, the largest in the summary, beside the process's peak
+host RSS (on the CPU the device memory reads n/a).
+
 Every check's verdict (``True``, ``"GradcheckError"`` or the class name of any other
 exception) is recorded; any sample on which the two tools disagree is printed in detail at
 the end and makes the script exit with status 1.
@@ -49,6 +55,19 @@ import warnings
 from itertools import chain
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _device import (  # noqa: E402
+    add_device_option,
+    clock,
+    describe,
+    fmt_mb,
+    host_peak_rss_mb,
+    parse_device,
+    peak_memory_mb,
+    reset_peak_memory,
+)
 
 # ---------------------------------------------------------------------------------------
 # The op list.  Entries are (category, OpInfo name, OpInfo variant_test_name).  Fixed on
@@ -203,6 +222,7 @@ HEAVY_OPS: list[tuple[str, str, str]] = [
 MODES = ("full", "fast")
 TOOLS = ("torch", "opcheck")
 SAMPLE_SEED = 0
+CPU = torch.device("cpu")
 
 
 SIZE_BUCKETS = [(0, 8), (8, 64), (64, 256), (256, math.inf)]
@@ -308,15 +328,15 @@ def gradcheck_calls(op, fast_mode: bool) -> list[tuple[str, dict]]:
     return calls
 
 
-def make_samples(op, dtype, limit):
-    """Freshly built samples (same seed, so same values and strides every call).
+def make_samples(op, dtype, limit, device="cpu"):
+    """Freshly built samples on `device` (same seed, so same values and strides every call).
 
     Every (tool, mode) pair gets its own build, so the two tools never share a tensor,
     its .grad or its version counter.
     """
     torch.manual_seed(SAMPLE_SEED)
     include_conjugated_inputs = op.test_conjugated_samples and dtype.is_complex
-    it = op.sample_inputs("cpu", dtype, requires_grad=True, include_conjugated_inputs=include_conjugated_inputs)
+    it = op.sample_inputs(str(device), dtype, requires_grad=True, include_conjugated_inputs=include_conjugated_inputs)
     out = []
     for s in it:
         if limit is not None and len(out) >= limit:
@@ -395,22 +415,23 @@ def describe_sample(sample) -> str:
 # ---------------------------------------------------------------------------------------
 # running
 # ---------------------------------------------------------------------------------------
-def run_one(check, fn, args, calls):
+def run_one(check, fn, args, calls, device=CPU):
     """Run each of torch's test calls on fresh copies of args.
 
-    -> (seconds, verdict, message). verdict: True, or "test: GradcheckError" / "test: <exception
-    class>" for the first call that did not pass.
+    -> (seconds, verdict, message, peak device MB of the calls or None). verdict: True, or
+    "test: GradcheckError" / "test: <exception class>" for the first call that did not pass.
     """
     from torch.autograd.gradcheck import GradcheckError
 
     total, verdict, msg = 0.0, True, ""
+    reset_peak_memory(device)
     for test, kwargs in calls:
         fresh = fresh_args(args)
         # The cyclic GC is off while a check runs (a collection that happens to fall inside one
         # tool's call would be charged to it); garbage is collected between calls, untimed.
         gc.collect()
         gc.disable()
-        t0 = time.perf_counter()
+        t0 = clock(device)
         try:
             r = check(fn, fresh, **kwargs)
             v, m = (True, "") if r is True else (repr(r), "")
@@ -418,11 +439,11 @@ def run_one(check, fn, args, calls):
             v, m = "GradcheckError", str(e)
         except Exception as e:  # noqa: BLE001 - any exception is a verdict here
             v, m = type(e).__name__, str(e)
-        total += time.perf_counter() - t0
+        total += clock(device) - t0
         gc.enable()
         if v is not True and verdict is True:
             verdict, msg = f"{test}: {v}", m
-    return total, verdict, msg
+    return total, verdict, msg, peak_memory_mb(device)
 
 
 def without_jacobian_comparison(check):
@@ -494,6 +515,7 @@ def main(argv=None) -> int:
         "--max-samples", type=int, default=None, metavar="N", help="at most the first N samples per op (default: all)"
     )
     p.add_argument("--dtype", choices=("float64", "complex128"), default="float64")
+    add_device_option(p)
     p.add_argument("--json", default=None, metavar="PATH", help="dump raw per-sample results to PATH")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     p.add_argument(
@@ -521,6 +543,7 @@ def main(argv=None) -> int:
         return 0
 
     t_start = time.perf_counter()
+    device = parse_device(args.device)
     torch.set_num_threads(args.threads)
     # Warnings (deprecations, "input is not double precision", ...) are ignored for both
     # tools alike: printing them is not what is being measured.
@@ -535,7 +558,8 @@ def main(argv=None) -> int:
     print(
         f"torch {torch.__version__} | opcheck {getattr(opcheck, '__version__', '?')} "
         f"({os.path.dirname(opcheck.__file__)}) | python {platform.python_version()} | "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}"
+        f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()} | "
+        f"device {describe(device)}"
     )
 
     if args.self_test:
@@ -605,8 +629,8 @@ def main(argv=None) -> int:
         if not op.supports_autograd:
             skipped.append((key, "does not support autograd"))
             continue
-        if dtype not in op.supported_backward_dtypes("cpu"):
-            skipped.append((key, f"no CPU autograd support for {args.dtype}"))
+        if dtype not in op.supported_backward_dtypes(device.type):
+            skipped.append((key, f"no {device.type} autograd support for {args.dtype}"))
             continue
         selected.append((cat, key, op))
     if not args.ops and not args.heavy:
@@ -620,13 +644,16 @@ def main(argv=None) -> int:
     hdr = f"{'op':{w}s} {'n':>4s}"
     for m in modes:
         hdr += f" | {m + ' torch':>11s} {'opcheck':>9s} {'ratio':>6s}"
+    device_memory = peak_memory_mb(device) is not None  # a device with memory statistics
+    if device_memory:  # the largest peak of one sample's checks, over the op's samples and modes
+        hdr += f" | {'dev MB torch':>12s} {'opcheck':>7s}"
     print(hdr + " | notes")
     print("-" * (len(hdr) + 8))
 
     records = []  # per-sample raw results
     per_op = []  # per-op totals
     disagreements = []
-    # torch slow-mode verdicts, the reference for auto mode: (op key, sample) -> (secs, verdict, msg)
+    # torch slow-mode verdicts, the reference for auto mode: (op key, sample) -> (secs, verdict, msg, peak MB)
     slow_ref: dict[tuple[str, int], tuple] = {}
     slow_source = "the full mode of this run" if "full" in modes else "a torch slow call per sample (timed apart)"
     for op_index, (cat, key, op) in enumerate(selected):
@@ -643,7 +670,7 @@ def main(argv=None) -> int:
         }
         note = []
         try:
-            ref = make_samples(op, dtype, args.max_samples)
+            ref = make_samples(op, dtype, args.max_samples, device)
         except Exception as e:  # noqa: BLE001
             skipped.append((key, f"sample_inputs failed: {type(e).__name__}: {short(str(e), 200)}"))
             print(f"{key:{w}s}  SKIPPED: sample_inputs failed ({type(e).__name__})")
@@ -658,6 +685,7 @@ def main(argv=None) -> int:
         numels = [sum(a.numel() for a in ga) for ga in ref_args]
 
         totals = {(m, t): 0.0 for m in modes for t in TOOLS}
+        peaks: dict[str, float] = {}  # tool -> largest peak device MB of one sample's checks
         verdict_counts = {}
         auto_counts = {}  # auto vs torch slow: "false alarm" / "miss" / "different failure" -> count
         for mode in modes:
@@ -667,15 +695,15 @@ def main(argv=None) -> int:
             # lazy initialisation (kernels, dispatch caches, vmap rules) biases neither side.
             warm_idx = min(range(n), key=lambda i: sum(a.numel() for a in ref_args[i]))
             for tool in order:
-                s = make_samples(op, dtype, warm_idx + 1)[warm_idx]
+                s = make_samples(op, dtype, warm_idx + 1, device)[warm_idx]
                 fn, ga = build_check(op, s)
-                run_one(checks[tool], fn, ga, kw)
+                run_one(checks[tool], fn, ga, kw, device)
 
-            built = {t: make_samples(op, dtype, args.max_samples) for t in TOOLS}
+            built = {t: make_samples(op, dtype, args.max_samples, device) for t in TOOLS}
             slow_kw = gradcheck_calls(op, fast_mode=False)
             need_slow = mode == "auto" and "full" not in modes
             if need_slow:
-                built["torch slow"] = make_samples(op, dtype, args.max_samples)
+                built["torch slow"] = make_samples(op, dtype, args.max_samples, device)
             for t in built:
                 if len(built[t]) != n or not all(
                     same_tensors(build_check(op, s)[1], a) for s, a in zip(built[t], ref_args)
@@ -690,9 +718,10 @@ def main(argv=None) -> int:
                     else:  # fall back to clones of the reference sample
                         fn, ga = build_check(op, ref[i])
                     auto_paths.clear()
-                    secs, verdict, msg = run_one(checks[tool], fn, ga, kw)
-                    res[tool] = (secs, verdict, msg)
-                    totals[(mode, tool)] += secs
+                    res[tool] = run_one(checks[tool], fn, ga, kw, device)
+                    totals[(mode, tool)] += res[tool][0]
+                    if res[tool][3] is not None:
+                        peaks[tool] = max(peaks.get(tool, 0.0), res[tool][3])
                     if mode == "auto" and tool == "opcheck":
                         paths = list(auto_paths)
                 if mode == "full":
@@ -700,7 +729,7 @@ def main(argv=None) -> int:
                 if need_slow:
                     s_ = built["torch slow"]
                     fn, ga = build_check(op, s_[i] if s_ is not None else ref[i])
-                    slow_ref[(key, i)] = run_one(torch.autograd.gradcheck, fn, ga, slow_kw)
+                    slow_ref[(key, i)] = run_one(torch.autograd.gradcheck, fn, ga, slow_kw, device)
                 rec = {
                     "op": key,
                     "category": cat,
@@ -714,12 +743,14 @@ def main(argv=None) -> int:
                     "opcheck_verdict": res["opcheck"][1],
                     "first": order[0],
                 }
+                if device_memory:
+                    rec.update(torch_peak_device_mb=res["torch"][3], opcheck_peak_device_mb=res["opcheck"][3])
                 if res["torch"][1] is not True:
                     rec["torch_msg"] = short(res["torch"][2], 2000)
                 if res["opcheck"][1] is not True:
                     rec["opcheck_msg"] = short(res["opcheck"][2], 2000)
                 if mode == "auto":
-                    ss, sv, sm = slow_ref[(key, i)]
+                    ss, sv, sm, _ = slow_ref[(key, i)]
                     rec.update(
                         torch_slow_s=ss,
                         torch_slow_verdict=sv,
@@ -747,6 +778,8 @@ def main(argv=None) -> int:
         for m in modes:
             tt, to = totals[(m, "torch")], totals[(m, "opcheck")]
             row += f" | {tt:11.3f} {to:9.3f} {ratio(tt, to):6.2f}"
+        if device_memory:
+            row += f" | {fmt_mb(peaks.get('torch'), 12)} {fmt_mb(peaks.get('opcheck'), 7)}"
         dis = sum(1 for d in disagreements if d["op"] == key)
         if dis:
             note.append(f"{dis} DISAGREEMENT(S)")
@@ -758,6 +791,8 @@ def main(argv=None) -> int:
         per_op.append(
             {"op": key, "category": cat, "samples": n, **{f"{m}_{t}_s": totals[(m, t)] for m in modes for t in TOOLS}}
         )
+        if device_memory:
+            per_op[-1].update({f"{t}_peak_device_mb": peaks.get(t) for t in TOOLS})
 
     # ---- summary --------------------------------------------------------------------
     print()
@@ -857,6 +892,16 @@ def main(argv=None) -> int:
             f"{ratio(tf, ox):.2f}x in full mode"
         )
         summary["full_ratio_ceiling"] = ratio(tf, ox)
+    device_peaks = {
+        t: max((r[f"{t}_peak_device_mb"] or 0.0 for r in per_op), default=None) if device_memory else None
+        for t in TOOLS
+    }
+    rss = host_peak_rss_mb()
+    print(
+        f"[memory] peak host RSS of this process {rss:.0f} MB | peak device memory of one sample's checks "
+        f"({device}): " + ", ".join(f"{t} {fmt_mb(v, unit=True)}" for t, v in device_peaks.items())
+    )
+    summary["memory"] = {"host_peak_rss_mb": rss, "device": str(device), "device_peak_mb": device_peaks}
     if skipped:
         print(f"skipped ops ({len(skipped)}): " + "; ".join(f"{k} ({why})" for k, why in skipped))
     wall = time.perf_counter() - t_start
@@ -872,6 +917,7 @@ def main(argv=None) -> int:
                     "opcheck": getattr(opcheck, "__version__", None),
                     "threads": torch.get_num_threads(),
                     "dtype": args.dtype,
+                    "device": str(device),
                     "modes": list(modes),
                     "max_samples": args.max_samples,
                     "skipped": [{"op": k, "reason": r} for k, r in skipped],

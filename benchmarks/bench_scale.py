@@ -4,6 +4,7 @@
     python benchmarks/bench_scale.py                  # every mutant and twin, best of 1
     python benchmarks/bench_scale.py --repeat 3 --json /tmp/scale.json
     python benchmarks/bench_scale.py --cases sin_64x64_tail7,sin_64x64_tail7:twin
+    python benchmarks/bench_scale.py --device cuda
 
 The corpus is tests/engine/scale_mutants.py (imported from there, nothing is copied): localized
 gradient bugs at real sizes (a tail tile, one matmul column, one softmax row, one attention head,
@@ -12,7 +13,10 @@ names: ID for the mutant, ID:twin for its twin (--list-cases prints them).
 
 For every case, each tool runs in its own fresh subprocess (so its peak memory,
 getrusage(RUSAGE_SELF).ru_maxrss, is its own): one untimed warm-up on torch.sin over a 4x4 input
-with the case's checker and flags, then --repeat timed calls (best time kept) on fresh inputs:
+with the case's checker and flags, then --repeat timed calls (best time kept) on fresh inputs.
+With --device (default cpu) the inputs are drawn as on the CPU and moved there; the clock waits
+for the device, and the peak device memory of the timed calls (torch.cuda.max_memory_allocated,
+reset after the warm-up) is reported beside the peak RSS ("n/a" on the CPU):
 
 * auto: opcheck.gradcheck_report / gradgradcheck_report with fast_mode="auto" and the default
   jacobian_budget; its verdict, the path each comparison took (stats.auto_paths) and, on a
@@ -45,6 +49,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "engine"))  # scale_mutants lives with the engine tests
 sys.path.insert(0, str(ROOT))  # and builds its ops from tests.broken_ops
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _device import add_device_option, clock, fmt_mb, parse_device, peak_memory_mb, reset_peak_memory  # noqa: E402
 
 TOOLS = ("auto", "torch fast", "torch slow")
 DEFAULT_SLOW_MAX = 2**24
@@ -98,11 +105,23 @@ def _where(mismatch) -> str | None:
     return f"{head}, full block: {mismatch.mismatched} of {mismatch.total} Jacobian entries{at}"
 
 
-def worker(tool: str, case: str, repeat: int, threads: int) -> dict:
+def on_device(inputs: tuple, device) -> tuple:
+    """The corpus's inputs (drawn on the CPU) on `device`, as leaves with the same requires_grad."""
+    import torch
+
+    if device.type == "cpu":
+        return inputs
+    return tuple(
+        x.detach().to(device).requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x for x in inputs
+    )
+
+
+def worker(tool: str, case: str, repeat: int, threads: int, device_name: str = "cpu") -> dict:
     import torch
 
     import opcheck
 
+    device = parse_device(device_name)
     torch.set_num_threads(threads)
     warnings.simplefilter("ignore")
     from torch.autograd.gradcheck import GradcheckError
@@ -123,7 +142,7 @@ def worker(tool: str, case: str, repeat: int, threads: int) -> dict:
     def run(f, inputs):
         gc.collect()
         gc.disable()
-        t0 = time.perf_counter()
+        t0 = clock(device)
         try:
             r = check(f, inputs)
             if tool == "auto":
@@ -135,16 +154,17 @@ def worker(tool: str, case: str, repeat: int, threads: int) -> dict:
             r, verdict, msg = None, "GradcheckError", str(e)
         except Exception as e:  # noqa: BLE001 - any exception is a verdict here
             r, verdict, msg = None, type(e).__name__, str(e)
-        secs = time.perf_counter() - t0
+        secs = clock(device) - t0
         gc.enable()
         return secs, verdict, msg, r
 
     warm = torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
-    run(torch.sin, (warm,))
+    run(torch.sin, on_device((warm,), device))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    reset_peak_memory(device)
     times, result = [], None
     for _ in range(repeat):
-        secs, verdict, msg, r = run(fn, m.make_inputs())
+        secs, verdict, msg, r = run(fn, on_device(m.make_inputs(), device))
         times.append(secs)
         result = result or (verdict, msg, r)
     verdict, msg, r = result
@@ -157,6 +177,7 @@ def worker(tool: str, case: str, repeat: int, threads: int) -> dict:
         "message": _first_lines(msg, 4) if msg else "",
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_before_check_mb": rss_before / 1024,
+        "peak_device_mb": peak_memory_mb(device),
     }
     if tool == "auto" and r is not None:
         out["auto_paths"] = list(r.stats.auto_paths)
@@ -190,6 +211,8 @@ def run_worker(tool, case, args) -> dict:
         str(args.repeat),
         "--threads",
         str(args.threads),
+        "--device",
+        args.device,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     for line in proc.stdout.splitlines():
@@ -202,6 +225,7 @@ def run_worker(tool, case, args) -> dict:
         "verdict": f"worker failed (exit {proc.returncode})",
         "message": _first_lines(proc.stderr[-2000:], 8),
         "peak_rss_mb": None,
+        "peak_device_mb": None,
     }
 
 
@@ -225,6 +249,7 @@ def main(argv=None) -> int:
         help=f"run torch's slow mode only where n*m <= N (default 2**24 = {DEFAULT_SLOW_MAX})",
     )
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each worker (default 1)")
+    add_device_option(p)
     p.add_argument("--json", default=None, metavar="PATH", help="write the results to PATH")
     p.add_argument("--list-cases", action="store_true", help="print the case names and exit")
     p.add_argument("--worker", nargs=2, metavar=("TOOL", "CASE"), help=argparse.SUPPRESS)
@@ -233,13 +258,15 @@ def main(argv=None) -> int:
         p.error("--repeat must be >= 1")
 
     if args.worker:
-        print("RESULT " + json.dumps(worker(args.worker[0], args.worker[1], args.repeat, args.threads)), flush=True)
+        result = worker(args.worker[0], args.worker[1], args.repeat, args.threads, args.device)
+        print("RESULT " + json.dumps(result), flush=True)
         return 0
 
     import torch
 
     import opcheck
 
+    device = parse_device(args.device)
     corpus = _corpus()
     if args.list_cases:
         print("\n".join(all_cases(corpus)))
@@ -254,8 +281,30 @@ def main(argv=None) -> int:
     print(
         f"torch {torch.__version__} | opcheck {getattr(opcheck, '__version__', '?')} | python "
         f"{platform.python_version()} | {platform.machine()}, {os.cpu_count()} CPUs, torch threads {args.threads} | "
+        f"device {args.device} | "
         f"best of {args.repeat} | torch slow where n*m <= {args.slow_max_entries} | one subprocess per tool x case"
     )
+
+    # ---- detection table, a row as each case ends
+    w = max(len(c) for c in cases) + 1
+    # MB: the worker's peak RSS; on a device with memory statistics, "dev MB": its peak device memory
+    dev = device.type != "cpu"
+    mem = f"{'MB':>5s}" + (f" {'dev MB':>6s}" if dev else "")
+    hdr = (
+        f"{'case':{w}s} {'checker':13s} {'n*m':>10s} | {'auto':>8s} {'s':>7s} {mem} | "
+        f"{'torch fast':>10s} {'s':>7s} {mem} | {'torch slow':>10s} {'s':>7s} {mem} | auto path"
+    )
+    print("\n" + hdr)
+    print("-" * len(hdr), flush=True)
+
+    def cell(t, width):
+        if t.get("not_run"):
+            return f"{'not run':>{width}s} {'-':>7s} {'-':>5s}" + (f" {'-':>6s}" if dev else "")
+        secs = f"{t['seconds']:7.3f}" if t.get("seconds") is not None else f"{'-':>7s}"
+        mb = f"{t['peak_rss_mb']:5.0f}" if t.get("peak_rss_mb") is not None else f"{'-':>5s}"
+        if dev:
+            mb += " " + fmt_mb(t.get("peak_device_mb"), 6)
+        return f"{_short(t['outcome'], width):>{width}s} {secs} {mb}"
 
     results = []
     for case in cases:
@@ -275,29 +324,12 @@ def main(argv=None) -> int:
             r["outcome"] = outcome(kind, r["verdict"])
             rec["tools"][tool] = r
         results.append(rec)
-
-    # ---- detection table
-    w = max(len(c) for c in cases) + 1
-    hdr = (
-        f"{'case':{w}s} {'checker':13s} {'n*m':>10s} | {'auto':>8s} {'s':>7s} {'MB':>5s} | "
-        f"{'torch fast':>10s} {'s':>7s} {'MB':>5s} | {'torch slow':>10s} {'s':>7s} {'MB':>5s} | auto path"
-    )
-    print("\n" + hdr)
-    print("-" * len(hdr))
-
-    def cell(t, width):
-        if t.get("not_run"):
-            return f"{'not run':>{width}s} {'-':>7s} {'-':>5s}"
-        secs = f"{t['seconds']:7.3f}" if t.get("seconds") is not None else f"{'-':>7s}"
-        mb = f"{t['peak_rss_mb']:5.0f}" if t.get("peak_rss_mb") is not None else f"{'-':>5s}"
-        return f"{_short(t['outcome'], width):>{width}s} {secs} {mb}"
-
-    for rec in results:
         t = rec["tools"]
         paths = sorted(set(t["auto"].get("auto_paths") or [])) or ["-"]
         print(
             f"{rec['case']:{w}s} {rec['checker']:13s} {rec['entries']:10d} | {cell(t['auto'], 8)} | "
-            f"{cell(t['torch fast'], 10)} | {cell(t['torch slow'], 10)} | {', '.join(paths)}"
+            f"{cell(t['torch fast'], 10)} | {cell(t['torch slow'], 10)} | {', '.join(paths)}",
+            flush=True,
         )
     fails = [(rec, tool) for rec in results for tool in TOOLS if rec["tools"][tool].get("verdict") not in (None, True)]
     if fails:
@@ -362,9 +394,22 @@ def main(argv=None) -> int:
         + ", ".join(f"{t} {v:.0f} MB" for t, v in peaks.items())
         + f" (target <= 2048 MB; a process holds about {base:.0f} MB before its first check)"
     )
+    device_peaks = {
+        tool: max(
+            (r["tools"][tool]["peak_device_mb"] for r in results if r["tools"][tool].get("peak_device_mb") is not None),
+            default=None,
+        )
+        for tool in TOOLS
+    }
+    print(
+        f"[memory] max peak device memory per process ({device}, timed calls): "
+        + ", ".join(f"{t} {fmt_mb(v, unit=True)}" for t, v in device_peaks.items())
+    )
     wall = time.perf_counter() - t_start
     print(f"wall time {wall:.1f}s")
-    summary.update(auto_s=ta, torch_fast_s=tf, auto_over_torch_fast=rt, peak_rss_mb=peaks, wall_s=wall)
+    summary.update(
+        auto_s=ta, torch_fast_s=tf, auto_over_torch_fast=rt, peak_rss_mb=peaks, peak_device_mb=device_peaks, wall_s=wall
+    )
 
     if args.json:
         with open(args.json, "w") as f:
@@ -373,6 +418,7 @@ def main(argv=None) -> int:
                     "command": cmd,
                     "torch": torch.__version__,
                     "threads": args.threads,
+                    "device": str(device),
                     "repeat": args.repeat,
                     "slow_max_entries": args.slow_max_entries,
                     "cases": results,

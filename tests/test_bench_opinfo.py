@@ -34,6 +34,11 @@ def test_all_modes_on_two_ops(tmp_path):
     samples = [r for r in json.loads(out.read_text())["samples"] if r["mode"] == "auto"]
     assert samples and all(r["vs_torch_slow"] == "agree" and r["auto_paths"] for r in samples)
     assert summary["full_ratio_ceiling"] == pytest.approx(summary["full"]["torch_s"] / summary["fixed"]["opcheck_s"])
+    # peak memory: the process's host RSS, and no device memory on the CPU
+    memory = summary["memory"]
+    assert memory["host_peak_rss_mb"] > 0 and memory["device"] == "cpu"
+    assert memory["device_peak_mb"] == {"torch": None, "opcheck": None}
+    assert "peak device memory of one sample's checks (cpu): torch n/a, opcheck n/a" in proc.stdout
 
 
 def test_budget_zero_runs_the_projections_on_every_sample():

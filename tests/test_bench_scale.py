@@ -41,6 +41,8 @@ def test_one_mutant_and_its_twin(tmp_path):
     assert "[torch fast] mutants caught 0/1, twins passed 1/1" in proc.stdout
     assert any(line.startswith("[time] opcheck auto") for line in lines)
     assert any(line.startswith("[memory] max peak RSS") for line in lines)
+    # on the CPU there is no device memory: said, not omitted
+    assert "[memory] max peak device memory per process (cpu, timed calls): auto n/a" in proc.stdout
 
     data = json.loads(out.read_text())
     cases = {c["case"]: c for c in data["cases"]}
@@ -53,3 +55,4 @@ def test_one_mutant_and_its_twin(tmp_path):
     assert mutant["torch slow"]["verdict"] is None and "not_run" in mutant["torch slow"]
     assert data["summary"]["detection"]["auto"]["missed"] == []
     assert data["summary"]["peak_rss_mb"]["auto"] > 0
+    assert data["device"] == "cpu" and mutant["auto"]["peak_device_mb"] is None
