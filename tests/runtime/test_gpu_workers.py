@@ -194,5 +194,8 @@ def test_real_xdist_workers_take_distinct_devices(pytester, monkeypatch):
     )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b")
     monkeypatch.delenv(PIN_ENV, raising=False)
+    # Run from an xdist worker, the inner controller would take this worker's id for its own.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "-p", "no:opcheck")
     result.assert_outcomes(passed=4)
