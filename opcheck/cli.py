@@ -113,8 +113,46 @@ def _parser() -> argparse.ArgumentParser:
     specs_option(p)
     p.set_defaults(run=_validate)
 
-    p = sub.add_parser("list", help="ops, samples and test counts")
+    p = sub.add_parser(
+        "list",
+        help="ops, samples and test counts; with --cost, each test's estimated calls and seconds",
+        description="Every spec's op, samples, checks and test count. With --cost, each generated test's "
+        "estimated calls of the op and seconds, from one probe of each sample (opcheck.runtime.cost): per "
+        "spec, the costliest tests, the tests over --threshold with what would make them cheaper, and the "
+        "total.",
+    )
     specs_option(p)
+    p.add_argument("--cost", action="store_true", help="estimate each test's calls and seconds (runs the ops)")
+    p.add_argument(
+        "--device",
+        default=None,
+        metavar="DEVICES",
+        help="with --cost: device types to estimate, comma-separated (default: [tool.opcheck] device, else "
+        "every one the specs name; the tests of those unavailable here are counted, not estimated)",
+    )
+    p.add_argument(
+        "--policy",
+        choices=("auto", "full", "fast"),
+        default=None,
+        help="with --cost: as pytest's --opcheck-policy (default: [tool.opcheck] policy, else each spec's fast_mode)",
+    )
+    p.add_argument(
+        "--budget",
+        default=None,
+        metavar="N",
+        help="with --cost: as pytest's --opcheck-budget (default: [tool.opcheck] budget, else 2**20)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --cost: mark the tests estimated over this many seconds, and say what would make them "
+        "cheaper (default 1)",
+    )
+    p.add_argument(
+        "--top", type=int, default=10, metavar="N", help="with --cost: list the N costliest tests (0: every test)"
+    )
     p.set_defaults(run=_list)
 
     p = sub.add_parser("new", help="scaffold a commented spec for an op")
@@ -300,7 +338,12 @@ def _count_tests(spec) -> int:
 
 
 def _list(args) -> int:
+    cost_only = [f"--{o}" for o in ("device", "policy", "budget", "threshold") if getattr(args, o) is not None]
+    if cost_only and not args.cost:
+        raise _Usage(f"opcheck list: {', '.join(cost_only)} apply only with --cost")
     specs = sorted(_load(args.specs, project_root(args.specs)), key=lambda s: s.name)
+    if args.cost:
+        return _list_cost(specs, args)
     rows = [("name", "op", "samples", "checks", "tests")]
     for s in specs:
         rows.append((s.name, s.op, str(len(s.samples)), ",".join(s.checks()), str(_count_tests(s))))
@@ -309,6 +352,52 @@ def _list(args) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     print(f"{len(specs)} spec(s), {sum(_count_tests(s) for s in specs)} tests")
     return 0
+
+
+def _list_cost(specs, args) -> int:
+    """`opcheck list --cost`: the run's settings as pytest takes them (the option, else `[tool.opcheck]`,
+    else the default), then opcheck.runtime.cost_report."""
+    from opcheck.runtime.context import Settings, parse_budget
+    from opcheck.runtime.cost import THRESHOLD
+    from opcheck.runtime.cost_report import estimate_specs, render
+
+    project = args.project
+    try:
+        policy = args.policy or _configured(project, "policy", lambda s: project_config.check_policy(s.text, s.where))
+        budget = (
+            parse_budget(args.budget, where="--budget")
+            if args.budget is not None
+            else _configured(project, "budget", lambda s: project_config.check_budget(s.value, s.where))
+        )
+        devices = (
+            project_config.check_devices(project_config.split_names([args.device]), "--device")
+            if args.device is not None
+            else _configured(project, "device", lambda s: project_config.check_devices(s.names, s.where))
+        )
+        threads = _configured(project, "threads", lambda s: project_config.check_threads(s.value, s.where), 1)
+        if threads is None:  # `keep`: torch's own setting
+            import torch
+
+            threads = torch.get_num_threads()
+    except (project_config.ConfigError, ValueError) as e:
+        raise _Usage(f"opcheck list: {e}") from None
+    settings = Settings(policy=policy, threads=threads)
+    if budget is not None:
+        source = "--budget" if args.budget is not None else "[tool.opcheck] budget"
+        settings = Settings(policy=policy, budget=budget, budget_source=source, threads=threads)
+    if devices == [project_config.ALL_DEVICES]:
+        devices = None  # every device type; an unavailable one's tests are counted as not estimated
+    print(f"opcheck list --cost: probing the samples of {len(specs)} spec(s) ...", file=sys.stderr, flush=True)
+    threshold = THRESHOLD if args.threshold is None else args.threshold
+    estimates = estimate_specs(specs, settings, devices, threshold)
+    sys.stdout.write(render(estimates, threshold=threshold, top=args.top, settings=settings))
+    return 0
+
+
+def _configured(project, key: str, check, default=None):
+    """A `[tool.opcheck]` setting, checked (check(setting)), or `default` where it is not set."""
+    setting = project.get(key)
+    return default if setting is None else check(setting)
 
 
 def _new(args) -> int:

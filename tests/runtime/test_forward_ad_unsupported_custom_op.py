@@ -6,7 +6,6 @@ pass on it and say so; `check_forward_ad: true` must fail with a hint that names
 forward-mode formula, not a detached output, while a backward-mode zero keeps the detach hint.
 """
 
-
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD

@@ -1,0 +1,367 @@
+"""A generated test's cost before it runs: the calls of the op it will make, and its seconds.
+
+`estimate(spec, case)` builds the test's sample as the test does (same device, dtype and seed),
+probes the function the check differentiates (cost_probe.py: a forward and a backward timed, the
+best of three, and, where the plan needs them, one call of each batched evaluation the engine may
+use: which of its paths the op takes), plans the engine call the runtime makes, with the
+runtime's own flags, tolerances and policy (checks.engine_call; cost_model.plan_check), and prices
+each evaluation at the probe's times, plus what surrounds the evaluations (building the sample,
+the engine's bookkeeping and comparisons: FIXED, PER_EVALUATION, PER_STEP, measured on the catalog
+and scaled to this machine by `machine_factor`).
+
+What the estimate assumes: the check passes (a failing one stops early; one that looks like a kink
+re-draws its sample, up to four runs), torch runs on one thread as the generated tests do, and the
+process is warm (its first test also pays imports, and a first large buffer its first touch).
+benchmarks/bench_cost.py compares the estimates with measured times on the catalog.
+
+A probe calls the op a few times whatever its test costs: estimating the catalog, whose tests take
+milliseconds, takes about twice as long as running it, and a test that would take minutes is known
+in milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+import torch
+
+from opcheck.runtime.context import Settings
+from opcheck.runtime.cost_model import plan_check, unit_seconds
+from opcheck.runtime.cost_plan import Calls, Flags, Kind, Plan
+from opcheck.runtime.cost_probe import Probe, timed
+from opcheck.runtime.cost_samples import SampleProbes
+from opcheck.spec.case import CaseId, cases_of
+from opcheck.spec.model import (
+    FORWARD_AD,
+    FORWARD_AD_UNSUPPORTED,
+    FWGRAD_BWGRAD,
+    GRADCHECK,
+    GRADGRAD_UNSUPPORTED,
+    GRADGRADCHECK,
+    LIBRARY_OPCHECK,
+    LOWPREC,
+    OpSpec,
+)
+
+__all__ = ["THRESHOLD", "Calls", "Estimate", "estimate", "estimate_spec", "format_seconds", "machine_factor"]
+
+THRESHOLD = 1.0
+"""Seconds beyond which `opcheck list --cost` marks a test and says what would make it cheaper."""
+
+# What a test costs besides the evaluations of its function (building the sample, resolving its
+# tolerances, the engine's setup, comparisons and bookkeeping), in seconds on the machine that
+# measured them: the project's 2-core x86, torch 2.13, one thread (machine_factor scales them).
+# Fitted to the catalog's measured times by `python benchmarks/bench_cost.py --fit`: per test by
+# check kind; per evaluation by kind (the work around each call: one-hot rows, differences,
+# comparisons); per step-by-step comparison (a Jacobian or projection check of one part).
+FIXED: dict[str, float] = {
+    GRADCHECK: 60e-6,
+    FORWARD_AD: 0.0,
+    GRADGRADCHECK: 490e-6,
+    FWGRAD_BWGRAD: 460e-6,
+    FORWARD_AD_UNSUPPORTED: 180e-6,
+    GRADGRAD_UNSUPPORTED: 130e-6,
+    LOWPREC: 1.4e-3,
+    LIBRARY_OPCHECK: 36e-3,
+}
+PER_EVALUATION = {
+    Kind.FORWARD: 1.5e-6,
+    Kind.BACKWARD: 20e-6,
+    Kind.JVP: 78e-6,
+    Kind.VMAP: 140e-6,
+    Kind.VMAP_JVP: 300e-6,
+    Kind.VMAP_TANGENTS: 0.0,
+    Kind.BATCHED_BACKWARD: 170e-6,
+    Kind.DOUBLE_BACKWARD: 0.0,
+}
+PER_STEP = {"fused pass": 90e-6, "comparison": 130e-6, "failed batch": 490e-6}
+LIBRARY_OPCHECK_RUNS = 6
+"""torch.library.opcheck's tests run the op about this many times (forward and backward) besides FIXED."""
+REFERENCE_SECONDS = 2.76e-4
+"""What machine_factor's workload took on the machine that measured FIXED."""
+
+SECOND_ORDER = (GRADGRADCHECK, FWGRAD_BWGRAD)
+DECLARED = (FORWARD_AD_UNSUPPORTED, GRADGRAD_UNSUPPORTED)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One generated test's predicted calls and seconds, what the engine will do, and, when it is
+    expensive, what would make it cheaper."""
+
+    case: CaseId
+    calls: Calls = Calls()
+    seconds: float = 0.0
+    path: tuple[str, ...] = ()
+    advice: tuple[str, ...] = ()
+    skipped: str | None = None  # why there is no estimate: the test is skipped, or the probe raised
+    # which: "unavailable" (the device), "requires" (a module), "dtype", "spec" (a skip rule), "probe"
+    not_estimated: str | None = None
+    evaluations: float = 0.0  # of `seconds`, the evaluations of the op at the probe's times
+    counts: tuple[tuple[str, int], ...] = ()  # evaluations by kind and step-by-step comparisons (for fitting)
+
+    def over(self, threshold: float) -> bool:
+        return self.skipped is None and self.seconds > threshold
+
+
+# ------------------------------------------------------------------------------ calibration
+@functools.cache
+def machine_factor() -> float:
+    """How much slower this machine runs a small fixed workload than the one that measured FIXED
+    (what a test of a small op is made of: small tensors, forwards, backwards, vmapped calls; the
+    best of several runs on one thread)."""
+    x = torch.linspace(-1, 1, 16, dtype=torch.float64).requires_grad_()
+
+    def work() -> None:
+        for _ in range(5):
+            y = torch.sin(x) * x
+            torch.autograd.grad(y, x, torch.ones_like(y))
+            torch.func.vmap(torch.sin)(x.detach().reshape(4, 4))
+
+    with one_thread():
+        work()
+        _, seconds = timed(work, repeats=7)
+    return max(0.25, min(8.0, seconds / REFERENCE_SECONDS))
+
+
+@contextlib.contextmanager
+def one_thread(threads: int | None = 1) -> Iterator[None]:
+    """torch's intra-op threads as the generated tests set them (the plugin's default: one; None:
+    torch's own setting, left alone)."""
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------------------ estimates
+def estimate_spec(
+    spec: OpSpec,
+    settings: Settings | None = None,
+    devices: Iterable[str] | None = None,
+    threshold: float = THRESHOLD,
+) -> list[Estimate]:
+    """An estimate for every generated test of the spec on these device types (default: all; a test
+    on an unavailable device, or one a rule skips, is an estimate whose `skipped` says why); those
+    over `threshold` seconds come with advice."""
+    settings = settings or Settings.from_env()
+    wanted = set(devices) if devices is not None else None
+    probes = SampleProbes(spec)
+    return [
+        estimate(spec, case, settings, probes, threshold)
+        for case in cases_of(spec)
+        if wanted is None or case.device in wanted
+    ]
+
+
+def estimate(
+    spec: OpSpec,
+    case: CaseId,
+    settings: Settings | None = None,
+    probes: SampleProbes | None = None,
+    threshold: float = THRESHOLD,
+) -> Estimate:
+    """The estimate of one generated test (`case`, one of `cases_of(spec)`), with advice when it is
+    over `threshold` seconds; `probes` shares the probes of a spec's samples between its checks."""
+    from opcheck.runtime.checks import _load_forward_ad_decompositions
+    from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
+    from opcheck.spec.requires import not_installed_reason
+
+    settings = settings or Settings.from_env()
+    for kind, reason in (
+        ("requires", not_installed_reason(spec)),
+        ("unavailable", unavailable_reason(case.device)),
+        ("dtype", unsupported_dtype_reason(case.device, case.dtype)),
+        ("spec", _skip_reason(spec, case)),
+    ):
+        if reason:
+            return Estimate(case, skipped=reason, not_estimated=kind)
+    # As in a test run, where the first forward-AD test loads torch's forward-AD decompositions for
+    # the rest of the process: some ops' forward AD is slower with them.
+    _load_forward_ad_decompositions()
+    probes = probes or SampleProbes(spec)
+    try:
+        # torch's threads as the plugin sets them around a generated test: settings.threads, else one
+        with one_thread(settings.threads or 1), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _estimate(spec, case, settings, probes, threshold)
+    except Exception as e:  # the test will say what is wrong; nothing to estimate
+        first = (str(e).strip().splitlines() or [""])[0]
+        return Estimate(case, skipped=f"the probe raised {type(e).__name__}: {first}", not_estimated="probe")
+
+
+def _skip_reason(spec: OpSpec, case: CaseId) -> str | None:
+    for rule in spec.skips:
+        if rule.where.matches(device=case.device, dtype=case.dtype, check=case.check, sample=case.sample):
+            return f"skipped by the spec: {rule.reason}"
+    return None
+
+
+def _expected_failure(spec: OpSpec, case: CaseId) -> bool:
+    return any(
+        rule.where.matches(device=case.device, dtype=case.dtype, check=case.check, sample=case.sample)
+        for rule in spec.expected_failures
+    )
+
+
+def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, threshold: float) -> Estimate:
+    factor, check = machine_factor(), case.check
+    fixed = FIXED[check] * factor
+    notes: tuple[str, ...] = (
+        ("expected to fail: it stops at the failure, sooner",) if _expected_failure(spec, case) else ()
+    )
+    if check == LOWPREC:
+        low = probes.lowprec(case)
+        path = ("low precision: the op at the dtype, the float64 reference, its rounded baselines",)
+        # FIXED[LOWPREC] is per call of the sample (an OpInfo sample has several): the parts judged
+        total = fixed * max(1, low.sample_calls) + low.seconds
+        device = _another_device(case, low.op_run, f"the op's run at {case.dtype}") if total > threshold else None
+        advice = (device,) if device else ()
+        return Estimate(case, low.calls, total, path + notes, advice=advice, evaluations=low.seconds)
+    if check == LIBRARY_OPCHECK:
+        seconds = sum(LIBRARY_OPCHECK_RUNS * (p.forward + (p.backward or 0.0)) for p in probes.first_order(case))
+        return Estimate(case, Calls(), fixed + seconds, ("torch.library.opcheck",) + notes, evaluations=seconds)
+    plans = _plans(spec, case, settings, probes)
+    evaluations = sum(plan.seconds for plan in plans)
+    seconds = fixed + sum(_priced(plan, factor) for plan in plans)
+    counts = Counter[str]()
+    for plan in plans:
+        for (kind, _), count in plan.evals.items():
+            counts[kind.name] += count
+        counts.update(plan.steps)
+    est = Estimate(
+        case,
+        sum((Calls.of(plan) for plan in plans), Calls()),
+        seconds,
+        tuple(dict.fromkeys(text for plan in plans for text in plan.path)) + notes,
+        evaluations=evaluations,
+        counts=tuple(sorted(counts.items())),
+    )
+    if seconds <= threshold:
+        return est
+    return replace(est, advice=tuple(_advice(spec, case, settings, probes, est)))
+
+
+def _plans(
+    spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, flags: Flags | None = None
+) -> list[Plan]:
+    """The plans of the test's engine calls, one per call of its sample (and, before a second-order
+    check, the op's call that draws its grad_outputs)."""
+    if case.check in DECLARED:
+        return [_declared_plan(case.check, p) for p in probes.first_order(case)]
+    flags = flags or _flags(spec, case, settings)
+    plans = []
+    for p, op in probes.for_check(case, second_order=case.check in SECOND_ORDER):
+        if op is not None:
+            draw = Plan()
+            draw.add(Kind.FORWARD, each=op.forward)
+            plans.append(draw)
+        plans.append(plan_check(flags, p))
+    return plans
+
+
+def _priced(plan: Plan, factor: float) -> float:
+    overhead = sum(count * PER_EVALUATION[kind] for (kind, _), count in plan.evals.items())
+    overhead += sum(count * PER_STEP.get(step, 0.0) for step, count in plan.steps.items())
+    return plan.seconds + overhead * factor
+
+
+def _declared_plan(check: str, p: Probe) -> Plan:
+    """opcheck.runtime.declared: a call to see there is a derivative, then three (forward AD: a JVP
+    and two forwards), or four forwards, four backward passes and a double backward."""
+    plan = Plan(path=["declared unsupported: one random direction against central differences"])
+    evals = {Kind.FORWARD: 3, Kind.JVP: 1}
+    if check == GRADGRAD_UNSUPPORTED:
+        evals = {Kind.FORWARD: 4, Kind.BACKWARD: 4, Kind.DOUBLE_BACKWARD: 1}
+    for kind, count in evals.items():
+        plan.add(kind, count, each=unit_seconds(p, kind))
+    return plan
+
+
+def _flags(spec: OpSpec, case: CaseId, settings: Settings) -> Flags:
+    """The engine flags the runtime passes for this test (checks.engine_call)."""
+    from opcheck.runtime.checks import engine_call
+    from opcheck.runtime.policy import choose_policy
+    from opcheck.runtime.report import Case
+    from opcheck.runtime.tolerances import resolve_tolerances
+
+    tol = resolve_tolerances(spec, case.check, case.device, case.dtype, case.sample)
+    policy = choose_policy(spec.gradcheck.fast_mode, settings)
+    _, kwargs = engine_call(Case.of(spec, case.check, case.device, case.dtype, case.sample), tol, policy)
+    return Flags.of(kwargs, second_order=case.check in SECOND_ORDER)
+
+
+# ------------------------------------------------------------------------------ advice
+def _advice(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, est: Estimate) -> list[str]:
+    """What would make an expensive test cheaper, each with what it would cost where that is known."""
+    if case.check in DECLARED:
+        return []
+    advice = []
+    found = probes.for_check(case, second_order=case.check in SECOND_ORDER)
+    missing = sorted({what for p, _ in found for what in _missing(p)})
+    loops = est.calls.forward + est.calls.backward + est.calls.jvp > 64
+    if loops and missing:
+        advice.append(f"the engine loops, a call per Jacobian row or column: the op has {', '.join(missing)}")
+    flags = _flags(spec, case, settings)
+    fast = _plans(spec, case, settings, probes, replace(flags, mode="fast"))
+    seconds = FIXED[case.check] * machine_factor() + sum(_priced(plan, machine_factor()) for plan in fast)
+    if flags.mode != "fast" and seconds < est.seconds / 2:
+        advice.append(
+            f"`gradcheck: {{fast_mode: true}}`: ~{format_seconds(seconds)} (torch's fast mode, one random "
+            "projection per input and output, misses single wrong entries); it is per spec, so give this "
+            "sample a spec of its own (a family member) to keep the others on auto"
+        )
+    biggest = max((p for p, _ in found), key=lambda p: p.n * p.m, default=None)
+    if biggest is not None and loops:
+        rows, columns = biggest.m, sum(biggest.columns)
+        advice.append(
+            f"a smaller sample: the loops run once per output element ({rows} here) or input element ({columns})"
+        )
+    device = _another_device(case, max((p.forward for p, _ in found), default=0.0), "one forward")
+    return advice + ([device] if device else [])
+
+
+def _another_device(case: CaseId, seconds: float, what: str) -> str | None:
+    """Advice to run the test elsewhere, where one evaluation of the op takes more than 5 ms on the cpu."""
+    if case.device != "cpu" or seconds <= 5e-3:
+        return None
+    why = " (Triton runs its kernels in the interpreter there)" if os.environ.get("TRITON_INTERPRET") == "1" else ""
+    return (
+        f"another device: {what} takes {format_seconds(seconds)} on the cpu{why}; leave cpu out of `devices:`, "
+        "or run with `--opcheck-device cuda`"
+    )
+
+
+def _missing(p: Probe) -> list[str]:
+    """What the op lacks that the engine's batched paths need."""
+    out = []
+    if p.vmap is None:
+        out.append("no vmap rule")
+    if p.batched_backward is None:
+        out.append("no batched backward")
+    if p.jvp is None or not p.jvp_right:
+        out.append("no forward AD")
+    if p.double_backward != "ok":
+        out.append("no double backward")
+    return out
+
+
+def format_seconds(s: float) -> str:
+    """Seconds as `opcheck list --cost` prints them: 12 s, 1.3 s, 45 ms, 0.8 ms."""
+    if s >= 100:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.1f} s"
+    if s >= 0.01:
+        return f"{s * 1e3:.0f} ms"
+    return f"{s * 1e3:.1f} ms"

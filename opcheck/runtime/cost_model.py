@@ -1,0 +1,500 @@
+"""The evaluations one engine call makes, planned from a probe of the function (cost_probe.py).
+
+`plan_check(flags, probe)` follows the engine's decisions (opcheck.engine.api._gradcheck and the
+passes it runs) as far as a probe can tell them: fast_mode="auto" tries its fused pass (the full
+Jacobian up to FULL_CHECK_ELEMENTS input and output elements, projections beyond), and where the
+pass does not apply (complex or sparse inputs) or cannot batch what it needs (no vmap rule, no
+forward AD, no batched backward), the step-by-step check, whose loops make one call per Jacobian
+column (two forwards) or row (one backward). The batches' sizes follow the engine's schedule
+(memory-bounded chunks, a pilot batch, growth by the measured ratio) and its adaptive rule (a
+batch that costs more per column than the loop hands over to the loop).
+
+What a plan does not know: a check that fails stops early (and a failure that looks like a kink
+re-draws the sample: up to four runs); the batched results that disagree with a plain call, and
+the settling of entries near the tolerance, cost a few calls more. The plan is of a passing check.
+"""
+
+from __future__ import annotations
+
+from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
+from opcheck.engine.context import FULL_CHECK_ELEMENTS
+from opcheck.engine.fused_backward import FUNCTORCH_ROWS
+from opcheck.engine.projections import COTANGENTS, DIRECTIONS
+from opcheck.runtime.cost_plan import Flags, Kind, Plan
+from opcheck.runtime.cost_probe import Probe
+
+__all__ = ["Flags", "Kind", "Plan", "plan_check", "unit_seconds"]
+
+
+class _Fallback(Exception):
+    """A fused pass that does not pass the call (what it evaluated until then is in the plan)."""
+
+    def __init__(self, loops: bool = False):
+        super().__init__()
+        self.loops = loops
+
+
+class _Planner:
+    """One engine call on the probed function: the engine's decisions, its evaluations recorded."""
+
+    def __init__(self, flags: Flags, probe: Probe):
+        self.f, self.p, self.plan = flags, probe, Plan()
+        self.batch = {"forward": True, "vjp": True, "jvp": True}  # the Evaluator's kinds still on
+        self.projections_first = False
+
+    # ----------------------------------------------------------------------- costs
+    def seconds(self, kind: Kind, rows: int = 1) -> float:
+        return unit_seconds(self.p, kind, rows)
+
+    def add(self, kind: Kind, count: int = 1, rows: int = 1, plan: Plan | None = None) -> None:
+        """Record `count` evaluations of `rows` rows (in `plan`, default the call's), priced at this
+        planner's function."""
+        (plan or self.plan).add(kind, count, rows, self.seconds(kind, rows) if count > 0 else 0.0)
+
+    # --------------------------------------------------------------------- the call
+    def run(self) -> Plan:
+        p, f = self.p, self.f
+        self.add(Kind.FORWARD)  # the call itself
+        if p.layouts:  # sparse inputs: dense stand-ins, the loops throughout
+            self.projections_first = True
+            self.batch = dict.fromkeys(self.batch, False)
+            self.plan.note("sparse inputs: loops")
+        elif f.mode == "auto" and self._fused_passes():
+            return self.plan
+        for part in self._parts():
+            if part == "forward" and p.complex_inputs:
+                # forward AD checks a complex input's imaginary and real parts as functions of real
+                # inputs of their own (opcheck.engine.parts), which rebuild the complex input
+                sub = _Planner(f, p.forward_part)
+                sub.batch, sub.projections_first = self.batch, self.projections_first
+                sub.plan = self.plan
+                sub._compare(part)
+            else:
+                self._compare(part)
+        self._side_checks()
+        return self.plan
+
+    def _compare(self, part: str) -> None:
+        {"auto": self._auto, "fast": self._fast, "full": self._full}[self.f.mode](part)
+
+    def _parts(self) -> list[str]:
+        """The step-by-step comparisons (parts.compare_parts): complex outputs as imaginary and real
+        parts, complex inputs likewise for forward AD; each part calls the function once first."""
+        p, f, parts = self.p, self.f, []
+        if f.backward:
+            if p.complex_outputs:
+                self.add(Kind.FORWARD, 2)
+                parts += ["backward", "backward"]
+            else:
+                parts.append("backward")
+        if f.forward and not p.layouts:
+            halves = 2 if p.complex_inputs else 1
+            if p.complex_inputs:
+                self.add(Kind.FORWARD, 2)
+            parts += ["forward"] * halves
+            if f.undefined_grad:  # the undefined-tangent check: two forward-mode calls per input
+                self.add(Kind.JVP, 2 * p.n_inputs * halves)
+        return parts
+
+    # ------------------------------------------------------------------ fused passes
+    def _fused_passes(self) -> bool:
+        p, f = self.p, self.f
+        n, m = p.n, p.m
+        if n + m <= FULL_CHECK_ELEMENTS and n * m <= f.budget:
+            order = [self._fused_full]
+        else:
+            order = [self._fused_projected] + ([self._fused_full] if n * m <= f.budget else [])
+        for attempt in order:
+            self.plan.step("fused pass")
+            try:
+                attempt()
+                return True
+            except _Fallback as e:
+                self.add(Kind.FORWARD)  # a fresh start: the function called again
+                if attempt == self._fused_projected and e.loops:
+                    self.projections_first = True
+                    return False
+        return False
+
+    def _applies(self, projected: bool) -> None:
+        p = self.p
+        if not (self.batch["forward"] and self.batch["vjp"]):
+            raise _Fallback(loops=True)
+        if p.complex_inputs or p.layouts or not p.real_outputs:
+            raise _Fallback()
+        if not projected and p.n * p.m > self.f.budget:
+            raise _Fallback()
+        n_out = p.n_outputs
+        if projected:
+            rows = (COTANGENTS + 1) * n_out + 1 if self.f.backward else 0
+            forward = (3 * DIRECTIONS + 1) * p.n_inputs
+        else:
+            rows = p.m_real + n_out + 1 if self.f.backward else 0
+            forward = 2 * p.n + 1
+        if max(rows * (p.m_real + p.n), forward * (p.n + p.m_real)) * p.itemsize > DEFAULT_MEMORY_BUDGET:
+            raise _Fallback()
+
+    def _fused_full(self) -> None:
+        p, f = self.p, self.f
+        self._applies(projected=False)
+        self.plan.note("auto: full Jacobian, fused")
+        if f.forward and not f.batched_forward_grad and 0 < p.n <= FUSE_MAX_COLUMNS:
+            self._need(p.vmap_jvp is not None)
+            self.add(Kind.VMAP_JVP, rows=3 * p.n)
+            self.add(Kind.JVP)
+        else:
+            self._numerical_columns(center_probe=True)
+            if f.forward:
+                self._jvp_columns(legacy_first=f.batched_forward_grad)
+        if f.forward and not p.jvp_right:
+            raise _Fallback()
+        if f.backward:
+            self._fused_backward(p.m_real)
+        if f.forward and f.undefined_grad and p.n_inputs > 1:
+            self.add(Kind.JVP, p.n_inputs)
+        if f.forward and f.batched_forward_grad:
+            self.add(Kind.VMAP_TANGENTS, p.n_inputs, rows=2)
+        if f.backward and f.undefined_grad:
+            self._undefined_backward(fused=True)
+
+    def _fused_projected(self) -> None:
+        p, f = self.p, self.f
+        self._applies(projected=True)
+        k, n_in = DIRECTIONS, p.n_inputs
+        zero_tangent_rows = n_in if f.forward and f.undefined_grad and n_in > 1 else 0
+        ju = True
+        if f.batched_forward_grad:  # J·U from the legacy vmap, the differences from a vmapped call
+            self._need(p.vmap is not None, loops=True)
+            self.add(Kind.VMAP, rows=1 + 2 * k * n_in)
+            self.add(Kind.VMAP_TANGENTS, rows=k * n_in + zero_tangent_rows)
+        elif p.vmap_jvp is not None:
+            self.add(Kind.VMAP_JVP, rows=3 * k * n_in + zero_tangent_rows)
+        else:
+            self.plan.step("failed batch")
+            if f.forward:
+                raise _Fallback(loops=True)
+            self._need(p.vmap is not None, loops=True)
+            self.add(Kind.VMAP, rows=1 + 2 * k * n_in)
+            ju = False
+        if f.forward:
+            self.add(Kind.JVP)  # the batched rows tied to a plain JVP
+        if not ju:  # J·U from the VJP of the VJP
+            self.add(Kind.BACKWARD)
+            if p.double_backward == "wrong":  # computed, and it disagrees with finite differences
+                self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
+            if p.double_backward != "ok":
+                raise _Fallback()
+            self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
+            source = "the VJP of the VJP"
+        else:
+            if not p.jvp_right:  # forward AD's J·U disagrees with the finite differences
+                raise _Fallback()
+            source = "forward AD"
+        self.plan.note(f"auto: projections (J·U from {source}), fused")
+        if f.backward:
+            self._fused_backward(COTANGENTS * p.n_outputs)
+        if f.forward and f.undefined_grad and n_in > 1:
+            self.add(Kind.JVP, n_in)
+        if f.backward and f.undefined_grad:
+            self._undefined_backward(fused=True)
+
+    def _fused_backward(self, leading: int) -> None:
+        """fused_backward.batched_backward: two plain VJPs per output (reentrancy), one batched backward."""
+        p = self.p
+        self.add(Kind.BACKWARD, 2 * p.n_outputs)
+        rows = leading + p.n_outputs + 1
+        if p.batched_backward is None:
+            self._attempt(Kind.BATCHED_BACKWARD, rows)
+            raise _Fallback()
+        if leading >= FUNCTORCH_ROWS and p.vmap is not None:  # torch.func's pullback: a forward, then the rows
+            self.add(Kind.FORWARD)
+            self.add(Kind.BATCHED_BACKWARD, rows=rows)
+            if self.f.batched_grad:
+                self.add(Kind.BATCHED_BACKWARD, rows=p.n_outputs)
+        else:
+            self.add(Kind.BATCHED_BACKWARD, rows=rows)
+
+    def _attempt(self, kind: Kind, rows: int) -> None:
+        """A batched backward that raises: the op's backward is entered with the batched cotangents
+        (and raises there, at about the cost of one plain backward)."""
+        self.plan.add(kind, 1, rows, self.seconds(Kind.BACKWARD))
+
+    def _need(self, works: bool, loops: bool = False) -> None:
+        """Fall back unless a batched evaluation the pass needs works (its attempt raises first)."""
+        if not works:
+            self.plan.step("failed batch")
+            raise _Fallback(loops=loops)
+
+    def _undefined_backward(self, fused: bool = False) -> None:
+        n_out = self.p.n_outputs
+        if not fused:
+            self.add(Kind.FORWARD)
+        self.add(Kind.BACKWARD)
+        if n_out > 1:
+            self.add(Kind.FORWARD, n_out)
+            self.add(Kind.BACKWARD, n_out)
+
+    # ---------------------------------------------------------------- step by step
+    def _auto(self, part: str) -> None:
+        p, f = self.p, self.f
+        n, m = p.n, p.m
+        full_first = n + m <= FULL_CHECK_ELEMENTS and n * m <= f.budget
+        if n * m <= f.budget and not (self.projections_first and not full_first):
+            self._full(part, note="auto: full Jacobian, step by step")
+        else:
+            self._projected(part)
+
+    def _full(self, part: str, note: str = "full Jacobian") -> None:
+        self.plan.note(note)
+        self.plan.step("comparison")
+        self._numerical_columns(center_probe=False)
+        if part == "forward":
+            self._jvp_columns(legacy_first=False)
+            return
+        for m_o in self.p.output_sizes:
+            self._vjp_rows(m_o)
+
+    def _fast(self, part: str) -> None:
+        p = self.p
+        self.plan.note("fast mode: one random projection per input and output")
+        self.plan.step("comparison")
+        self.add(Kind.FORWARD, 2 * p.n_inputs * (2 if p.complex_inputs else 1))
+        if part == "forward":
+            self.add(Kind.JVP, p.n_inputs)
+        else:
+            self.add(Kind.BACKWARD, 2 * p.n_outputs)
+
+    def _projected(self, part: str) -> None:
+        p, k = self.p, DIRECTIONS
+        self.plan.step("comparison")
+        if p.complex_inputs or p.complex_outputs:
+            self.add(Kind.FORWARD)  # the function seen through view_as_real
+        for _ in range(p.n_inputs):  # finite differences along the directions
+            if self.batch["forward"] and p.vmap is not None:
+                self.add(Kind.VMAP, rows=2 * k)
+                self.add(Kind.FORWARD)
+            else:
+                self._give_up("forward")
+                self.add(Kind.FORWARD, 2 * k)
+        if part == "forward":
+            self.plan.note("auto: projections (J·U from forward AD), step by step")
+            self._jvp_along()
+            return
+        if p.jvp_right:
+            self._jvp_along()
+            source = "forward AD"
+        else:
+            if p.jvp is not None:  # forward AD runs, and disagrees: the next source
+                self._jvp_along()
+            else:
+                self.add(Kind.FORWARD)  # the forward-mode attempt: the op runs, its tangent raises
+            source = self._double_backward_source()
+        self.plan.note(f"auto: projections (J·U from {source}), step by step")
+        for _ in range(p.n_outputs):  # the VJP stage: JᵀV twice (reentrancy)
+            self._vjp_batch(COTANGENTS, probe=True)
+            self._vjp_batch(COTANGENTS, probe=True)
+
+    def _jvp_along(self) -> None:
+        p = self.p
+        for _ in range(p.n_inputs):
+            if self.batch["jvp"] and p.vmap_tangents is not None:
+                self.add(Kind.VMAP_TANGENTS, rows=DIRECTIONS)
+                self.add(Kind.JVP)
+            else:
+                self._give_up("jvp")
+                if p.jvp is None:  # the first forward-mode call raises
+                    self.add(Kind.FORWARD)
+                    return
+                self.add(Kind.JVP, DIRECTIONS)
+
+    def _double_backward_source(self) -> str:
+        p = self.p
+        self.add(Kind.BACKWARD)  # backward with create_graph
+        if p.double_backward in ("ok", "wrong"):
+            for _ in range(p.n_inputs):
+                if self.batch["vjp"]:
+                    self.add(Kind.DOUBLE_BACKWARD, rows=DIRECTIONS)
+                    self.add(Kind.DOUBLE_BACKWARD, rows=1)
+                else:
+                    self.add(Kind.DOUBLE_BACKWARD, DIRECTIONS, rows=1)
+            if p.double_backward == "ok":
+                return "the VJP of the VJP"
+        if p.double_backward == "raises":
+            if self.batch["vjp"]:
+                self.add(Kind.DOUBLE_BACKWARD, rows=DIRECTIONS)
+            self.add(Kind.DOUBLE_BACKWARD, rows=1)
+            self.batch["vjp"] = False  # vjp_batch gave the kind up before the loop raised
+        # VJP rows: every row of J, a chunk at a time, reduced against U on the fly
+        n = p.n
+        for m_o in p.output_sizes:
+            chunk = _chunk(m_o, m_o + n, p.itemsize)
+            for start in range(0, m_o, chunk):
+                self._vjp_batch(min(chunk, m_o - start), probe=start == 0)
+        return "VJP rows"
+
+    def _vjp_batch(self, b: int, probe: bool) -> None:
+        """vjp_rows.vjp_batch: one batched backward (and a plain probe), else one backward per row."""
+        if self.batch["vjp"] and b >= 2 and self.p.batched_backward is not None:
+            self.add(Kind.BATCHED_BACKWARD, rows=b)
+            if probe:
+                self.add(Kind.BACKWARD)
+            return
+        if self.batch["vjp"] and b >= 2:
+            self._attempt(Kind.BATCHED_BACKWARD, b)
+            self._give_up("vjp")
+        self.add(Kind.BACKWARD, b)
+
+    def _give_up(self, kind: str) -> None:
+        self.batch[kind] = False
+
+    # ------------------------------------------------------ batched columns and rows
+    def _numerical_columns(self, center_probe: bool) -> None:
+        """batching.fd_columns.numerical_columns: vmapped chunks of columns, else two calls each."""
+        p = self.p
+        total = sum(p.columns)
+        if total == 0:
+            return
+        threshold = 5 if center_probe else MIN_BATCH_COLUMNS
+        if self.batch["forward"] and total >= threshold:
+            if p.vmap is None:
+                self.plan.step("failed batch")
+                self._give_up("forward")
+            else:
+                out = p.m
+                groups = [total] if total <= FUSE_MAX_COLUMNS else [c for c in p.columns if c]
+                trial = Plan()
+                done = all(
+                    self._batches(
+                        trial, cols, _chunk(cols, 2 * (p.n + out), p.itemsize), "forward", center_probe, extra_row=True
+                    )
+                    for cols in groups
+                )
+                self.plan.extend(trial)
+                if done:
+                    return
+        self.add(Kind.FORWARD, 2 * total)
+
+    def _jvp_columns(self, legacy_first: bool) -> None:
+        """batching.jvp_columns: vmapped chunks of J e_k (one probe JVP), else one JVP per column."""
+        p = self.p
+        total = p.n
+        if total == 0:
+            return
+        if self.batch["jvp"] and total >= (2 if legacy_first else MIN_BATCH_COLUMNS):
+            if p.vmap_tangents is None:
+                self.plan.step("failed batch")
+                self._give_up("jvp")
+            else:
+                groups = [total] if total <= FUSE_MAX_COLUMNS else [p.inputs[j].numel() for j in p.diff]
+                trial = Plan()
+                done = all(
+                    self._batches(trial, cols, _chunk(cols, cols + p.m, p.itemsize), "jvp", False, extra_row=True)
+                    for cols in groups
+                    if cols
+                )
+                self.plan.extend(trial)
+                if done:
+                    return
+        self.add(Kind.JVP, total)
+
+    def _vjp_rows(self, m_o: int) -> None:
+        """analytical_vjp_jacobian: the rows of one output twice (reentrancy), batched or one backward each."""
+        p = self.p
+        if self.batch["vjp"] and m_o >= MIN_BATCH_COLUMNS and p.batched_backward is not None:
+            trial = Plan()
+            if self._batches(trial, m_o, _chunk(m_o, m_o + p.n, p.itemsize), "vjp", False, extra_row=False):
+                self.plan.extend(trial)
+                for (kind, rows), count in trial.evals.items():
+                    if kind == Kind.BATCHED_BACKWARD:
+                        self.add(kind, count, rows)
+                return
+            self.plan.extend(trial)
+        elif self.batch["vjp"] and m_o >= MIN_BATCH_COLUMNS:
+            self._attempt(Kind.BATCHED_BACKWARD, min(m_o, PILOT_COLUMNS))
+            self._give_up("vjp")
+        self.add(Kind.BACKWARD, 2 * m_o)
+
+    def _batches(self, plan: Plan, total: int, chunk: int, kind: str, center_probe: bool, extra_row: bool) -> bool:
+        """The schedule of one batched kind over `total` columns (or rows): a pilot batch first when
+        there are many, timed against one plain call; then batches growing by the ratio the pilot
+        undercut the loop, up to `chunk`. False when the adaptive rule hands over to the loop (the
+        caller then loops over every column; what was batched is in `plan`)."""
+        batched, plain, rows_per = {
+            "forward": (Kind.VMAP, Kind.FORWARD, 2),
+            "jvp": (Kind.VMAP_TANGENTS, Kind.JVP, 1),
+            "vjp": (Kind.BATCHED_BACKWARD, Kind.BACKWARD, 1),
+        }[kind]
+        plain_per_column = rows_per * self.seconds(plain)
+        size = min(chunk, PILOT_COLUMNS) if total > 8 * PILOT_COLUMNS else chunk
+        start = 0
+        while start < total:
+            stop = min(total, start + size)
+            b = stop - start
+            first = start == 0
+            rows = rows_per * b + (1 if first and extra_row else 0)
+            self.add(batched, rows=rows, plan=plan)
+            if first and not center_probe:
+                self.add(plain, plan=plan)
+            timed = not center_probe and (first or size < chunk)
+            if timed:
+                per_column = self.seconds(batched, rows) / b
+                if per_column > plain_per_column:
+                    self._give_up(kind)
+                    if stop < total:
+                        return False
+                    break
+                factor = 8.0 if per_column <= 0 else min(8.0, plain_per_column / per_column)
+                size = min(chunk, max(size, int(size * factor * (1 + 1e-9))))
+            start = stop
+        return True
+
+    # ------------------------------------------------------------------ side checks
+    def _side_checks(self) -> None:
+        p, f = self.p, self.f
+        self.plan.step("side checks")
+        if f.batched_forward_grad:
+            self.add(Kind.JVP, 2 * p.n_inputs)
+            self.add(Kind.VMAP_TANGENTS, p.n_inputs, rows=2)
+        if not f.backward:
+            return
+        if f.batched_grad:
+            self.add(Kind.BACKWARD, 2 * p.n_outputs)
+            self.add(Kind.BATCHED_BACKWARD, p.n_outputs, rows=2)
+        self.add(Kind.BACKWARD)  # zero grad_outputs
+        if f.undefined_grad:
+            self._undefined_backward()
+
+
+def _chunk(total: int, per_column_elems: int, itemsize: int) -> int:
+    per_column = max(1, per_column_elems) * max(1, itemsize)
+    return int(max(1, min(total, DEFAULT_MEMORY_BUDGET // per_column)))
+
+
+def plan_check(flags: Flags, probe: Probe) -> Plan:
+    """The evaluations of one gradcheck (or, on gradgradcheck's first derivative, gradgradcheck) call."""
+    return _Planner(flags, probe).run()
+
+
+# ------------------------------------------------------------------------------- seconds
+def unit_seconds(p: Probe, kind: Kind, rows: int = 1) -> float:
+    """The seconds of one evaluation of this kind, from the probe's times."""
+    forward = p.forward
+    backward = p.backward if p.backward is not None else forward
+    if kind == Kind.FORWARD:
+        return forward
+    if kind == Kind.BACKWARD:
+        return backward
+    if kind == Kind.JVP:
+        return p.jvp if p.jvp is not None else 2 * forward
+    if kind == Kind.VMAP:
+        return p.vmap.at(rows) if p.vmap is not None else rows * forward
+    if kind in (Kind.VMAP_JVP, Kind.VMAP_TANGENTS):
+        batched = p.vmap_jvp if kind == Kind.VMAP_JVP else p.vmap_tangents
+        if batched is not None:
+            return batched.at(rows)
+        return p.vmap.at(rows) * 2 if p.vmap is not None else rows * 2 * forward
+    if kind == Kind.BATCHED_BACKWARD:
+        return p.batched_backward.at(rows) if p.batched_backward is not None else rows * backward
+    # a backward through backward's graph, batched over `rows` cotangents (a batch costs less per row)
+    once = p.double_backward_seconds if p.double_backward != "raises" else None
+    return (once if once is not None else 2 * backward + forward) * (1 + (rows - 1) / 4)

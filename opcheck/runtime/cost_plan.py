@@ -1,0 +1,132 @@
+"""What a cost plan is made of: the kinds of evaluation of a function under check, the flags of
+an engine call, the plan of its evaluations, and the calls of the op a plan adds up to."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Kind(Enum):
+    """A kind of evaluation of the function under check."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    JVP = "jvp"  # a forward-mode call (dual inputs)
+    VMAP = "vmapped forward"
+    VMAP_JVP = "vmapped jvp"  # points and tangents batched (the fused passes)
+    VMAP_TANGENTS = "vmapped jvp at one point"  # tangents batched (the Jacobian's columns, J·U)
+    BATCHED_BACKWARD = "batched backward"
+    DOUBLE_BACKWARD = "double backward"  # backward through a backward (batched over `rows` cotangents)
+
+    @property
+    def batched(self) -> bool:
+        """A vmapped call of the op, or a batched backward (a double backward is neither: it runs
+        backward's own graph, not the op)."""
+        return self in (Kind.VMAP, Kind.VMAP_JVP, Kind.VMAP_TANGENTS, Kind.BATCHED_BACKWARD)
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What an engine call is asked to check (its keyword arguments, as the runtime passes them)."""
+
+    backward: bool = True
+    forward: bool = False
+    batched_grad: bool = False
+    batched_forward_grad: bool = False
+    undefined_grad: bool = True
+    mode: str = "auto"  # "auto", "fast" (torch's fast mode) or "full"
+    budget: int = 2**20
+
+    @classmethod
+    def of(cls, kwargs: dict[str, Any], second_order: bool = False) -> Flags:
+        """The flags of gradcheck(**kwargs), or with second_order of gradgradcheck(**kwargs)."""
+        fast_mode = kwargs.get("fast_mode", False)
+        mode = "auto" if fast_mode == "auto" else "fast" if fast_mode else "full"
+        budget = kwargs.get("jacobian_budget") or 2**20
+        if second_order:
+            return cls(
+                backward=bool(kwargs.get("check_rev_over_rev", True)),
+                forward=bool(kwargs.get("check_fwd_over_rev", False)),
+                batched_grad=bool(kwargs.get("check_batched_grad", False)),
+                undefined_grad=bool(kwargs.get("check_undefined_grad", True)),
+                mode=mode,
+                budget=budget,
+            )
+        return cls(
+            backward=bool(kwargs.get("check_backward_ad", True)),
+            forward=bool(kwargs.get("check_forward_ad", False)),
+            batched_grad=bool(kwargs.get("check_batched_grad", False)),
+            batched_forward_grad=bool(kwargs.get("check_batched_forward_grad", False)),
+            undefined_grad=bool(kwargs.get("check_undefined_grad", True)),
+            mode=mode,
+            budget=budget,
+        )
+
+
+@dataclass
+class Plan:
+    """Evaluations by (kind, rows per call) and how many; `path` says which comparisons made them."""
+
+    evals: Counter[tuple[Kind, int]] = field(default_factory=Counter)
+    path: list[str] = field(default_factory=list)
+    steps: Counter[str] = field(default_factory=Counter)  # the engine's stages run (their bookkeeping costs)
+    seconds: float = 0.0  # the evaluations' seconds, each at its function's probed time
+
+    def add(self, kind: Kind, count: int = 1, rows: int = 1, each: float = 0.0) -> None:
+        if count > 0:
+            self.evals[(kind, rows)] += count
+            self.seconds += count * each
+
+    def note(self, text: str) -> None:
+        if text not in self.path:
+            self.path.append(text)
+
+    def step(self, name: str) -> None:
+        self.steps[name] += 1
+
+    def extend(self, other: Plan) -> None:
+        self.evals.update(other.evals)
+        self.steps.update(other.steps)
+        self.seconds += other.seconds
+        for text in other.path:
+            self.note(text)
+
+
+@dataclass(frozen=True)
+class Calls:
+    """Evaluations of the function under check, by kind; a batched one counts once, whatever its rows."""
+
+    forward: int = 0
+    backward: int = 0
+    jvp: int = 0  # forward-mode calls (dual inputs)
+    batched: int = 0  # vmapped forwards and JVPs, batched backwards
+    rows: int = 0  # the batched evaluations' rows together
+    double_backward: int = 0  # backward passes through backward's graph (batched or not): not the op's code
+
+    def __add__(self, other: Calls) -> Calls:
+        return Calls(*(a + b for a, b in zip(self.astuple(), other.astuple())))
+
+    def astuple(self) -> tuple[int, int, int, int, int, int]:
+        return (self.forward, self.backward, self.jvp, self.batched, self.rows, self.double_backward)
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward + self.jvp + self.batched + self.double_backward
+
+    def describe(self) -> str:
+        text = f"{self.forward} fwd, {self.backward} bwd, {self.jvp} jvp, {self.batched} batched ({self.rows} rows)"
+        return text + (f", {self.double_backward} double bwd" if self.double_backward else "")
+
+    @classmethod
+    def of(cls, plan: Plan) -> Calls:
+        counts = Counter[str]()
+        for (kind, rows), count in plan.evals.items():
+            if kind.batched:
+                counts["batched"] += count
+                counts["rows"] += count * rows
+            else:
+                counts[kind.name.lower()] += count
+        return cls(*(counts[k] for k in ("forward", "backward", "jvp", "batched", "rows", "double_backward")))

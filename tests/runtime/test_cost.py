@@ -1,0 +1,281 @@
+"""The cost model (opcheck.runtime.cost): the calls it plans are the calls the engine makes, counted
+by the op itself, on the full Jacobian, the projections, the step-by-step and fast checks and a
+kernel with a backward alone; and the estimates of generated tests (skips, second order, advice).
+Nothing here judges a time: only counts, paths and the arithmetic of the model."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, is_legacy_batchedtensor
+
+import opcheck.engine as engine
+from opcheck.runtime.checks import engine_call
+from opcheck.runtime.context import Settings
+from opcheck.runtime.cost import Calls, Estimate, estimate, estimate_spec, format_seconds, machine_factor
+from opcheck.runtime.cost_model import Flags, Kind, Plan, plan_check
+from opcheck.runtime.cost_probe import SMALL_BATCH, Batched, Probe
+from opcheck.runtime.policy import Policy
+from opcheck.runtime.report import Case
+from opcheck.runtime.tolerances import resolve_tolerances
+from opcheck.spec.case import CaseId, cases_of
+from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, Sample, TensorArg, Where
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+COUNTS: Counter[str] = Counter()
+
+
+def _batched(t: torch.Tensor) -> bool:
+    while True:
+        if is_batchedtensor(t) or is_legacy_batchedtensor(t):
+            return True
+        if not is_functorch_wrapped_tensor(t):
+            return False
+        t = get_unwrapped(t)
+
+
+class CountingSin(torch.autograd.Function):
+    """sin with a vmap rule, forward AD and a differentiable backward, counting its calls: forward
+    (every evaluation, plain or vmapped, a JVP's too), jvp, backward (plain or batched)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        COUNTS["batched" if _batched(x) else "forward"] += 1
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.x = inputs[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        COUNTS["batched" if _batched(g) else "backward"] += 1
+        return g * torch.cos(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        COUNTS["batched jvp" if _batched(t) else "jvp"] += 1
+        return t * torch.cos(ctx.x)
+
+
+class KernelCube(torch.autograd.Function):
+    """x³ whose forward and backward run outside torch (as a C++, CUDA or Triton kernel does): no
+    vmap rule, no forward AD, no double backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        COUNTS["forward"] += 1
+        ctx.save_for_backward(x)
+        return torch.from_numpy(x.detach().numpy() ** 3)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        COUNTS["batched" if _batched(g) else "backward"] += 1  # a batched cotangent: it raises below
+        return torch.from_numpy(3 * x.numpy() ** 2 * g.numpy())
+
+
+def _counted() -> tuple[int, int, int, int]:
+    """What the op saw, as Calls counts it: (forward, backward, jvp, batched); a JVP runs the forward too."""
+    return (
+        COUNTS["forward"] - COUNTS["jvp"],
+        COUNTS["backward"],
+        COUNTS["jvp"],
+        COUNTS["batched"],
+    )
+
+
+def _x(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+
+
+CASES = {
+    # full Jacobian, fused: the call, one vmapped evaluation of every column, two plain VJPs and
+    # one batched backward of every row, the undefined-grad_output VJP
+    "full Jacobian": (CountingSin.apply, (3, 4), dict(fast_mode="auto", check_batched_grad=True)),
+    "full Jacobian, forward AD": (
+        CountingSin.apply,
+        (3, 4),
+        dict(fast_mode="auto", check_forward_ad=True, check_backward_ad=False),
+    ),
+    "projections": (CountingSin.apply, (16, 16), dict(fast_mode="auto", check_batched_grad=True)),
+    "projections, forward AD": (
+        CountingSin.apply,
+        (16, 16),
+        dict(fast_mode="auto", check_forward_ad=True, check_backward_ad=False),
+    ),
+    "full mode, step by step": (CountingSin.apply, (3, 4), dict(fast_mode=False, check_batched_grad=True)),
+    "fast mode": (CountingSin.apply, (3, 4), dict(fast_mode=True, check_batched_grad=True)),
+    # a kernel with a backward alone: nothing batches, J·U comes from a backward per output row
+    "backward-only kernel": (KernelCube.apply, (10, 10), dict(fast_mode="auto")),
+    "backward-only kernel, small": (KernelCube.apply, (3, 4), dict(fast_mode="auto")),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_planned_calls_are_the_calls_the_op_sees(name):
+    fn, shape, kwargs = CASES[name]
+    x = _x(*shape)
+    plan = plan_check(Flags.of(dict(kwargs, check_backward_ad=kwargs.get("check_backward_ad", True))), Probe(fn, (x,)))
+    COUNTS.clear()
+    report = engine.gradcheck_report(fn, (x,), **kwargs)
+    assert report.passed, report.message
+    assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, plan.path, report.stats)
+
+
+def test_a_backward_only_kernel_loops_over_its_rows():
+    x = _x(10, 10)
+    plan = plan_check(Flags(mode="auto"), Probe(KernelCube.apply, (x,)))
+    calls = Calls.of(plan)
+    assert calls.batched <= 1 and calls.backward > 100  # one backward per output element (one batched try)
+    assert plan.path == ["auto: projections (J·U from VJP rows), step by step"]
+    assert Calls.of(plan_check(Flags(mode="fast"), Probe(KernelCube.apply, (x,)))).backward < 10
+
+
+def test_the_paths_follow_the_engines_sizes_and_budget():
+    small, large = Probe(torch.sin, (_x(3, 4),)), Probe(torch.sin, (_x(40, 40),))
+    assert plan_check(Flags(), small).path == ["auto: full Jacobian, fused"]
+    assert plan_check(Flags(), large).path == ["auto: projections (J·U from forward AD), fused"]
+    assert plan_check(Flags(mode="full"), small).path == ["full Jacobian"]
+    complex_ = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128, requires_grad=True),))
+    # the fused pass takes real inputs only
+    assert plan_check(Flags(), complex_).path == ["auto: full Jacobian, step by step"]
+    kernel = Probe(KernelCube.apply, (_x(12, 12),))
+    assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
+
+
+def test_a_probe_learns_what_batches():
+    sin, kernel = Probe(CountingSin.apply, (_x(3, 4),)), Probe(KernelCube.apply, (_x(3, 4),))
+    assert sin.vmap is not None and sin.vmap_jvp is not None and sin.batched_backward is not None
+    assert sin.jvp is not None and sin.jvp_right and sin.double_backward == "ok"
+    assert kernel.vmap is None and kernel.vmap_tangents is None and kernel.jvp is None and not kernel.jvp_right
+    assert kernel.double_backward == "wrong"  # once_differentiable: a graph, but no derivative through it
+    assert (sin.n, sin.m, sin.n_inputs, sin.n_outputs) == (12, 12, 1, 1)
+
+
+def test_a_batched_evaluation_is_priced_between_its_timed_sizes():
+    b = Batched(lambda rows: None, None, small=1.0)
+    b._times[16] = 2.3  # as if timed: 1.0 s at SMALL_BATCH rows, 2.3 s at 16
+    per_row = (2.3 - 1.0) / (16 - SMALL_BATCH)
+    assert b.at(1) == 1.0 and b.at(SMALL_BATCH) == 1.0
+    assert b.at(9) == pytest.approx(1.0 + per_row * (9 - SMALL_BATCH))
+    assert b.at(16) == pytest.approx(2.3)
+
+
+def test_calls_add_up_and_describe_themselves():
+    plan = Plan()
+    plan.add(Kind.FORWARD, 2, each=1.0)
+    plan.add(Kind.VMAP, rows=17, each=3.0)
+    plan.add(Kind.BATCHED_BACKWARD, 2, rows=5, each=0.5)
+    plan.add(Kind.DOUBLE_BACKWARD, rows=8, each=0.25)
+    calls = Calls.of(plan)
+    assert calls == Calls(forward=2, batched=3, rows=27, double_backward=1)
+    assert plan.seconds == 2 * 1.0 + 3.0 + 2 * 0.5 + 0.25
+    assert (calls + calls).astuple() == (4, 0, 0, 6, 54, 2)
+    assert calls.describe() == "2 fwd, 0 bwd, 0 jvp, 3 batched (27 rows), 1 double bwd"
+    assert [format_seconds(s) for s in (250, 1.25, 0.045, 0.0008)] == ["250 s", "1.2 s", "45 ms", "0.8 ms"]
+
+
+# ------------------------------------------------------------------------------ generated tests
+SOURCE = "op_specs/cost.yaml"
+
+
+def _spec(**changes) -> OpSpec:
+    fields = dict(
+        name="sin",
+        op="torch.sin",
+        source=SOURCE,
+        sha256="0",
+        samples=(
+            Sample("small", args=(TensorArg(shape=(3, 4)),), location=Location(SOURCE, 5, 5)),
+            Sample("large", args=(TensorArg(shape=(24, 24)),), location=Location(SOURCE, 6, 5)),
+        ),
+        dtypes=("float64",),
+        devices=("cpu", "cuda"),
+        gradcheck=GradcheckFlags(check_forward_ad=True),
+        gradgradcheck=GradgradcheckFlags(check_fwd_over_rev=True),
+        location=Location(SOURCE, 1, 1),
+    )
+    fields.update(changes)
+    return OpSpec(**fields)
+
+
+def _by_name(estimates: list[Estimate]) -> dict[str, Estimate]:
+    return {e.case.name: e for e in estimates}
+
+
+def test_every_test_of_a_spec_is_estimated_or_says_why_not(monkeypatch):
+    monkeypatch.setenv("OPCHECK_UNAVAILABLE_DEVICES", "cuda")
+    skip = Rule(Where(check=("gradgradcheck",), sample=("large",)), reason="too slow", location=Location(SOURCE, 9, 5))
+    spec = _spec(skips=(skip,))
+    found = _by_name(estimate_spec(spec, Settings()))
+    assert set(found) == {case.name for case in cases_of(spec)}
+    assert found["test_gradgradcheck[cpu-float64-large]"].skipped == "skipped by the spec: too slow"
+    assert found["test_gradgradcheck[cpu-float64-large]"].not_estimated == "spec"
+    assert "not available" in (found["test_gradcheck[cuda-float64-small]"].skipped or "")
+    assert found["test_gradcheck[cuda-float64-small]"].not_estimated == "unavailable"
+    done = [e for e in found.values() if e.skipped is None]
+    assert {e.case.check for e in done} == {"gradcheck", "forward_ad", "gradgradcheck", "fwgrad_bwgrad"}
+    for e in done:
+        assert e.seconds > e.evaluations > 0 and e.calls.total > 0 and e.path, e
+    gradgrad = found["test_gradgradcheck[cpu-float64-small]"]
+    assert gradgrad.path == ("auto: full Jacobian, fused",)  # on the first derivative: 12 + 12 in, 12 out
+    assert found["test_gradcheck[cpu-float64-large]"].path == ("auto: projections (J·U from forward AD), fused",)
+    assert _by_name(estimate_spec(spec, Settings(), devices=["cpu"])).keys() == {
+        case.name for case in cases_of(spec) if case.device == "cpu"
+    }
+
+
+def test_an_expensive_test_says_what_would_make_it_cheaper():
+    spec = _spec(op="test_cost:KernelCube.apply", name="kernel", gradcheck=GradcheckFlags())
+    case = CaseId("kernel", "gradcheck", "cpu", "float64", "large")
+    cheap = estimate(spec, case, Settings())
+    assert cheap.advice == () and cheap.calls.backward > 500  # a backward per output element
+    costly = estimate(spec, case, Settings(), threshold=cheap.seconds / 10)
+    text = "\n".join(costly.advice)
+    assert "the engine loops" in text and "no vmap rule" in text and "no forward AD" in text
+    assert "`gradcheck: {fast_mode: true}`: ~" in text and "a smaller sample" in text
+    fast = estimate(spec, case, Settings(policy="fast"))
+    assert fast.path == ("fast mode: one random projection per input and output",)
+    assert fast.calls.total < 20
+
+
+def test_the_flags_are_the_runtimes():
+    spec = _spec(gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_grad=False))
+    for check, backward, forward in (
+        ("gradcheck", True, False),
+        ("forward_ad", False, True),
+        ("gradgradcheck", True, False),
+        ("fwgrad_bwgrad", False, True),
+    ):
+        case = Case.of(spec, check, "cpu", "float64", "small")
+        tol = resolve_tolerances(spec, check, "cpu", "float64", "small")
+        _, kwargs = engine_call(case, tol, Policy("auto", "", budget=1000))
+        flags = Flags.of(kwargs, second_order=check in ("gradgradcheck", "fwgrad_bwgrad"))
+        assert (flags.backward, flags.forward, flags.mode, flags.budget) == (backward, forward, "auto", 1000), check
+        assert not flags.batched_grad
+
+
+def test_the_machine_factor_is_a_bounded_ratio():
+    assert 0.25 <= machine_factor() <= 8.0
+
+
+def test_a_slow_op_on_the_cpu_is_told_of_another_device(monkeypatch):
+    from opcheck.runtime.cost import _another_device
+
+    cpu, cuda = (CaseId("k", "lowprec", device, "float32", "big") for device in ("cpu", "cuda"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    said = _another_device(cpu, 0.25, "the op's run at float32")
+    assert said == (
+        "another device: the op's run at float32 takes 250 ms on the cpu (Triton runs its kernels in the "
+        "interpreter there); leave cpu out of `devices:`, or run with `--opcheck-device cuda`"
+    )
+    assert _another_device(cpu, 0.001, "one forward") is None and _another_device(cuda, 0.25, "one forward") is None
