@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from opcheck.runtime.checks import run_check  # noqa: E402
-from opcheck.runtime.cost import estimate_spec, format_seconds, machine_factor, one_thread  # noqa: E402
+from opcheck.runtime.cost.estimate import estimate_spec, format_seconds, machine_factor, one_thread  # noqa: E402
 from opcheck.runtime.outcomes import CheckSkipped  # noqa: E402
 from opcheck.spec import load_specs  # noqa: E402
 from opcheck.spec.model import GRADCHECK, Location, OpSpec, Sample, TensorArg  # noqa: E402
@@ -151,7 +151,7 @@ def fit(records: list[Record]) -> None:
     the columns that come out negative, until none does)."""
     import numpy as np
 
-    from opcheck.runtime import cost
+    from opcheck.runtime.cost import estimate as cost
 
     factor = machine_factor()
     columns = sorted({r.check for r in records}) + sorted({k for r in records for k in r.counts})

@@ -356,10 +356,10 @@ def _list(args) -> int:
 
 def _list_cost(specs, args) -> int:
     """`opcheck list --cost`: the run's settings as pytest takes them (the option, else `[tool.opcheck]`,
-    else the default), then opcheck.runtime.cost_report."""
+    else the default), then opcheck.runtime.cost.report."""
     from opcheck.runtime.context import Settings, parse_budget
-    from opcheck.runtime.cost import THRESHOLD
-    from opcheck.runtime.cost_report import estimate_specs, render
+    from opcheck.runtime.cost.estimate import THRESHOLD
+    from opcheck.runtime.cost.report import estimate_specs, render
 
     project = args.project
     try:

@@ -14,9 +14,9 @@ from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wr
 import opcheck.engine as engine
 from opcheck.runtime.checks import engine_call
 from opcheck.runtime.context import Settings
-from opcheck.runtime.cost import Calls, Estimate, estimate, estimate_spec, format_seconds, machine_factor
-from opcheck.runtime.cost_model import Flags, Kind, Plan, plan_check
-from opcheck.runtime.cost_probe import SMALL_BATCH, Batched, Probe
+from opcheck.runtime.cost.estimate import Calls, Estimate, estimate, estimate_spec, format_seconds, machine_factor
+from opcheck.runtime.cost.model import Flags, Kind, Plan, plan_check
+from opcheck.runtime.cost.probe import SMALL_BATCH, Batched, Probe
 from opcheck.runtime.policy import Policy
 from opcheck.runtime.report import Case
 from opcheck.runtime.tolerances import resolve_tolerances
@@ -269,7 +269,7 @@ def test_the_machine_factor_is_a_bounded_ratio():
 
 
 def test_a_slow_op_on_the_cpu_is_told_of_another_device(monkeypatch):
-    from opcheck.runtime.cost import _another_device
+    from opcheck.runtime.cost.estimate import _another_device
 
     cpu, cuda = (CaseId("k", "lowprec", device, "float32", "big") for device in ("cpu", "cuda"))
     monkeypatch.setenv("TRITON_INTERPRET", "1")

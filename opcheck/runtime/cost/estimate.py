@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from opcheck.runtime.context import Settings
-from opcheck.runtime.cost_model import plan_check, unit_seconds
-from opcheck.runtime.cost_plan import Calls, Flags, Kind, Plan
-from opcheck.runtime.cost_probe import Probe, timed
-from opcheck.runtime.cost_samples import SampleProbes
+from opcheck.runtime.cost.model import plan_check, unit_seconds
+from opcheck.runtime.cost.plan import Calls, Flags, Kind, Plan
+from opcheck.runtime.cost.probe import Probe, timed
+from opcheck.runtime.cost.samples import SampleProbes
 from opcheck.spec.case import CaseId, cases_of
 from opcheck.spec.model import (
     FORWARD_AD,

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from opcheck.runtime.cost_plan import Calls
-from opcheck.runtime.cost_probe import Probe, timed
+from opcheck.runtime.cost.plan import Calls
+from opcheck.runtime.cost.probe import Probe, timed
 from opcheck.spec.case import CaseId
 from opcheck.spec.model import OpSpec
 

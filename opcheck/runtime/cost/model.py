@@ -20,8 +20,8 @@ from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN
 from opcheck.engine.context import FULL_CHECK_ELEMENTS
 from opcheck.engine.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.projections import COTANGENTS, DIRECTIONS
-from opcheck.runtime.cost_plan import Flags, Kind, Plan
-from opcheck.runtime.cost_probe import Probe
+from opcheck.runtime.cost.plan import Flags, Kind, Plan
+from opcheck.runtime.cost.probe import Probe
 
 __all__ = ["Flags", "Kind", "Plan", "plan_check", "unit_seconds"]
 

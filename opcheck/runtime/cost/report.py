@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 from opcheck.runtime.context import Settings
-from opcheck.runtime.cost import THRESHOLD, Calls, Estimate, estimate_spec, format_seconds, machine_factor
+from opcheck.runtime.cost.estimate import THRESHOLD, Calls, Estimate, estimate_spec, format_seconds, machine_factor
 from opcheck.spec.model import OpSpec
 
 
