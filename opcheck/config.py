@@ -9,6 +9,8 @@
     policy = "auto"                         # pytest --opcheck-policy
     budget = "4M"                           # pytest --opcheck-budget
     threads = 1                             # pytest --opcheck-threads
+    time_budget = 600                       # pytest --opcheck-time-budget: seconds a generated test may take
+    isolation = "process"                   # pytest --opcheck-isolation: a crash fails its test only
 
 Paths are relative to the folder of that pyproject.toml, wherever a command runs. The table is the
 one of the nearest pyproject.toml at or above the starting folder that has it (the working directory
@@ -43,10 +45,16 @@ ALL_DEVICES = "all"
 ALL_DTYPES = "all"
 THREADS_KEEP = "keep"
 DEFAULT_THREADS = 1
+ISOLATION_MODES = ("process", "off")
+DEFAULT_ISOLATION = "process"
+TIME_BUDGET_OFF = "off"
+DEFAULT_TIME_BUDGET = 600.0
+"""Seconds a generated test may run (`time_budget`). The catalog's slowest test takes about a second
+on a 2-core CPU; ten minutes ends a hung test well within a CI job and never a sound one."""
 
 PATH_KEYS = ("specs", "out", "results")
 LIST_KEYS = ("device", "dtype")
-KEYS = (*PATH_KEYS, *LIST_KEYS, "policy", "budget", "threads")
+KEYS = (*PATH_KEYS, *LIST_KEYS, "policy", "budget", "threads", "time_budget", "isolation")
 
 
 class ConfigError(ValueError):
@@ -155,6 +163,34 @@ def check_threads(raw: object, where: str) -> int | None:
     raise ConfigError(f"{where}: expected a positive number of threads or {THREADS_KEEP!r}, got {raw!r}")
 
 
+_DURATION = re.compile(r"(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>s|m|min|h)?")
+_UNIT_SECONDS = {None: 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def check_time_budget(raw: object, where: str) -> float | None:
+    """Seconds a generated test may run: a positive number (`90`, `2.5`), or one with a unit (`90s`,
+    `10m`, `1h`); None for `off` or 0 (no budget)."""
+    expected = f"expected a number of seconds (e.g. 600, 90s, 10m) or {TIME_BUDGET_OFF!r}, got {raw!r}"
+    if isinstance(raw, bool):
+        raise ConfigError(f"{where}: {expected}")
+    text = str(raw).strip().lower()
+    if text in (TIME_BUDGET_OFF, "0", "0.0"):
+        return None
+    found = _DURATION.fullmatch(text)
+    if found is None:
+        raise ConfigError(f"{where}: {expected}")
+    seconds = float(found["number"]) * _UNIT_SECONDS[found["unit"]]
+    if seconds == 0:
+        return None
+    return seconds
+
+
+def check_isolation(raw: object, where: str) -> str:
+    if not isinstance(raw, str) or raw not in ISOLATION_MODES:
+        raise unknown(where, "isolation", str(raw), ISOLATION_MODES)
+    return raw
+
+
 def check_budget(raw: object, where: str) -> int:
     """A positive number of Jacobian entries: 1048576, "2**20", "1e6", "4M", "512k"."""
     from opcheck.runtime.context import parse_budget
@@ -251,6 +287,12 @@ def _check(setting: Setting) -> None:
         if not isinstance(value, (int, str)):
             raise ConfigError(f"{where}: expected a positive number of threads or {THREADS_KEEP!r}, got {value!r}")
         check_threads(value, where)
+    elif key == "time_budget":
+        if not isinstance(value, (int, float, str)):
+            raise ConfigError(f"{where}: expected a number of seconds or {TIME_BUDGET_OFF!r}, got {value!r}")
+        check_time_budget(value, where)
+    elif key == "isolation":
+        check_isolation(value, where)
 
 
 def _header_line(lines: list[str]) -> int:

@@ -14,13 +14,22 @@
 - `--opcheck-policy auto|full|fast` overrides every spec's `gradcheck.fast_mode`, and
   `--opcheck-budget N` (or OPCHECK_JACOBIAN_BUDGET) sets the auto policy's Jacobian budget;
 - `--opcheck-plot DIR` writes a heatmap of every failing Jacobian block (needs matplotlib);
+- `--opcheck-time-budget SECONDS` (default 600, `off` for none) stops a generated test that runs
+  longer, failing it with where the time went and what to change (opcheck.runtime.budget);
+- `--opcheck-isolation process|off`: a serial run that collects generated tests runs its session in
+  a child process and goes on in a new one when a test crashes it (a signal, an abort, a CUDA
+  error, a hang past the budget), each such test failing with what happened; under pytest-xdist the
+  workers are watched the same way (opcheck.isolation);
+- under pytest-xdist on a machine with several GPUs, each worker takes one of them
+  (opcheck.runtime.gpu_workers: `-n <number of GPUs>` runs one worker per GPU);
 - `--opcheck-results PATH` keeps one JSON record per generated test (its spec, op, check, device,
   dtype, sample, outcome, reason and duration; for a failure also its worst entry, hints and whole
   message), for `opcheck report`: at the end of the session the tests that ran replace their
   records and the others are kept (opcheck.report.store); under pytest-xdist the workers attach
   each test's case to its reports, say which tests they collected, and the controller writes;
 - every option but `--opcheck-plot` also has an ini setting (`opcheck_device`, `opcheck_dtype`,
-  `opcheck_policy`, `opcheck_budget`, `opcheck_threads`, `opcheck_results`) for pyproject.toml's
+  `opcheck_policy`, `opcheck_budget`, `opcheck_threads`, `opcheck_results`, `opcheck_time_budget`,
+  `opcheck_isolation`) for pyproject.toml's
   `[tool.pytest.ini_options]` or pytest.ini, and a key of pyproject.toml's `[tool.opcheck]` table
   (`device`, ..., `results`; opcheck.config), which the `opcheck` command reads too; the command
   line overrides either, setting both is a usage error, and so is a bad value, naming where it
@@ -50,11 +59,12 @@ from typing import TYPE_CHECKING, TypeGuard
 import pytest
 
 from opcheck import config as project_config
-from opcheck.config import ALL_DEVICES, POLICIES, ConfigError, ProjectConfig
+from opcheck.config import ALL_DEVICES, ISOLATION_MODES, POLICIES, ConfigError, ProjectConfig
 from opcheck.spec.case import CaseId, spec_of_module
 from opcheck.spec.model import CHECKS, Check, OpSpec
 
 if TYPE_CHECKING:
+    from opcheck.runtime.budget import TimeBudget
     from opcheck.runtime.context import Settings
     from opcheck.runtime.outcomes import CheckSkipped
 
@@ -69,6 +79,7 @@ RESULTS_KEY: pytest.StashKey[Path | None] = pytest.StashKey()
 PROJECT_KEY: pytest.StashKey[ProjectConfig] = pytest.StashKey()
 SPEC_HASHES_KEY: pytest.StashKey[dict[Path, str | None]] = pytest.StashKey()
 """Spec file → its sha256 (None: unreadable), so each spec is hashed once per session."""
+TIME_BUDGET_KEY: pytest.StashKey[TimeBudget | None] = pytest.StashKey()
 UNAVAILABLE_OUTPUT = "opcheck_unavailable"
 """The key under which an xdist worker hands its unavailable tests to the controller."""
 RESULTS_PLUGIN = "opcheck-results"
@@ -140,6 +151,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"{threads_help} (default: ini opcheck_threads or [tool.opcheck] threads, else {DEFAULT_THREADS})",
     )
     parser.addini("opcheck_threads", f"opcheck: {threads_help} (default {DEFAULT_THREADS})", default="")
+    time_budget_help = (
+        "seconds a generated test may run (e.g. 600, 90s, 10m), or 'off'; a test that runs longer is "
+        "stopped and fails, saying where the time went"
+    )
+    group.addoption(
+        "--opcheck-time-budget",
+        default=None,
+        metavar="SECONDS",
+        help=f"{time_budget_help} (default: ini opcheck_time_budget or [tool.opcheck] time_budget, else "
+        f"{project_config.DEFAULT_TIME_BUDGET:g})",
+    )
+    parser.addini("opcheck_time_budget", f"opcheck: {time_budget_help}", default="")
+    isolation_help = (
+        "process: a serial run of generated tests runs in a child process, and a test that crashes it "
+        "(a signal, an abort, a CUDA error, a hang) fails alone while the rest go on in a new one; off: "
+        "the tests run in pytest's own process"
+    )
+    group.addoption(
+        "--opcheck-isolation",
+        choices=ISOLATION_MODES,
+        default=None,
+        help=f"{isolation_help} (default: ini opcheck_isolation or [tool.opcheck] isolation, else "
+        f"{project_config.DEFAULT_ISOLATION})",
+    )
+    parser.addini("opcheck_isolation", f"opcheck: {isolation_help}", default="")
     parser.addini(
         "opcheck_device",
         "opcheck: default for --opcheck-device (a list, or names separated by spaces or commas)",
@@ -202,7 +238,7 @@ def _option(config: pytest.Config, name: str) -> tuple[str | None, str]:
     none is set), and where it came from."""
     raw = config.getoption(f"opcheck_{name}")
     if raw is not None:
-        return raw, f"--opcheck-{name}"
+        return raw, f"--opcheck-{name.replace('_', '-')}"
     ini = str(config.getini(f"opcheck_{name}")).strip()
     setting = _from_project(config, name, bool(ini))
     if setting is not None:
@@ -311,6 +347,44 @@ def _threads(config: pytest.Config) -> int | None:
         raise _usage(e) from None
 
 
+def _time_budget(config: pytest.Config) -> TimeBudget | None:
+    """The time budget of each generated test (None: none), and where it was set."""
+    from opcheck.runtime.budget import TimeBudget
+
+    if config.getoption("trace", False):  # a person steps through the test at a debugger
+        return None
+    raw, where = _option(config, "time_budget")
+    if raw is None:
+        return TimeBudget(project_config.DEFAULT_TIME_BUDGET, "default")
+    try:
+        seconds = project_config.check_time_budget(raw, where)
+    except ConfigError as e:
+        raise _usage(e) from None
+    if seconds is None:
+        return None
+    return TimeBudget(seconds, where.split(": ")[-1] if ": " in where else where)
+
+
+def _isolation(config: pytest.Config) -> str:
+    raw, where = _option(config, "isolation")
+    if raw is None:
+        return project_config.DEFAULT_ISOLATION
+    try:
+        return project_config.check_isolation(raw, where)
+    except ConfigError as e:
+        raise _usage(e) from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """A serial run of generated tests runs its session in a supervised child (opcheck.isolation)."""
+    from opcheck import isolation
+
+    if not isolation.wanted(config) or _isolation(config) == "off":
+        return None
+    return isolation.supervise(config)
+
+
 def results_path(config: pytest.Config) -> Path | None:
     """Where to write the results, or None: `--opcheck-results` (relative to the invocation folder),
     else ini `opcheck_results` (relative to the ini file's folder), else `[tool.opcheck] results`
@@ -333,6 +407,15 @@ def _results_where(config: pytest.Config) -> str:
     return setting.where if setting is not None else _ini_where(config, "opcheck_results")
 
 
+@pytest.hookimpl(tryfirst=True, specname="pytest_configure")
+def pytest_configure_gpu_worker(config: pytest.Config) -> None:
+    """Under pytest-xdist on several GPUs, this worker takes its own before any test runs
+    (opcheck.runtime.gpu_workers; OPCHECK_PIN_GPUS=0 opts out)."""
+    from opcheck.runtime.gpu_workers import pin_xdist_worker
+
+    pin_xdist_worker()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in marker_lines():
         config.addinivalue_line("markers", line)
@@ -340,7 +423,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = settings
     config.stash[SELECTION_KEY] = selection
     config.stash[RESULTS_KEY] = results_path(config)
+    config.stash[TIME_BUDGET_KEY] = _time_budget(config)
     _configure_results(config)
+    _configure_isolation(config)
+
+
+def _configure_isolation(config: pytest.Config) -> None:
+    from opcheck import isolation
+
+    def budget_of(item: pytest.Item) -> float | None:
+        budget = config.stash.get(TIME_BUDGET_KEY, None)
+        return budget.seconds if budget is not None and is_generated_item(item) else None
+
+    isolation.configure(config, isolation.Hooks(budget_of=budget_of, case_of=case_fields, rerun_of=rerun_for))
 
 
 def _configure_results(config: pytest.Config) -> None:
@@ -381,6 +476,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     parts.append(f"devices {','.join(devices)}" if devices else "available devices")
     parts.append(f"dtypes {','.join(dtypes)}" if dtypes else "all dtypes")
     parts.append(f"{settings.threads} torch thread(s)" if settings.threads else "torch's own thread setting")
+    time_budget = config.stash.get(TIME_BUDGET_KEY, None)
+    if time_budget is None:
+        parts.append("no time budget")
+    elif time_budget.source != "default":
+        parts.append(f"time budget {time_budget.describe()}")
     if settings.plot_dir:
         parts.append(f"heatmaps in {settings.plot_dir}")
     from opcheck.runtime.devices import faked_unavailable
@@ -632,12 +732,26 @@ def rerun_command(item: pytest.Item) -> str:
     except ValueError:  # another drive on Windows
         path = str(item.path)
     name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    target = f"{path}::{name}"
+    return _pytest_command(f"{path}::{name}")
+
+
+def rerun_for(config: pytest.Config, nodeid: str) -> str:
+    """rerun_command for a test known by its node id (in the xdist controller, which has no items)."""
+    module, sep, name = nodeid.partition("::")
+    try:
+        path = os.path.relpath(config.rootpath / module, config.invocation_params.dir)
+    except ValueError:  # another drive on Windows
+        path = str(config.rootpath / module)
+    return _pytest_command(f"{path}{sep}{name}")
+
+
+def _pytest_command(target: str) -> str:
     return f"pytest '{target}'" if "'" not in target else f"pytest {shlex.quote(target)}"
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
+    from opcheck.runtime.budget import current_budget
     from opcheck.runtime.context import ItemContext, Settings, current_item
     from opcheck.runtime.outcomes import CheckSkipped
 
@@ -655,12 +769,14 @@ def pytest_runtest_call(item: pytest.Item):
         generated = True
         _import_from_project_root(item)
     threads = settings.threads if generated else None
+    budget_token = current_budget.set(item.config.stash.get(TIME_BUDGET_KEY, None) if generated else None)
     with _torch_threads(threads):
         try:
             return (yield)
         except CheckSkipped as e:
             raise as_pytest_skip(e) from None
         finally:
+            current_budget.reset(budget_token)
             current_item.reset(token)
 
 

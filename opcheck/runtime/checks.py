@@ -35,6 +35,7 @@ import torch
 
 import opcheck.engine as engine
 from opcheck.engine.errors import GradcheckError
+from opcheck.runtime.budget import within_time_budget
 from opcheck.runtime.context import Settings, current_item, current_settings
 from opcheck.runtime.declared import Tolerance as DeclaredTolerance
 from opcheck.runtime.declared import UnsupportedCase, UnsupportedOutcome, forward_ad_outcome, gradgrad_outcome
@@ -116,7 +117,7 @@ def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) ->
         _load_forward_ad_decompositions()
     # torch warns once that sparse invariant checks are off unless a program opts in or out; a
     # test opts in: a backward that builds an invalid sparse gradient then raises, never crashes.
-    with torch.sparse.check_sparse_tensor_invariants(enable=True):
+    with within_time_budget(case), torch.sparse.check_sparse_tensor_invariants(enable=True):
         RUNNERS[check](case, current_settings())
 
 

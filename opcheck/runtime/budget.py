@@ -1,0 +1,457 @@
+"""The per-test time budget: a generated test that runs past it is stopped, and fails saying where the
+time went and what to change.
+
+The plugin puts the budget of each generated test (`--opcheck-time-budget`, `[tool.opcheck]
+time_budget`) in `current_budget` around its call; `run_check` runs the check inside
+`within_time_budget(case)`, which
+
+- meters the op: every call of the op the sample's calls make goes through `OpMeter.wrap` (the op
+  that `samples.op_callable` returns is wrapped while the check runs), which counts the calls and
+  their seconds: two clock reads per call;
+- arms one watchdog thread, shared by every test of the process (arming is an assignment under a
+  lock, no thread per test). At the deadline the watchdog interrupts the thread running the check:
+  a signal of its own sent to that thread (`INTERRUPT_SIGNAL`, a real-time signal on Linux, never
+  SIGALRM, which pytest-timeout's signal method uses), whose handler raises at the next Python
+  bytecode, which ends pure-Python loops and `time.sleep`; without `pthread_kill` (Windows) or off
+  the main thread, an asynchronous exception, which ends Python loops only. The interrupt is a
+  BaseException, so an `except Exception` in the op or the engine does not swallow it; it is sent
+  again every REPEAT seconds while the test goes on. It never lands inside an import (a module left
+  half imported would break every later test of the process): it waits for the import to end;
+- turns the interrupt into `TimeBudgetExceeded`, an AssertionError whose message names the check,
+  its derivative path and policy, the op's calls (how many, their seconds each, the one running
+  when the test was stopped), where the interrupt landed, and the changes that make the test fit
+  (a smaller sample, `fast_mode: true`, another device, a longer budget).
+
+Nothing here imports torch: the process that supervises a run, which must start fast, uses it.
+
+Code that never returns to Python (a deadlock inside a C++ or CUDA kernel) ignores the signal;
+`set_overdue_listener` lets the process that supervises this one (opcheck.isolation) hear the
+watchdog's account when the budget runs out, and end the process after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opcheck.runtime.report import Case
+
+_GRADIENT_CHECKS = ("gradcheck", "forward_ad", "gradgradcheck", "fwgrad_bwgrad")
+"""The checks whose cost `fast_mode` sets."""
+
+METER_FILE = __file__
+"""Where OpMeter's wrapper is defined: stacks that show where a test was leave its frame out."""
+
+REPEAT = 0.25
+"""Seconds between interrupts of a test that goes on after the first: one that swallowed it, or
+one that was importing a module (an import is never interrupted: the module would stay half made)."""
+
+INTERRUPT_SIGNAL: int | None = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else getattr(signal, "SIGUSR2", None)
+"""The signal the watchdog sends; None where threads cannot be signalled (Windows)."""
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """Seconds a test may run, and where that number was set (for the message)."""
+
+    seconds: float
+    source: str = "default"
+
+    def describe(self) -> str:
+        return f"{format_seconds(self.seconds)} ({self.source})"
+
+
+current_budget: ContextVar[TimeBudget | None] = ContextVar("opcheck_time_budget", default=None)
+"""The budget of the test running in this context; None: no budget (outside pytest, or off)."""
+
+
+class TimeBudgetExceeded(AssertionError):
+    """A test ran past its time budget; the message says where the time went and what to change."""
+
+
+class _Interrupt(BaseException):
+    """Raised in the check's thread at the deadline; a BaseException so that `except Exception` lets it by."""
+
+    def __init__(self, stack: list[str] | None = None, account: str = "") -> None:
+        super().__init__("time budget exceeded")
+        self.stack = stack or []
+        self.account = account  # where the time went, when the interrupt landed
+
+
+# ------------------------------------------------------------------------------------ metering
+class OpMeter:
+    """How many times the op was called, and for how long (a vmapped call counts once)."""
+
+    __slots__ = ("calls", "seconds", "slowest", "running_since", "shapes")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        self.slowest = 0.0
+        self.running_since: float | None = None  # perf_counter() when the call in progress started
+        self.shapes: list[tuple[int, ...]] | None = None  # the tensors of the first call
+
+    def wrap(self, op: Callable) -> Callable:
+        meter = self
+
+        def metered(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            if meter.shapes is None:
+                meter.shapes = [tuple(a.shape) for a in args if hasattr(a, "shape") and hasattr(a, "dtype")]
+            start = time.perf_counter()
+            meter.running_since = start
+            try:
+                return op(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                meter.running_since = None
+                meter.calls += 1
+                meter.seconds += elapsed
+                if elapsed > meter.slowest:
+                    meter.slowest = elapsed
+
+        metered.__name__ = getattr(op, "__name__", "op")
+        metered.__qualname__ = getattr(op, "__qualname__", metered.__name__)
+        metered.__doc__ = getattr(op, "__doc__", None)
+        return metered
+
+
+@contextlib.contextmanager
+def _metering(meter: OpMeter) -> Iterator[None]:
+    """Every op that samples.op_callable resolves while the block runs is `meter.wrap`ped."""
+    from opcheck.runtime import samples
+
+    resolve = samples.op_callable
+
+    def op_callable(spec: Any) -> Callable:
+        return meter.wrap(resolve(spec))
+
+    samples.op_callable = op_callable
+    try:
+        yield
+    finally:
+        samples.op_callable = resolve
+
+
+# ------------------------------------------------------------------------------------ the watchdog
+@dataclass(eq=False)
+class _Watch:
+    """One test under a budget, as the watchdog sees it."""
+
+    budget: TimeBudget
+    meter: OpMeter
+    case: Case
+    thread: int  # threading.get_ident() of the thread running the check
+    signals: bool  # whether that thread can be interrupted by INTERRUPT_SIGNAL
+    test_id: str  # the pytest node id, else the case's own id
+    policy: str | None  # how the check's fast_mode was chosen, for gradient checks
+    started: float  # time.monotonic()
+    deadline: float
+    armed: bool = True
+    fired: bool = False
+    account: str = ""  # where the time went, when its time ran out
+
+
+_listener: Callable[[str, str], None] | None = None
+
+
+def set_overdue_listener(listener: Callable[[str, str], None] | None) -> None:
+    """`listener(test id, account)` is called from the watchdog thread when a test runs out of time."""
+    global _listener
+    _listener = listener
+
+
+class _Watchdog:
+    """One daemon thread that interrupts the test armed in it at its deadline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._watch: _Watch | None = None
+        self._thread: threading.Thread | None = None
+        self._waking_at: float | None = None  # the deadline the thread sleeps towards; None: until notified
+
+    def arm(self, watch: _Watch) -> None:
+        with self._lock:
+            self._watch = watch
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="opcheck-time-budget", daemon=True)
+                self._thread.start()
+            elif self._waking_at is None or watch.deadline < self._waking_at:
+                self._lock.notify()  # else it wakes before this deadline anyway, and sleeps on towards it
+
+    def disarm(self, watch: _Watch) -> None:
+        watch.armed = False  # first: a signal already on its way finds the test gone
+        with self._lock:  # the thread interrupts under this lock: none is in flight past it
+            if self._watch is watch:
+                self._watch = None
+            if watch.fired and not watch.signals:  # an asynchronous exception not raised yet is dropped
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(watch.thread), None)
+
+    def current(self, thread: int) -> _Watch | None:
+        """The armed test running on `thread` whose budget ran out (read by the signal handler, lock-free)."""
+        watch = self._watch
+        if watch is not None and watch.armed and watch.fired and watch.thread == thread:
+            return watch
+        return None
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                watch = self._watch
+                if watch is None or not watch.armed:
+                    self._waking_at = None
+                    self._lock.wait()
+                    continue
+                now = time.monotonic()
+                if now < watch.deadline:
+                    self._waking_at = watch.deadline
+                    self._lock.wait(watch.deadline - now)
+                    continue
+                if not watch.fired:
+                    watch.account = account(watch, now)
+                    watch.fired = True
+                    if _listener is not None:
+                        with contextlib.suppress(Exception):
+                            _listener(watch.test_id, watch.account)
+                watch.deadline = now + REPEAT
+                _interrupt(watch)
+
+
+_WATCHDOG = _Watchdog()
+_installed: dict[str, Any] = {}  # "previous": the handler INTERRUPT_SIGNAL had before opcheck's
+
+
+def _test_id(case: Case) -> str:
+    from opcheck.runtime.context import current_item
+
+    item = current_item.get()
+    return item.nodeid if item is not None else case.id.nodeid()
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    watch = _WATCHDOG.current(threading.get_ident())
+    if watch is None:  # not ours: a test that ended as the signal came, or someone else's use of it
+        previous = _installed.get("previous")
+        if callable(previous):
+            previous(signum, frame)
+        return
+    if _importing(frame):  # the watchdog tries again in REPEAT seconds
+        return
+    raise _Interrupt(_stack(frame), account(watch))
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether `frame` runs inside an import (importlib's bootstrap is on its stack)."""
+    depth = 0
+    while frame is not None and depth < 500:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False
+
+
+def _signals_usable() -> bool:
+    """Whether the watchdog can interrupt this thread with INTERRUPT_SIGNAL (installing the handler once)."""
+    if INTERRUPT_SIGNAL is None or not hasattr(signal, "pthread_kill"):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False  # Python runs signal handlers in the main thread only
+    if "previous" not in _installed:
+        _installed["previous"] = signal.signal(INTERRUPT_SIGNAL, _on_signal)
+    elif signal.getsignal(INTERRUPT_SIGNAL) is not _on_signal:  # someone replaced it: take it back
+        _installed["previous"] = signal.signal(INTERRUPT_SIGNAL, _on_signal)
+    return True
+
+
+def _interrupt(watch: _Watch) -> None:
+    """Called by the watchdog thread: raise _Interrupt in the thread running the check."""
+    if watch.signals:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            signal.pthread_kill(watch.thread, INTERRUPT_SIGNAL)  # type: ignore[arg-type]
+        return
+    if _importing(sys._current_frames().get(watch.thread)):
+        return
+    set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    set_async(ctypes.c_ulong(watch.thread), ctypes.py_object(_Interrupt))
+
+
+# ------------------------------------------------------------------------------------ running a check
+class within_time_budget:  # noqa: N801 - used as a context manager, like contextlib's
+    """Run the block (a check of `case`) within current_budget; past it, raise TimeBudgetExceeded."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self.watch: _Watch | None = None
+        self._metering: contextlib.AbstractContextManager | None = None
+
+    def __enter__(self) -> None:
+        budget = current_budget.get()
+        if budget is None:
+            return
+        meter = OpMeter()
+        started = time.monotonic()
+        self.watch = _Watch(
+            budget,
+            meter,
+            self.case,
+            threading.get_ident(),
+            signals=_signals_usable(),
+            test_id=_test_id(self.case),
+            policy=_policy(self.case),
+            started=started,
+            deadline=started + budget.seconds,
+        )
+        self._metering = _metering(meter)
+        self._metering.__enter__()
+        _WATCHDOG.arm(self.watch)
+
+    def __exit__(self, kind, error, trace) -> None:
+        __tracebackhide__ = True
+        watch = self.watch
+        if watch is None:
+            return
+        _WATCHDOG.disarm(watch)
+        if self._metering is not None:
+            self._metering.__exit__(None, None, None)
+        if isinstance(error, _Interrupt):
+            raise TimeBudgetExceeded(budget_message(watch, error.stack, error.account or watch.account)) from None
+
+
+# ------------------------------------------------------------------------------------ the message
+def format_seconds(seconds: float) -> str:
+    if seconds >= 100:
+        return f"{seconds:.0f} s"
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    return f"{seconds * 1000:.3g} ms"
+
+
+def _path(case: Case) -> str:
+    from opcheck.runtime.checks import PATHS
+    from opcheck.spec.model import LIBRARY_OPCHECK, LOWPREC
+
+    if case.check == LOWPREC:
+        return f"outputs, VJP and JVP at {case.dtype} against the float64 reference"
+    if case.check == LIBRARY_OPCHECK:
+        return "torch.library.opcheck"
+    return PATHS.get(case.check, case.check)
+
+
+def _policy(case: Case) -> str | None:
+    from opcheck.runtime.context import current_settings
+
+    if case.check not in _GRADIENT_CHECKS:
+        return None
+    override = current_settings().policy
+    if override:
+        return f"--opcheck-policy {override}"
+    return f"fast_mode {case.spec.gradcheck.fast_mode} from the spec"
+
+
+def account(watch: _Watch, now: float | None = None) -> str:
+    """Where the time went: the check and the op's calls, as of `now`."""
+    now = time.monotonic() if now is None else now
+    elapsed = now - watch.started
+    case, meter, policy = watch.case, watch.meter, watch.policy
+    where = f"{case.check} ({_path(case)}{', ' + policy if policy else ''})"
+    running = meter.running_since
+    running_for = time.perf_counter() - running if running is not None else None
+    op_seconds = meter.seconds + (running_for or 0.0)
+    if meter.calls == 0:
+        calls = "the op was not called yet"
+    else:
+        calls = (
+            f"the op returned from {meter.calls} call{'s' if meter.calls != 1 else ''}, "
+            f"{format_seconds(meter.seconds)} in all ({format_seconds(meter.seconds / meter.calls)} per call, "
+            f"the slowest {format_seconds(meter.slowest)})"
+        )
+    if running_for is not None and meter.calls == 0:
+        calls = f"the op's first call had run {format_seconds(running_for)} and was still running"
+    elif running_for is not None:
+        calls += f"; one more call had run {format_seconds(running_for)} and was still running"
+    rest = max(elapsed - op_seconds, 0.0)
+    return (
+        f"{format_seconds(elapsed)} in {where}: {calls}; the check's own work (autograd, finite differences, "
+        f"comparisons) took the other {format_seconds(rest)}"
+    )
+
+
+def _stack(frame: FrameType | None, limit: int = 8) -> list[str]:
+    """`file:line in function`, innermost first, of the frames the interrupt landed in (budget.py's left out)."""
+    lines = []
+    for summary in reversed(traceback.extract_stack(frame, limit=limit + 4)):
+        if summary.filename == __file__:
+            continue
+        lines.append(f"{_shown(summary.filename)}:{summary.lineno} in {summary.name}")
+    return lines[:limit]
+
+
+def _shown(path: str) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if relative.startswith("..") else relative
+
+
+def budget_message(watch: _Watch, stack: list[str], text: str) -> str:
+    from opcheck.runtime.report import format_failure
+
+    case, budget = watch.case, watch.budget
+    body = [f"where the time went: {text or account(watch)}"]
+    if stack:
+        body.append("stopped at (innermost first):")
+        body += [f"  {line}" for line in stack]
+    body += [f"hint: {hint}" for hint in hints(watch)]
+    return format_failure(
+        case,
+        headline=f"opcheck {case.check} exceeded its time budget of {budget.describe()} for {case.spec.op} on "
+        f"{case.device}/{case.dtype}, sample {case.sample.name!r}",
+        body="\n".join(body),
+        path=_path(case),
+        policy=watch.policy,
+    )
+
+
+def hints(watch: _Watch) -> list[str]:
+    """Concrete changes that make the test fit its budget."""
+    from opcheck.config import TABLE
+
+    case, meter = watch.case, watch.meter
+    shapes = ", ".join(str(list(s)) for s in meter.shapes or []) or "its tensors"
+    out = [
+        f"a smaller sample: {case.sample.name!r} at {case.location} ({shapes}); a gradient check calls the op "
+        f"about twice per input element for the full Jacobian, and its cost grows with input x output elements"
+    ]
+    if case.check in _GRADIENT_CHECKS and case.spec.gradcheck.fast_mode != "true":
+        out.append(
+            f"`fast_mode: true` under `gradcheck:` in {case.spec.source}: one random projection per input/output "
+            f"pair (torch's fast mode, a few calls of the op, which misses errors in a few entries); it applies to "
+            f"every sample, so give {case.sample.name!r} a spec of its own to keep the others' full check, or run "
+            f"with --opcheck-policy fast once"
+        )
+    faster = [d for d in case.spec.devices if d != case.device and d != "cpu"]
+    if case.device == "cpu" and faster:
+        out.append(
+            f"another device: the spec lists {', '.join(faster)} (--opcheck-device {faster[0]} where there is one)"
+        )
+    out.append("`opcheck list --cost` estimates each test's calls and seconds before a run, and what makes it cheaper")
+    suggestion = int(max(watch.budget.seconds * 4, 60))
+    out.append(
+        f"a longer budget, if this is the test's normal time: --opcheck-time-budget {suggestion}, or "
+        f"time_budget = {suggestion} in {TABLE} (off: no budget)"
+    )
+    return out

@@ -1,0 +1,185 @@
+"""The per-test time budget (opcheck.runtime.budget): run_check past its budget stops, and says where
+the time went and what to change; without a budget nothing is wrapped or armed."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+import budget_ops
+import pytest
+
+from opcheck.runtime import budget, run_check, samples
+from opcheck.runtime.budget import TimeBudget, TimeBudgetExceeded, current_budget
+from opcheck.runtime.context import ItemContext, Settings, current_item
+from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
+
+NODEID = "generated_tests/test_x.py::test_gradcheck[cpu-float64-vec]"
+VEC = Sample("vec", args=(TensorArg(shape=(3,)),), location=Location("op_specs/x.yaml", 7, 5))
+needs_signals = pytest.mark.skipif(budget.INTERRUPT_SIGNAL is None, reason="threads cannot be signalled here")
+
+
+ROW = Sample("row", args=(TensorArg(shape=(8,)),), location=Location("op_specs/x.yaml", 9, 5))
+
+
+def spec(op: str, **fields) -> OpSpec:
+    fields.setdefault("gradgradcheck", GradgradcheckFlags(enabled=False))
+    return OpSpec(name="x", op=f"budget_ops:{op}", source="op_specs/x.yaml", sha256="0", samples=(VEC, ROW), **fields)
+
+
+@pytest.fixture
+def within():
+    """Run checks as the plugin does: under an item, with `seconds` of budget."""
+    tokens = []
+
+    def enter(seconds: float, settings: Settings | None = None) -> None:
+        ctx = ItemContext(nodeid=NODEID, rerun=f"pytest '{NODEID}'", settings=settings or Settings())
+        tokens.append((current_item, current_item.set(ctx)))
+        tokens.append((current_budget, current_budget.set(TimeBudget(seconds, "--opcheck-time-budget"))))
+
+    yield enter
+    for var, token in reversed(tokens):
+        var.reset(token)
+
+
+def stopped(op: str, sample: str = "vec", **fields) -> tuple[str, float]:
+    start = time.monotonic()
+    with pytest.raises(TimeBudgetExceeded) as info:
+        run_check(spec(op, **fields), "gradcheck", "cpu", "float64", sample)
+    return str(info.value), time.monotonic() - start
+
+
+@needs_signals
+def test_a_sleeping_op_is_stopped_and_the_message_says_where_and_what_to_change(within):
+    within(0.3)
+    message, took = stopped("sleeps")
+    assert took < 5
+    first = message.splitlines()[0]
+    assert first == (
+        "opcheck gradcheck exceeded its time budget of 300 ms (--opcheck-time-budget) for budget_ops:sleeps on "
+        "cpu/float64, sample 'vec'"
+    )
+    assert "check path:  VJP" in message and "rerun:       pytest 'generated_tests/test_x.py" in message
+    assert "where the time went: " in message and "in gradcheck (VJP, fast_mode auto from the spec)" in message
+    assert "the op's first call had run" in message and "was still running" in message, message
+    assert "stopped at (innermost first):" in message and "budget_ops.py:" in message and "in sleeps" in message
+    hints = [line for line in message.splitlines() if line.startswith("hint: ")]
+    assert hints[0].startswith("hint: a smaller sample: 'vec' at op_specs/x.yaml:7:5 ([3])")
+    assert "`fast_mode: true` under `gradcheck:` in op_specs/x.yaml" in hints[1]
+    assert "--opcheck-device cuda" in hints[2]  # the spec lists every device; this test ran on the CPU
+    assert hints[-1].startswith("hint: a longer budget, if this is the test's normal time: --opcheck-time-budget 60")
+
+
+def test_a_python_loop_is_stopped(within):
+    within(0.3)
+    message, took = stopped("loops")
+    assert took < 5 and "in loops" in message
+
+
+@needs_signals
+def test_except_exception_in_the_op_does_not_swallow_the_interrupt(within):
+    within(0.3)
+    _, took = stopped("swallows")
+    assert took < 5
+
+
+@needs_signals
+def test_an_import_is_never_interrupted(within, tmp_path, monkeypatch):
+    """A module left half imported would break every later test of the process."""
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(1)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(budget_ops.SEEN, "module", "slow_to_import")
+    within(0.3)
+    message, took = stopped("imports_slowly")
+    assert sys.modules["slow_to_import"].DONE and "in loops" in message and took >= 1
+
+
+def test_the_op_calls_are_counted(within):
+    within(0.25)  # the full check of 8 elements calls the op 17 times or more, 50 ms each
+    message, _ = stopped("slow_calls", "row", gradcheck=GradcheckFlags(fast_mode="false", check_batched_grad=False))
+    assert "the op returned from " in message and " calls, " in message and " per call, the slowest " in message
+
+
+def test_the_policy_given_on_the_command_line_is_named(within):
+    within(0.3, Settings(policy="full"))
+    message, _ = stopped("loops")
+    assert "in gradcheck (VJP, --opcheck-policy full)" in message
+    assert "`fast_mode: true`" in message  # a spec change still helps the next runs
+
+
+def test_a_stopped_test_leaves_nothing_armed(within):
+    within(0.3)
+    stopped("loops")
+    time.sleep(budget.REPEAT + 0.5)  # a stray interrupt would land here
+    within(60)
+    run_check(spec("slow_calls"), "gradcheck", "cpu", "float64", "vec")
+    assert samples.op_callable.__module__ == "opcheck.runtime.samples"
+
+
+def test_without_a_budget_the_op_is_not_wrapped_and_nothing_is_armed(monkeypatch):
+    seen = []
+    original = samples.op_callable
+    monkeypatch.setattr(budget, "_metering", lambda meter: seen.append(meter))
+    run_check(spec("slow_calls"), "gradcheck", "cpu", "float64", "vec")
+    assert seen == [] and samples.op_callable is original
+
+
+def test_a_check_within_its_budget_passes_and_restores_the_op_resolution(within):
+    within(60)
+    original = samples.op_callable
+    run_check(spec("slow_calls"), "gradcheck", "cpu", "float64", "vec")
+    assert samples.op_callable is original
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="no SIGALRM here")
+def test_sigalrm_is_left_to_pytest_timeout(within):
+    """pytest-timeout's signal method arms SIGALRM with setitimer; the budget uses neither."""
+    within(60)
+    before = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
+    run_check(spec("watches_alarm"), "gradcheck", "cpu", "float64", "vec")
+    assert (budget_ops.SEEN["handler"], budget_ops.SEEN["timer"]) == before
+    assert budget.INTERRUPT_SIGNAL != signal.SIGALRM
+
+
+def test_a_check_off_the_main_thread_is_stopped_too(within):
+    """Signals reach the main thread only; elsewhere an asynchronous exception stops Python loops."""
+    outcome = {}
+
+    def run():
+        ctx = ItemContext(nodeid=NODEID, rerun="", settings=Settings())
+        current_item.set(ctx)
+        current_budget.set(TimeBudget(0.3))
+        try:
+            run_check(spec("loops"), "gradcheck", "cpu", "float64", "vec")
+        except TimeBudgetExceeded as e:
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and "exceeded its time budget of 300 ms (default)" in str(outcome["error"])
+
+
+def test_the_overdue_listener_hears_where_the_time_went(within):
+    heard = []
+    budget.set_overdue_listener(lambda nodeid, account: heard.append((nodeid, account)))
+    try:
+        within(0.3)
+        stopped("loops")
+    finally:
+        budget.set_overdue_listener(None)
+    ((nodeid, account),) = heard
+    assert nodeid == NODEID and " in gradcheck (VJP, fast_mode auto from the spec): " in account
+
+
+@pytest.mark.parametrize(
+    "seconds, shown", [(0.0123, "12.3 ms"), (2, "2 s"), (2.5, "2.5 s"), (90, "90 s"), (600, "600 s")]
+)
+def test_format_seconds(seconds, shown):
+    assert budget.format_seconds(seconds) == shown
+
+
+def test_the_interrupt_is_not_an_exception_and_the_failure_is_an_assertion():
+    assert not issubclass(budget._Interrupt, Exception) and issubclass(TimeBudgetExceeded, AssertionError)
