@@ -11,7 +11,12 @@ gradient tests make (test_ops_gradients.py / test_ops_fwd_gradients.py, built li
 * ``fwd``: forward-AD gradcheck (check_backward_ad=False) with the op's check_batched_forward_grad;
 * ``gradgrad`` and ``gradgrad_noncontig``: gradgradcheck with the op's check_batched_gradgrad,
   without and with non-contiguous grad_outputs;
-* ``fwgrad_bwgrad`` and ``fwgrad_bwgrad_noncontig``: gradgradcheck forward over reverse.
+* ``fwgrad_bwgrad`` and ``fwgrad_bwgrad_noncontig``: gradgradcheck forward over reverse;
+* ``fwd_unsupported``, ``fwgrad_bwgrad_unsupported`` and ``fwgrad_bwgrad_unsupported_noncontig``:
+  the same calls on an op that declares forward AD (``supports_forward_ad=False``) or forward over
+  reverse (``supports_fwgrad_bwgrad=False``) unsupported, where torch's tests
+  (test_forward_mode_AD, test_fn_fwgrad_bwgrad) expect NotImplementedError ("Trying to use forward
+  AD with ... that does not support it"); ``--calls KIND...`` makes only the kinds named.
 
 Both tools run in one process, on separately built copies of the same sample, each call after
 ``torch.manual_seed(0)`` (torch draws gradgradcheck's grad_outputs and its batched-grad probes
@@ -23,8 +28,10 @@ them. A pair that disagrees (verdict or first line; neither a timeout) is run th
 again: when torch disagrees with itself the pair is marked nondeterministic and counted apart.
 
 Sharded and resumable: ``--shard i/n`` takes every n-th op group; an (op, dtype) group that
-finished has a ``{"done": ...}`` line and is skipped when the same file is given again, and in a
-group a run stopped inside, the calls it recorded are not made again. ``--skip-recorded FILE...``
+finished has a ``{"done": ...}`` line and is skipped when the same file is given again (a done
+line lists the call kinds made, ``"calls"``, unless they are all of the op's and all supported
+ones, as the lines written before the unsupported kinds are), and in a group a run stopped
+inside, the calls it recorded are not made again. ``--skip-recorded FILE...``
 does the same for the records of earlier runs kept in other files, such as those kept with the
 project, gzipped, in benchmarks/results/opdb/ (every reader takes ``.gz`` files as they are).
 A call that runs past ``--limit-seconds`` of CPU time is a timeout, one that cannot allocate within
@@ -37,7 +44,7 @@ twin's out of memory, a predicted out of memory), listed apart by group.
 ``--no-batching`` runs opcheck alone with vmapped evaluation off (torch's loop), and
 ``--compare FILE...`` lists the calls where opcheck's verdict or first line differs between the
 paired records (batching on) and the ``--no-batching`` ones (``"torch": null``) of the files.
-``--report FILE...`` prints the totals.
+``--report FILE...`` prints the totals; both count the unsupported kinds on a line of their own.
 
     python benchmarks/bench_opdb.py --shard 0/2 --out opdb.jsonl &
     python benchmarks/bench_opdb.py --shard 1/2 --out opdb.jsonl
@@ -70,8 +77,23 @@ DTYPES = (torch.float64, torch.complex128)
 MODES = {"slow": False, "fast": True}
 
 
-def calls_for(op) -> list[tuple[str, str, dict]]:
-    """(call name, checker, kwargs without fast_mode) for the calls torch's tests make on this op."""
+SUPPORTED = ("grad", "fwd", "gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
+"""The call kinds torch's tests expect to pass (an op's declared support decides which it gets)."""
+UNSUPPORTED = ("fwd_unsupported", "fwgrad_bwgrad_unsupported", "fwgrad_bwgrad_unsupported_noncontig")
+"""The call kinds torch's tests expect to raise NotImplementedError: forward AD, or forward over
+reverse, on an op that declares it unsupported."""
+KINDS = SUPPORTED + UNSUPPORTED
+
+
+def calls_for(op, kinds=KINDS) -> list[tuple[str, str, dict]]:
+    """(call name, checker, kwargs without fast_mode) for the calls torch's tests make on this op,
+    of these kinds. An op that declares forward AD (or forward over reverse) unsupported gets the
+    same call as one that supports it, under its own name: torch's tests make it and expect it to
+    raise NotImplementedError."""
+    return [call for call in _calls_for(op) if call[0] in kinds]
+
+
+def _calls_for(op) -> list[tuple[str, str, dict]]:
     common = dict(check_grad_dtypes=True, nondet_tol=op.gradcheck_nondet_tol)
     calls = []
     if op.supports_autograd:
@@ -89,21 +111,20 @@ def calls_for(op) -> list[tuple[str, str, dict]]:
                 ),
             )
         )
-    if op.supports_forward_ad:
-        calls.append(
-            (
-                "fwd",
-                "gradcheck",
-                dict(
-                    common,
-                    check_batched_grad=False,
-                    check_forward_ad=True,
-                    check_backward_ad=False,
-                    check_undefined_grad=True,
-                    check_batched_forward_grad=op.check_batched_forward_grad,
-                ),
-            )
+    calls.append(
+        (
+            "fwd" if op.supports_forward_ad else "fwd_unsupported",
+            "gradcheck",
+            dict(
+                common,
+                check_batched_grad=False,
+                check_forward_ad=True,
+                check_backward_ad=False,
+                check_undefined_grad=True,
+                check_batched_forward_grad=op.check_batched_forward_grad,
+            ),
         )
+    )
     for noncontig in (False, True):
         suffix = "_noncontig" if noncontig else ""
         if op.supports_gradgrad:
@@ -114,21 +135,20 @@ def calls_for(op) -> list[tuple[str, str, dict]]:
                     dict(common, gen_non_contig_grad_outputs=noncontig, check_batched_grad=op.check_batched_gradgrad),
                 )
             )
-        if op.supports_fwgrad_bwgrad:
-            calls.append(
-                (
-                    f"fwgrad_bwgrad{suffix}",
-                    "gradgradcheck",
-                    dict(
-                        common,
-                        gen_non_contig_grad_outputs=noncontig,
-                        check_fwd_over_rev=True,
-                        check_rev_over_rev=False,
-                        check_batched_grad=False,
-                        check_undefined_grad=False,
-                    ),
-                )
+        calls.append(
+            (
+                f"fwgrad_bwgrad{suffix}" if op.supports_fwgrad_bwgrad else f"fwgrad_bwgrad_unsupported{suffix}",
+                "gradgradcheck",
+                dict(
+                    common,
+                    gen_non_contig_grad_outputs=noncontig,
+                    check_fwd_over_rev=True,
+                    check_rev_over_rev=False,
+                    check_batched_grad=False,
+                    check_undefined_grad=False,
+                ),
             )
+        )
     return calls
 
 
@@ -220,7 +240,14 @@ seen to read 1.26x the time torch's whole call then took per evaluation."""
 FLOOR_SHOWN = 1.0
 """The report holds the probe's floors to torch's time on the slow calls that took this long."""
 
-SECOND_ORDER = ("gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
+SECOND_ORDER = (
+    "gradgrad",
+    "gradgrad_noncontig",
+    "fwgrad_bwgrad",
+    "fwgrad_bwgrad_noncontig",
+    "fwgrad_bwgrad_unsupported",
+    "fwgrad_bwgrad_unsupported_noncontig",
+)
 
 
 def directions(t: torch.Tensor) -> int:
@@ -292,7 +319,8 @@ def tools(no_batching: bool):
     )
 
 
-def groups(ops_filter, dtypes=DTYPES):
+def groups(ops_filter, dtypes=DTYPES, kinds=KINDS):
+    """The (op, dtype) groups with autograd that make a call of these kinds."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     out = []
@@ -301,6 +329,8 @@ def groups(ops_filter, dtypes=DTYPES):
             continue
         key = op_key(op.name, op.variant_test_name)
         if ops_filter and key not in ops_filter and op.name not in ops_filter:
+            continue
+        if not calls_for(op, kinds):
             continue
         supported = op.supported_backward_dtypes("cpu")
         for dtype in dtypes:
@@ -335,13 +365,13 @@ def loop_side(rec: dict) -> dict:
     return rec["opcheck"] if rec["torch"] is None else rec["torch"]
 
 
-def finished(paths, no_batching: bool = False) -> tuple[set[str], dict[tuple, object]]:
+def finished(paths, no_batching: bool = False) -> tuple[dict[str, set[str]], dict[tuple, object]]:
     """What earlier runs of one kind (paired, or ``--no-batching``) recorded in these files: their
-    done groups, and the (group, sample, call, mode) of every call they made with its loop side's
-    verdict (a run stopped inside a group resumes after its last call: samples are rebuilt from
-    the same seed, so sample k is the same sample). The other kind's records do not count: the
-    two runs are made apart."""
-    groups: set[str] = set()
+    done groups, each with the call kinds made in it (see done_line), and the (group, sample,
+    call, mode) of every call they made with its loop side's verdict (a run stopped inside a group
+    resumes after its last call: samples are rebuilt from the same seed, so sample k is the same
+    sample). The other kind's records do not count: the two runs are made apart."""
+    groups: dict[str, set[str]] = defaultdict(set)
     calls: dict[tuple, object] = {}
     for path in paths:
         if os.path.exists(path):
@@ -349,10 +379,20 @@ def finished(paths, no_batching: bool = False) -> tuple[set[str], dict[tuple, ob
                 if of_no_batching_run(rec) != no_batching:
                     continue
                 if "done" in rec:
-                    groups.add(rec["done"])
+                    groups[rec["done"]].update(rec.get("calls", SUPPORTED))
                 elif "call" in rec:
                     calls[call_key(rec)] = loop_side(rec)["verdict"]
     return groups, calls
+
+
+def done_line(group: str, op, kinds, kind: dict) -> dict:
+    """The line that marks a group done: with the call kinds made in it, unless they are every
+    kind of the op and all of SUPPORTED (what a done line without them means, as the lines
+    written before the UNSUPPORTED kinds do)."""
+    made = [name for name, _, _ in calls_for(op, kinds)]
+    if made == [name for name, _, _ in calls_for(op)] and set(made) <= set(SUPPORTED):
+        return {"done": group, **kind}
+    return {"done": group, "calls": made, **kind}
 
 
 def ends_with_newline(path: str) -> bool:
@@ -367,7 +407,8 @@ def run_groups(args) -> int:
         limit_memory(args.limit_memory)
     torch_tools, opcheck_tools = tools(args.no_batching)
     dtypes = tuple(getattr(torch, d) for d in args.dtypes) if args.dtypes else DTYPES
-    todo = groups(set(args.ops) if args.ops else None, dtypes)
+    kinds = tuple(args.calls) if args.calls else KINDS
+    todo = groups(set(args.ops) if args.ops else None, dtypes, kinds)
     gc.freeze()  # op_db's objects: later collections need not walk them
     shard, nshards = (int(x) for x in args.shard.split("/"))
     todo = [g for k, g in enumerate(todo) if k % nshards == shard]
@@ -379,7 +420,7 @@ def run_groups(args) -> int:
         for op, dtype in todo:
             key = op_key(op.name, op.variant_test_name)
             group = f"{key}|{str(dtype).replace('torch.', '')}"
-            if group in done:
+            if {name for name, _, _ in calls_for(op, kinds)} <= done.get(group, set()):
                 continue
             gc.collect()
             try:
@@ -394,7 +435,7 @@ def run_groups(args) -> int:
                     if not args_t:
                         continue
                     floors: dict[str, float] = {}  # each slow call's least cost in torch, probed once
-                    for name, checker, kwargs in calls_for(op):
+                    for name, checker, kwargs in calls_for(op, kinds):
                         for mode, fast in MODES.items():
                             if (group, k, name, mode) in recorded:
                                 continue
@@ -450,7 +491,7 @@ def run_groups(args) -> int:
                                 )
                             out.write(json.dumps(rec) + "\n")
                             out.flush()
-            out.write(json.dumps({"done": group, **kind}) + "\n")
+            out.write(json.dumps(done_line(group, op, kinds, kind)) + "\n")
             out.flush()
             if args.verbose:
                 print(group, flush=True)
@@ -489,6 +530,13 @@ def print_times(mode_t: dict, mode_o: dict, op_t: dict, op_o: dict, indent: str)
     ratios = [op_t[k] / op_o[k] for k in op_t if op_o[k] > 0 and op_t[k] > 0]
     if ratios:
         print(f"{indent}geomean per op torch / opcheck: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+
+
+def count_of(recs: list[dict]) -> str:
+    """`N ops, N samples, N` of these call records."""
+    ops = {r["op"] for r in recs}
+    samples = {(r["group"], r["sample"]) for r in recs}
+    return f"{len(ops)} ops, {len(samples)} samples, {len(recs)}"
 
 
 def report(paths, slow_factor: float) -> int:
@@ -532,11 +580,17 @@ def report(paths, slow_factor: float) -> int:
             verdicts.append(r)
         else:
             lines.append(r)
-    ops = {r["op"] for r in recs}
-    samples = {(r["group"], r["sample"]) for r in recs}
     apart = {id(r) for r in limited}
     floored = [r for r in recs if "floor" in r and id(r) not in apart and spent(r["torch"]) >= FLOOR_SHOWN]
-    print(f"{len(ops)} ops, {len(samples)} samples, {len(recs)} paired calls")
+    supported = [r for r in recs if r["call"] not in UNSUPPORTED]
+    unsupported = [r for r in recs if r["call"] in UNSUPPORTED]
+    if supported or not unsupported:
+        print(f"{count_of(supported)} paired calls")
+    if unsupported:
+        print(
+            f"{'  and ' if supported else ''}{count_of(unsupported)} paired calls of the kinds an op declares "
+            f"unsupported ({', '.join(UNSUPPORTED)})"
+        )
     print(f"  groups: {len(done)} of op_db's {len(groups(None))} (op, dtype) groups done")
     on_wall = len(recs) - len(limited) - on_cpu
     print(f"  times: CPU seconds for {on_cpu} calls, wall seconds for the {on_wall} older records")
@@ -621,10 +675,16 @@ def compare(paths) -> int:
     common = [k for k in both if k not in limited]
     differ = [k for k in common if ra[k]["opcheck"]["verdict"] != rb[k]["opcheck"]["verdict"]]
     lines = [k for k in common if k not in differ and ra[k]["opcheck"]["first_line"] != rb[k]["opcheck"]["first_line"]]
-    print(
-        f"{len(common)} calls in both runs; opcheck's verdict differs on {len(differ)}, "
-        f"its first line on {len(lines)} more; {len(limited)} timeouts or out of memory apart"
-    )
+    for title, kinds in (("", SUPPORTED), ("  and ", UNSUPPORTED)):
+        of = {k for k in both if k[2] in kinds}
+        if title and not of:
+            continue
+        print(
+            f"{title}{sum(k in of for k in common)} calls in both runs"
+            + (f" of the kinds an op declares unsupported ({', '.join(UNSUPPORTED)})" if title else "")
+            + f"; opcheck's verdict differs on {sum(k in of for k in differ)}, its first line on "
+            f"{sum(k in of for k in lines)} more; {sum(k in of for k in limited)} timeouts or out of memory apart"
+        )
     for k in differ[:200] + lines[:200]:
         print(
             f"  {k}: {ra[k]['opcheck']['verdict']} {ra[k]['opcheck']['first_line'][:100]!r} vs "
@@ -638,6 +698,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="opdb.jsonl", help="JSON lines file to append to (resumes)")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th (op, dtype) group from the i-th")
     p.add_argument("--ops", nargs="*", help="only these OpInfo names (name or name:variant)")
+    p.add_argument(
+        "--calls", nargs="+", choices=KINDS, metavar="KIND", help=f"only these call kinds: {', '.join(KINDS)}"
+    )
     p.add_argument("--dtypes", nargs="*", choices=[str(d).replace("torch.", "") for d in DTYPES], help="only these")
     p.add_argument("--limit", type=int, default=None, help="samples per (op, dtype) (default: all)")
     p.add_argument(

@@ -398,3 +398,45 @@ bench.main([*common, "--out", {str(resumed)!r}])
     assert report.returncode == 0, report.stdout
     assert "timeouts or out of memory, apart: 4 (2 of them predicted, not run)" in report.stdout
     assert "  abs|float64: 2 calls on samples [0]\n" in report.stdout
+
+
+def test_calls_an_op_declares_unsupported_are_made_as_their_own_kinds(tmp_path):
+    # torch's tests make the forward-AD calls on an op that declares them unsupported, and expect
+    # NotImplementedError: the same calls, under their own names.
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    module = load_bench()
+    by_key = {module.op_key(op.name, op.variant_test_name): op for op in op_db}
+    unsupported = {name: kw for name, _, kw in module.calls_for(by_key["to_sparse"])}
+    supported = {name: kw for name, _, kw in module.calls_for(by_key["abs"])}
+    assert set(module.UNSUPPORTED) <= set(unsupported) and not set(module.UNSUPPORTED) & set(supported)
+    for name in module.UNSUPPORTED:
+        assert set(unsupported[name]) == set(supported[name.replace("_unsupported", "")])
+        assert unsupported[name]["check_forward_ad" if name == "fwd_unsupported" else "check_fwd_over_rev"]
+    assert [name for name, _, _ in module.calls_for(by_key["abs"], module.UNSUPPORTED)] == []
+
+    out = tmp_path / "unsupported.jsonl"
+    only = ["--ops", "to_sparse", "--limit", "1", "--out", str(out)]
+    proc = bench(*only, "--calls", *module.UNSUPPORTED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = records(out)
+    calls = [r for r in recs if "call" in r]
+    assert {(r["call"], r["mode"]) for r in calls} == {(c, m) for c in module.UNSUPPORTED for m in ("slow", "fast")}
+    assert all(r["torch"]["verdict"] == r["opcheck"]["verdict"] == "NotImplementedError" for r in calls)
+    assert all(r["torch"]["first_line"] == r["opcheck"]["first_line"] for r in calls)
+    assert recs[-1] == {"done": "to_sparse|float64", "calls": list(module.UNSUPPORTED)}
+    # the group is done for those kinds only: a run of every kind makes the others, and no more
+    proc = bench(*only)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = [r for r in records(out)[len(recs) :] if "call" in r]
+    assert made and not {r["call"] for r in made} & set(module.UNSUPPORTED)
+    assert records(out)[-1]["done"] == "to_sparse|float64"
+    again = bench(*only)
+    assert again.returncode == 0 and len(records(out)) == len(recs) + len(made) + 1
+
+    report = bench("--report", str(out))
+    assert report.returncode == 0, report.stdout
+    lines = report.stdout.splitlines()
+    assert lines[0] == f"1 ops, 1 samples, {len(made)} paired calls"
+    assert lines[1].startswith("  and 1 ops, 1 samples, 6 paired calls of the kinds an op declares unsupported")
+    assert "verdict disagreements: 0" in report.stdout and "first-line disagreements: 0" in report.stdout

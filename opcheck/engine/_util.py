@@ -11,6 +11,8 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.overrides import is_tensor_like
 
+from opcheck.engine import torch_words
+
 Func = Callable[..., Any]
 """A function under check: tensors (and other arguments) in, a tensor or a tuple of outputs out."""
 Inputs = tuple[Any, ...]
@@ -175,9 +177,8 @@ def check_inputs(inputs: Inputs) -> None:
             continue
         if inp.dtype not in (torch.float64, torch.complex128):
             warnings.warn(
-                f"Input #{idx} requires gradient and is not a double precision floating point or complex. "
-                "This check will likely fail if all the inputs are not of double precision floating point "
-                f"or complex. (It is {inp.dtype}: finite differences with eps=1e-6 lose most of its digits. "
+                f"{torch_words.not_double_warning(idx)}\n"
+                f"(It is {inp.dtype}: finite differences with eps=1e-6 lose most of its digits. "
                 "Check gradients in float64/complex128, and cover the low-precision kernel with a "
                 "consistency check against the float64 result instead.)",
                 stacklevel=4,
@@ -188,10 +189,8 @@ def check_inputs(inputs: Inputs) -> None:
             continue
         if not all(st > 0 or sz <= 1 for st, sz in zip(content.stride(), content.size())):
             raise RuntimeError(
-                f"The {idx}th input has a dimension with stride 0. gradcheck only supports inputs that "
-                "are non-overlapping to be able to compute the numerical gradients correctly. You should "
-                "call .contiguous on the input before passing it to gradcheck. (Perturbing one element of "
-                f"a tensor with strides {tuple(content.stride())} moves every element that shares its memory.)"
+                f"{torch_words.stride_zero(idx)}\n(Perturbing one element of a tensor with strides "
+                f"{tuple(content.stride())} moves every element that shares its memory.)"
             )
         if has_internal_overlap(content):
             raise RuntimeError(
@@ -200,9 +199,7 @@ def check_inputs(inputs: Inputs) -> None:
                 "Call .contiguous() on it before passing it to gradcheck."
             )
     if not found:
-        raise ValueError(
-            "gradcheck expects at least one input tensor to require gradient, but none of them have requires_grad=True."
-        )
+        raise ValueError(torch_words.no_input_requires_grad())
 
 
 def has_internal_overlap(t: torch.Tensor) -> bool:
@@ -219,14 +216,13 @@ def exception_line(e: BaseException) -> str:
 def check_outputs(outputs: tuple[Any, ...]) -> None:
     """torch's output check (sparse first, then MKLDNN, with its words); other layouts after it."""
     tensors = [t for t in outputs if isinstance(t, torch.Tensor)]
-    advice = "Please call to_dense(masked_grad=...) on the output of fn for gradcheck."
     if any(t.layout in SPARSE_LAYOUTS for t in tensors):
-        raise ValueError(f"Sparse output is not supported at gradcheck yet. {advice}")
+        raise ValueError(torch_words.sparse_output())
     if any(t.layout == MKLDNN for t in tensors):
-        raise ValueError(f"MKLDNN output is not supported at gradcheck yet. {advice}")
+        raise ValueError(torch_words.mkldnn_output())
     for t in tensors:
-        if t.layout != torch.strided:
-            raise ValueError(f"Output with layout {t.layout} is not supported at gradcheck yet. {advice}")
+        if t.layout != torch.strided:  # torch has no words for these: its sparse ones, of this layout
+            raise ValueError(torch_words.sparse_output().replace("Sparse output", f"Output with layout {t.layout}", 1))
 
 
 def unravel(k: int, shape: Sequence[int]) -> tuple[int, ...]:

@@ -7,10 +7,11 @@ from typing import Any, NoReturn
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import Inputs, diff_input_indices, float_outputs, identical, requires_grad
 from opcheck.engine.batching import BatchedRows, ForwardCalls, LoopRows, jvp_columns, vjp_rows
 from opcheck.engine.context import Blocks, CheckContext
-from opcheck.engine.errors import FAILED_NONDET_NOTE
+from opcheck.engine.errors import failed_nondet_note
 
 
 def analytical_vjp_jacobian(
@@ -52,9 +53,7 @@ def fail_reentrancy(
     worst = float(diff.max())
     differing = int((diff > nondet_tol).sum())
     lines = [
-        "Backward is not reentrant, i.e., running backward with same input and grad_output "
-        "multiple times gives different values, although analytical gradient matches numerical "
-        f"gradient.The tolerance for nondeterminism was {nondet_tol}.",
+        torch_words.reentrancy(nondet_tol),
         f"check: reentrancy ({ctx.backward_path}); two identical backward passes differ by up to {worst:.4g}, "
         f"in {differing} of {diff.numel()} entries of "
         + (f"d outputs / d input {input_idx}" if block else f"the gradient of input {input_idx}")
@@ -72,7 +71,7 @@ def fail_reentrancy(
             f"second pass {float(second.reshape(-1)[flat]):.6g}"
         )
     lines.append(REENTRANCY_CAUSES)
-    lines.append(FAILED_NONDET_NOTE)
+    lines.append(failed_nondet_note())
     ctx.fail("\n".join(lines), check="reentrancy", path=ctx.backward_path)
 
 
@@ -104,9 +103,8 @@ def stack_rows(
                 continue
             if g.size() != inp.size():
                 raise AssertionError(
-                    f"Expected out_jacobian column to have {inp.numel()} elements, but got {g.numel()}"
-                    f" (backward returned a gradient of shape {tuple(g.shape)} for an input of shape "
-                    f"{tuple(inp.shape)})"
+                    f"{torch_words.column_size(g.numel(), inp.numel())}\n(backward returned a gradient of "
+                    f"shape {tuple(g.shape)} for an input of shape {tuple(inp.shape)})"
                 )
             if g.dtype != inp.dtype:
                 types_ok = False
@@ -116,15 +114,16 @@ def stack_rows(
 
 
 def analytical_jvp_jacobian(
-    ctx: CheckContext, fn: Callable[..., Any], inputs: Inputs, outputs: tuple[Any, ...]
+    ctx: CheckContext, fn: Callable[..., Any], inputs: Inputs, outputs: tuple[Any, ...], *, check_dtypes: bool = True
 ) -> Blocks:
-    """[input][output] blocks (numel_in, numel_out) from forward-mode AD, column by column."""
+    """[input][output] blocks (numel_in, numel_out) from forward-mode AD, column by column; with
+    check_dtypes, every tangent's dtype is checked (ctx.check_forward_dtype)."""
     diff = diff_input_indices(inputs)
     if any(inputs[i].is_complex() for i in diff):
-        raise ValueError("Expected inputs to be non-complex for _get_analytical_jacobian_forward_ad.")
+        raise ValueError(torch_words.forward_complex_inputs())
     floats = float_outputs(outputs)
     nonempty = [idx for idx in diff if inputs[idx].numel()]
-    calls = ForwardCalls(ctx.evaluator, fn, inputs, ctx.check_forward_dtype)
+    calls = ForwardCalls(ctx.evaluator, fn, inputs, ctx.check_forward_dtype if check_dtypes else _any_dtype)
     columns = dict(zip(nonempty, jvp_columns(calls, nonempty, outputs) if nonempty else []))
     result = []
     for idx in diff:
@@ -138,3 +137,7 @@ def analytical_jvp_jacobian(
             block.copy_(c)
         result.append(tuple(blocks))
     return result
+
+
+def _any_dtype(primal: torch.Tensor, tangent: torch.Tensor) -> None:
+    """ForwardCalls' dtype check where none applies."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
-from opcheck.engine import aux_checks
+from opcheck.engine import aux_checks, torch_words
 from opcheck.engine._util import Func, Inputs, as_tuple, check_inputs, check_outputs
 from opcheck.engine.auto import auto_check, jacobian_sides
 from opcheck.engine.batching import (
@@ -102,11 +102,11 @@ def gradgradcheck(
     Σ numel_in entries).
     """
     if not (check_fwd_over_rev or check_rev_over_rev):
-        raise AssertionError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
+        raise AssertionError(torch_words.flag_error("gradgradcheck", "forward or backward"))
     if check_undefined_grad and not check_rev_over_rev:
-        raise AssertionError("Setting check_undefined_grad=True requires check_rev_over_rev to be True")
+        raise AssertionError(torch_words.flag_error("gradgradcheck", "undefined grad"))
     if check_batched_grad and not check_rev_over_rev:
-        raise AssertionError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
+        raise AssertionError(torch_words.flag_error("gradgradcheck", "batched grad"))
     flags = CheckFlags.from_arguments(
         dict(locals(), check_forward_ad=check_fwd_over_rev, check_backward_ad=check_rev_over_rev)
     )
@@ -210,7 +210,7 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
     compare: Comparison = auto_check if flags.auto else fast_check if flags.fast_mode else full_check
     compare_parts(ctx, compare, jacobian_call, forward_ad=flags.check_forward_ad and not layouts)
     if flags.check_forward_ad and layouts:
-        layouts.refuse_forward_ad()
+        layouts.refuse_forward_ad(call.inputs)
     _side_checks(ctx, call)
     return True
 

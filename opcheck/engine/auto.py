@@ -97,6 +97,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import (
     Inputs,
     allclose_promoted,
@@ -124,7 +125,7 @@ from opcheck.engine.compare import BACKWARD, Part, block_mismatch
 from opcheck.engine.complex_views import RealViews, real_views
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.core import full_check
-from opcheck.engine.errors import FAST_FAIL_SLOW_OK_NOTE
+from opcheck.engine.errors import fast_fail_slow_ok_note
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.numerical import numerical_jacobian
 from opcheck.engine.pattern_hints import swapped_in_projections, swapped_message
@@ -400,7 +401,7 @@ class _ProjectionCheck:
         mismatch = block_mismatch(ctx, self.what.block(found.i, found.jj), fa, fn_, p.call, others)
         extra = ""
         if allclose_promoted(fa, fn_.to(fa.device), flags.rtol, flags.atol):
-            extra = "\n" + FAST_FAIL_SLOW_OK_NOTE.replace("Fast gradcheck", "auto gradcheck")
+            extra = "\n" + fast_fail_slow_ok_note("auto")
             if found.comparison == VJP_STAGE:
                 extra += " The VJP disagrees with the JVP beyond rounding: one of them is slightly off."
         views = "".join(f"\nhint: {h}" for h in self._view_hints(found))
@@ -476,7 +477,7 @@ class _ProjectionCheck:
             for t in per_input:
                 if t.numel() and bool(torch.ne(t, 0).any()):
                     self.ctx.fail(
-                        "Numerical gradient for function expected to be zero\ncheck: no differentiable "
+                        f"{torch_words.no_differentiable_outputs()}\ncheck: no differentiable "
                         "outputs; the outputs do not require grad, yet they change along random "
                         "input directions",
                         check="no differentiable outputs",

@@ -8,6 +8,7 @@ come from the global one as torch's do: they choose the function that is checked
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any, NoReturn
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import (
     SPARSE_LAYOUTS,
     Func,
@@ -34,7 +36,7 @@ from opcheck.engine._util import (
     zeros_like_shape,
 )
 from opcheck.engine.context import CheckContext
-from opcheck.engine.errors import FAILED_BATCHED_FWD_GRAD_NOTE, FAILED_BATCHED_GRAD_NOTE, GradcheckError
+from opcheck.engine.errors import GradcheckError, failed_batched_fwd_grad_note, failed_batched_grad_note
 from opcheck.engine.fast import make_vectors, real_direction
 
 SEED = 20240527
@@ -58,11 +60,15 @@ class _BatchedCheck:
 
     check: str  # "batched forward AD" or "batched backward"
     path: str
-    note: str
+    forward: bool
+
+    @property
+    def note(self) -> str:
+        return failed_batched_fwd_grad_note() if self.forward else failed_batched_grad_note()
 
     def fail_to_batch(self, ex: RuntimeError) -> NoReturn:
         raise GradcheckError(
-            f"While computing batched gradients, got: {ex}\n\ncheck: {self.check} ({self.path})\n{self.note}",
+            f"{torch_words.batched_failure(ex, self.forward)}\n\ncheck: {self.check} ({self.path})\n{self.note}",
             check=self.check,
             path=self.path,
         ) from ex
@@ -82,8 +88,11 @@ class _BatchedCheck:
         diff = (res - exp).abs()
         where = torch.nonzero(~torch.isclose(res, exp)).tolist()[:5]
         named = output_idx if torch_output_idx is None else torch_output_idx
+        first = torch_words.batched_mismatch(
+            named, input_idx if torch_output_idx is None else named, is_forward_ad=self.forward
+        )
         ctx.fail(
-            f"For output {named} and input {input_idx if torch_output_idx is None else named}:\n"
+            f"{first}\n"
             f"check: {self.check} ({self.path}); for output {output_idx} and input {input_idx} the vmapped "
             f"result differs from the one-at-a-time result (max abs difference "
             f"{float(diff.max()) if diff.numel() else 0.0:.4g}; first differing [batch, *index] positions: "
@@ -121,7 +130,7 @@ def check_batched_grad_forward_ad(
     (len(tangents), *shape) tensor) instead of computing them with one call per tangent.
     """
     g = torch.Generator().manual_seed(SEED)
-    batched = _BatchedCheck("batched forward AD", f"batched {ctx.forward_path}", FAILED_BATCHED_FWD_GRAD_NOTE)
+    batched = _BatchedCheck("batched forward AD", f"batched {ctx.forward_path}", forward=True)
     vmap = legacy_vmap if legacy_vmap is not None else torch.func.vmap
     for input_idx, current in enumerate(inputs):
         if not requires_grad(current) or not is_float_or_complex(current):
@@ -148,7 +157,7 @@ def check_batched_grad(ctx: CheckContext, inputs: Inputs, output: torch.Tensor, 
     """vmap (legacy) over backward against one VJP at a time, for two random grad_outputs."""
     g = torch.Generator().manual_seed(SEED + output_idx)
     diff_inputs = [a for a in inputs if requires_grad(a)]
-    batched = _BatchedCheck("batched backward", f"batched {ctx.backward_path}", FAILED_BATCHED_GRAD_NOTE)
+    batched = _BatchedCheck("batched backward", f"batched {ctx.backward_path}", forward=False)
 
     def vjp(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         grads = torch.autograd.grad(output, diff_inputs, v, retain_graph=True, allow_unused=True)
@@ -175,20 +184,21 @@ def check_backward_mul_by_grad_output(
     """With every grad_output zero, backward must return zeros of its inputs' layout, dtype, device and size."""
     diff_inputs = [a for a in inputs if requires_grad(a)]
     if not diff_inputs:
-        ctx.fail("no Tensors requiring grad found in input", check="zero grad_output")
+        ctx.fail(torch_words.no_tensors_requiring_grad(), check="zero grad_output")
     grads = torch.autograd.grad(
         outputs,
         diff_inputs,
         [torch.zeros_like(o, memory_format=torch.legacy_contiguous_format) for o in outputs],
         allow_unused=True,
     )
-    for k, (gi, di) in enumerate(zip(grads, diff_inputs)):
-        if gi is None:
+    for k, (given, inp) in enumerate(zip(grads, diff_inputs)):
+        if given is None:
             continue
-        where = f"\ncheck: zero grad_output ({ctx.backward_path}); gradient of {ctx.input_name(k)}"
+        fail = functools.partial(_fail_zero_grad_output, ctx, k, given, inp, masked)
+        gi, di = given, inp
         if gi.layout != torch.strided:  # the layout first, as torch checks it, then the values densely
             if gi.layout != di.layout:
-                ctx.fail(f"grad is incorrect layout ({gi.layout} is not {di.layout}){where}", check="zero grad_output")
+                fail(f"grad is incorrect layout ({gi.layout} is not {di.layout})")
             if gi.layout in SPARSE_LAYOUTS:
                 kind = str(gi.layout).replace("torch.", "").replace("_coo", "")
                 for what, got, want in (
@@ -196,26 +206,33 @@ def check_backward_mul_by_grad_output(
                     ("dense_dim", gi.dense_dim(), di.dense_dim()),
                 ):
                     if got != want:
-                        ctx.fail(
-                            f"grad is {kind} tensor, but has incorrect {what} {got}, expected {want}{where}",
-                            check="zero grad_output",
-                        )
+                        fail(f"grad is {kind} tensor, but has incorrect {what} {got}, expected {want}")
             gi, di = gi.to_dense(), di.to_dense()
-        if masked:
-            if not torch.allclose(gi, torch.zeros_like(gi)):
-                ctx.fail("backward not multiplied by grad_output" + where + _nonzero(gi), check="zero grad_output")
-        elif not gi.eq(0).all():
-            ctx.fail("backward not multiplied by grad_output" + where + _nonzero(gi), check="zero grad_output")
+        if not torch.allclose(gi, torch.zeros_like(gi)) if masked else not gi.eq(0).all():
+            fail("backward not multiplied by grad_output", _nonzero(gi))
         if gi.dtype != di.dtype:
-            ctx.fail(f"grad is incorrect type{where}: {gi.dtype}, expected {di.dtype}", check="zero grad_output")
+            fail("grad is incorrect type", f": {gi.dtype}, expected {di.dtype}")
         if gi.device != di.device:
-            ctx.fail(f"grad is incorrect device{where}: {gi.device}, expected {di.device}", check="zero grad_output")
+            fail("grad is incorrect device", f": {gi.device}, expected {di.device}")
         if gi.size() != di.size():
-            ctx.fail(
-                f"grad is incorrect size{where}: {tuple(gi.shape)}, expected {tuple(di.shape)}",
-                check="zero grad_output",
-            )
+            fail("grad is incorrect size", f": {tuple(gi.shape)}, expected {tuple(di.shape)}")
     return True
+
+
+def _fail_zero_grad_output(
+    ctx: CheckContext,
+    k: int,
+    given: torch.Tensor,
+    inp: torch.Tensor,
+    masked: bool | None,
+    fallback: str,
+    detail: str = "",
+) -> NoReturn:
+    """The zero grad_output check failed for input k: torch's own check, asked about the gradient
+    backward returned (`given`), words the first line."""
+    first = torch_words.zero_grad_output(given, inp, masked) or fallback
+    where = f"check: zero grad_output ({ctx.backward_path}); gradient of {ctx.input_name(k)}"
+    ctx.fail(f"{first}\n{where}{detail}", check="zero grad_output")
 
 
 def _nonzero(gi: torch.Tensor) -> str:
@@ -260,10 +277,10 @@ def check_undefined_forward_mode(
                     res1 = res1.reshape(res2.shape)
                 if res1 is not None and res2 is not None and not torch.allclose(res1, res2):
                     ctx.fail(
-                        f"Mismatch in tangent values for output with index: {index_o} when input: "
-                        f"{ctx.input_name(k)} has an undefined tangent value.\ncheck: undefined tangent "
-                        f"({ctx.forward_path}); a zero tangent gives max |tangent| "
-                        f"{float((res1 - res2).abs().max()):.4g} away from an undefined one",
+                        f"{torch_words.undefined_tangent(index_o, inp, res1, res2)}\ncheck: undefined tangent "
+                        f"({ctx.forward_path}); output {index_o}'s tangent when {ctx.input_name(k)} has an "
+                        f"undefined tangent is max |tangent| {float((res1 - res2).abs().max()):.4g} away from "
+                        "its tangent for a zero one",
                         check="undefined tangent",
                         path=ctx.forward_path,
                     )
@@ -276,8 +293,7 @@ def check_undefined_backward_mode(
     """With every grad_output undefined (and each one alone), backward must return undefined or zero grads."""
     diff_inputs = [a for a in inputs if requires_grad(a)]
     if not diff_inputs:
-        ctx.fail("no Tensors requiring grad found in input", check="undefined grad_output")
-    note = 'Please look at "Notes about undefined output gradients" in "tools/autograd/derivatives.yaml"'
+        ctx.fail(torch_words.no_tensors_requiring_grad(), check="undefined grad_output")
 
     def check(to_check: list[torch.Tensor], which: str) -> bool:
         grads_output = [torch.zeros_like(o, memory_format=torch.legacy_contiguous_format) for o in to_check]
@@ -286,8 +302,7 @@ def check_undefined_backward_mode(
         except RuntimeError as e:
             _warn_bc()
             raise GradcheckError(
-                "Expected backward function to handle undefined output grads. "
-                + note
+                torch_words.undefined_grad_crash()
                 + f"\ncheck: undefined grad_output ({ctx.backward_path}); with {which} undefined, backward "
                 f"raised {exception_line(e)}\nA custom backward "
                 "receives None for an undefined grad_output unless ctx.set_materialize_grads(True) (the "
@@ -299,8 +314,7 @@ def check_undefined_backward_mode(
             if gi is not None and not gi.eq(0).all():
                 _warn_bc()
                 ctx.fail(
-                    "Expected all input grads to be undefined or zero when all output grads are "
-                    "undefined or zero. " + note + f"\ncheck: undefined grad_output "
+                    torch_words.undefined_grad_nonzero() + f"\ncheck: undefined grad_output "
                     f"({ctx.backward_path}); with {which} undefined, backward returned nonzero values",
                     check="undefined grad_output",
                     path=ctx.backward_path,
@@ -328,9 +342,4 @@ def _undefined(o: torch.Tensor) -> torch.Tensor:
 
 
 def _warn_bc() -> None:
-    warnings.warn(
-        "Backwards compatibility: New undefined gradient support checking feature is enabled by default, "
-        "but it may break existing callers of this function. If this is true for you, you can call this "
-        'function with "check_undefined_grad=False" to disable the feature',
-        stacklevel=3,
-    )
+    warnings.warn(torch_words.undefined_grad_warning(), stacklevel=3)

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import diff_input_indices, float_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.diagnostics import BlockLabel, JacobianMismatch, find_mismatch
@@ -55,12 +56,8 @@ class Block:
 
     def first_line(self) -> str:
         """torch's first line for this block's mismatch."""
-        element = "inputs" if self.is_forward_ad else "outputs"
-        part = self.part
-        prefix = f"While considering the {part} part of complex {element} only, " if part else ""
-        mode = "computed with forward mode " if self.is_forward_ad else ""
-        return (
-            f"{prefix}Jacobian {mode}mismatch for output {self.output_idx:d} with respect to input {self.input_idx:d},"
+        return torch_words.jacobian_mismatch(
+            self.output_idx, self.input_idx, self.complex_indices, self.test_imag, self.is_forward_ad
         )
 
     def label(self, ctx: CheckContext, part: str | None) -> BlockLabel:

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs
 from opcheck.engine.batching import Evaluator
 from opcheck.engine.diagnostics import BlockMismatch
@@ -138,9 +139,10 @@ class CheckContext:
         raise GradcheckError(message, check=check, path=path, mismatch=mismatch)
 
     def fail_gradient_dtype(self) -> NoReturn:
-        # torch reports this as "Analytical gradient has incorrect size", whatever check_grad_dtypes is.
         self.fail(
-            "Gradient has dtype mismatch: backward returned a gradient whose dtype differs from its input's",
+            f"{torch_words.gradient_dtype(self.flags.check_grad_dtypes)}\n"
+            f"check: gradient dtype ({self.backward_path}); backward returned a gradient whose dtype differs "
+            "from its input's",
             check="gradient dtype",
             path=self.backward_path,
         )
@@ -148,4 +150,10 @@ class CheckContext:
     def check_forward_dtype(self, primal: torch.Tensor, tangent: torch.Tensor) -> None:
         """With check_grad_dtypes, a real primal must have a real tangent and a complex one a complex tangent."""
         if self.flags.check_grad_dtypes and primal.is_complex() != tangent.is_complex():
-            self.fail("Forward AD gradient has dtype mismatch.", check="forward AD dtype", path=self.forward_path)
+            self.fail(
+                f"{torch_words.forward_dtype()}\ncheck: forward AD dtype ({self.forward_path}); a "
+                f"{'complex' if tangent.is_complex() else 'real'} tangent for a "
+                f"{'complex' if primal.is_complex() else 'real'} output",
+                check="forward AD dtype",
+                path=self.forward_path,
+            )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import allclose_promoted
 from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
 from opcheck.engine.compare import BACKWARD, Block, Part, block_mismatch, raise_mismatch
@@ -72,7 +73,7 @@ def check_no_differentiable_outputs(ctx: CheckContext, call: Call, *, is_forward
         for jac in per_input:
             if torch.ne(jac, 0).sum() > 0:
                 ctx.fail(
-                    "Numerical gradient for function expected to be zero\n"
+                    f"{torch_words.no_differentiable_outputs()}\n"
                     "check: no differentiable outputs; the function's outputs do not require grad, yet "
                     f"they change when input elements are perturbed (max |d| = {float(jac.abs().max()):.4g})"
                     + second_order_hint(ctx),

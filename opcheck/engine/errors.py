@@ -1,10 +1,12 @@
-"""The engine's error type and the torch wording it keeps."""
+"""The engine's error type, and the notes its failures add after torch's words (torch_words.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
+
+from opcheck.engine import torch_words
 
 if TYPE_CHECKING:
     from opcheck.engine.diagnostics import BlockMismatch
@@ -29,26 +31,35 @@ class GradcheckError(_TorchGradcheckError):
         self.mismatch = mismatch
 
 
-FAILED_NONDET_NOTE = (
-    "If the op relies on non-deterministic kernels (e.g. atomic adds in index_add/scatter_add on "
-    "CUDA), pass nondet_tol=<tol> (in an op spec: gradcheck.nondet_tol)."
-)
+def failed_nondet_note() -> str:
+    """torch's note on nondeterministic ops, then what to pass."""
+    return f"{torch_words.nondeterminism_note()} If so, pass nondet_tol=<tol> (in an op spec: gradcheck.nondet_tol)."
 
-FAILED_BATCHED_GRAD_NOTE = (
-    "gradcheck or gradgradcheck failed while testing batched gradient computation: vmap over the "
-    "backward gives a different result from (or fails where) the one-at-a-time backward (does not). "
-    "A backward that is not vmap-compatible (in-place writes into captured tensors, .item(), data-"
-    "dependent control flow) is the usual cause; make it vmap-compatible or pass "
-    "check_batched_grad=False."
-)
 
-FAILED_BATCHED_FWD_GRAD_NOTE = (
-    "gradcheck failed while testing batched gradient computation with forward-mode AD: vmap over the "
-    "JVP differs from (or fails where) the one-at-a-time JVP (does not). Make the jvp vmap-compatible "
-    "or pass check_batched_forward_grad=False."
-)
+def failed_batched_grad_note() -> str:
+    """torch's first line on a failed batched-gradient check, then what it means."""
+    return (
+        f"{torch_words.batched_note(forward=False)} vmap over the backward gives a different result from (or "
+        "fails where) the one-at-a-time backward (does not). A backward that is not vmap-compatible (in-place "
+        "writes into captured tensors, .item(), data-dependent control flow) is the usual cause; make it "
+        "vmap-compatible or pass check_batched_grad=False."
+    )
 
-FAST_FAIL_SLOW_OK_NOTE = (
-    "Fast gradcheck failed but element-wise differences are small: the full Jacobian block above "
-    "matches within atol/rtol, so fast_mode=False would pass this check."
-)
+
+def failed_batched_fwd_grad_note() -> str:
+    """torch's first line on a failed batched forward-AD check, then what it means."""
+    return (
+        f"{torch_words.batched_note(forward=True)} vmap over the JVP differs from (or fails where) the "
+        "one-at-a-time JVP (does not). Make the jvp vmap-compatible or pass check_batched_forward_grad=False."
+    )
+
+
+def fast_fail_slow_ok_note(mode: str = "Fast") -> str:
+    """torch's first sentence on a fast-mode failure whose full block matches (`mode` names the
+    mode that failed), then what it means."""
+    sentence = torch_words.fast_mode_slow_ok()
+    if mode != "Fast" and sentence.startswith("Fast "):
+        sentence = mode + sentence[len("Fast") :]
+    return (
+        f"{sentence} The full Jacobian block above matches within atol/rtol, so fast_mode=False would pass this check."
+    )

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import (
     Inputs,
     allclose_promoted,
@@ -29,7 +30,7 @@ from opcheck.engine.batching import Differences
 from opcheck.engine.compare import BACKWARD, Block, Part, block_mismatch
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.core import second_order_hint
-from opcheck.engine.errors import FAST_FAIL_SLOW_OK_NOTE
+from opcheck.engine.errors import fast_fail_slow_ok_note
 from opcheck.engine.numerical import numerical_jacobian
 
 Direction = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
@@ -72,7 +73,7 @@ def make_vectors(
 def real_direction(u: Direction) -> torch.Tensor:
     """The direction of a real input; forward AD checks complex inputs part by part (parts.py)."""
     if isinstance(u, tuple):
-        raise ValueError("Expected inputs to be non-complex for a forward-mode direction.")
+        raise ValueError(torch_words.forward_complex_inputs())
     return u
 
 
@@ -196,7 +197,7 @@ def _check_no_differentiable_outputs_fast(
                 continue
             if jvp.abs().max() > ctx.flags.nondet_tol:
                 ctx.fail(
-                    "Numerical gradient for function expected to be zero\ncheck: no differentiable "
+                    f"{torch_words.no_differentiable_outputs()}\ncheck: no differentiable "
                     "outputs; the outputs do not require grad, yet they change when inputs are perturbed"
                     + second_order_hint(ctx),
                     check="no differentiable outputs",
@@ -223,7 +224,7 @@ def _localize_fast_failure(
     # Every input's block for this output is at hand: a gradient returned for another input is named.
     numerical_of_inputs = [per_output[output_j] for per_output in blocks]
     if is_forward_ad:
-        analytical = analytical_jvp_jacobian(ctx, func, inputs, call.func_out)[input_i][output_j]
+        analytical = _one_input_jvp_jacobian(ctx, func, inputs, outputs, input_i, output_j)
     else:
         rows = ctx.layouts.rows_call(call) if ctx.layouts is not None else call
         analytical = analytical_vjp_jacobian(ctx, rows.inputs, rows.outputs[output_j], nondet_tol=float("inf"))[input_i]
@@ -238,7 +239,7 @@ def _localize_fast_failure(
     mismatch = block_mismatch(ctx, block, analytical, numerical, call, numerical_of_inputs)
     extra = ""
     if allclose_promoted(analytical, numerical.to(analytical.device), rtol, ctx.flags.atol):
-        extra = "\n" + FAST_FAIL_SLOW_OK_NOTE
+        extra = "\n" + fast_fail_slow_ok_note()
         extra += f" (max element-wise difference {float(largest):.4g})"
     ctx.fail(
         f"{block.first_line()}{head}{mismatch.describe()}{extra}",
@@ -246,6 +247,22 @@ def _localize_fast_failure(
         path=mismatch.path,
         mismatch=mismatch,
     )
+
+
+def _one_input_jvp_jacobian(
+    ctx: CheckContext, func: Callable[..., Any], inputs: Inputs, outputs: Sequence[Any], input_i: int, output_j: int
+) -> torch.Tensor:
+    """torch's recomputed forward-mode block: output j as a function of input i alone, the other
+    inputs as given (still requiring grad, so an autograd.Function sees them as torch's call
+    shows them: one without a jvp raises NotImplementedError there), without the dtype check."""
+    idx = diff_input_indices(inputs)[input_i]
+
+    def of_input(x: torch.Tensor) -> Any:
+        args = list(inputs)
+        args[idx] = x
+        return as_tuple(func(*args))[output_j]
+
+    return analytical_jvp_jacobian(ctx, of_input, (inputs[idx],), (outputs[output_j],), check_dtypes=False)[0][0]
 
 
 def _fmt(t: torch.Tensor) -> str:

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from opcheck.engine import torch_words
+
 DEFAULT_EPS = 1e-6
 """The finite differences' step (torch's default)."""
 DEFAULT_ATOL = 1e-5
@@ -57,11 +59,11 @@ class CheckFlags:
 
     def __post_init__(self) -> None:
         if not (self.check_forward_ad or self.check_backward_ad):
-            raise AssertionError("Expected at least one of check_forward_ad or check_backward_ad to be True")
+            raise AssertionError(torch_words.flag_error("gradcheck", "forward or backward"))
         if self.check_batched_grad and not self.check_backward_ad:
-            raise AssertionError("Setting check_batched_grad=True requires check_backward_ad to be True")
+            raise AssertionError(torch_words.flag_error("gradcheck", "batched grad"))
         if self.check_batched_forward_grad and not self.check_forward_ad:
-            raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
+            raise AssertionError(torch_words.flag_error("gradcheck", "batched forward grad"))
         if isinstance(self.fast_mode, str) and self.fast_mode != "auto":
             raise ValueError(f"fast_mode must be True, False or 'auto', got {self.fast_mode!r}")
         budget = self.jacobian_budget

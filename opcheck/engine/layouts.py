@@ -32,8 +32,6 @@ refused the way torch refuses it (make_dual cannot take a sparse tensor; MKLDNN 
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -41,7 +39,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, make_dual, requires_grad, unravel
+from opcheck.engine import torch_words
+from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, is_float_or_complex, make_dual, requires_grad, unravel
 from opcheck.engine.batching import Differences
 from opcheck.engine.diagnostics import JacobianMismatch
 
@@ -408,40 +407,19 @@ class LayoutInputs:
             f"{sum(where)} of the {len(where)} above are specified elements."
         )
 
-    def refuse_forward_ad(self) -> None:
-        """Raise what torch raises for these inputs in a forward-mode AD check."""
+    def refuse_forward_ad(self, inputs: Sequence[Any]) -> None:
+        """Raise what torch raises for these inputs (the call's, as given) in a forward-mode AD check:
+        torch first takes the imaginary part of every complex input (which a sparse compressed
+        tensor refuses), then makes the inputs that require grad dual."""
+        for a in inputs:
+            if is_float_or_complex(a) and a.is_complex():
+                a.imag  # noqa: B018 - evaluated for what it raises
         for s in self.stand_ins.values():
             if s.original.layout == MKLDNN:
-                raise ValueError(torch_mkldnn_forward_ad_message())
+                raise ValueError(torch_words.mkldnn_forward_ad())
             with fwAD.dual_level():  # torch's own refusal: make_dual does not take these layouts
                 make_dual(s.original.detach(), torch.zeros_like(s.original))
         raise NotImplementedError(
             f"Forward-mode AD with {next(iter(self.stand_ins.values())).original.layout} inputs is not "
             "supported by this check."
         )
-
-
-MKLDNN_FORWARD_AD = "MKLDNN inputs are not support for forward AD gradcheck."
-"""torch 2.13's wording, for a torch whose gradcheck does not refuse MKLDNN inputs at all."""
-
-
-@functools.cache
-def torch_mkldnn_forward_ad_message() -> str:
-    """What the installed torch's gradcheck raises for MKLDNN inputs in a forward-mode AD check,
-    taken from torch itself (its wording changed in 2.14), once per process."""
-    x = torch.ones(1, 1).to_mkldnn().requires_grad_()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # not double precision: torch warns before it refuses
-        try:
-            torch.autograd.gradcheck(
-                lambda t: t.to_dense(),
-                (x,),
-                check_forward_ad=True,
-                check_backward_ad=False,
-                check_undefined_grad=False,
-                check_batched_grad=False,
-                atol=1.0,
-            )
-        except ValueError as e:
-            return str(e)
-    return MKLDNN_FORWARD_AD

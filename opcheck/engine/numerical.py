@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import Inputs, diff_input_indices, float_outputs
 from opcheck.engine.batching import Differences, Segment, numerical_columns
 from opcheck.engine.context import Blocks, CheckContext, NumericalCache
@@ -25,10 +26,7 @@ def numerical_jacobian(
     if cached is not None:
         return cached
     if not is_forward_ad and any(o.is_complex() for o in outputs):
-        raise ValueError(
-            "Expected output to be non-complex. get_numerical_jacobian no longer supports "
-            "functions that return complex outputs."
-        )
+        raise ValueError(torch_words.numerical_complex_output())
     diff = diff_input_indices(inputs)
     segments: list[Segment] = [
         (idx, p) for idx in diff if inputs[idx].numel() for p in ((1, 1j) if inputs[idx].is_complex() else (1,))
@@ -62,7 +60,7 @@ def _blocks(
         cols = []
         for ds_dx, ds_dy in zip(per_segment[(idx, 1)], per_segment[(idx, 1j)]):
             if ds_dx.is_complex() and not is_forward_ad:
-                raise AssertionError("Expected ds_dx to be real-valued, not complex")
+                raise AssertionError(torch_words.complex_ds_dx())
             cols.append(ds_dx + ds_dy * 1j)
     else:
         cols = per_segment[(idx, 1)]

@@ -303,6 +303,134 @@ SinNotMultipliedByGradOldStyle = SIN.function("SinNotMultipliedByGradOldStyle", 
 SinFloat32Grad = SIN.function("SinFloat32Grad", bug=returned_as(torch.Tensor.float))
 
 
+def _under_legacy_vmap(t):
+    """Whether t is batched by the legacy vmap, as torch's batched-gradient checks batch it."""
+    return torch._C._functorch.is_legacy_batchedtensor(t)
+
+
+class SinBackwardDoubledUnderVmap(torch.autograd.Function):
+    """sin, whose backward is right one grad_output at a time and doubled under the legacy vmap."""
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos() * (2 if _under_legacy_vmap(g) else 1)
+
+
+class ExpJvpDoubledUnderVmap(torch.autograd.Function):
+    """exp, whose jvp is right one tangent at a time and doubled under the legacy vmap."""
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(output)
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.saved_tensors[0]
+
+    @staticmethod
+    def jvp(ctx, t):
+        return t * ctx.saved_tensors[0] * (2 if _under_legacy_vmap(t) else 1)
+
+
+class ExpItemInJvp(torch.autograd.Function):
+    """exp, whose jvp reads its tangent's values (.item() per element): vmap over it raises."""
+
+    @staticmethod
+    def forward(x):
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(output)
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.saved_tensors[0]
+
+    @staticmethod
+    def jvp(ctx, t):
+        scale = torch.tensor([v.item() for v in t.reshape(-1)], dtype=t.dtype).reshape(t.shape)
+        return scale * ctx.saved_tensors[0]
+
+
+class SinNonzeroForUndefinedGrad(torch.autograd.Function):
+    """sin, whose backward returns cos(x) for an undefined grad_output (as if it were ones)."""
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return x.cos() if g is None else g * x.cos()
+
+
+class AddJvpDoublesWhenOneTangentUndefined(torch.autograd.Function):
+    """x + y, whose jvp doubles x's tangent when y's is undefined (a zero tangent gives x's)."""
+
+    @staticmethod
+    def forward(x, y):
+        return x + y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g
+
+    @staticmethod
+    def jvp(ctx, tx, ty):
+        if tx is None:
+            return ty
+        return 2 * tx if ty is None else tx + ty
+
+
+class ComplexSquareWrongJvp(torch.autograd.Function):
+    """z * z on a complex input: backward right, jvp 3 z t instead of 2 z t."""
+
+    @staticmethod
+    def forward(z):
+        return z * z
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(*inputs)
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        (z,) = ctx.saved_tensors
+        return g * (2 * z).conj()
+
+    @staticmethod
+    def jvp(ctx, t):
+        (z,) = ctx.saved_tensors
+        return 3 * z * t
+
+
 # --------------------------------------------------------------------------
 # Plain functions used by the cases.
 # --------------------------------------------------------------------------
@@ -393,6 +521,11 @@ _THRESHOLD = 0.5
 def _select_above_threshold(x):
     # x[2] == _THRESHOLD exactly, so perturbing x[2] upward adds an element.
     return x[x > _THRESHOLD]
+
+
+def _single_above_threshold(x):
+    # x[2] == _THRESHOLD exactly, so perturbing x[2] upward changes the output's dtype.
+    return (2 * x).float() if bool(x[2] > _THRESHOLD) else 2 * x
 
 
 def _inputs_with_element_at_threshold():
@@ -517,6 +650,13 @@ CASES: tuple[Case, ...] = (
     # forward AD: make_dual does not take a sparse tensor; torch names MKLDNN inputs
     Case("sparse_forward_ad", lambda: (_sparse(3, 4, seed=99),), _sparse_to_dense_sq, "NotImplementedError",
          flags=dict(check_forward_ad=True)),
+    # ...and first takes the imaginary part of a complex input, which a CSR tensor does not have
+    Case("sparse_csr_complex_forward_ad",
+         lambda: (_sparse(3, 4, seed=99, layout=torch.sparse_csr, dtype=torch.complex128),),
+         lambda s: s.to_dense() * 2, "NotImplementedError",
+         flags=dict(check_forward_ad=True, check_backward_ad=False)),
+    Case("sparse_coo_complex_forward_ad", lambda: (_sparse(3, 4, seed=99, dtype=torch.complex128),),
+         _sparse_to_dense_sq, "NotImplementedError", flags=dict(check_forward_ad=True, check_backward_ad=False)),
     # the batched-gradient check cannot vmap the gradient of a sparse input
     Case("sparse_batched_grad", lambda: (_sparse(3, 4, seed=100),), _sparse_to_dense_sq, False,
          flags=dict(check_batched_grad=True)),
@@ -612,6 +752,38 @@ CASES: tuple[Case, ...] = (
     # Output shape depends on the input values: torch raises a plain AssertionError.
     Case("output_shape_changes_under_perturbation", _inputs_with_element_at_threshold, _select_above_threshold,
          "AssertionError"),
+    Case("output_dtype_changes_under_perturbation", _inputs_with_element_at_threshold, _single_above_threshold,
+         "AssertionError"),
+    # ---------------- flags torch refuses (AssertionError before any call) ----------------
+    Case("flags_neither_forward_nor_backward", lambda: (_randn(3, seed=80),), torch.sin, "AssertionError",
+         flags=dict(check_forward_ad=False, check_backward_ad=False)),
+    Case("flags_batched_grad_without_backward", lambda: (_randn(3, seed=80),), torch.sin, "AssertionError",
+         flags=dict(check_batched_grad=True, check_forward_ad=True, check_backward_ad=False)),
+    Case("flags_batched_forward_grad_without_forward", lambda: (_randn(3, seed=80),), torch.sin, "AssertionError",
+         flags=dict(check_batched_forward_grad=True)),
+    Case("gg_flags_neither_fwd_nor_rev", lambda: (_randn(3, seed=80),), torch.sin, "AssertionError",
+         checker="gradgradcheck", flags=dict(check_fwd_over_rev=False, check_rev_over_rev=False)),
+    Case("gg_flags_undefined_grad_without_rev", lambda: (_randn(3, seed=80),), torch.sin, "AssertionError",
+         checker="gradgradcheck", flags=dict(check_fwd_over_rev=True, check_rev_over_rev=False)),
+    Case("gg_flags_batched_grad_without_rev", lambda: (_randn(3, seed=80),), torch.sin, "AssertionError",
+         checker="gradgradcheck",
+         flags=dict(check_fwd_over_rev=True, check_rev_over_rev=False, check_undefined_grad=False,
+                    check_batched_grad=True)),
+    # ---------------- the checks beside the Jacobians, each failing on its own ----------------
+    Case("batched_backward_differs_under_vmap", lambda: (_randn(4, seed=81),), SinBackwardDoubledUnderVmap.apply,
+         False, flags=dict(check_batched_grad=True)),
+    Case("batched_jvp_differs_under_vmap", lambda: (_randn(4, seed=82),), ExpJvpDoubledUnderVmap.apply, False,
+         flags=dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)),
+    Case("item_jvp_batched_forward_grad", lambda: (_randn(4, seed=83),), ExpItemInJvp.apply, False,
+         flags=dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)),
+    # torch warns (backwards compatibility) beside this failure.
+    Case("undefined_grad_nonzero", lambda: (_randn(4, seed=84),), SinNonzeroForUndefinedGrad.apply, False,
+         warns=UserWarning),
+    # torch's message is its GradcheckError's nine arguments, words and tensors, as a tuple.
+    Case("undefined_tangent_changes_jvp", lambda: (_randn(3, seed=85), _randn(3, seed=86)),
+         AddJvpDoublesWhenOneTangentUndefined.apply, False, flags=dict(check_forward_ad=True, check_backward_ad=False)),
+    Case("complex_input_wrong_jvp", lambda: (_complex(3, seed=87),), ComplexSquareWrongJvp.apply, False,
+         flags=dict(check_forward_ad=True, check_backward_ad=False)),
     # ---------------- input validation ----------------
     Case("no_input_requires_grad", lambda: (_randn(4, seed=62, requires_grad=False),), torch.sin, "ValueError"),
     Case("stride0_expanded_input", lambda: (_randn(1, 4, seed=63).expand(3, 4),), torch.sin, "RuntimeError"),

@@ -46,8 +46,13 @@ OPCHECK = SimpleNamespace(
 @dataclasses.dataclass
 class Outcome:
     verdict: corpus.Verdict
-    detail: str  # first line of the exception message, for failure reports
+    detail: str  # first line of the exception message (after its type, for one not a GradcheckError)
     warning_categories: list[type[Warning]]
+    warning_lines: list[str]  # the first line of each warning's message
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0].rstrip() if text.strip() else ""
 
 
 def run_case(impl, case, mode: str, *, raise_exception: bool = True) -> Outcome:
@@ -70,10 +75,10 @@ def run_case(impl, case, mode: str, *, raise_exception: bool = True) -> Outcome:
             try:
                 result = check(case.func, inputs, **kwargs)
             except GradcheckError as exc:  # opcheck.GradcheckError is a subclass
-                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                detail = _first_line(str(exc))
                 verdict = False if raise_exception else "GradcheckError despite raise_exception=False"
             except Exception as exc:  # noqa: BLE001 - the exception type *is* the verdict
-                detail = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+                detail = f"{type(exc).__name__}: {_first_line(str(exc))}"
                 verdict = type(exc).__name__
             else:
                 if result is True:
@@ -82,7 +87,7 @@ def run_case(impl, case, mode: str, *, raise_exception: bool = True) -> Outcome:
                     verdict = False
                 else:
                     verdict = f"returned {result!r} with raise_exception={raise_exception}"
-    return Outcome(verdict, detail, [w.category for w in caught])
+    return Outcome(verdict, detail, [w.category for w in caught], [_first_line(str(w.message)) for w in caught])
 
 
 def _params(cases, predicate=lambda case, mode: True):
@@ -207,6 +212,15 @@ def test_same_first_line_as_torch(case, mode):
     """The first line of every failure (or the exception and its text) is torch's, so `match=`
     patterns written against torch keep working."""
     assert run_case(OPCHECK, case, mode).detail == run_case(TORCH, case, mode).detail
+
+
+@pytest.mark.parametrize("case, mode", _params([c for c in CASES if c.warns is not None]))
+def test_same_warnings_as_torch(case, mode):
+    """The first line of every warning torch's check emits (of the category the case names) is
+    among opcheck's, so `pytest.warns(match=...)` patterns written against torch keep working."""
+    reference, candidate = run_case(TORCH, case, mode), run_case(OPCHECK, case, mode)
+    expected = {line for line, c in zip(reference.warning_lines, reference.warning_categories) if c is case.warns}
+    assert expected and expected <= set(candidate.warning_lines), (expected, candidate.warning_lines)
 
 
 def test_gradgradcheck_draws_its_grad_outputs_as_torch_does():

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine._util import Func, unravel
 from opcheck.engine.batching.evaluator import Evaluator
 
@@ -24,17 +25,7 @@ def neighbourhood_check(eps: float) -> NeighbourhoodCheck:
     """torch's check that perturbing an input by eps changes neither the outputs' shapes nor dtypes."""
 
     def check(output1: torch.Tensor, output2: torch.Tensor, idx: tuple[int, ...] | None = None) -> None:
-        on_index = f"on index {idx} " if idx is not None else ""
-        if output1.shape != output2.shape:
-            raise AssertionError(
-                f"Expected `func` to return outputs with the same shape when inputs are perturbed "
-                f"{on_index}by {eps}, but got: shapes {output1.shape} and {output2.shape}."
-            )
-        if output1.dtype != output2.dtype:
-            raise AssertionError(
-                f"Expected `func` to return outputs with the same dtype when inputs are perturbed "
-                f"{on_index}by {eps}, but got: dtypes {output1.dtype} and {output2.dtype}."
-            )
+        torch_words.outputs_same_dtype_and_shape(output1, output2, eps, idx)
 
     return check
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
+from opcheck.engine import torch_words
 from opcheck.engine.batching import settings
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
 from opcheck.engine.batching.evaluator import Evaluator, untimed
@@ -179,8 +180,7 @@ def _stacked(x: torch.Tensor, col: list[torch.Tensor | None]) -> torch.Tensor | 
     for c in col:
         if c is not None and c.shape != x.shape:
             raise AssertionError(
-                f"Expected out_jacobian column to have {x.numel()} elements, but got {c.numel()} "
-                f"(backward returned a gradient of shape {tuple(c.shape)} for an input of shape "
-                f"{tuple(x.shape)})"
+                f"{torch_words.column_size(c.numel(), x.numel())}\n(backward returned a gradient of shape "
+                f"{tuple(c.shape)} for an input of shape {tuple(x.shape)})"
             )
     return torch.stack([c if c is not None else torch.zeros_like(x) for c in col])
