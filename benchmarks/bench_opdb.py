@@ -675,13 +675,14 @@ def compare(paths) -> int:
     common = [k for k in both if k not in limited]
     differ = [k for k in common if ra[k]["opcheck"]["verdict"] != rb[k]["opcheck"]["verdict"]]
     lines = [k for k in common if k not in differ and ra[k]["opcheck"]["first_line"] != rb[k]["opcheck"]["first_line"]]
-    for title, kinds in (("", SUPPORTED), ("  and ", UNSUPPORTED)):
-        of = {k for k in both if k[2] in kinds}
-        if title and not of:
+    supported = {k for k in both if k[2] not in UNSUPPORTED}
+    for unsupported, of in ((False, supported), (True, set(both) - supported)):
+        if not of and (unsupported or len(supported) < len(both)):
             continue
         print(
-            f"{title}{sum(k in of for k in common)} calls in both runs"
-            + (f" of the kinds an op declares unsupported ({', '.join(UNSUPPORTED)})" if title else "")
+            ("  and " if unsupported and supported else "")
+            + f"{sum(k in of for k in common)} calls in both runs"
+            + (f" of the kinds an op declares unsupported ({', '.join(UNSUPPORTED)})" if unsupported else "")
             + f"; opcheck's verdict differs on {sum(k in of for k in differ)}, its first line on "
             f"{sum(k in of for k in lines)} more; {sum(k in of for k in limited)} timeouts or out of memory apart"
         )
