@@ -10,12 +10,12 @@ from opcheck.engine.api import (
     gradgradcheck,
     gradgradcheck_report,
 )
+from opcheck.engine.auto.projections import ProjectionMismatch
 from opcheck.engine.batching import EvalStats, vmap_batching
-from opcheck.engine.diagnostics import EntryError, JacobianMismatch
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.lowprec import LowPrecisionError, LowPrecisionReport, lowprec_check, lowprec_report
-from opcheck.engine.projections import ProjectionMismatch
+from opcheck.engine.reporting.diagnostics import EntryError, JacobianMismatch
 
 __all__ = [
     # the checks (api)

@@ -11,7 +11,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.overrides import is_tensor_like
 
-from opcheck.engine import torch_words
+from opcheck.engine.reporting import torch_words
 
 Func = Callable[..., Any]
 """A function under check: tensors (and other arguments) in, a tensor or a tuple of outputs out."""

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
-from opcheck.engine import aux_checks, torch_words
+from opcheck.engine import auto, aux_checks
 from opcheck.engine._util import Func, Inputs, as_tuple, check_inputs, check_outputs
-from opcheck.engine.auto import auto_check, jacobian_sides
 from opcheck.engine.batching import (
     DEFAULT_MEMORY_BUDGET,
     EvalStats,
@@ -20,17 +19,15 @@ from opcheck.engine.batching import (
     adaptive_clock,
     batching_enabled,
 )
+from opcheck.engine.comparison.parts import compare_parts
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.core import full_check
-from opcheck.engine.diagnostics import BlockMismatch
 from opcheck.engine.errors import GradcheckError
-from opcheck.engine.fast import fast_check
 from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL, CheckFlags, FastMode
-from opcheck.engine.fused import fused_check
-from opcheck.engine.fused_projected import projected_check
 from opcheck.engine.layouts import LayoutInputs
-from opcheck.engine.parts import Comparison, compare_parts
-from opcheck.engine.passes import Fallback
+from opcheck.engine.modes.fast import fast_check
+from opcheck.engine.modes.full import full_check
+from opcheck.engine.reporting import torch_words
+from opcheck.engine.reporting.diagnostics import BlockMismatch
 from opcheck.engine.second_order import first_derivative
 
 __all__ = ["FastMode", "GradcheckReport", "gradcheck", "gradcheck_report", "gradgradcheck", "gradgradcheck_report"]
@@ -74,7 +71,7 @@ def gradcheck(
     fast_mode="auto" (opcheck only) runs the full check while the differentiable inputs and the
     outputs have at most 128 elements together, and beyond it entrywise projection checks that
     never hold the Jacobian; up to `jacobian_budget` entries (default 2**20) a call they do not
-    pass is decided by the full check. See opcheck.engine.auto for what they guarantee.
+    pass is decided by the full check. See opcheck.engine.auto.stepwise for what they guarantee.
     `jacobian_budget` is ignored unless fast_mode="auto".
     """
     flags = CheckFlags.from_arguments(locals())
@@ -202,13 +199,16 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
         jacobian_call = Call.of(layouts.wrap(func), layouts.inputs)
         layouts.given = call
     else:
-        if flags.auto:
-            passed, ctx, call = _fused_passes(ctx, call)
-            if passed:
-                return True
         jacobian_call = call
-    compare: Comparison = auto_check if flags.auto else fast_check if flags.fast_mode else full_check
-    compare_parts(ctx, compare, jacobian_call, forward_ad=flags.check_forward_ad and not layouts)
+    forward_ad = flags.check_forward_ad and not layouts
+    if flags.auto:
+        settled, ctx, jacobian_call = auto.check(ctx, jacobian_call, forward_ad=forward_ad, fused=not layouts)
+        if settled:
+            return True
+        if not layouts:  # a fused pass that fell back leaves a fresh call, for the side checks too
+            call = jacobian_call
+    else:
+        compare_parts(ctx, fast_check if flags.fast_mode else full_check, jacobian_call, forward_ad=forward_ad)
     if flags.check_forward_ad and layouts:
         layouts.refuse_forward_ad(call.inputs)
     _side_checks(ctx, call)
@@ -228,46 +228,3 @@ def _side_checks(ctx: CheckContext, call: Call) -> None:
     aux_checks.check_backward_mul_by_grad_output(ctx, outputs, inputs, flags.masked)
     if flags.check_undefined_grad:
         aux_checks.check_undefined_backward_mode(ctx, func, outputs, inputs)
-
-
-def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Call]:
-    """fast_mode="auto"'s fused passes, tried in order: (whether one passed the call, the context and
-    the call for the step-by-step check after them).
-
-    A pass that does not pass the call leaves the next pass, or the step-by-step check, a fresh
-    start: the function called again, the batching it distrusts off.
-    """
-    for attempt in _fused_order(ctx, call):
-        try:
-            attempt(ctx, call)
-            return True, ctx, call
-        except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
-            stats = ctx.evaluator.stats
-            stats.fallbacks.append(f"{'fused' if attempt is fused_check else 'projected'}: {e}")
-            ctx.evaluator.stop(*e.distrust)
-            stats.auto_paths.clear()
-            ctx.numerical_cache.clear()
-            call = Call.of(call.func, call.inputs)
-            if attempt is projected_check and e.loops:
-                # Without vmap support the full check would loop over every column and row:
-                # the step-by-step projections loop over a handful.
-                return False, replace(ctx, projections_first=True), call
-    return False, ctx, call
-
-
-def _fused_order(ctx: CheckContext, call: Call) -> Iterator[Callable[[CheckContext, Call], None]]:
-    """fast_mode="auto"'s fused passes, in the order they are tried.
-
-    Up to context.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused
-    pass. Beyond, the projections' fused pass; within the Jacobian budget a call it does not pass
-    goes on to the full check, so there its failures are the full check's. A function the
-    projections' pass cannot vmap goes to the step-by-step projections (ctx.projections_first), and
-    within the budget a failure there to the full check too.
-    """
-    n, m = jacobian_sides(call.inputs, call.func_out)
-    if ctx.full_first(n, m):
-        yield fused_check
-        return
-    yield projected_check
-    if n * m <= ctx.flags.jacobian_budget:
-        yield fused_check

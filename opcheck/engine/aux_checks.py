@@ -17,7 +17,6 @@ from typing import Any, NoReturn
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import (
     SPARSE_LAYOUTS,
     Func,
@@ -37,7 +36,8 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.context import CheckContext
 from opcheck.engine.errors import GradcheckError, failed_batched_fwd_grad_note, failed_batched_grad_note
-from opcheck.engine.fast import make_vectors, real_direction
+from opcheck.engine.modes.fast import make_vectors, real_direction
+from opcheck.engine.reporting import torch_words
 
 SEED = 20240527
 """Seeds the random tangents and grad_outputs of the batched checks (output i's: SEED + i)."""

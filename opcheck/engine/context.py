@@ -14,19 +14,19 @@ from typing import Any, NoReturn
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs
 from opcheck.engine.batching import Evaluator
-from opcheck.engine.diagnostics import BlockMismatch
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import CheckFlags
 from opcheck.engine.layouts import LayoutInputs
+from opcheck.engine.reporting import torch_words
+from opcheck.engine.reporting.diagnostics import BlockMismatch
 
 FULL_CHECK_ELEMENTS = 128
 """fast_mode="auto" runs the full check first while the differentiable input elements n and the
 float output elements m number at most this many together (so n·m <= 4096). Its cost grows with
 (n + m)²: 2n + 1 evaluations and m backward rows, each of n + m elements. The projections' grows
-with n + m only, and below this size the two cost about the same (fused.py, fused_projected.py)."""
+with n + m only, and below this size the two cost about the same (auto/fused.py, auto/fused_projected.py)."""
 
 Blocks = list[tuple[torch.Tensor, ...]]
 """A numerical Jacobian: per input requiring grad, one (numel_in, numel_out) block per float output."""

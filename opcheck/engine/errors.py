@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
-from opcheck.engine import torch_words
+from opcheck.engine.reporting import torch_words
 
 if TYPE_CHECKING:
-    from opcheck.engine.diagnostics import BlockMismatch
+    from opcheck.engine.reporting.diagnostics import BlockMismatch
 
 
 class GradcheckError(_TorchGradcheckError):
@@ -20,7 +20,7 @@ class GradcheckError(_TorchGradcheckError):
 
     - `check`: which check failed ("backward", "forward AD", "batched backward", ...)
     - `path`: the derivative path, e.g. "VJP", "JVP", "VJP of VJP", "JVP of VJP"
-    - `mismatch`: an `opcheck.engine.diagnostics.JacobianMismatch` for Jacobian comparisons (with
+    - `mismatch`: an `opcheck.engine.reporting.diagnostics.JacobianMismatch` for Jacobian comparisons (with
       the full analytical and numerical blocks as tensors), else None
     """
 

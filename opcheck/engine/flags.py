@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from opcheck.engine import torch_words
+from opcheck.engine.reporting import torch_words
 
 DEFAULT_EPS = 1e-6
 """The finite differences' step (torch's default)."""
@@ -51,7 +51,7 @@ class CheckFlags:
     check_backward_ad: bool = True
     """The VJP's Jacobian is checked against finite differences."""
     fast_mode: FastMode = False
-    """False: every Jacobian entry; True: torch's random projections; "auto": see opcheck.engine.auto."""
+    """False: every Jacobian entry; True: torch's random projections; "auto": see opcheck.engine.auto.stepwise."""
     masked: bool | None = None
     """Sparse inputs: the gradient is checked at the specified elements only (else at every position)."""
     jacobian_budget: int = DEFAULT_JACOBIAN_BUDGET
@@ -83,5 +83,5 @@ class CheckFlags:
 
     @property
     def auto(self) -> bool:
-        """fast_mode="auto" (opcheck's own mode, see opcheck.engine.auto)."""
+        """fast_mode="auto" (opcheck's own mode, see opcheck.engine.auto.stepwise)."""
         return isinstance(self.fast_mode, str)

@@ -1,7 +1,7 @@
 """What a failure says in brief: the worst entry it names and its hints, read from the marked lines
 of the message when the test fails, for the results file and the report's notes.
 
-The marks are those the engine and the runtime write (opcheck.engine.diagnostics and .projections
+The marks are those the engine and the runtime write (opcheck.engine.reporting.diagnostics and .projections
 for a Jacobian or projection block, opcheck.engine.lowprec.judge for a low-precision part,
 opcheck.runtime.report.format_failure around either):
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 # DEFAULT_JACOBIAN_BUDGET: Jacobian entries (sum over input/output pairs of numel_in * numel_out)
 # up to which fast_mode "auto" lets the full Jacobian decide a check that its entrywise projection
-# checks (opcheck.engine.auto; from 128 input and output elements on) do not pass, and beyond
+# checks (opcheck.engine.auto.stepwise; from 128 input and output elements on) do not pass, and beyond
 # which the projections' verdict stands. The engine owns the value (2**20), so that a generated
 # test and a direct opcheck.gradcheck(fast_mode="auto") call agree; the runtime re-exports it.
 # Measured with the batched engine on 1 CPU thread (2-core x86, torch 2.13): 2**20 entries cost

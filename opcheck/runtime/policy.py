@@ -7,7 +7,7 @@ fast_mode="auto" and the run's budget (context.DEFAULT_JACOBIAN_BUDGET = 2**20, 
 default; `--opcheck-budget` or OPCHECK_JACOBIAN_BUDGET change it): the full Jacobian up to
 core.FULL_CHECK_ELEMENTS (128) input and output elements, entrywise projection checks beyond,
 and within the budget a projection check that does not pass is decided by the full Jacobian
-(opcheck.engine.auto says what they guarantee).
+(opcheck.engine.auto.stepwise says what they guarantee).
 The engine decides per comparison; a failure's `policy:` row reports what it did, from the
 report's stats.auto_paths. Sizes count like the engine's: the sum over (input, output) pairs of
 numel_in * numel_out; for second-order checks the function checked maps (inputs, grad_outputs) to
@@ -20,7 +20,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from opcheck.engine import GradcheckReport, ProjectionMismatch, core
+from opcheck.engine import GradcheckReport, ProjectionMismatch
+from opcheck.engine.modes import full as core
 from opcheck.runtime.context import Settings
 from opcheck.spec.model import Check, FastMode
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from opcheck.engine.diagnostics import WORST_ENTRIES
+from opcheck.engine.reporting.diagnostics import WORST_ENTRIES
 from opcheck.runtime.context import current_item
 from opcheck.spec.case import CaseId
 from opcheck.spec.model import OpSpec, Sample
@@ -140,9 +140,9 @@ def heatmap_labels(mismatch) -> HeatmapLabels:
 
     A JacobianMismatch block is (input element, output element); a ProjectionMismatch is
     (direction u_l, output element) in the JVP stage and (cotangent v_i, direction u_l) in the
-    VJP stage (opcheck.engine.auto).
+    VJP stage (opcheck.engine.auto.stepwise).
     """
-    from opcheck.engine.auto import JVP_STAGE, VJP_STAGE, ProjectionMismatch
+    from opcheck.engine.auto.stepwise import JVP_STAGE, VJP_STAGE, ProjectionMismatch
 
     out = f"{mismatch.output_name} element (shape {tuple(mismatch.output_shape)})"
     if not isinstance(mismatch, ProjectionMismatch):

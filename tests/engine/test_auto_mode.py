@@ -1,4 +1,4 @@
-"""fast_mode="auto": full check within the budget, entrywise projections beyond (opcheck/engine/auto.py)."""
+"""fast_mode="auto": full check within the budget, entrywise projections beyond (opcheck/engine/auto/stepwise.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from torch.autograd.function import once_differentiable
 
 import opcheck
-from opcheck.engine import auto as auto_mod
-from opcheck.engine.auto import ProjectionMismatch
+from opcheck.engine.auto import stepwise as auto_mod
+from opcheck.engine.auto.stepwise import ProjectionMismatch
 from opcheck.engine.batching import vmap_batching
-from opcheck.engine.diagnostics import JacobianMismatch
+from opcheck.engine.reporting.diagnostics import JacobianMismatch
 
 MUTANTS = {m.id: m for m in scale_mutants.MUTANTS}
 FIRST_LINE = (

@@ -13,11 +13,11 @@ import opcheck
 import opcheck.engine.batching as batching
 from opcheck.engine import api
 from opcheck.engine._util import as_tuple
-from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
 from opcheck.engine.batching import Evaluator, adaptive_clock, batching_clock
 from opcheck.engine.context import CheckContext
+from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
+from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.flags import CheckFlags
-from opcheck.engine.numerical import numerical_jacobian
 
 
 class _Ticks:

@@ -12,7 +12,7 @@ from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import opcheck
 from opcheck import GradcheckError
-from opcheck.engine.diagnostics import BlockLabel, find_mismatch
+from opcheck.engine.reporting.diagnostics import BlockLabel, find_mismatch
 from tests import broken_ops
 from tests.broken_ops import square_writing_into_input
 
@@ -406,7 +406,7 @@ def test_swapped_gradients_are_named_by_gradcheck():
 
 @pytest.mark.parametrize("probe", [64, 0])  # 0: every hypothesis is tried on the whole block only
 def test_a_hypothesis_that_holds_on_the_failing_entries_only_gives_no_hint(probe, monkeypatch):
-    from opcheck.engine import hints as block_hints
+    from opcheck.engine.reporting import hints as block_hints
 
     monkeypatch.setattr(block_hints, "PROBE_ENTRIES", probe)
     n = _x(10, 10, seed=8).detach()
@@ -446,7 +446,7 @@ def test_an_inf_matched_by_the_same_inf_is_not_a_mismatch():
 @pytest.mark.parametrize("view", ["expanded column", "transposed"])
 def test_hypotheses_about_views_are_probed_without_copying_them(view, monkeypatch):
     # close() indexes a view by row and column on the failing entries; the hint is the same
-    from opcheck.engine import hints as block_hints
+    from opcheck.engine.reporting import hints as block_hints
 
     n = _x(40, 40, seed=11).detach()
     a = n[:, :1].expand_as(n).clone() if view == "expanded column" else n.t().clone()

@@ -1,4 +1,4 @@
-"""fast_mode="auto" within the budget: the fused pass (opcheck/engine/fused.py).
+"""fast_mode="auto" within the budget: the fused pass (opcheck/engine/auto/fused.py).
 
 The fused pass only ever decides a pass; everything else goes to the step-by-step check. So on
 every case of the differential corpus it must give the step-by-step check's verdict and first
@@ -17,7 +17,7 @@ import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-from opcheck.engine import api, fused, fused_backward
+from opcheck.engine.auto import fused, fused_backward
 
 AUTO = SimpleNamespace(
     name="opcheck auto",
@@ -30,7 +30,7 @@ def _without_fused_pass(monkeypatch):
     def refuse(*args, **kwargs):
         raise fused.Fallback("turned off by the test")
 
-    monkeypatch.setattr(api, "fused_check", refuse)
+    monkeypatch.setattr("opcheck.engine.auto.fused_check", refuse)
 
 
 @pytest.mark.parametrize("case", corpus.CASES, ids=lambda c: c.id)

@@ -1,4 +1,4 @@
-"""fast_mode="auto" beyond the full check's size: the projections' fused pass (opcheck/engine/fused_projected.py).
+"""fast_mode="auto" beyond the full check's size: the projections' fused pass (opcheck/engine/auto/fused_projected.py).
 
 Within the Jacobian budget the pass only decides a pass, and the full check decides the rest, so
 on every case of the differential corpus, forced onto the pass, auto must keep the full check's
@@ -15,7 +15,8 @@ from test_fused import AUTO, AddWrongWithUndefinedTangent, _is_batched, _sin_wro
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-from opcheck.engine import api, aux_checks, context, fused
+from opcheck.engine import aux_checks, context
+from opcheck.engine.auto import fused
 
 # The batching mutants of test_fused, with torch.func.vmap support (the pass's vmapped calls need it).
 SinPlainBackwardWrongTail = _sin_wrong_tail(
@@ -37,8 +38,8 @@ def _without_fused_passes(monkeypatch):
     def refuse(*args, **kwargs):
         raise fused.Fallback("turned off by the test")
 
-    monkeypatch.setattr(api, "fused_check", refuse)
-    monkeypatch.setattr(api, "projected_check", refuse)
+    monkeypatch.setattr("opcheck.engine.auto.fused_check", refuse)
+    monkeypatch.setattr("opcheck.engine.auto.projected_check", refuse)
 
 
 @pytest.mark.parametrize("case", corpus.CASES, ids=lambda c: c.id)

@@ -13,9 +13,9 @@ import torch
 from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import opcheck
-from opcheck.engine import auto
+from opcheck.engine.auto import stepwise as auto
 from opcheck.engine.errors import GradcheckError
-from opcheck.engine.pattern_hints import swapped_in_projections
+from opcheck.engine.reporting.pattern_hints import swapped_in_projections
 
 SWAPPED = "the gradient for input 0 matches input 1's numerical gradient: are the returned gradients swapped?"
 

@@ -12,11 +12,12 @@ import pytest
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from opcheck.engine import aux_checks, torch_words
+from opcheck.engine import aux_checks
 from opcheck.engine.batching import Evaluator
 from opcheck.engine.context import CheckContext
 from opcheck.engine.flags import CheckFlags
-from opcheck.engine.torch_provocations import answering
+from opcheck.engine.reporting import torch_words
+from opcheck.engine.reporting.torch_provocations import answering
 
 gc_module = importlib.import_module("torch.autograd.gradcheck")
 
@@ -169,7 +170,7 @@ def test_a_provocation_leaves_the_callers_state_alone(fresh_words):
 def test_nothing_is_provoked_at_import_or_on_a_passing_call():
     script = (
         "import torch, opcheck\n"
-        "from opcheck.engine import torch_words\n"
+        "from opcheck.engine.reporting import torch_words\n"
         "assert not torch_words.origins(), torch_words.origins()\n"
         "x = torch.rand(3, dtype=torch.float64, requires_grad=True)\n"
         "assert opcheck.gradcheck(torch.sin, (x,), check_forward_ad=True, check_batched_grad=True)\n"

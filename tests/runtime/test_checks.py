@@ -8,8 +8,8 @@ import runtime_ops
 import torch
 
 import opcheck
-from opcheck.engine import auto
-from opcheck.engine.auto import ProjectionMismatch
+from opcheck.engine.auto import stepwise as auto
+from opcheck.engine.auto.stepwise import ProjectionMismatch
 from opcheck.runtime import (
     CheckCrashed,
     CheckSkipped,

@@ -70,7 +70,7 @@ class EvalStats:
     batched_jvp_calls: int = 0
     fallbacks: list[str] = field(default_factory=list)
     auto_paths: list[str] = field(default_factory=list)  # fast_mode="auto": "full" or "projected (...)" per comparison
-    fused: bool = False  # fast_mode="auto": the fused pass (fused.py) passed every check of the call
+    fused: bool = False  # fast_mode="auto": the fused pass (auto/fused.py) passed every check of the call
 
 
 class Evaluator:
@@ -100,7 +100,7 @@ class Evaluator:
         self.randomness = "error"  # torch.func.vmap's randomness mode; see vmap
         # The finite differences' probe: a perturbed row checked by a plain call (and timed for the
         # adaptive rule), or, when True, the unperturbed row checked against the outputs the caller
-        # already has (no call; see fused.py).
+        # already has (no call; see auto/fused.py).
         self.center_probe = False
         # JVP columns: the legacy vmap (torch's batched forward-AD check's own machinery) before
         # torch.func's, and which of them (or "loop") the latest jvp_columns call used.
@@ -147,7 +147,7 @@ class Evaluator:
 
     @contextlib.contextmanager
     def fused_pass(self, legacy_jvp_first: bool = False) -> Iterator[None]:
-        """Inside a fused pass (fused.py): the finite differences' probe is the unperturbed row, and
+        """Inside a fused pass (auto/fused.py): the finite differences' probe is the unperturbed row, and
         JVP columns may come from the legacy vmap first."""
         self.center_probe, self.legacy_jvp_first = True, legacy_jvp_first
         try:

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import Func, unravel
 from opcheck.engine.batching.evaluator import Evaluator
+from opcheck.engine.reporting import torch_words
 
 NeighbourhoodCheck = Callable[..., None]
 """check(output1, output2, idx=None): raises when the outputs at x - δ and x + δ differ in shape or dtype."""

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine.batching import settings
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
 from opcheck.engine.batching.evaluator import Evaluator, untimed
 from opcheck.engine.batching.schedule import OneHotRows, Schedule
+from opcheck.engine.reporting import torch_words
 
 LoopRows = list[list[torch.Tensor | None]]
 """Per input, the rows as backward returned them (None where it returned none)."""

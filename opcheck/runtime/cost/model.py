@@ -16,10 +16,10 @@ the settling of entries near the tolerance, cost a few calls more. The plan is o
 
 from __future__ import annotations
 
+from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
+from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
 from opcheck.engine.context import FULL_CHECK_ELEMENTS
-from opcheck.engine.fused_backward import FUNCTORCH_ROWS
-from opcheck.engine.projections import COTANGENTS, DIRECTIONS
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
@@ -64,7 +64,7 @@ class _Planner:
         for part in self._parts():
             if part == "forward" and p.complex_inputs:
                 # forward AD checks a complex input's imaginary and real parts as functions of real
-                # inputs of their own (opcheck.engine.parts), which rebuild the complex input
+                # inputs of their own (opcheck.engine.comparison.parts), which rebuild the complex input
                 sub = _Planner(f, p.forward_part)
                 sub.batch, sub.projections_first = self.batch, self.projections_first
                 sub.plan = self.plan

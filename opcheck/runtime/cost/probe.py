@@ -207,7 +207,7 @@ class Probe:
     @functools.cached_property
     def forward_part(self) -> Probe:
         """The function forward AD checks for complex inputs: of their imaginary parts, the real
-        parts held (opcheck.engine.parts; its real-part twin costs the same)."""
+        parts held (opcheck.engine.comparison.parts; its real-part twin costs the same)."""
         complex_idx = [j for j in self.diff if self.inputs[j].is_complex()]
         originals = {j: self.inputs[j] for j in complex_idx}
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import Inputs, diff_input_indices, float_outputs
 from opcheck.engine.batching import Differences, Segment, numerical_columns
 from opcheck.engine.context import Blocks, CheckContext, NumericalCache
+from opcheck.engine.reporting import torch_words
 
 
 def numerical_jacobian(

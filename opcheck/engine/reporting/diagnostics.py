@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from opcheck.engine._util import unravel
-from opcheck.engine.hints import abs_max, hints_for, index_text, number_text, shape_text
+from opcheck.engine.reporting.hints import abs_max, hints_for, index_text, number_text, shape_text
 
 WORST_ENTRIES = 5
 """Jacobian entries a report lists, the worst first."""

@@ -1,7 +1,7 @@
 """fast_mode="auto"'s projections: their directions, their comparisons and their reports.
 
-Shared by the step-by-step projection check (auto.py) and its fused pass (fused_projected.py),
-which compare the same quantities at the same tolerances; auto.py's docstring says what they
+Shared by the step-by-step projection check (stepwise.py) and its fused pass (fused_projected.py),
+which compare the same quantities at the same tolerances; stepwise.py's docstring says what they
 guarantee.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from opcheck.engine.diagnostics import BlockMismatch
+from opcheck.engine.reporting.diagnostics import BlockMismatch
 
 DIRECTIONS = 8
 """k: random input directions per input (J·U has m*k entries per block)."""

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import (
     Inputs,
     allclose_promoted,
@@ -25,13 +24,19 @@ from opcheck.engine._util import (
     requires_grad,
     unpack_dual,
 )
-from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, fail_reentrancy, stack_rows
 from opcheck.engine.batching import Differences
-from opcheck.engine.compare import BACKWARD, Block, Part, block_mismatch
+from opcheck.engine.comparison.compare import BACKWARD, Block, Part, block_mismatch
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.core import second_order_hint
 from opcheck.engine.errors import fast_fail_slow_ok_note
-from opcheck.engine.numerical import numerical_jacobian
+from opcheck.engine.evaluation.analytical import (
+    analytical_jvp_jacobian,
+    analytical_vjp_jacobian,
+    fail_reentrancy,
+    stack_rows,
+)
+from opcheck.engine.evaluation.numerical import numerical_jacobian
+from opcheck.engine.modes.full import second_order_hint
+from opcheck.engine.reporting import torch_words
 
 Direction = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 """A fast-mode input direction: u, or (u_real, u_imag) for a complex input."""

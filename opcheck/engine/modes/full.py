@@ -2,20 +2,20 @@
 
 The control flow, order of checks and tolerance arithmetic follow torch.autograd.gradcheck 2.13 so
 that verdicts agree; what differs is how the Jacobians are computed (batched, see batching/) and
-what a failure says (diagnostics.py). The fast check (random projections) is fast.py.
+what a failure says (reporting/diagnostics.py). The fast check (random projections) is fast.py.
 """
 
 from __future__ import annotations
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import allclose_promoted
-from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
-from opcheck.engine.compare import BACKWARD, Block, Part, block_mismatch, raise_mismatch
+from opcheck.engine.comparison.compare import BACKWARD, Block, Part, block_mismatch, raise_mismatch
 from opcheck.engine.context import FULL_CHECK_ELEMENTS, Call, CheckContext
+from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
+from opcheck.engine.evaluation.numerical import numerical_jacobian, settle_rows
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
-from opcheck.engine.numerical import numerical_jacobian, settle_rows
+from opcheck.engine.reporting import torch_words
 
 __all__ = [
     "DEFAULT_JACOBIAN_BUDGET",

@@ -25,11 +25,11 @@ from opcheck.engine._util import (
     of_inputs,
     unpack_dual,
 )
+from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import Evaluator, Kind
-from opcheck.engine.complex_views import as_real, real_outputs
+from opcheck.engine.comparison.complex_views import as_real, real_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
-from opcheck.engine.projections import COTANGENTS, DIRECTIONS
 
 
 class Fallback(Exception):

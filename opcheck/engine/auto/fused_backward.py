@@ -27,9 +27,9 @@ from opcheck.engine._util import (
     requires_grad,
     vmap_form,
 )
+from opcheck.engine.auto.passes import Fallback
 from opcheck.engine.batching import Evaluator, close
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.passes import Fallback
 
 FUNCTORCH_ROWS = 64
 """From this many Jacobian rows the fused backward takes them from torch.func (a vmapped pullback),

@@ -12,10 +12,10 @@ from typing import NoReturn
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import diff_input_indices, float_outputs
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.diagnostics import BlockLabel, JacobianMismatch, find_mismatch
+from opcheck.engine.reporting import torch_words
+from opcheck.engine.reporting.diagnostics import BlockLabel, JacobianMismatch, find_mismatch
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 
 from opcheck.engine import aux_checks
 from opcheck.engine._util import Func, Inputs, as_tuple, mapped
-from opcheck.engine.compare import BACKWARD, FORWARD, Part
+from opcheck.engine.comparison.compare import BACKWARD, FORWARD, Part
 from opcheck.engine.context import Call, CheckContext
 
 Comparison = Callable[[CheckContext, Call, Part], bool]

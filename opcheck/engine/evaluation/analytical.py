@@ -7,11 +7,11 @@ from typing import Any, NoReturn
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import Inputs, diff_input_indices, float_outputs, identical, requires_grad
 from opcheck.engine.batching import BatchedRows, ForwardCalls, LoopRows, jvp_columns, vjp_rows
 from opcheck.engine.context import Blocks, CheckContext
 from opcheck.engine.errors import failed_nondet_note
+from opcheck.engine.reporting import torch_words
 
 
 def analytical_vjp_jacobian(

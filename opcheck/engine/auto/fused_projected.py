@@ -2,7 +2,7 @@
 
 The full check needs one evaluation per Jacobian column and one backward row per output element,
 so from a few hundred entries on it costs more than torch's fast mode, whose handful of calls do
-not grow with the input. This pass runs the projection check of opcheck.engine.auto instead (per
+not grow with the input. This pass runs the projection check of opcheck.engine.auto.stepwise instead (per
 differentiable input j, k = projections.DIRECTIONS Rademacher directions U_j; per output, k' =
 projections.COTANGENTS Rademacher cotangents V_i; the same comparisons, at the same tolerances), in about
 as many calls as torch's fast mode:
@@ -57,12 +57,12 @@ from opcheck.engine._util import (
     requires_grad,
     vmap_form,
 )
+from opcheck.engine.auto.fused_backward import batched_backward
+from opcheck.engine.auto.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
+from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher, vjp_jvp_pairs
 from opcheck.engine.batching import ForwardCalls, close, combination_close, difference_quotient, legacy_tangents
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.fast import make_vectors, real_direction
-from opcheck.engine.fused_backward import batched_backward
-from opcheck.engine.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
-from opcheck.engine.projections import COTANGENTS, DIRECTIONS, SEED, rademacher, vjp_jvp_pairs
+from opcheck.engine.modes.fast import make_vectors, real_direction
 
 __all__ = ["projected_check"]
 

@@ -5,7 +5,7 @@ What it does
 Let the Jacobian's size be the sum over (differentiable input j, float output i) of
 numel_in_j * numel_out_i = n·m, n the differentiable input elements and m the float output
 elements. While n + m <= context.FULL_CHECK_ELEMENTS (128, so n·m <= 4096) `auto` runs the full check
-(core.full_check, fused into few calls by fused.py), so its verdicts there are the full mode's.
+(modes.full.full_check, fused into few calls by fused.py), so its verdicts there are the full mode's.
 Beyond it runs the projection check below, which never holds an n×m block; its checks cost a
 handful of calls whatever the size (fused_projected.py), where the full check's cost grows with
 (n + m)²: a scalar loss of a 64×64 input costs it 8,193 evaluations. Up to `jacobian_budget`
@@ -97,7 +97,6 @@ from typing import Any, NoReturn
 
 import torch
 
-from opcheck.engine import torch_words
 from opcheck.engine._util import (
     Inputs,
     allclose_promoted,
@@ -109,8 +108,17 @@ from opcheck.engine._util import (
     is_float_or_complex,
     unravel,
 )
-from opcheck.engine.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, fail_reentrancy
-from opcheck.engine.auto_sources import (
+from opcheck.engine.auto.projections import (
+    COTANGENTS,
+    DIRECTIONS,
+    JVP_STAGE,
+    VJP_STAGE,
+    ProjectionEntry,
+    ProjectionMismatch,
+    vjp_jvp_pairs,
+    worst_positions,
+)
+from opcheck.engine.auto.sources import (
     PerInputOutput,
     Projection,
     Unavailable,
@@ -121,24 +129,16 @@ from opcheck.engine.auto_sources import (
     rows_along,
 )
 from opcheck.engine.batching import vjp_batch
-from opcheck.engine.compare import BACKWARD, Part, block_mismatch
-from opcheck.engine.complex_views import RealViews, real_views
+from opcheck.engine.comparison.compare import BACKWARD, Part, block_mismatch
+from opcheck.engine.comparison.complex_views import RealViews, real_views
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.core import full_check
 from opcheck.engine.errors import fast_fail_slow_ok_note
+from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, fail_reentrancy
+from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
-from opcheck.engine.numerical import numerical_jacobian
-from opcheck.engine.pattern_hints import swapped_in_projections, swapped_message
-from opcheck.engine.projections import (
-    COTANGENTS,
-    DIRECTIONS,
-    JVP_STAGE,
-    VJP_STAGE,
-    ProjectionEntry,
-    ProjectionMismatch,
-    vjp_jvp_pairs,
-    worst_positions,
-)
+from opcheck.engine.modes.full import full_check
+from opcheck.engine.reporting import torch_words
+from opcheck.engine.reporting.pattern_hints import swapped_in_projections, swapped_message
 
 __all__ = [
     "COTANGENTS",

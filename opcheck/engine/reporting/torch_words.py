@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from opcheck.engine.torch_provocations import (
+from opcheck.engine.reporting.torch_provocations import (
     answering,
     crash_on_undefined_grad,
     f64,

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from opcheck.engine._util import allclose_promoted, unravel
-from opcheck.engine.pattern_hints import index_hint, swapped_hint
+from opcheck.engine.reporting.pattern_hints import index_hint, swapped_hint
 
 Shape = tuple[int, ...]
 

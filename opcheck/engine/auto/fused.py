@@ -3,7 +3,7 @@
 It runs up to context.FULL_CHECK_ELEMENTS input and output elements, and within the budget after a
 projection pass (fused_projected.py) that did not pass the call.
 
-Run step by step (core.full_check, then aux_checks), one gradcheck call costs about a dozen
+Run step by step (modes.full.full_check, then aux_checks), one gradcheck call costs about a dozen
 separate evaluations: the vmapped finite differences and a plain probe call, two batched passes of
 VJP rows (the second only to test reentrancy) and a plain probe, a vmapped and two plain VJPs for
 the batched-gradient check, a VJP with zero grad_outputs, the undefined-grad_output pass. On
@@ -60,12 +60,12 @@ import torch
 
 from opcheck.engine import aux_checks
 from opcheck.engine._util import Inputs, allclose_promoted, detached, diff_input_indices, float_outputs, vmap_form
-from opcheck.engine.analytical import analytical_jvp_jacobian
+from opcheck.engine.auto.fused_backward import batched_backward
+from opcheck.engine.auto.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
 from opcheck.engine.batching import close, combination_close, difference_quotient, settings
 from opcheck.engine.context import Blocks, Call, CheckContext
-from opcheck.engine.fused_backward import batched_backward
-from opcheck.engine.numerical import numerical_jacobian
-from opcheck.engine.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
+from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian
+from opcheck.engine.evaluation.numerical import numerical_jacobian
 
 __all__ = ["Fallback", "fused_check"]
 

@@ -1,4 +1,4 @@
-"""Where the step-by-step projection check (auto.py) gets its quantities along the directions U.
+"""Where the step-by-step projection check (stepwise.py) gets its quantities along the directions U.
 
 Numerically, central differences along each direction (vmapped, else two plain calls each).
 Analytically, J·U from the first source that works: forward AD, the VJP of the VJP, or VJP rows
@@ -29,6 +29,7 @@ from opcheck.engine._util import (
     unpack_dual,
     vmap_form,
 )
+from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher
 from opcheck.engine.batching import (
     Differences,
     Disagreement,
@@ -39,7 +40,6 @@ from opcheck.engine.batching import (
     vjp_batch,
 )
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.projections import COTANGENTS, DIRECTIONS, SEED, rademacher
 
 PerInputOutput = list[list[torch.Tensor]]
 """[input][output] (k, m) projections: a row per direction, a column per output element."""
