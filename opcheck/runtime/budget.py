@@ -5,9 +5,9 @@ The plugin puts the budget of each generated test (`--opcheck-time-budget`, `[to
 time_budget`) in `current_budget` around its call; `run_check` runs the check inside
 `within_time_budget(case)`, which
 
-- meters the op: every call of the op the sample's calls make goes through `OpMeter.wrap` (the op
-  that `samples.op_callable` returns is wrapped while the check runs), which counts the calls and
-  their seconds: two clock reads per call;
+- meters the op: every call of the op the sample's calls make goes through `OpMeter.wrap` (set
+  as samples.OP_WRAPPER while the check runs, it wraps the op `samples.op_callable` returns), which
+  counts the calls and their seconds: two clock reads per call;
 - arms one watchdog thread, shared by every test of the process (arming is an assignment under a
   lock, no thread per test). At the deadline the watchdog interrupts the thread running the check:
   a signal of its own sent to that thread (`INTERRUPT_SIGNAL`, a real-time signal on Linux, never
@@ -131,18 +131,13 @@ class OpMeter:
 @contextlib.contextmanager
 def _metering(meter: OpMeter) -> Iterator[None]:
     """Every op that samples.op_callable resolves while the block runs is `meter.wrap`ped."""
-    from opcheck.runtime import samples
+    from opcheck.runtime.samples import OP_WRAPPER
 
-    resolve = samples.op_callable
-
-    def op_callable(spec: Any) -> Callable:
-        return meter.wrap(resolve(spec))
-
-    samples.op_callable = op_callable
+    token = OP_WRAPPER.set(meter.wrap)
     try:
         yield
     finally:
-        samples.op_callable = resolve
+        OP_WRAPPER.reset(token)
 
 
 # ------------------------------------------------------------------------------------ the watchdog

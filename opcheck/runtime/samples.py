@@ -16,6 +16,7 @@ torch.dtype; a Python list or tuple literal -> a Python list.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -46,7 +47,17 @@ def seeded_generator(seed: int) -> torch.Generator:
 
 
 # ------------------------------------------------------------------------------------ the op
+OP_WRAPPER: ContextVar[Callable[[Callable], Callable] | None] = ContextVar("opcheck_op_wrapper", default=None)
+"""What wraps the op op_callable returns, while set (the time budget's meter counts its calls)."""
+
+
 def op_callable(spec: OpSpec) -> Callable:
+    wrap = OP_WRAPPER.get()
+    op = _op(spec)
+    return wrap(op) if wrap is not None else op
+
+
+def _op(spec: OpSpec) -> Callable:
     op = resolve_op(spec.op, imports=spec.imports)
     if spec.variant != "method":
         return op
