@@ -84,31 +84,22 @@ def item_in_backward() -> Apply:
 def item_in_jvp() -> Apply:
     """The identity, whose jvp reads its tangent's value: vmap over it raises."""
 
-    class ItemInJvp(Function):
-        @staticmethod
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            return x.clone()
+    def jvp(t: torch.Tensor) -> torch.Tensor:
+        t.item()
+        return t.clone()
 
-        @staticmethod
-        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-            pass
-
-        @staticmethod
-        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-            return g
-
-        @staticmethod
-        def jvp(ctx: Any, t: torch.Tensor) -> torch.Tensor:
-            t.item()
-            return t.clone()
-
-    return _apply(ItemInJvp)
+    return _identity_with_jvp("ItemInJvp", jvp)
 
 
 def real_with_complex_tangent() -> Apply:
     """The identity of a real input, whose jvp returns a complex tangent."""
+    return _identity_with_jvp("ComplexTangent", lambda t: t.to(torch.complex128))
 
-    class ComplexTangent(Function):
+
+def _identity_with_jvp(name: str, jvp: Callable[[torch.Tensor], torch.Tensor]) -> Apply:
+    """The identity as an autograd.Function (a plain backward) whose jvp is `jvp(tangent)`."""
+
+    class Identity(Function):
         @staticmethod
         def forward(x: torch.Tensor) -> torch.Tensor:
             return x.clone()
@@ -123,9 +114,10 @@ def real_with_complex_tangent() -> Apply:
 
         @staticmethod
         def jvp(ctx: Any, t: torch.Tensor) -> torch.Tensor:
-            return t.to(torch.complex128)
+            return jvp(t)
 
-    return _apply(ComplexTangent)
+    Identity.__name__ = Identity.__qualname__ = name
+    return _apply(Identity)
 
 
 def crash_on_undefined_grad() -> Apply:
