@@ -516,14 +516,14 @@ def test_a_zero_second_derivative_is_batched():
 
 def test_torch_func_is_warmed_before_a_batch_is_timed():
     # The first torch.func.vjp of a process imports ~800 modules (1.5 s): charged to a pilot batch,
-    # batching looked slower than the loop. After a second-order check starts, a vjp imports nothing.
+    # batching looked slower than the loop. After a second-order check starts, a vjp imports nothing;
+    # after a check of forward AD has timed its first batch of JVP columns, a jvp imports nothing.
     script = """
 import sys, torch
 import opcheck
-from opcheck.engine.batching import Evaluator
 from opcheck.engine.second_order import first_derivative
 x = torch.randn(3, dtype=torch.float64, requires_grad=True)
-Evaluator()  # every check's: warms jvp
+opcheck.gradcheck(torch.sin, (x,), fast_mode=False, check_forward_ad=True)  # JVP columns' pilot: warms jvp
 first_derivative(torch.sin, (x,), None, False)  # a second-order check's: warms vjp
 before = set(sys.modules)
 torch.func.vmap(lambda a: torch.func.vjp(torch.sin, a)[1](a)[0])(torch.zeros(2, 3))
@@ -533,6 +533,25 @@ print(sorted(set(sys.modules) - before))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_check_without_forward_ad_does_not_load_its_machinery():
+    # torch's forward AD loads its decompositions on first use (0.1-0.2 s, torch.func.jvp and
+    # make_dual alike): a process whose checks never use forward AD, as torch's fast mode with
+    # check_forward_ad=False, never pays for them.
+    script = """
+import sys, torch
+import opcheck
+x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+assert opcheck.gradcheck(torch.sin, (x,))
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode=False)
+print("torch._decomp.decompositions_for_jvp" in sys.modules)
+opcheck.gradcheck(torch.sin, (x,), check_forward_ad=True)
+print("torch._decomp.decompositions_for_jvp" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "True"]
 
 
 @pytest.mark.parametrize("accelerator", [False, True])

@@ -92,8 +92,6 @@ class Evaluator:
         self.batch_vjp = batch
         self.batch_jvp_func = batch  # torch.func.jvp under torch.func.vmap (wider batching rules)
         self.batch_jvp = batch and legacy_vmap is not None  # make_dual under the legacy vmap
-        if batch:
-            warm_functorch("jvp")  # jvp_func's first choice; vjp is warmed where a vmap form uses it
         self.memory_budget = memory_budget
         self.adaptive = adaptive  # drop a kind of batching that turns out slower than the loop
         self.clock = clock

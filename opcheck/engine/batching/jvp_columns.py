@@ -35,7 +35,7 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.batching import settings
 from opcheck.engine.batching.agreement import Disagreement, close
-from opcheck.engine.batching.evaluator import Evaluator, untimed
+from opcheck.engine.batching.evaluator import Evaluator, untimed, warm_functorch
 from opcheck.engine.batching.schedule import Schedule, one_hot_rows
 
 DtypeCheck = Callable[[torch.Tensor, torch.Tensor], None]
@@ -195,6 +195,10 @@ class _BatchedColumns:
         self, calls: ForwardCalls, idxs: list[int], ref_outputs: tuple[Any, ...], kind: Literal["jvp_func", "jvp"]
     ):
         self.calls, self.ev, self.kind = calls, calls.ev, kind
+        # The pilot chunk is timed against the loop: torch's forward-AD machinery loads on its first
+        # use in the process, before that. Warmed here and not sooner, so that a check without forward
+        # AD never pays for it.
+        warm_functorch("jvp")
         self.refs = float_outputs(as_tuple(ref_outputs))
         self.layout = _TangentLayout.of(calls.inputs, idxs)
         self.x0: torch.Tensor = calls.inputs[idxs[0]]
