@@ -418,6 +418,42 @@ def test_a_batch_grows_by_the_factor_it_undercuts_the_loop():
     assert sizes == [(8, True), (32, True), (128, True), (400, False), (400, False), (32, False)]
 
 
+def test_without_a_plain_probe_a_batch_grows_while_its_columns_cost_no_more():
+    schedule = batching.Schedule(1000, 600)
+    sizes = []
+    for start, stop, timed in schedule:
+        sizes.append((stop - start, timed))
+        if timed:  # 10 us a column up to 64 columns, then 30 us: the batch stops growing there
+            schedule.measured_alone(1e-5 if stop - start <= 64 else 3e-5)
+    assert sizes == [(8, True), (64, True), (512, True), (416, True)]
+    schedule = batching.Schedule(1000, 600)
+    sizes = []
+    for start, stop, _ in schedule:
+        sizes.append(stop - start)
+        schedule.measured_alone(1e-5 * (stop - start))  # a column's cost grows with the batch
+    assert sizes[:3] == [8, 64, 64] and sum(sizes) == 1000
+
+
+def test_the_fused_pass_grows_its_batches_of_finite_differences():
+    # 120 columns (n + m <= 128: the full check's fused pass, which probes with the call it has
+    # and times no plain call): 8, then 64, then the rest, where the pilot alone once took 15 calls.
+    x = _x(120)
+    with batching_clock(_SpanList(8e-5, 64e-5)):  # 10 us a column, in both timed batches
+        report = opcheck.gradcheck_report(lambda t: t.sin().sum(), (x,), fast_mode="auto")
+    assert report.passed and report.stats.fused, report.stats.fallbacks
+    assert report.stats.batched_calls == 3 and report.stats.calls == 0
+
+
+def test_no_output_element_needs_no_finite_differences():
+    # A 125-element input and an empty output: every column is empty, so no call is made for them.
+    x = _x(5, 5, 5)
+    report = opcheck.gradcheck_report(lambda t: t[..., :0], (x,), fast_mode=False)
+    assert report.passed
+    assert report.stats.calls == 0 and report.stats.batched_calls == 0
+    report = opcheck.gradcheck_report(lambda t: t[..., :0], (x,), fast_mode="auto")
+    assert report.passed and report.stats.calls == 0 and report.stats.batched_calls == 0
+
+
 def test_batched_central_differences_of_large_values_are_settled_by_plain_calls():
     # prod of 15 values in [-9, 9) is near 1e8: a vmapped evaluation rounds it differently from a
     # plain one by more than some entries' margin to the tolerance, which would change the verdict.

@@ -40,6 +40,12 @@ def numerical_columns(
     input's unspecified positions, which nothing perturbs).
     """
     ev = diffs.ev
+    if ref_outputs and all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in ref_outputs):
+        # No output element: every column is empty, and no evaluation can change that.
+        return [
+            [o.new_zeros((diffs.inputs[idx].numel(), 0), dtype=_difference_dtype(o)) for o in ref_outputs]
+            for idx, _ in segments
+        ]
     total = sum(diffs.inputs[idx].numel() for idx, _ in segments)
     ev.numerical_batched, ev.numerical_ulps = False, 0.0
     # Without a plain probe call (center_probe) one vmapped call beats the loop from about 5 columns.
@@ -151,8 +157,10 @@ class _BatchedDifferences:
         rows = 2 * b + (1 if probe else 0)
         points = self.layout.points(start, stop, rows, self.eps, probe and not ev.center_probe)
         args = [points[i].view(rows, *self.base[i].shape) for i in self.layout.flats]
-        # The clock is read only for what is compared.
-        compared = (probe and not ev.center_probe) or (growing and self.plain_per_column is not None)
+        # The clock is read only for what is compared: with a plain probe, batches against the loop;
+        # with the center probe (no plain call timed), a growing batch against the one before.
+        against_plain = probe and not ev.center_probe
+        compared = against_plain or (growing and (self.plain_per_column is not None or ev.center_probe))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             outs, t_batched = (ev.timed if compared else untimed)(ev.vmap, self.single, *args)
@@ -167,6 +175,7 @@ class _BatchedDifferences:
             if not all(close(o[2 * b], ref.detach()) for o, ref in zip(outs, self.refs)):
                 raise Disagreement("vmapped evaluation at the unperturbed point differs from the plain call")
             self._observed([o[2 * b] for o in outs], self.refs)
+            schedule.measured_alone(t_batched / b)
         elif probe:
             _, t_plain = ev.timed(self._probe, [o[2 * b] for o in outs])
             # A column is two rows (x - delta e_k and x + delta e_k); the probe evaluated one.
@@ -174,6 +183,8 @@ class _BatchedDifferences:
             ev.judge_batch("forward", schedule, t_batched / b, self.plain_per_column, stop < self.layout.total)
         elif growing and self.plain_per_column is not None:
             ev.judge_batch("forward", schedule, t_batched / b, self.plain_per_column, stop < self.layout.total)
+        elif growing and ev.center_probe:
+            schedule.measured_alone(t_batched / b)
 
     def _probe(self, batched_row: list[torch.Tensor]) -> None:
         """One plain call at the probe row's point; the batched row must match it."""

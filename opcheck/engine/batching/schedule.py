@@ -28,6 +28,7 @@ class Schedule:
     def __init__(self, total: int, chunk: int, pilot: bool = True):
         self.total, self.chunk, self.start = total, chunk, 0
         self.size = min(chunk, PILOT_COLUMNS) if pilot and total > 8 * PILOT_COLUMNS else chunk
+        self.per_column: float | None = None  # the latest batch's, for measured_alone
 
     def __iter__(self) -> Iterator[tuple[int, int, bool]]:
         while self.start < self.total:
@@ -38,6 +39,14 @@ class Schedule:
     def measured(self, batched_per_column: float, plain_per_column: float) -> None:
         factor = 8.0 if batched_per_column <= 0 else min(8.0, plain_per_column / batched_per_column)
         self.size = min(self.chunk, max(self.size, int(self.size * factor * (1 + 1e-9))))
+
+    def measured_alone(self, batched_per_column: float) -> None:
+        """After a timed batch, where no plain call was timed to compare with (a fused pass probes
+        with the call it already has): the next batch grows eightfold while a column costs no more
+        than in the batch before (within a quarter), and stays as it is once it does."""
+        before, self.per_column = self.per_column, batched_per_column
+        if before is None or batched_per_column <= 1.25 * before:
+            self.size = min(self.chunk, self.size * 8)
 
 
 class OneHotRows:

@@ -16,6 +16,8 @@ the settling of entries near the tolerance, cost a few calls more. The plan is o
 
 from __future__ import annotations
 
+import torch
+
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
@@ -352,8 +354,9 @@ class _Planner:
         """batching.fd_columns.numerical_columns: vmapped chunks of columns, else two calls each."""
         p = self.p
         total = sum(p.columns)
-        if total == 0:
-            return
+        outs = p.func_out
+        if total == 0 or (outs and all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs)):
+            return  # no column, or only empty ones
         threshold = 5 if center_probe else MIN_BATCH_COLUMNS
         if self.batch["forward"] and total >= threshold:
             if p.vmap is None:
@@ -417,8 +420,10 @@ class _Planner:
     def _batches(self, plan: Plan, total: int, chunk: int, kind: str, center_probe: bool, extra_row: bool) -> bool:
         """The schedule of one batched kind over `total` columns (or rows): a pilot batch first when
         there are many, timed against one plain call; then batches growing by the ratio the pilot
-        undercut the loop, up to `chunk`. False when the adaptive rule hands over to the loop (the
-        caller then loops over every column; what was batched is in `plan`)."""
+        undercut the loop, up to `chunk` (a fused pass's finite differences, with no plain call
+        timed, grow eightfold while a column costs no more than in the batch before). False when
+        the adaptive rule hands over to the loop (the caller then loops over every column; what was
+        batched is in `plan`)."""
         batched, plain, rows_per = {
             "forward": (Kind.VMAP, Kind.FORWARD, 2),
             "jvp": (Kind.VMAP_TANGENTS, Kind.JVP, 1),
@@ -426,7 +431,7 @@ class _Planner:
         }[kind]
         plain_per_column = rows_per * self.seconds(plain)
         size = min(chunk, PILOT_COLUMNS) if total > 8 * PILOT_COLUMNS else chunk
-        start = 0
+        start, before = 0, None
         while start < total:
             stop = min(total, start + size)
             b = stop - start
@@ -445,6 +450,12 @@ class _Planner:
                     break
                 factor = 8.0 if per_column <= 0 else min(8.0, plain_per_column / per_column)
                 size = min(chunk, max(size, int(size * factor * (1 + 1e-9))))
+            elif center_probe and kind == "forward":
+                # Schedule.measured_alone: eightfold while a column costs no more than before.
+                per_column = self.seconds(batched, rows) / b
+                if before is None or per_column <= 1.25 * before:
+                    size = min(chunk, size * 8)
+                before = per_column
             start = stop
         return True
 
