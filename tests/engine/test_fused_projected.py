@@ -228,3 +228,65 @@ def test_a_scalar_loss_takes_the_projections_at_4096_entries():
     assert r.passed and r.stats.fused and r.stats.auto_paths == ["projected (J·U from forward AD, fused)"]
     small = _x(8, 8)  # n + m = 128: the full check
     assert opcheck.gradcheck_report(torch.sin, (small,), fast_mode="auto").stats.auto_paths == ["full"]
+
+
+def _backward_only_row_loss(name: str, wrong_at: tuple[int, int] | None = None):
+    """(x.sin() ** 2).sum(1) as a kernel registered with a backward alone: no jvp, a backward that is
+    not differentiable itself (once_differentiable), vmappable. `wrong_at`: its gradient is 1% off
+    at that entry of x."""
+    from torch.autograd.function import once_differentiable
+
+    def forward(x):
+        return (x.sin() ** 2).sum(1)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        grad = g.unsqueeze(-1) * (2 * x.sin() * x.cos())
+        if wrong_at is not None:
+            grad[..., wrong_at[0], wrong_at[1]] *= 1.01
+        return grad
+
+    methods = dict(forward=forward, setup_context=setup_context, backward=backward)
+    body = {k: staticmethod(f) for k, f in methods.items()}
+    return type(name, (torch.autograd.Function,), {"generate_vmap_rule": True, **body})
+
+
+def test_a_backward_only_kernel_gets_j_u_from_its_rows():
+    # No forward AD and no derivative of backward: J·U from backward's 64 rows (batched), against
+    # finite differences along 8 directions, where the full check would evaluate the function at
+    # 2 x 4,096 points. One wrong gradient entry fails it, at that entry, as torch's slow mode does.
+    x = _x(64, 64)
+    right = _backward_only_row_loss("RowLossBackwardOnly")
+    r = opcheck.gradcheck_report(right.apply, (x,), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    assert r.stats.auto_paths == ["projected (J·U from VJP rows, fused)"], r.stats.auto_paths
+    assert any("J·U from the VJP of the VJP" in f for f in r.stats.fallbacks), r.stats.fallbacks
+    assert r.stats.calls <= 4 and r.stats.batched_calls <= 2 and r.stats.vjp_calls <= 8, r.stats
+    wrong = _backward_only_row_loss("RowLossBackwardOnlyWrongEntry", wrong_at=(37, 50))
+    r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
+    assert not r.passed and r.check == "backward", r.message
+    assert r.message.startswith("Jacobian mismatch for output 0 with respect to input 0,"), r.message
+    assert (37, 50) in [w.input_index for w in r.mismatch.worst], r.mismatch.worst
+    with pytest.raises(GradcheckError):
+        torch.autograd.gradcheck(wrong.apply, (x,), fast_mode=False)
+    assert torch.autograd.gradcheck(right.apply, (x,), fast_mode=False)
+
+
+def test_complex_inputs_take_the_step_by_step_projections_first():
+    # The fused passes take real inputs only; beyond the full check's size a complex input goes to
+    # the step-by-step projections (complex as view_as_real), not to the full check's 2 calls a column.
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(20, 20, dtype=torch.complex128, generator=g).requires_grad_()
+    r = opcheck.gradcheck_report(torch.sin, (z,), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.auto_paths == ["projected (J·U from forward AD; complex as view_as_real)"] * 2
+    assert r.stats.calls + r.stats.batched_calls <= 8, r.stats
+    wrong = _sin_wrong_tail("SinComplexWrongTail", backward_wrong=lambda g: True)
+    r = opcheck.gradcheck_report(wrong.apply, (z,), fast_mode="auto")
+    # the full check decides
+    assert not r.passed and r.check == "backward" and r.stats.auto_paths[-1] == "full", r.message
+    with pytest.raises(GradcheckError):
+        torch.autograd.gradcheck(wrong.apply, (z,), fast_mode=False)

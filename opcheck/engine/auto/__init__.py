@@ -54,9 +54,10 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
             stats.auto_paths.clear()
             ctx.numerical_cache.clear()
             call = Call.of(call.func, call.inputs)
-            if attempt is projected_check and e.loops:
-                # Without vmap support the full check would loop over every column and row:
-                # the step-by-step projections loop over a handful.
+            if attempt is projected_check and e.projections:
+                # Without vmap support the full check would loop over every column and row, and on
+                # complex inputs it takes two calls per column: the step-by-step projections take a
+                # handful (within the budget, the full check still decides what they do not pass).
                 return False, replace(ctx, projections_first=True), call
     return False, ctx, call
 

@@ -14,7 +14,9 @@ as many calls as torch's fast mode:
   own machinery) and the finite differences from a vmapped call of the function. When forward AD is
   checked, one plain JVP along a dense random combination of the directions must agree with the
   same combination of the batched rows. In the backward check forward AD is only a tool: where it
-  is missing, J·U comes from the VJP of the VJP (backward differentiated in its grad_output).
+  is missing, J·U comes from the VJP of the VJP (backward differentiated in its grad_output), and
+  where backward has no derivative either (a kernel registered with a backward alone), from
+  backward's rows reduced against U: m backward rows, fewer than the full check's.
 - **JVP stage**: every (J·U)[output element, direction] against its finite difference, entrywise,
   at atol + rtol * |numerical|.
 - **One batched backward** (fused_backward.batched_backward) over V, per output the batched-gradient check's
@@ -25,12 +27,12 @@ as many calls as torch's fast mode:
   rows of the vmapped call; the undefined-grad_output check reuses the outputs already computed.
 
 As fused.py's pass, this one only decides a pass: a disagreement, an exception, or a case it does
-not cover (complex or sparse inputs, neither forward AD nor a differentiable backward, more rows
-than fit the memory budget, ...) raises passes.Fallback, and the caller goes on with the full
-check (within the Jacobian budget, where it is the verdict) or the step-by-step projection check
-(beyond it), which say what is wrong. A function that cannot be vmapped (Fallback.loops) goes to
-the step-by-step projections first even within the budget, since their loops run a handful of
-calls where the full check's run two per column; a failure there is again the full check's to
+not cover (complex or sparse inputs, more rows than fit the memory budget, ...) raises
+passes.Fallback, and the caller goes on with the full check (within the Jacobian budget, where it
+is the verdict) or the step-by-step projection check (beyond it), which say what is wrong. A
+function that cannot be vmapped (Fallback.loops), and one with complex inputs (Fallback.projections),
+goes to the step-by-step projections first even within the budget, since they run a handful of
+calls where the full check runs two per column; a failure there is again the full check's to
 decide.
 """
 
@@ -60,6 +62,7 @@ from opcheck.engine._util import (
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher, vjp_jvp_pairs
+from opcheck.engine.auto.sources import Projection, rows_along
 from opcheck.engine.batching import ForwardCalls, close, combination_close, difference_quotient, legacy_tangents
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.modes.fast import make_vectors, real_direction
@@ -87,11 +90,9 @@ def projected_check(ctx: CheckContext, call: Call) -> None:
         fd, ju, zero_tangent = rows.run(real.func_out, flags.check_forward_ad, flags.check_batched_forward_grad)
         source = "forward AD"
         if ju is None:
-            ju, source = _vjp_of_vjp(ctx, real.outputs, inputs, directions, cotangents), "the VJP of the VJP"
-        for jj, per_output in enumerate(fd):
-            for i, n in enumerate(per_output):
-                if not allclose_promoted(ju[jj][i], n, flags.rtol, flags.atol):
-                    raise Fallback(f"J·U: output {i}, input {diff[jj]} disagrees with finite differences")
+            ju, source = _jvp_from_backward(ctx, real, diff, directions, cotangents, fd)
+        if not _agrees(ctx, ju, fd):
+            raise Fallback(f"J·U from {source} disagrees with finite differences")
         if flags.check_backward_ad:
             grads = batched_backward(ctx, real, cotangents)
             _vjp_stage(ctx, diff, grads, ju, directions, cotangents)
@@ -273,6 +274,49 @@ class _ForwardRows:
 
 def _any_dtype(primal: torch.Tensor, tangent: torch.Tensor) -> None:
     """The legacy rows' tangents are compared with finite differences: no dtype check of their own."""
+
+
+def _agrees(ctx: CheckContext, ju: PerInputOutput, fd: PerInputOutput) -> bool:
+    """The JVP stage: every (J·U)[direction, output element] against its finite difference."""
+    return all(
+        allclose_promoted(ju[jj][i], n, ctx.flags.rtol, ctx.flags.atol)
+        for jj, per_output in enumerate(fd)
+        for i, n in enumerate(per_output)
+    )
+
+
+def _jvp_from_backward(
+    ctx: CheckContext,
+    call: Call,
+    diff: list[int],
+    directions: list[torch.Tensor],
+    cotangents: list[torch.Tensor],
+    fd: PerInputOutput,
+) -> tuple[PerInputOutput, str]:
+    """J·U where forward AD is missing, and its source: the VJP of the VJP; where backward has no
+    derivative (it raises, or what it gives disagrees with the finite differences, as a backward
+    marked once_differentiable does under vmap), backward's own rows."""
+    try:
+        ju = _vjp_of_vjp(ctx, call.outputs, call.inputs, directions, cotangents)
+        if _agrees(ctx, ju, fd):
+            return ju, "the VJP of the VJP"
+        why = "disagrees with finite differences"
+    except Exception as e:  # noqa: BLE001 - backward has no derivative: its rows give J·U
+        why = exception_line(e)
+    ctx.evaluator.stats.fallbacks.append(f"projected: J·U from the VJP of the VJP: {why}")
+    return _jvp_from_rows(ctx, call, diff, directions, cotangents), "VJP rows"
+
+
+def _jvp_from_rows(
+    ctx: CheckContext, call: Call, diff: list[int], directions: list[torch.Tensor], cotangents: list[torch.Tensor]
+) -> PerInputOutput:
+    """J·U from backward's rows, where there is neither forward AD nor a derivative of backward (a
+    kernel registered with a backward alone): eᵣᵀJ for every output element r, in batches, reduced
+    against U (sources.rows_along, the step-by-step check's last source). m backward rows, where the
+    full check would add 2n evaluations of the function to the same rows; built from backward
+    itself, the JVP stage then checks backward against the finite differences entrywise."""
+    positions = list(range(len(call.func_out)))
+    return rows_along(Projection(ctx, call, diff, positions, directions, cotangents))
 
 
 def _vjp_of_vjp(

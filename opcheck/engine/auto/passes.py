@@ -39,12 +39,16 @@ class Fallback(Exception):
     batched result disagreed with a plain call: the step-by-step check then runs without it.
     `loops`: the function cannot be evaluated in batches as the pass needs (no vmap support, or
     batching is off), so a check of its every column and row would run them one call at a time.
+    `projections`: the step-by-step projections take the call as it is where the passes do not
+    (complex inputs, which they see through torch.view_as_real), in a handful of calls where the
+    full check takes two per column and one per row.
     """
 
-    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False):
+    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False, projections: bool = False):
         super().__init__(message)
         self.distrust = distrust
         self.loops = loops
+        self.projections = projections or loops
 
 
 @contextlib.contextmanager
@@ -80,7 +84,7 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
     for j in diff:
         x = inputs[j]
         if x.layout != torch.strided or not x.is_floating_point():
-            raise Fallback(f"input {j} is not a real strided tensor")
+            raise Fallback(f"input {j} is not a real strided tensor", projections=x.is_complex())
     _real_strided_outputs(call.func_out)
     if not outputs:
         raise Fallback("no differentiable outputs")

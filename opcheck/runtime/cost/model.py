@@ -122,6 +122,8 @@ class _Planner:
         p = self.p
         if not (self.batch["forward"] and self.batch["vjp"]):
             raise _Fallback(loops=True)
+        if p.complex_inputs and not p.layouts:  # passes.applies: the step-by-step projections take them
+            raise _Fallback(loops=True)
         if p.complex_inputs or p.layouts or not p.real_outputs:
             raise _Fallback()
         if not projected and p.n * p.m > self.f.budget:
@@ -180,14 +182,18 @@ class _Planner:
             ju = False
         if f.forward:
             self.add(Kind.JVP)  # the batched rows tied to a plain JVP
-        if not ju:  # J·U from the VJP of the VJP
+        if not ju:  # J·U from the VJP of the VJP, else from backward's rows
             self.add(Kind.BACKWARD)
-            if p.double_backward == "wrong":  # computed, and it disagrees with finite differences
+            if p.double_backward in ("ok", "wrong"):  # "wrong": computed, and it disagrees with finite differences
                 self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
-            if p.double_backward != "ok":
-                raise _Fallback()
-            self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
-            source = "the VJP of the VJP"
+            if p.double_backward == "ok":
+                source = "the VJP of the VJP"
+            else:
+                for m_o in p.output_sizes:  # sources.rows_along
+                    chunk = _chunk(m_o, m_o + p.n, p.itemsize)
+                    for start in range(0, m_o, chunk):
+                        self._vjp_batch(min(chunk, m_o - start), probe=start == 0)
+                source = "VJP rows"
         else:
             if not p.jvp_right:  # forward AD's J·U disagrees with the finite differences
                 raise _Fallback()
