@@ -276,17 +276,22 @@ def test_a_backward_only_kernel_gets_j_u_from_its_rows():
     assert torch.autograd.gradcheck(right.apply, (x,), fast_mode=False)
 
 
-def test_complex_inputs_take_the_step_by_step_projections_first():
-    # The fused passes take real inputs only; beyond the full check's size a complex input goes to
-    # the step-by-step projections (complex as view_as_real), not to the full check's 2 calls a column.
+def test_complex_inputs_take_the_fused_passes_through_their_real_views():
+    # A complex input seen through torch.view_as_real: a function of real inputs whose Jacobian holds
+    # the real and imaginary columns side by side. Its fused passes take a handful of calls where the
+    # full check would take two per column; what they do not pass, the full check decides.
     g = torch.Generator().manual_seed(0)
     z = torch.randn(20, 20, dtype=torch.complex128, generator=g).requires_grad_()
     r = opcheck.gradcheck_report(torch.sin, (z,), fast_mode="auto", check_batched_grad=True)
-    assert r.passed and r.stats.auto_paths == ["projected (J·U from forward AD; complex as view_as_real)"] * 2
-    assert r.stats.calls + r.stats.batched_calls <= 8, r.stats
-    wrong = _sin_wrong_tail("SinComplexWrongTail", backward_wrong=lambda g: True)
-    r = opcheck.gradcheck_report(wrong.apply, (z,), fast_mode="auto")
-    # the full check decides
-    assert not r.passed and r.check == "backward" and r.stats.auto_paths[-1] == "full", r.message
-    with pytest.raises(GradcheckError):
-        torch.autograd.gradcheck(wrong.apply, (z,), fast_mode=False)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["projected (J·U from forward AD, fused)"]
+    assert r.stats.calls + r.stats.batched_calls + r.stats.batched_jvp_calls <= 2, r.stats
+    small = opcheck.gradcheck_report(torch.sin, (z[:4, :4].detach().requires_grad_(),), fast_mode="auto")
+    assert small.passed and small.stats.fused and small.stats.auto_paths == ["full"]
+    for x in (z, z[:4, :4].detach().requires_grad_()):
+        wrong = _sin_wrong_tail("SinComplexWrongTail", backward_wrong=lambda g: True, vmappable=True)
+        r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
+        assert not r.passed and r.check == "backward" and r.stats.auto_paths[-1] == "full", r.message
+        assert any(f.startswith(("projected: ", "fused: ")) for f in r.stats.fallbacks), r.stats.fallbacks
+        assert r.message == opcheck.gradcheck_report(wrong.apply, (x,)).message  # the full check's words
+        with pytest.raises(GradcheckError):
+            torch.autograd.gradcheck(wrong.apply, (x,), fast_mode=False)

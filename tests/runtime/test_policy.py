@@ -51,7 +51,7 @@ def test_auto_describes_what_the_engine_did():
     complex_ = engine.gradcheck_report(torch.sin, (z,), fast_mode="auto", jacobian_budget=100)
     assert (
         choose_policy("auto", Settings(budget=100), 4096).describe(complex_)
-        == "auto: projections (J·U from forward AD; complex as view_as_real), 4096 entries > budget 100"
+        == "auto: projections (J·U from forward AD, fused), 4096 entries > budget 100"
     )
     # no verdict (the check raised): the plan, and the size when it can be counted
     assert choose_policy("auto", Settings(budget=100), 4096).describe() == (

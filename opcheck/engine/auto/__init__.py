@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from opcheck.engine.auto.fused import fused_check
 from opcheck.engine.auto.fused_projected import projected_check
-from opcheck.engine.auto.passes import Fallback
+from opcheck.engine.auto.passes import Fallback, real_inputs_call
 from opcheck.engine.auto.stepwise import auto_check, jacobian_sides
 from opcheck.engine.comparison.parts import compare_parts
 from opcheck.engine.context import Call, CheckContext
@@ -40,12 +40,14 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
     """fast_mode="auto"'s fused passes, tried in order: (whether one passed the call, the context and
     the call for the step-by-step check after them).
 
-    A pass that does not pass the call leaves the next pass, or the step-by-step check, a fresh
-    start: the function called again, the batching it distrusts off.
+    Complex inputs are seen through torch.view_as_real (passes.real_inputs_call). A pass that does
+    not pass the call leaves the next pass, or the step-by-step check, a fresh start: the function
+    called again, the batching it distrusts off.
     """
-    for attempt in _fused_order(ctx, call):
+    viewed = real_inputs_call(call)
+    for attempt in _fused_order(ctx, viewed or call):
         try:
-            attempt(ctx, call)
+            attempt(ctx, viewed or call)
             return True, ctx, call
         except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
             stats = ctx.evaluator.stats
@@ -54,10 +56,11 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
             stats.auto_paths.clear()
             ctx.numerical_cache.clear()
             call = Call.of(call.func, call.inputs)
-            if attempt is projected_check and e.projections:
+            viewed = viewed and real_inputs_call(call)
+            if attempt is projected_check and (e.loops or e.complex_inputs or viewed):
                 # Without vmap support the full check would loop over every column and row, and on
                 # complex inputs it takes two calls per column: the step-by-step projections take a
-                # handful (within the budget, the full check still decides what they do not pass).
+                # handful (the full check decides what they do not pass).
                 return False, replace(ctx, projections_first=True), call
     return False, ctx, call
 
@@ -68,8 +71,8 @@ def _fused_order(ctx: CheckContext, call: Call) -> Iterator[Callable[[CheckConte
     Up to context.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused
     pass. Beyond, the projections' fused pass; within the Jacobian budget a call it does not pass
     goes on to the full check, so there its failures are the full check's. A function the
-    projections' pass cannot vmap goes to the step-by-step projections (ctx.projections_first), and
-    within the budget a failure there to the full check too.
+    projections' pass cannot vmap, or whose inputs are complex, goes to the step-by-step projections
+    (ctx.projections_first), and within the budget a failure there to the full check too.
     """
     n, m = jacobian_sides(call.inputs, call.func_out)
     if ctx.full_first(n, m):

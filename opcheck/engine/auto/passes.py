@@ -39,16 +39,17 @@ class Fallback(Exception):
     batched result disagreed with a plain call: the step-by-step check then runs without it.
     `loops`: the function cannot be evaluated in batches as the pass needs (no vmap support, or
     batching is off), so a check of its every column and row would run them one call at a time.
-    `projections`: the step-by-step projections take the call as it is where the passes do not
-    (complex inputs, which they see through torch.view_as_real), in a handful of calls where the
-    full check takes two per column and one per row.
+    `complex_inputs`: the passes take real inputs only; the step-by-step projections see complex
+    ones through torch.view_as_real, in a handful of calls where the full check takes two per column.
     """
 
-    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False, projections: bool = False):
+    def __init__(
+        self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False, complex_inputs: bool = False
+    ):
         super().__init__(message)
         self.distrust = distrust
         self.loops = loops
-        self.projections = projections or loops
+        self.complex_inputs = complex_inputs
 
 
 @contextlib.contextmanager
@@ -73,6 +74,26 @@ def real_call(call: Call) -> tuple[Call, bool]:
     return Call(real_outputs(call.func), call.inputs, real_out, tuple(o for o in real_out if o.requires_grad)), True
 
 
+def real_inputs_call(call: Call) -> Call | None:
+    """The call with its complex differentiable inputs seen through torch.view_as_real: a function
+    of real (..., 2) inputs that hands `func` the complex tensors back (torch.view_as_complex of the
+    same memory, so with the given strides). Its Jacobian is the complex input's real and imaginary
+    columns side by side, which torch's gradcheck compares one part at a time. None where no input
+    is complex, or one is a conjugate or negative view (which view_as_real does not take)."""
+    inputs = list(call.inputs)
+    complex_ = [j for j in diff_input_indices(inputs) if inputs[j].is_complex() and inputs[j].layout == torch.strided]
+    if not complex_ or any(inputs[j].is_conj() or inputs[j].is_neg() for j in complex_):
+        return None
+    for j in complex_:
+        inputs[j] = torch.view_as_real(inputs[j].detach()).requires_grad_()
+    func, viewed = call.func, frozenset(complex_)
+
+    def of_real_inputs(*xs: Any) -> Any:
+        return func(*(torch.view_as_complex(x) if j in viewed else x for j, x in enumerate(xs)))
+
+    return Call.of(of_real_inputs, tuple(inputs))
+
+
 def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
     """Raise Fallback unless a fused pass covers the call: real strided inputs and outputs, batching
     on, within the memory budget (and, for the full check's pass, within the Jacobian budget)."""
@@ -84,7 +105,7 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
     for j in diff:
         x = inputs[j]
         if x.layout != torch.strided or not x.is_floating_point():
-            raise Fallback(f"input {j} is not a real strided tensor", projections=x.is_complex())
+            raise Fallback(f"input {j} is not a real strided tensor", complex_inputs=x.is_complex())
     _real_strided_outputs(call.func_out)
     if not outputs:
         raise Fallback("no differentiable outputs")

@@ -144,7 +144,10 @@ class _BatchedDifferences:
         itemsize = max(f.element_size() for f in layout.flats.values())
         chunk = self.ev.chunk(layout.total, 2 * (in_elems + out_elems), itemsize)
         results = [o.new_empty((layout.total, o.numel()), dtype=_difference_dtype(o)) for o in refs]
-        schedule = Schedule(layout.total, chunk)
+        # A fused pass's columns (center probe) fit one call up to FUSE_MAX_COLUMNS: a small function,
+        # where a pilot batch would only add calls, as nothing is timed against the loop there.
+        pilot = not (self.ev.center_probe and layout.total <= settings.FUSE_MAX_COLUMNS)
+        schedule = Schedule(layout.total, chunk, pilot=pilot)
         for start, stop, growing in schedule:
             self._chunk(schedule, results, start, stop, growing)
         return [

@@ -31,9 +31,10 @@ __all__ = ["Flags", "Kind", "Plan", "plan_check", "unit_seconds"]
 class _Fallback(Exception):
     """A fused pass that does not pass the call (what it evaluated until then is in the plan)."""
 
-    def __init__(self, loops: bool = False):
+    def __init__(self, loops: bool = False, complex_inputs: bool = False):
         super().__init__()
         self.loops = loops
+        self.complex_inputs = complex_inputs
 
 
 class _Planner:
@@ -113,7 +114,7 @@ class _Planner:
                 return True
             except _Fallback as e:
                 self.add(Kind.FORWARD)  # a fresh start: the function called again
-                if attempt == self._fused_projected and e.loops:
+                if attempt == self._fused_projected and (e.loops or e.complex_inputs):
                     self.projections_first = True
                     return False
         return False
@@ -123,7 +124,7 @@ class _Planner:
         if not (self.batch["forward"] and self.batch["vjp"]):
             raise _Fallback(loops=True)
         if p.complex_inputs and not p.layouts:  # passes.applies: the step-by-step projections take them
-            raise _Fallback(loops=True)
+            raise _Fallback(complex_inputs=True)
         if p.complex_inputs or p.layouts or not p.real_outputs:
             raise _Fallback()
         if not projected and p.n * p.m > self.f.budget:
@@ -436,7 +437,8 @@ class _Planner:
             "vjp": (Kind.BATCHED_BACKWARD, Kind.BACKWARD, 1),
         }[kind]
         plain_per_column = rows_per * self.seconds(plain)
-        size = min(chunk, PILOT_COLUMNS) if total > 8 * PILOT_COLUMNS else chunk
+        pilot = total > 8 * PILOT_COLUMNS and not (center_probe and kind == "forward" and total <= FUSE_MAX_COLUMNS)
+        size = min(chunk, PILOT_COLUMNS) if pilot else chunk
         start, before = 0, None
         while start < total:
             stop = min(total, start + size)
