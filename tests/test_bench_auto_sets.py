@@ -1,0 +1,86 @@
+"""The auto-vs-torch-fast set benchmark runs end to end on small sets: its table, its JSON, and the
+first call of each worker, which imports opcheck inside its timed region. No assertion reads a time
+as good or bad: the times only have to add up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("expecttest")  # torch's op_db imports it
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_auto_sets.py"
+
+
+def test_two_small_sets_and_the_first_call(tmp_path):
+    out = tmp_path / "sets.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--set",
+            "ops104",
+            "--set",
+            "random",
+            "--ops",
+            "sin,mul",
+            "--max-samples",
+            "2",
+            "--count",
+            "3",
+            "--seed",
+            "1",
+            "--first-call",
+            "--repeat",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("set ") and "auto/torch" in line and "no ref" in line for line in lines)
+    assert any(line.startswith("ops104 ") for line in lines)
+    assert any(line.startswith("random:1 ") for line in lines)
+    assert "first call in a fresh process (sin 5x4, median of 1): torch " in proc.stdout
+    assert "[ops104] excess opcheck - torch:" in proc.stdout
+
+    data = json.loads(out.read_text())
+    summary, records = data["summary"], data["records"]
+    assert summary["false_alarms"] == 0 and summary["misses"] == 0
+    assert set(summary["sets"]) == {"ops104", "random:1"}
+    for label, s in summary["sets"].items():
+        recs = [r for r in records if r["set"] == label]
+        assert s["samples"] == len(recs) == 3
+        assert s["ops"] == len({r["op"] for r in recs}) and {r["op"] for r in recs} <= {"sin", "mul"}
+        assert s["false_alarms"] == 0 and s["misses"] == 0 and s["no_reference"] == 0
+        assert sum(s["verdicts"].values()) == s["samples"]
+        assert all(r["vs_torch_slow"] == "agree" and r["torch_slow_verdict"] is True for r in recs)
+        torch_s, opcheck_s = sum(r["torch_s"] for r in recs), sum(r["opcheck_s"] for r in recs)
+        assert s["torch_s"] == pytest.approx(torch_s) and s["opcheck_s"] == pytest.approx(opcheck_s)
+        assert s["aggregate_ratio"] == pytest.approx(opcheck_s / torch_s)
+        # the worker's first sample: opcheck runs first and its call includes `import opcheck`
+        first = [r for r in recs if r["first_call"]]
+        assert len(first) == 1 and first[0] is recs[0] and first[0]["first"] == "opcheck"
+        assert first[0]["import_s"] > 0 and not s["opcheck_imported_before_loop"]
+        assert s["first_call_opcheck_ms"] == pytest.approx(first[0]["opcheck_s"] * 1e3)
+        assert all("import_s" not in r for r in recs[1:])
+        assert [r["first"] for r in recs] == ["opcheck", "torch", "opcheck"]  # alternating
+    assert all(r["dtype"] in ("float64", "complex128") for r in records if r["set"] == "random:1")
+    # ops104: the list's order (sin before mul), each op's first samples (at most 2)
+    ops104 = [(r["op"], r["sample"]) for r in records if r["set"] == "ops104"]
+    assert [op for op, _ in ops104] == sorted((op for op, _ in ops104), key=["sin", "mul"].index)
+    for op in ("sin", "mul"):
+        assert [i for o, i in ops104 if o == op] == list(range(len([o for o, _ in ops104 if o == op])))
+
+    fc = summary["first_call"]
+    assert fc["repeat"] == 1 and fc["passed"]
+    assert [len(fc["runs"][t]) for t in ("torch", "opcheck")] == [1, 1]
+    assert fc["difference_ms"] == pytest.approx(fc["opcheck_ms"] - fc["torch_ms"])
