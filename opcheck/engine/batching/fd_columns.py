@@ -163,7 +163,8 @@ class _BatchedDifferences:
         # The clock is read only for what is compared: with a plain probe, batches against the loop;
         # with the center probe (no plain call timed), a growing batch against the one before.
         against_plain = probe and not ev.center_probe
-        compared = against_plain or (growing and (self.plain_per_column is not None or ev.center_probe))
+        more = stop < self.layout.total
+        compared = against_plain or (growing and (self.plain_per_column is not None or (ev.center_probe and more)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             outs, t_batched = (ev.timed if compared else untimed)(ev.vmap, self.single, *args)
@@ -178,7 +179,8 @@ class _BatchedDifferences:
             if not all(close(o[2 * b], ref.detach()) for o, ref in zip(outs, self.refs)):
                 raise Disagreement("vmapped evaluation at the unperturbed point differs from the plain call")
             self._observed([o[2 * b] for o in outs], self.refs)
-            schedule.measured_alone(t_batched / b)
+            if compared:
+                schedule.measured_alone(t_batched / b)
         elif probe:
             _, t_plain = ev.timed(self._probe, [o[2 * b] for o in outs])
             # A column is two rows (x - delta e_k and x + delta e_k); the probe evaluated one.
@@ -186,7 +188,7 @@ class _BatchedDifferences:
             ev.judge_batch("forward", schedule, t_batched / b, self.plain_per_column, stop < self.layout.total)
         elif growing and self.plain_per_column is not None:
             ev.judge_batch("forward", schedule, t_batched / b, self.plain_per_column, stop < self.layout.total)
-        elif growing and ev.center_probe:
+        elif compared and ev.center_probe:
             schedule.measured_alone(t_batched / b)
 
     def _probe(self, batched_row: list[torch.Tensor]) -> None:
