@@ -146,8 +146,10 @@ def test_the_paths_follow_the_engines_sizes_and_budget():
     assert plan_check(Flags(), large).path == ["auto: projections (J·U from forward AD), fused"]
     assert plan_check(Flags(mode="full"), small).path == ["full Jacobian"]
     complex_ = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128, requires_grad=True),))
-    # the fused pass takes real inputs only
-    assert plan_check(Flags(), complex_).path == ["auto: full Jacobian, step by step"]
+    # the fused passes see complex inputs through torch.view_as_real, but not a conjugate view
+    assert plan_check(Flags(), complex_).path == ["auto: full Jacobian, fused"]
+    conj = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128).conj().requires_grad_(),))
+    assert plan_check(Flags(), conj).path == ["auto: full Jacobian, step by step"]
     kernel = Probe(KernelCube.apply, (_x(12, 12),))
     assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
 

@@ -101,6 +101,17 @@ class _Planner:
 
     # ------------------------------------------------------------------ fused passes
     def _fused_passes(self) -> bool:
+        """auto._fused_passes: complex inputs through their real views (Probe.real_view)."""
+        viewed = self.p.real_view
+        if viewed is None:
+            return self._fused_passes_of(viewed=False)
+        sub = _Planner(self.f, viewed)
+        sub.batch, sub.plan = self.batch, self.plan
+        done = sub._fused_passes_of(viewed=True)
+        self.projections_first = sub.projections_first
+        return done
+
+    def _fused_passes_of(self, viewed: bool) -> bool:
         p, f = self.p, self.f
         n, m = p.n, p.m
         if n + m <= FULL_CHECK_ELEMENTS and n * m <= f.budget:
@@ -114,7 +125,7 @@ class _Planner:
                 return True
             except _Fallback as e:
                 self.add(Kind.FORWARD)  # a fresh start: the function called again
-                if attempt == self._fused_projected and (e.loops or e.complex_inputs):
+                if attempt == self._fused_projected and (e.loops or e.complex_inputs or viewed):
                     self.projections_first = True
                     return False
         return False

@@ -205,6 +205,21 @@ class Probe:
         return seconds
 
     @functools.cached_property
+    def real_view(self) -> Probe | None:
+        """The function the engine's fused passes check for complex inputs: of their torch.view_as_real
+        views (opcheck.engine.auto.passes.real_inputs_call); None where the passes do not take them
+        (no complex input, a conjugate or negative view, sparse inputs)."""
+        from opcheck.engine.auto.passes import real_inputs_call
+        from opcheck.engine.context import Call
+
+        if self.layouts or not self.complex_inputs:
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            viewed = real_inputs_call(Call.at(self.fn, self.inputs, self.func_out))
+        return None if viewed is None else Probe(viewed.func, viewed.inputs, self.repeats)
+
+    @functools.cached_property
     def forward_part(self) -> Probe:
         """The function forward AD checks for complex inputs: of their imaginary parts, the real
         parts held (opcheck.engine.comparison.parts; its real-part twin costs the same)."""
