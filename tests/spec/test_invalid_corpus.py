@@ -20,7 +20,11 @@ REGEN = os.environ.get("OPCHECK_REGEN") == "1"
 
 
 def _cases() -> list[Path]:
-    return sorted(p for p in CORPUS.iterdir() if p.suffix == ".yaml" or p.is_dir())
+    # a case is a spec file or a project folder; Python's bytecode cache (written where a case's
+    # module was imported) is neither
+    return sorted(
+        p for p in CORPUS.iterdir() if p.suffix == ".yaml" or (p.is_dir() and not p.name.startswith(("__", ".")))
+    )
 
 
 def _errors(case: Path) -> str:
