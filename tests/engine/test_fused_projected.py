@@ -295,3 +295,19 @@ def test_complex_inputs_take_the_fused_passes_through_their_real_views():
         assert r.message == opcheck.gradcheck_report(wrong.apply, (x,)).message  # the full check's words
         with pytest.raises(GradcheckError):
             torch.autograd.gradcheck(wrong.apply, (x,), fast_mode=False)
+
+
+def test_a_function_that_refuses_the_real_views_goes_step_by_step():
+    # The passes hand the function torch.view_as_complex of a leaf that requires grad: writing into
+    # it in place raises there, where the function as given writes into its own clone. The call then
+    # goes step by step on the inputs as given, with the same verdict as torch's.
+    def writes_into_a_view_of_its_input(z):
+        if z._base is not None:
+            z.mul_(1.0)  # a view of a leaf that requires grad: autograd refuses the in-place write
+        return z.sin()
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(4, 4, dtype=torch.complex128, generator=g).requires_grad_()
+    r = opcheck.gradcheck_report(writes_into_a_view_of_its_input, (z,), fast_mode="auto")
+    assert r.passed and not r.stats.fused and r.stats.auto_paths == ["full", "full"], r.stats
+    assert torch.autograd.gradcheck(writes_into_a_view_of_its_input, (z,))
