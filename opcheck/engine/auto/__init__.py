@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from opcheck.engine._util import diff_input_indices
 from opcheck.engine.auto.fused import fused_check
 from opcheck.engine.auto.fused_projected import projected_check
 from opcheck.engine.auto.passes import Fallback, real_inputs_call
@@ -45,6 +46,7 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
     called again, the batching it distrusts off.
     """
     viewed = real_inputs_call(call)
+    complex_inputs = any(call.inputs[j].is_complex() for j in diff_input_indices(call.inputs))
     for attempt in _fused_order(ctx, viewed or call):
         try:
             attempt(ctx, viewed or call)
@@ -57,7 +59,7 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
             ctx.numerical_cache.clear()
             call = Call.of(call.func, call.inputs)
             viewed = viewed and real_inputs_call(call)
-            if attempt is projected_check and (e.loops or e.complex_inputs or viewed):
+            if attempt is projected_check and (e.loops or complex_inputs):
                 # Without vmap support the full check would loop over every column and row, and on
                 # complex inputs it takes two calls per column: the step-by-step projections take a
                 # handful (the full check decides what they do not pass).

@@ -39,17 +39,12 @@ class Fallback(Exception):
     batched result disagreed with a plain call: the step-by-step check then runs without it.
     `loops`: the function cannot be evaluated in batches as the pass needs (no vmap support, or
     batching is off), so a check of its every column and row would run them one call at a time.
-    `complex_inputs`: the passes take real inputs only; the step-by-step projections see complex
-    ones through torch.view_as_real, in a handful of calls where the full check takes two per column.
     """
 
-    def __init__(
-        self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False, complex_inputs: bool = False
-    ):
+    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False):
         super().__init__(message)
         self.distrust = distrust
         self.loops = loops
-        self.complex_inputs = complex_inputs
 
 
 @contextlib.contextmanager
@@ -109,7 +104,7 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
     for j in diff:
         x = inputs[j]
         if x.layout != torch.strided or not x.is_floating_point():
-            raise Fallback(f"input {j} is not a real strided tensor", complex_inputs=x.is_complex())
+            raise Fallback(f"input {j} is not a real strided tensor")
     _real_strided_outputs(call.func_out)
     if not outputs:
         raise Fallback("no differentiable outputs")

@@ -31,10 +31,9 @@ __all__ = ["Flags", "Kind", "Plan", "plan_check", "unit_seconds"]
 class _Fallback(Exception):
     """A fused pass that does not pass the call (what it evaluated until then is in the plan)."""
 
-    def __init__(self, loops: bool = False, complex_inputs: bool = False):
+    def __init__(self, loops: bool = False):
         super().__init__()
         self.loops = loops
-        self.complex_inputs = complex_inputs
 
 
 class _Planner:
@@ -104,14 +103,14 @@ class _Planner:
         """auto._fused_passes: complex inputs through their real views (Probe.real_view)."""
         viewed = self.p.real_view
         if viewed is None:
-            return self._fused_passes_of(viewed=False)
+            return self._fused_passes_of(complex_inputs=self.p.complex_inputs)
         sub = _Planner(self.f, viewed)
         sub.batch, sub.plan = self.batch, self.plan
-        done = sub._fused_passes_of(viewed=True)
+        done = sub._fused_passes_of(complex_inputs=True)
         self.projections_first = sub.projections_first
         return done
 
-    def _fused_passes_of(self, viewed: bool) -> bool:
+    def _fused_passes_of(self, complex_inputs: bool) -> bool:
         p, f = self.p, self.f
         n, m = p.n, p.m
         if n + m <= FULL_CHECK_ELEMENTS and n * m <= f.budget:
@@ -125,7 +124,7 @@ class _Planner:
                 return True
             except _Fallback as e:
                 self.add(Kind.FORWARD)  # a fresh start: the function called again
-                if attempt == self._fused_projected and (e.loops or e.complex_inputs or viewed):
+                if attempt == self._fused_projected and (e.loops or complex_inputs):
                     self.projections_first = True
                     return False
         return False
@@ -134,8 +133,6 @@ class _Planner:
         p = self.p
         if not (self.batch["forward"] and self.batch["vjp"]):
             raise _Fallback(loops=True)
-        if p.complex_inputs and not p.layouts:  # passes.applies: the step-by-step projections take them
-            raise _Fallback(complex_inputs=True)
         if p.complex_inputs or p.layouts or not p.real_outputs:
             raise _Fallback()
         if not projected and p.n * p.m > self.f.budget:
