@@ -62,6 +62,7 @@ medians and their difference (target: opcheck within 50 ms of torch).
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -426,6 +427,7 @@ def reference(op, dtype, limit, i, fn, ga, slow_calls, auto_verdict, args) -> di
 # ---------------------------------------------------------------------------------------
 # parent: the first-call measurement, the workers, the table
 # ---------------------------------------------------------------------------------------
+@functools.cache
 def child_env() -> dict[str, str]:
     """The environment of the measured processes: with bytecode caches, as an installed package has.
 
