@@ -30,10 +30,10 @@ As fused.py's pass, this one only decides a pass: a disagreement, an exception, 
 not cover (complex or sparse inputs, more rows than fit the memory budget, ...) raises
 passes.Fallback, and the caller goes on with the full check (within the Jacobian budget, where it
 is the verdict) or the step-by-step projection check (beyond it), which say what is wrong. A
-function that cannot be vmapped (Fallback.loops), and one with complex inputs (Fallback.projections),
-goes to the step-by-step projections first even within the budget, since they run a handful of
-calls where the full check runs two per column; a failure there is again the full check's to
-decide.
+function that cannot be vmapped (Fallback.loops), and one with complex inputs that the passes did
+not take through their real views, goes to the step-by-step projections first even within the
+budget, since they run a handful of calls where the full check runs two per column; a failure
+there is again the full check's to decide.
 """
 
 from __future__ import annotations
