@@ -27,6 +27,18 @@ FULL_CHECK_ELEMENTS = 128
 float output elements m number at most this many together (so n·m <= 4096). Its cost grows with
 (n + m)²: 2n + 1 evaluations and m backward rows, each of n + m elements. The projections' grows
 with n + m only, and below this size the two cost about the same (auto/fused.py, auto/fused_projected.py)."""
+FORWARD_FULL_COLUMNS = 32
+"""A call that checks forward AD alone runs the full check first only up to this many input elements
+n as well: its fused pass evaluates 3n rows (x ∓ eps e_k and the tangents e_k), the projections'
+3·DIRECTIONS per input, and from about 32 columns on the projections cost less (bench_auto_sets)."""
+
+
+def full_check_first(n: int, m: int, budget: int, backward: bool) -> bool:
+    """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
+    (see FULL_CHECK_ELEMENTS and FORWARD_FULL_COLUMNS; never beyond the budget). `backward`: the call
+    checks backward AD."""
+    return n + m <= FULL_CHECK_ELEMENTS and n * m <= budget and (backward or n <= FORWARD_FULL_COLUMNS)
+
 
 Blocks = list[tuple[torch.Tensor, ...]]
 """A numerical Jacobian: per input requiring grad, one (numel_in, numel_out) block per float output."""
@@ -131,8 +143,9 @@ class CheckContext:
 
     def full_first(self, n: int, m: int) -> bool:
         """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
-        (see FULL_CHECK_ELEMENTS; never beyond the budget)."""
-        return n + m <= FULL_CHECK_ELEMENTS and n * m <= self.flags.jacobian_budget
+        (see full_check_first)."""
+        flags = self.flags
+        return full_check_first(n, m, flags.jacobian_budget, flags.check_backward_ad)
 
     def fail(self, message: str, *, check: str, path: str = "", mismatch: BlockMismatch | None = None) -> NoReturn:
         """Raise the call's GradcheckError: torch's first line, then what opcheck found."""

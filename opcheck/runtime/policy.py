@@ -5,7 +5,8 @@ pair: cheap, but a single wrong entry of a large Jacobian moves vᵀJu by less t
 and passes. `false` computes the full Jacobian. `auto` (the default) calls the engine with
 fast_mode="auto" and the run's budget (context.DEFAULT_JACOBIAN_BUDGET = 2**20, the engine's own
 default; `--opcheck-budget` or OPCHECK_JACOBIAN_BUDGET change it): the full Jacobian up to
-core.FULL_CHECK_ELEMENTS (128) input and output elements, entrywise projection checks beyond,
+core.FULL_CHECK_ELEMENTS (128) input and output elements (a check of forward AD alone: up to
+context.FORWARD_FULL_COLUMNS (32) input elements), entrywise projection checks beyond,
 and within the budget a projection check that does not pass is decided by the full Jacobian
 (opcheck.engine.auto.stepwise says what they guarantee).
 The engine decides per comparison; a failure's `policy:` row reports what it did, from the

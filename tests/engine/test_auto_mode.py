@@ -150,6 +150,50 @@ def test_size_chooses_the_path():
     assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode=True).stats.auto_paths == []
 
 
+class _SinJvpLastWrong(torch.autograd.Function):
+    """sin whose forward AD is off by 1% in its last element (backward right)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(*inputs)
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.saved_tensors[0].cos()
+
+    @staticmethod
+    def jvp(ctx, t):
+        scale = torch.ones_like(t)
+        scale.view(-1)[-1] = 1.01
+        return t * ctx.saved_tensors[0].cos() * scale
+
+
+def test_forward_ad_alone_takes_the_projections_beyond_32_columns():
+    """A call that checks forward AD alone runs the full check first up to FORWARD_FULL_COLUMNS input
+    elements; beyond them its projections (3·8 rows per input, where the full check's rows are 3n),
+    even where n + m <= FULL_CHECK_ELEMENTS. Backward calls of the same size keep the full check."""
+    forward_only = dict(fast_mode="auto", check_forward_ad=True, check_backward_ad=False)
+    projected = "projected (J·U from forward AD, fused)"
+    for n, path in [(32, "full"), (33, projected), (60, projected)]:
+        x = torch.randn(n, dtype=torch.float64, requires_grad=True)
+        r = opcheck.gradcheck_report(torch.sin, (x,), **forward_only)
+        assert r.passed and r.stats.fused and r.stats.auto_paths == [path], (n, r.stats)
+        assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto").stats.auto_paths == ["full"]
+    # a wrong forward-AD entry that the projections see goes on to the full check, which names it
+    x = torch.randn(60, dtype=torch.float64, requires_grad=True)
+    r = opcheck.gradcheck_report(_SinJvpLastWrong.apply, (x,), **forward_only)
+    assert not r.passed and r.stats.auto_paths == ["full"], r.stats
+    assert any(f.startswith("projected: J·U from forward AD disagrees") for f in r.stats.fallbacks), r.stats
+    assert r.mismatch is not None and "59" in r.message, r.message
+
+
 def test_bad_arguments():
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     with pytest.raises(ValueError, match="fast_mode"):

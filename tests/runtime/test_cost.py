@@ -152,6 +152,13 @@ def test_the_paths_follow_the_engines_sizes_and_budget():
     assert plan_check(Flags(), conj).path == ["auto: full Jacobian, step by step"]
     kernel = Probe(KernelCube.apply, (_x(12, 12),))
     assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
+    # forward AD alone: the full check first up to 32 input elements only (context.full_check_first)
+    forward_only = Flags(backward=False, forward=True)
+    assert plan_check(forward_only, Probe(torch.sin, (_x(4, 8),))).path == ["auto: full Jacobian, fused"]
+    assert plan_check(forward_only, Probe(torch.sin, (_x(6, 8),))).path == [
+        "auto: projections (J·U from forward AD), fused"
+    ]
+    assert plan_check(Flags(), Probe(torch.sin, (_x(6, 8),))).path == ["auto: full Jacobian, fused"]
 
 
 def test_a_probe_learns_what_batches():

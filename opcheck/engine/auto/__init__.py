@@ -70,11 +70,12 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
 def _fused_order(ctx: CheckContext, call: Call) -> Iterator[Callable[[CheckContext, Call], None]]:
     """fast_mode="auto"'s fused passes, in the order they are tried.
 
-    Up to context.FULL_CHECK_ELEMENTS input and output elements the full check is cheap: its fused
-    pass. Beyond, the projections' fused pass; within the Jacobian budget a call it does not pass
-    goes on to the full check, so there its failures are the full check's. A function the
-    projections' pass cannot vmap, or whose inputs are complex, goes to the step-by-step projections
-    (ctx.projections_first), and within the budget a failure there to the full check too.
+    Up to context.FULL_CHECK_ELEMENTS input and output elements (and for a call that checks forward
+    AD alone up to context.FORWARD_FULL_COLUMNS input elements: context.full_check_first) the full
+    check is cheap: its fused pass. Beyond, the projections' fused pass; within the Jacobian budget a
+    call it does not pass goes on to the full check, so there its failures are the full check's. A
+    function the projections' pass cannot vmap, or whose inputs are complex, goes to the step-by-step
+    projections (ctx.projections_first), and within the budget a failure there to the full check too.
     """
     n, m = jacobian_sides(call.inputs, call.func_out)
     if ctx.full_first(n, m):

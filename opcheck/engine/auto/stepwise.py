@@ -4,8 +4,10 @@ What it does
 ------------
 Let the Jacobian's size be the sum over (differentiable input j, float output i) of
 numel_in_j * numel_out_i = n·m, n the differentiable input elements and m the float output
-elements. While n + m <= context.FULL_CHECK_ELEMENTS (128, so n·m <= 4096) `auto` runs the full check
-(modes.full.full_check, fused into few calls by fused.py), so its verdicts there are the full mode's.
+elements. While n + m <= context.FULL_CHECK_ELEMENTS (128, so n·m <= 4096), and for a call that
+checks forward AD alone n <= context.FORWARD_FULL_COLUMNS (32) as well (context.full_check_first),
+`auto` runs the full check (modes.full.full_check, fused into few calls by fused.py), so its
+verdicts there are the full mode's.
 Beyond it runs the projection check below, which never holds an n×m block; its checks cost a
 handful of calls whatever the size (fused_projected.py), where the full check's cost grows with
 (n + m)²: a scalar loss of a 64×64 input costs it 8,193 evaluations. Up to `jacobian_budget`

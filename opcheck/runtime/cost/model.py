@@ -2,7 +2,7 @@
 
 `plan_check(flags, probe)` follows the engine's decisions (opcheck.engine.api._gradcheck and the
 passes it runs) as far as a probe can tell them: fast_mode="auto" tries its fused pass (the full
-Jacobian up to FULL_CHECK_ELEMENTS input and output elements, projections beyond), and where the
+Jacobian while context.full_check_first, projections beyond), and where the
 pass does not apply (complex or sparse inputs) or cannot batch what it needs (no vmap rule, no
 forward AD, no batched backward), the step-by-step check, whose loops make one call per Jacobian
 column (two forwards) or row (one backward). The batches' sizes follow the engine's schedule
@@ -21,7 +21,7 @@ import torch
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
-from opcheck.engine.context import FULL_CHECK_ELEMENTS
+from opcheck.engine.context import full_check_first
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
@@ -113,7 +113,7 @@ class _Planner:
     def _fused_passes_of(self, complex_inputs: bool) -> bool:
         p, f = self.p, self.f
         n, m = p.n, p.m
-        if n + m <= FULL_CHECK_ELEMENTS and n * m <= f.budget:
+        if full_check_first(n, m, f.budget, f.backward):
             order = [self._fused_full]
         else:
             order = [self._fused_projected] + ([self._fused_full] if n * m <= f.budget else [])
@@ -255,7 +255,7 @@ class _Planner:
     def _auto(self, part: str) -> None:
         p, f = self.p, self.f
         n, m = p.n, p.m
-        full_first = n + m <= FULL_CHECK_ELEMENTS and n * m <= f.budget
+        full_first = full_check_first(n, m, f.budget, f.backward)
         if n * m <= f.budget and not (self.projections_first and not full_first):
             self._full(part, note="auto: full Jacobian, step by step")
         else:
