@@ -59,10 +59,28 @@ from typing import Any
 import torch
 
 from opcheck.engine import aux_checks
-from opcheck.engine._util import Inputs, allclose_promoted, detached, diff_input_indices, float_outputs, vmap_form
+from opcheck.engine._util import (
+    Inputs,
+    allclose_promoted,
+    as_tuple,
+    detached,
+    diff_input_indices,
+    float_outputs,
+    floats,
+    legacy_vmap,
+    of_inputs,
+    vmap_form,
+)
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
-from opcheck.engine.batching import close, combination_close, difference_quotient, settings
+from opcheck.engine.batching import (
+    ForwardCalls,
+    close,
+    combination_close,
+    difference_quotient,
+    legacy_tangents,
+    settings,
+)
 from opcheck.engine.context import Blocks, Call, CheckContext
 from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian
 from opcheck.engine.evaluation.numerical import numerical_jacobian
@@ -106,9 +124,13 @@ def _jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks, bool]:
     """The numerical Jacobian and, with forward AD checked, the forward-AD one (else empty); and
     whether the latter's columns came from the legacy vmap (the batched forward-AD check's machinery)."""
     flags, func, inputs, func_out = ctx.flags, call.func, call.inputs, call.func_out
-    if flags.check_forward_ad and not flags.check_batched_forward_grad and _fits_one_call(inputs):
-        numerical, analytical = _forward_jacobians(ctx, call)
-        return numerical, analytical, False
+    if flags.check_forward_ad and _fits_one_call(inputs):
+        # With the batched forward-AD check on, the columns come from the legacy vmap, that check's
+        # own machinery (where this torch has it), tied to a plain JVP like torch.func's.
+        legacy = flags.check_batched_forward_grad
+        if not legacy or legacy_vmap is not None:
+            numerical, analytical = _forward_jacobians(ctx, call, legacy)
+            return numerical, analytical, legacy
     numerical = numerical_jacobian(ctx, func, inputs, func_out)  # [input][output] (n_j, m_i)
     if not flags.check_forward_ad:
         return numerical, [], False
@@ -131,13 +153,15 @@ def _fits_one_call(inputs: Inputs) -> bool:
     return 0 < n <= settings.FUSE_MAX_COLUMNS
 
 
-def _forward_jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks]:
-    """Finite differences and forward-AD columns from one vmapped torch.func.jvp.
+def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blocks, Blocks]:
+    """Finite differences and forward-AD columns in one or two vmapped calls.
 
-    Rows x - eps e_k and x + eps e_k carry zero tangents (their primals give the central differences),
-    rows x carry the tangent e_k (their tangents give the columns J e_k). One plain JVP along a dense
-    random direction must agree with the same combination of the batched columns, and the plain
-    output with the first unperturbed row. Returns ([input][output] numerical, same analytical).
+    Rows x - eps e_k and x + eps e_k give the central differences, rows x with the tangent e_k the
+    columns J e_k: all from one vmapped torch.func.jvp (the perturbed rows carry zero tangents), or
+    with `legacy` the perturbed rows from a vmapped call of the function and the tangents from
+    make_dual under the legacy vmap (as torch's batched forward-AD check computes them). One plain
+    JVP along a dense random direction must agree with the same combination of the batched columns,
+    and the plain output with the unperturbed row. Returns ([input][output] numerical, same analytical).
     """
     ev, eps, func, inputs = ctx.evaluator, ctx.flags.eps, call.func, call.inputs
     diff = diff_input_indices(inputs)
@@ -145,33 +169,60 @@ def _forward_jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks]:
     sizes = [inputs[j].numel() for j in diff]
     n = sum(sizes)
     deltas, tangents = _one_hot_rows(base, diff, sizes, eps)
-    ev.stats.batched_jvp_calls += 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        outs, touts = ev.vmap(jvp_at_points(vmap_form(func), base, diff), *deltas, *tangents)
-    floats = float_outputs(call.func_out)
-    if len(outs) != len(floats):
+        if legacy:
+            outs, columns = _legacy_rows(ctx, call, base, diff, [d[: 2 * n + 1] for d in deltas], tangents, n)
+        else:
+            ev.stats.batched_jvp_calls += 1
+            outs, touts = ev.vmap(jvp_at_points(vmap_form(func), base, diff), *deltas, *tangents)
+            columns = tuple(t[2 * n :] for t in as_tuple(touts))
+    refs = float_outputs(call.func_out)
+    if len(outs) != len(refs) or len(columns) != len(refs):
         raise Fallback("number of outputs changed under vmap")
     numerical: list[list[torch.Tensor]] = [[] for _ in diff]
     analytical: list[list[torch.Tensor]] = [[] for _ in diff]
     g = torch.Generator().manual_seed(aux_checks.SEED)
     u = torch.randn(n, generator=g, dtype=torch.float64).to(dtype=base[diff[0]].dtype)
     plain = plain_jvp(ev, func, inputs, diff, sizes, u)
-    for o, ref, to, po in zip(outs, floats, touts, plain):
-        if o.shape[1:] != ref.shape or o.dtype != ref.dtype or to.shape != o.shape or to.dtype != o.dtype:
+    for o, ref, to, po in zip(outs, refs, columns, plain):
+        if o.shape[1:] != ref.shape or o.dtype != ref.dtype or to.shape[1:] != ref.shape or to.dtype != ref.dtype:
             raise Fallback("output shape or dtype changed under vmap")
         if not close(o[2 * n], ref.detach()):
             raise Fallback("vmapped evaluation at the unperturbed point differs from the plain call", ("forward",))
         fd = difference_quotient(o[:n], o[n : 2 * n], eps).reshape(n, ref.numel())
-        cols = to[2 * n :].reshape(n, ref.numel())
+        cols = to.reshape(n, ref.numel())
         if not combination_close(u, cols, po):
-            raise Fallback("batched JVP differs from the plain JVP", ("jvp_func", "jvp"))
+            raise Fallback("batched JVP differs from the plain JVP", ("jvp",) if legacy else ("jvp_func", "jvp"))
         offset = 0
         for jj, size in enumerate(sizes):
             numerical[jj].append(fd[offset : offset + size])
             analytical[jj].append(cols[offset : offset + size])
             offset += size
     return [tuple(b) for b in numerical], [tuple(b) for b in analytical]
+
+
+def _legacy_rows(
+    ctx: CheckContext,
+    call: Call,
+    base: list[Any],
+    diff: list[int],
+    deltas: list[torch.Tensor],
+    tangents: list[torch.Tensor],
+    n: int,
+) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """The function's float outputs at base + deltas (one torch.func.vmap call), and the tangents of
+    the last n rows of `tangents` from make_dual under the legacy vmap (every tangent's dtype checked,
+    ctx.check_forward_dtype)."""
+    ev = ctx.evaluator
+    of_x = of_inputs(vmap_form(call.func), base, diff, floats)
+    ev.stats.batched_calls += 1
+    outs = ev.vmap(lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))), *deltas)
+    ev.stats.batched_jvp_calls += 1
+    calls = ForwardCalls(ev, call.func, call.inputs, ctx.check_forward_dtype)
+    assert legacy_vmap is not None  # the caller's condition
+    columns = legacy_vmap(legacy_tangents(calls, diff, flat=False))(*(t[2 * n :] for t in tangents))
+    return as_tuple(outs), as_tuple(columns)
 
 
 def _one_hot_rows(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from opcheck.engine._util import legacy_vmap
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
@@ -151,7 +152,16 @@ class _Planner:
         p, f = self.p, self.f
         self._applies(projected=False)
         self.plan.note("auto: full Jacobian, fused")
-        if f.forward and not f.batched_forward_grad and 0 < p.n <= FUSE_MAX_COLUMNS:
+        # fused._jacobians: with the batched forward-AD check, the differences by a vmapped call and
+        # the columns by the legacy vmap (where this torch has it), else one vmapped torch.func.jvp
+        legacy = f.batched_forward_grad
+        one_call = f.forward and 0 < p.n <= FUSE_MAX_COLUMNS and (not legacy or legacy_vmap is not None)
+        if one_call and legacy:
+            self._need(p.vmap is not None and p.vmap_tangents is not None)
+            self.add(Kind.VMAP, rows=2 * p.n + 1)
+            self.add(Kind.VMAP_TANGENTS, rows=p.n)
+            self.add(Kind.JVP)
+        elif one_call:
             self._need(p.vmap_jvp is not None)
             self.add(Kind.VMAP_JVP, rows=3 * p.n)
             self.add(Kind.JVP)
@@ -165,7 +175,7 @@ class _Planner:
             self._fused_backward(p.m_real)
         if f.forward and f.undefined_grad and p.n_inputs > 1:
             self.add(Kind.JVP, p.n_inputs)
-        if f.forward and f.batched_forward_grad:
+        if f.forward and f.batched_forward_grad and not one_call:
             self.add(Kind.VMAP_TANGENTS, p.n_inputs, rows=2)
         if f.backward and f.undefined_grad:
             self._undefined_backward(fused=True)
