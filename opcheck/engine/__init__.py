@@ -1,8 +1,10 @@
 """Gradient-checking engine: a drop-in for torch.autograd.gradcheck / gradgradcheck.
 
-Only torch is imported here: no YAML, no pytest, no spec.
+Only torch is imported here: no YAML, no pytest, no spec. The low-precision check's names are
+imported on first use, so that a process's first gradcheck does not pay for them.
 """
 
+from opcheck._lazy import lazy_names
 from opcheck.engine.api import (
     GradcheckReport,
     gradcheck,
@@ -14,7 +16,6 @@ from opcheck.engine.auto.projections import ProjectionMismatch
 from opcheck.engine.batching import EvalStats, vmap_batching
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
-from opcheck.engine.lowprec import LowPrecisionError, LowPrecisionReport, lowprec_check, lowprec_report
 from opcheck.engine.reporting.diagnostics import EntryError, JacobianMismatch
 
 __all__ = [
@@ -39,3 +40,6 @@ __all__ = [
     "vmap_batching",
     "DEFAULT_JACOBIAN_BUDGET",
 ]
+
+_LOWPREC_NAMES = ("lowprec_check", "lowprec_report", "LowPrecisionReport", "LowPrecisionError")
+__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(_LOWPREC_NAMES, "opcheck.engine.lowprec"))
