@@ -98,6 +98,18 @@ def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch)
     assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1
 
 
+def test_columns_the_legacy_vmap_cannot_batch_come_from_torch_func_in_the_same_pass():
+    # Complex inputs reach the fused pass as real views, which the legacy vmap cannot batch here
+    # ("view_as_real doesn't work on unresolved conjugated tensors"): torch.func's jvp gives the
+    # columns, and the batched forward-AD check runs on its own after them.
+    x = torch.randn(8, dtype=torch.complex128, requires_grad=True, generator=torch.Generator().manual_seed(0))
+    flags = dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)
+    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", **flags)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["full"], r.stats
+    assert any(f.startswith("jvp: ") for f in r.stats.fallbacks), r.stats.fallbacks
+    assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 2 and r.stats.jvp_calls == 1
+
+
 def _is_batched(t):
     return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
 

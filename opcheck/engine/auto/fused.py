@@ -82,6 +82,7 @@ from opcheck.engine.batching import (
     settings,
 )
 from opcheck.engine.context import Blocks, Call, CheckContext
+from opcheck.engine.errors import GradcheckError
 from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian
 from opcheck.engine.evaluation.numerical import numerical_jacobian
 
@@ -129,8 +130,7 @@ def _jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks, bool]:
         # own machinery (where this torch has it), tied to a plain JVP like torch.func's.
         legacy = flags.check_batched_forward_grad
         if not legacy or legacy_vmap is not None:
-            numerical, analytical = _forward_jacobians(ctx, call, legacy)
-            return numerical, analytical, legacy
+            return _forward_jacobians(ctx, call, legacy)
     numerical = numerical_jacobian(ctx, func, inputs, func_out)  # [input][output] (n_j, m_i)
     if not flags.check_forward_ad:
         return numerical, [], False
@@ -153,15 +153,17 @@ def _fits_one_call(inputs: Inputs) -> bool:
     return 0 < n <= settings.FUSE_MAX_COLUMNS
 
 
-def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blocks, Blocks]:
+def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blocks, Blocks, bool]:
     """Finite differences and forward-AD columns in one or two vmapped calls.
 
     Rows x - eps e_k and x + eps e_k give the central differences, rows x with the tangent e_k the
     columns J e_k: all from one vmapped torch.func.jvp (the perturbed rows carry zero tangents), or
     with `legacy` the perturbed rows from a vmapped call of the function and the tangents from
-    make_dual under the legacy vmap (as torch's batched forward-AD check computes them). One plain
-    JVP along a dense random direction must agree with the same combination of the batched columns,
-    and the plain output with the unperturbed row. Returns ([input][output] numerical, same analytical).
+    make_dual under the legacy vmap (as torch's batched forward-AD check computes them; where it
+    cannot run the function, torch.func's vmapped jvp gives them). One plain JVP along a dense random
+    direction must agree with the same combination of the batched columns, and the plain output with
+    the unperturbed row. Returns ([input][output] numerical, same analytical, whether the columns
+    came from the legacy vmap).
     """
     ev, eps, func, inputs = ctx.evaluator, ctx.flags.eps, call.func, call.inputs
     diff = diff_input_indices(inputs)
@@ -172,7 +174,7 @@ def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if legacy:
-            outs, columns = _legacy_rows(ctx, call, base, diff, [d[: 2 * n + 1] for d in deltas], tangents, n)
+            outs, columns, legacy = _legacy_rows(ctx, call, base, diff, deltas, tangents, n)
         else:
             ev.stats.batched_jvp_calls += 1
             outs, touts = ev.vmap(jvp_at_points(vmap_form(func), base, diff), *deltas, *tangents)
@@ -199,7 +201,7 @@ def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blo
             numerical[jj].append(fd[offset : offset + size])
             analytical[jj].append(cols[offset : offset + size])
             offset += size
-    return [tuple(b) for b in numerical], [tuple(b) for b in analytical]
+    return [tuple(b) for b in numerical], [tuple(b) for b in analytical], legacy
 
 
 def _legacy_rows(
@@ -210,19 +212,30 @@ def _legacy_rows(
     deltas: list[torch.Tensor],
     tangents: list[torch.Tensor],
     n: int,
-) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """The function's float outputs at base + deltas (one torch.func.vmap call), and the tangents of
-    the last n rows of `tangents` from make_dual under the legacy vmap (every tangent's dtype checked,
-    ctx.check_forward_dtype)."""
+) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], bool]:
+    """The function's float outputs at base + the first 2n + 1 rows of deltas (one torch.func.vmap
+    call), and the tangents of the last n rows of `tangents` from make_dual under the legacy vmap
+    (every tangent's dtype checked, ctx.check_forward_dtype); where the legacy vmap raises, from
+    torch.func's vmapped jvp. Returns (outputs, tangents, whether the legacy vmap gave them)."""
     ev = ctx.evaluator
     of_x = of_inputs(vmap_form(call.func), base, diff, floats)
     ev.stats.batched_calls += 1
-    outs = ev.vmap(lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))), *deltas)
+    outs = ev.vmap(lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))), *(d[: 2 * n + 1] for d in deltas))
     ev.stats.batched_jvp_calls += 1
     calls = ForwardCalls(ev, call.func, call.inputs, ctx.check_forward_dtype)
     assert legacy_vmap is not None  # the caller's condition
-    columns = legacy_vmap(legacy_tangents(calls, diff, flat=False))(*(t[2 * n :] for t in tangents))
-    return as_tuple(outs), as_tuple(columns)
+    try:
+        columns = legacy_vmap(legacy_tangents(calls, diff, flat=False))(*(t[2 * n :] for t in tangents))
+        return as_tuple(outs), as_tuple(columns), True
+    except GradcheckError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the legacy vmap cannot run it: torch.func's columns
+        ev.give_up("jvp", e)
+    ev.stats.batched_jvp_calls += 1
+    _, touts = ev.vmap(
+        jvp_at_points(vmap_form(call.func), base, diff), *(d[2 * n :] for d in deltas), *(t[2 * n :] for t in tangents)
+    )
+    return as_tuple(outs), as_tuple(touts), False
 
 
 def _one_hot_rows(

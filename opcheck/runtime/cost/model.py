@@ -160,6 +160,9 @@ class _Planner:
             self._need(p.vmap is not None and p.vmap_tangents is not None)
             self.add(Kind.VMAP, rows=2 * p.n + 1)
             self.add(Kind.VMAP_TANGENTS, rows=p.n)
+            if not p.legacy_jvp:  # the columns from torch.func instead
+                self.plan.step("failed batch")
+                self.add(Kind.VMAP_JVP, rows=p.n)
             self.add(Kind.JVP)
         elif one_call:
             self._need(p.vmap_jvp is not None)
@@ -175,7 +178,7 @@ class _Planner:
             self._fused_backward(p.m_real)
         if f.forward and f.undefined_grad and p.n_inputs > 1:
             self.add(Kind.JVP, p.n_inputs)
-        if f.forward and f.batched_forward_grad and not one_call:
+        if f.forward and f.batched_forward_grad and not (one_call and p.legacy_jvp):
             self.add(Kind.VMAP_TANGENTS, p.n_inputs, rows=2)
         if f.backward and f.undefined_grad:
             self._undefined_backward(fused=True)

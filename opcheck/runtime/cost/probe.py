@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck.engine._util import legacy_vmap, unpack_dual
+
 REPEATS = 3
 """Timed repeats of the forward and the backward (the best counts: the others caught a busy machine)."""
 SMALL_BATCH = 3
@@ -308,6 +310,29 @@ class Probe:
         return Batched.probe(run, self.device)
 
     @functools.cached_property
+    def legacy_jvp(self) -> bool:
+        """Whether the legacy vmap batches the function's JVPs (make_dual under torch's legacy vmap, as
+        the batched forward-AD check and the fused pass's columns do), tried on two tangent rows. It
+        cannot where a tangent becomes a conjugate view of a real view (sin on complex inputs)."""
+        if not self.diff or self.layouts or legacy_vmap is None:
+            return False
+        f = self._of_diff()
+        base = [self.inputs[j].detach() for j in self.diff]
+
+        def columns(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            with fwAD.dual_level():
+                outs = f(*(fwAD.make_dual(b, t) for b, t in zip(base, ts)))
+                return tuple(_tangent_or_zeros(o) for o in outs)
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                legacy_vmap(columns)(*self._batched_inputs(2))
+        except Exception:  # noqa: BLE001 - any failure: the engine's columns come from torch.func
+            return False
+        return True
+
+    @functools.cached_property
     def batched_backward(self) -> Batched | None:
         """A batched backward (is_grads_batched: the VJP rows' batches), or None."""
         if not self.outputs or not self.diff or self.backward is None:
@@ -440,3 +465,8 @@ def _vmap(f: Callable[..., Any]) -> Callable[..., Any]:
         return torch.func.vmap(f, randomness="same")(*args)
 
     return run
+
+
+def _tangent_or_zeros(o: torch.Tensor) -> torch.Tensor:
+    _, tangent = unpack_dual(o)
+    return tangent if tangent is not None else torch.zeros_like(o)
