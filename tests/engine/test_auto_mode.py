@@ -10,6 +10,7 @@ import pytest
 import scale_mutants
 import test_differential
 import torch
+from test_fused import _sin_wrong_tail
 from torch.autograd.function import once_differentiable
 
 import opcheck
@@ -150,29 +151,8 @@ def test_size_chooses_the_path():
     assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode=True).stats.auto_paths == []
 
 
-class _SinJvpLastWrong(torch.autograd.Function):
-    """sin whose forward AD is off by 1% in its last element (backward right)."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return x.sin()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_forward(*inputs)
-        ctx.save_for_backward(*inputs)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.saved_tensors[0].cos()
-
-    @staticmethod
-    def jvp(ctx, t):
-        scale = torch.ones_like(t)
-        scale.view(-1)[-1] = 1.01
-        return t * ctx.saved_tensors[0].cos() * scale
+# sin whose forward AD is 1% off in its last element, under torch.func's vmap too (backward right)
+SinJvpWrongTail = _sin_wrong_tail("SinJvpWrongTail", jvp_wrong=lambda t: True, vmappable=True)
 
 
 def test_forward_ad_alone_takes_the_projections_beyond_32_columns():
@@ -188,7 +168,7 @@ def test_forward_ad_alone_takes_the_projections_beyond_32_columns():
         assert opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto").stats.auto_paths == ["full"]
     # a wrong forward-AD entry that the projections see goes on to the full check, which names it
     x = torch.randn(60, dtype=torch.float64, requires_grad=True)
-    r = opcheck.gradcheck_report(_SinJvpLastWrong.apply, (x,), **forward_only)
+    r = opcheck.gradcheck_report(SinJvpWrongTail.apply, (x,), **forward_only)
     assert not r.passed and r.stats.auto_paths == ["full"], r.stats
     assert any(f.startswith("projected: J·U from forward AD disagrees") for f in r.stats.fallbacks), r.stats
     assert r.mismatch is not None and "59" in r.message, r.message
