@@ -14,8 +14,10 @@ entries with fewer calls:
 - **Finite differences**: every column of every input in one vmapped call (per input beyond
   batching.settings.FUSE_MAX_COLUMNS columns), plus one unperturbed row compared with the plain output
   already computed; no plain probe call. With forward AD checked, the same call also gives the
-  JVP columns (rows x ± eps e_k carry zero tangents, rows x the tangent e_k), and one plain JVP
-  along a dense random direction must agree with the same combination of the columns.
+  JVP columns (rows x ± eps e_k carry zero tangents, rows x the tangent e_k); with the batched
+  forward-AD check on, one legacy-vmap call of make_dual gives them instead (that check's own
+  machinery; torch.func's jvp where the legacy vmap cannot run the function). Either way one plain
+  JVP along a dense random direction must agree with the same combination of the columns.
 - **VJP rows**: one batched backward over all outputs at once. Its cotangents are the one-hot rows
   of every output element (the Jacobian), then, per output, the first random cotangent of the
   step-by-step batched-gradient check, then an all-zero row. From FUNCTORCH_ROWS rows on it is
