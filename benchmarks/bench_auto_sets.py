@@ -83,6 +83,7 @@ import torch.autograd.forward_ad as fwAD
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # Neither module imports opcheck: the worker's first opcheck call must be the one that does.
+from _results import write_json  # noqa: E402
 from bench_opdb import CallTimeout, groups, limit_memory, time_limit  # noqa: E402
 from bench_opinfo import (  # noqa: E402
     OPS,
@@ -716,26 +717,8 @@ def main(argv=None) -> int:
     false_alarms = sum(s["false_alarms"] for s in summaries.values())
     misses = sum(s["misses"] for s in summaries.values())
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": cmd,
-                    "torch": torch.__version__,
-                    "threads": args.threads,
-                    "summary": {
-                        "sets": summaries,
-                        "first_call": fc,
-                        "false_alarms": false_alarms,
-                        "misses": misses,
-                        "wall_s": wall,
-                    },
-                    "records": records,
-                },
-                f,
-                indent=1,
-                default=str,
-            )
-        print(f"raw results written to {args.json}")
+        summary = {"sets": summaries, "first_call": fc, "false_alarms": false_alarms, "misses": misses, "wall_s": wall}
+        write_json(args.json, cmd, args.threads, summary=summary, records=records)
     return 1 if false_alarms or misses else 0
 
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
 import platform
@@ -68,6 +67,7 @@ from _device import (  # noqa: E402
     peak_memory_mb,
     reset_peak_memory,
 )
+from _results import write_json  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # The op list.  Entries are (category, OpInfo name, OpInfo variant_test_name).  Fixed on
@@ -909,27 +909,20 @@ def main(argv=None) -> int:
     summary["wall_s"] = wall
 
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": cmd,
-                    "torch": torch.__version__,
-                    "opcheck": getattr(opcheck, "__version__", None),
-                    "threads": torch.get_num_threads(),
-                    "dtype": args.dtype,
-                    "device": str(device),
-                    "modes": list(modes),
-                    "max_samples": args.max_samples,
-                    "skipped": [{"op": k, "reason": r} for k, r in skipped],
-                    "per_op": per_op,
-                    "summary": summary,
-                    "samples": records,
-                },
-                f,
-                indent=1,
-                default=str,
-            )
-        print(f"raw results written to {args.json}")
+        write_json(
+            args.json,
+            cmd,
+            torch.get_num_threads(),
+            opcheck=getattr(opcheck, "__version__", None),
+            dtype=args.dtype,
+            device=str(device),
+            modes=list(modes),
+            max_samples=args.max_samples,
+            skipped=[{"op": k, "reason": r} for k, r in skipped],
+            per_op=per_op,
+            summary=summary,
+            samples=records,
+        )
 
     if disagreements:
         print(f"\n== {len(disagreements)} DISAGREEMENT(S) between torch.autograd.gradcheck and opcheck.gradcheck:")

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))  # and builds its ops from tests.broken_ops
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _device import add_device_option, clock, fmt_mb, parse_device, peak_memory_mb, reset_peak_memory  # noqa: E402
+from _results import write_json  # noqa: E402
 
 TOOLS = ("auto", "torch fast", "torch slow")
 DEFAULT_SLOW_MAX = 2**24
@@ -412,23 +413,16 @@ def main(argv=None) -> int:
     )
 
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": cmd,
-                    "torch": torch.__version__,
-                    "threads": args.threads,
-                    "device": str(device),
-                    "repeat": args.repeat,
-                    "slow_max_entries": args.slow_max_entries,
-                    "cases": results,
-                    "summary": summary,
-                },
-                f,
-                indent=1,
-                default=str,
-            )
-        print(f"results written to {args.json}")
+        write_json(
+            args.json,
+            cmd,
+            args.threads,
+            device=str(device),
+            repeat=args.repeat,
+            slow_max_entries=args.slow_max_entries,
+            cases=results,
+            summary=summary,
+        )
     return 0
 
 
