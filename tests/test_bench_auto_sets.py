@@ -5,45 +5,17 @@ as good or bad: the times only have to add up."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from bench_runner import run_benchmark
 
 pytest.importorskip("expecttest")  # torch's op_db imports it
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_auto_sets.py"
 
 
 def test_two_small_sets_and_the_first_call(tmp_path):
     out = tmp_path / "sets.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--set",
-            "ops104",
-            "--set",
-            "random",
-            "--ops",
-            "sin,mul",
-            "--max-samples",
-            "2",
-            "--count",
-            "3",
-            "--seed",
-            "1",
-            "--first-call",
-            "--repeat",
-            "1",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = "--set ops104 --set random --ops sin,mul --max-samples 2 --count 3 --seed 1 --first-call --repeat 1"
+    proc = run_benchmark("bench_auto_sets", *args.split(), "--json", str(out), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert any(line.startswith("set ") and "auto/torch" in line and "no ref" in line for line in lines)

@@ -6,21 +6,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "bench_cost.py"
+from bench_runner import run_benchmark
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), "--only", "sin,cube", "--repeats", "1", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_benchmark("bench_cost", "--only", "sin,cube", "--repeats", "1", *args)
 
 
 def test_two_specs_estimated_measured_and_compared(tmp_path):

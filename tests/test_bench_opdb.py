@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import torch
+from bench_runner import run_benchmark, script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_opdb.py"
+SCRIPT = script("bench_opdb")
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600)
+    return run_benchmark("bench_opdb", *args)
 
 
 def in_child(script: str) -> subprocess.CompletedProcess:

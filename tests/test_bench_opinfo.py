@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from bench_runner import run_benchmark
 
 pytest.importorskip("expecttest")  # torch's op_db imports it
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_opinfo.py"
 
 
 def test_all_modes_on_two_ops(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--ops", "sin,mul", "--max-samples", "2", "--mode", "all", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("bench_opinfo", "--ops", "sin,mul", "--max-samples", "2", "--mode", "all", "--json", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for line in ("[full]", "[fast]", "[auto]", "[fixed]", "[ceiling]", "[cost of full strength]"):
         assert line in proc.stdout
@@ -42,12 +33,7 @@ def test_all_modes_on_two_ops(tmp_path):
 
 
 def test_budget_zero_runs_the_projections_on_every_sample():
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--ops", "sin", "--max-samples", "2", "--mode", "auto", "--budget", "0"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("bench_opinfo", "--ops", "sin", "--max-samples", "2", "--mode", "auto", "--budget", "0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     paths = re.search(
         r"auto paths: (.*)$", next(line for line in proc.stdout.splitlines() if line.startswith("[auto] verdicts"))

@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scale.py"
+from bench_runner import run_benchmark
+
 CASE = "sin_64x64_tail7"
 
 
 def test_one_mutant_and_its_twin(tmp_path):
     out = tmp_path / "scale.json"
     # --slow-max-entries 0: torch's slow mode is "not run" (it would take seconds here)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--cases",
-            f"{CASE},{CASE}:twin",
-            "--repeat",
-            "1",
-            "--slow-max-entries",
-            "0",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_benchmark(
+        "bench_scale", "--cases", f"{CASE},{CASE}:twin", "--repeat", "1", "--slow-max-entries", "0", "--json", str(out)
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "bench_threads.py"
+from bench_runner import run_benchmark
 
 
 def test_one_round_on_one_module():
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--suite", "generated_tests/test_sin.py", "--rounds", "1", "--threads", "2"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("bench_threads", "--suite", "generated_tests/test_sin.py", "--rounds", "1", "--threads", "2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for setting in ("1", "keep", "2"):
@@ -34,11 +24,5 @@ def test_one_round_on_one_module():
 
 def test_a_failing_suite_stops_the_benchmark(tmp_path):
     (tmp_path / "test_boom.py").write_text("def test_boom():\n    assert False\n")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--suite", str(tmp_path), "--rounds", "1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_benchmark("bench_threads", "--suite", str(tmp_path), "--rounds", "1")
     assert proc.returncode != 0 and "exited 1" in proc.stderr
