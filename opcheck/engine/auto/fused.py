@@ -68,19 +68,26 @@ from opcheck.engine._util import (
     detached,
     diff_input_indices,
     float_outputs,
-    floats,
     legacy_vmap,
-    of_inputs,
     vmap_form,
 )
 from opcheck.engine.auto.fused_backward import batched_backward
-from opcheck.engine.auto.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
+from opcheck.engine.auto.passes import (
+    Fallback,
+    applies,
+    jvp_at_points,
+    legacy_jvps,
+    only_a_pass,
+    outputs_at_points,
+    outputs_once,
+    plain_jvp,
+    real_call,
+)
 from opcheck.engine.batching import (
     ForwardCalls,
     close,
     combination_close,
     difference_quotient,
-    legacy_tangents,
     settings,
 )
 from opcheck.engine.context import Blocks, Call, CheckContext
@@ -220,15 +227,10 @@ def _legacy_rows(
     (every tangent's dtype checked, ctx.check_forward_dtype); where the legacy vmap raises, from
     torch.func's vmapped jvp. Returns (outputs, tangents, whether the legacy vmap gave them)."""
     ev = ctx.evaluator
-    of_x = of_inputs(vmap_form(call.func), base, diff, floats)
-    ev.stats.batched_calls += 1
-    outs = ev.vmap(lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))), *(d[: 2 * n + 1] for d in deltas))
-    ev.stats.batched_jvp_calls += 1
+    outs = outputs_at_points(ev, call.func, base, diff, *(d[: 2 * n + 1] for d in deltas))
     calls = ForwardCalls(ev, call.func, call.inputs, ctx.check_forward_dtype)
-    assert legacy_vmap is not None  # the caller's condition
     try:
-        columns = legacy_vmap(legacy_tangents(calls, diff, flat=False))(*(t[2 * n :] for t in tangents))
-        return as_tuple(outs), as_tuple(columns), True
+        return as_tuple(outs), legacy_jvps(ev, calls, diff, *(t[2 * n :] for t in tangents)), True
     except GradcheckError:
         raise
     except Exception as e:  # noqa: BLE001 - the legacy vmap cannot run it: torch.func's columns

@@ -53,17 +53,25 @@ from opcheck.engine._util import (
     diff_input_indices,
     exception_line,
     float_outputs,
-    floats,
     legacy_vmap,
-    of_inputs,
     requires_grad,
     vmap_form,
 )
 from opcheck.engine.auto.fused_backward import batched_backward
-from opcheck.engine.auto.passes import Fallback, applies, jvp_at_points, only_a_pass, outputs_once, plain_jvp, real_call
+from opcheck.engine.auto.passes import (
+    Fallback,
+    applies,
+    jvp_at_points,
+    legacy_jvps,
+    only_a_pass,
+    outputs_at_points,
+    outputs_once,
+    plain_jvp,
+    real_call,
+)
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher, vjp_jvp_pairs
 from opcheck.engine.auto.sources import Projection, rows_along
-from opcheck.engine.batching import ForwardCalls, close, combination_close, difference_quotient, legacy_tangents
+from opcheck.engine.batching import ForwardCalls, close, combination_close, difference_quotient
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.modes.fast import make_vectors, real_direction
 
@@ -218,19 +226,15 @@ class _ForwardRows:
         """The perturbed rows (and the unperturbed one) by a vmapped call of the function, and with
         `legacy` the tangents by make_dual under the legacy vmap: (centers, primals, tangents)."""
         ev, base, diff = self.ctx.evaluator, self.base, self.diff
-        ev.stats.batched_calls += 1
-        of_x = of_inputs(vmap_form(self.func), base, diff, floats)
         center = [torch.zeros_like(d[:1]) for d in self.deltas]
         try:
-            outs = ev.vmap(
-                lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))),
-                *self.shaped([torch.cat([c, d]) for c, d in zip(center, self.deltas)]),
+            outs = outputs_at_points(
+                ev, self.func, base, diff, *self.shaped([torch.cat([c, d]) for c, d in zip(center, self.deltas)])
             )
             touts = None
             if legacy and legacy_vmap is not None:
-                ev.stats.batched_jvp_calls += 1
                 calls = ForwardCalls(ev, self.func, self.inputs, _any_dtype)
-                touts = as_tuple(legacy_vmap(legacy_tangents(calls, diff, flat=False))(*self.shaped(self.tangents)))
+                touts = legacy_jvps(ev, calls, diff, *self.shaped(self.tangents))
         except Exception as e:  # the function (or its jvp) one call at a time
             raise Fallback(f"under vmap: {exception_line(e)}", loops=True) from e
         return [o[0] for o in outs], [o[1:] for o in outs], touts

@@ -21,12 +21,14 @@ from opcheck.engine._util import (
     exception_line,
     float_outputs,
     floats,
+    legacy_vmap,
     make_dual,
     of_inputs,
     unpack_dual,
+    vmap_form,
 )
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
-from opcheck.engine.batching import Evaluator, Kind
+from opcheck.engine.batching import Evaluator, ForwardCalls, Kind, legacy_tangents
 from opcheck.engine.comparison.complex_views import as_real, real_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
@@ -177,3 +179,21 @@ def jvp_at_points(fn: Func, base: Sequence[Any], diff: Sequence[int]) -> Callabl
         return torch.func.jvp(of_x, tuple(base[j] + d for j, d in zip(diff, dt[:k])), dt[k:])
 
     return one_row
+
+
+def outputs_at_points(ev: Evaluator, fn: Func, base: Sequence[Any], diff: Sequence[int], *deltas: torch.Tensor) -> Any:
+    """fn's float outputs at base + δ for every row of `deltas` (a (rows, *shape) δ per input in
+    diff), from one torch.func.vmap call (counted)."""
+    of_x = of_inputs(vmap_form(fn), base, diff, floats)
+    ev.stats.batched_calls += 1
+    return ev.vmap(lambda *d: of_x(*(base[j] + x for j, x in zip(diff, d))), *deltas)
+
+
+def legacy_jvps(ev: Evaluator, calls: ForwardCalls, diff: Sequence[int], *tangents: torch.Tensor) -> tuple[Any, ...]:
+    """The float outputs' tangents (in their shapes) for every row of `tangents` (a (rows, *shape)
+    tangent per input in diff), from make_dual under the legacy vmap, as torch's batched forward-AD
+    check computes them (one call, counted; calls.check_dtype sees the tangents)."""
+    if legacy_vmap is None:  # pragma: no cover - depends on the torch release
+        raise RuntimeError("no legacy vmap in this torch release")
+    ev.stats.batched_jvp_calls += 1
+    return as_tuple(legacy_vmap(legacy_tangents(calls, list(diff), flat=False))(*tangents))
