@@ -79,6 +79,67 @@ def test_forward_ad_columns_and_finite_differences_share_one_call():
     assert r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1 and r.stats.batched_calls == 0
 
 
+def test_forward_ad_columns_come_from_dual_tensors_under_vmap(monkeypatch):
+    # The rows enter torch.func.vmap as dual tensors: torch.func.jvp is not called at all.
+    def not_called(*args, **kwargs):
+        raise AssertionError("torch.func.jvp")
+
+    monkeypatch.setattr(torch.func, "jvp", not_called)
+    flags = dict(check_forward_ad=True, check_backward_ad=False)
+    r = opcheck.gradcheck_report(torch.cumsum, (_x(4, 3), 1), fast_mode="auto", **flags)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["full"], r.stats
+    assert r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1
+
+
+def _sin_batched_without_forward_ad(name: str, jvp_off_at_tail: bool):
+    """sin with a jvp and a vmap rule whose batched kernel has no forward-AD formula (an
+    autograd.Function without one): dual tensors cannot go through the rule, torch.func's jvp can."""
+
+    class BatchedKernel(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.sin()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.saved_tensors[0].cos()
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(inputs[0])
+        ctx.save_for_backward(inputs[0])
+
+    def jvp(ctx, t):
+        return _one_percent_off_at_the_tail(t * ctx.saved_tensors[0].cos(), jvp_off_at_tail)
+
+    methods = dict(
+        forward=lambda x: x.sin(),
+        setup_context=setup_context,
+        backward=lambda ctx, g: g * ctx.saved_tensors[0].cos(),
+        jvp=jvp,
+        vmap=lambda info, in_dims, x: (BatchedKernel.apply(x.movedim(in_dims[0], 0)), 0),
+    )
+    return type(name, (torch.autograd.Function,), {k: staticmethod(f) for k, f in methods.items()})
+
+
+def test_columns_dual_tensors_cannot_batch_come_from_torch_func_in_the_same_pass(monkeypatch):
+    jvp, rows = torch.func.jvp, []
+    monkeypatch.setattr(torch.func, "jvp", lambda *args, **kwargs: rows.append(1) or jvp(*args, **kwargs))
+    flags = dict(check_forward_ad=True, check_backward_ad=False)
+    right = _sin_batched_without_forward_ad("SinRight", jvp_off_at_tail=False)
+    r = opcheck.gradcheck_report(right.apply, (_x(4, 3),), fast_mode="auto", **flags)
+    assert r.passed and r.stats.fused and r.stats.auto_paths == ["full"], r.stats
+    assert rows == [1] and r.stats.batched_jvp_calls == 1  # one vmapped torch.func.jvp, counted once
+    wrong = _sin_batched_without_forward_ad("SinJvpWrongTail", jvp_off_at_tail=True)
+    with pytest.raises(GradcheckError, match="forward mode mismatch"):
+        torch.autograd.gradcheck(wrong.apply, (_x(4, 3),), fast_mode=True, **flags)
+    r = opcheck.gradcheck_report(wrong.apply, (_x(4, 3),), fast_mode="auto", **flags)
+    assert not r.passed and "forward mode mismatch for output 0 with respect to input 0" in r.message, r.message
+
+
 def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch):
     from opcheck.engine import aux_checks
 

@@ -14,9 +14,10 @@ entries with fewer calls:
 - **Finite differences**: every column of every input in one vmapped call (per input beyond
   batching.settings.FUSE_MAX_COLUMNS columns), plus one unperturbed row compared with the plain output
   already computed; no plain probe call. With forward AD checked, the same call also gives the
-  JVP columns (rows x ± eps e_k carry zero tangents, rows x the tangent e_k); with the batched
-  forward-AD check on, one legacy-vmap call of make_dual gives them instead (that check's own
-  machinery; torch.func's jvp where the legacy vmap cannot run the function). Either way one plain
+  JVP columns (rows x ± eps e_k carry zero tangents, rows x the tangent e_k; the rows enter
+  torch.func.vmap as dual tensors, passes.jvps_at_points); with the batched forward-AD check on,
+  one legacy-vmap call of make_dual gives them instead (that check's own machinery; the vmapped
+  dual rows where the legacy vmap cannot run the function). Either way one plain
   JVP along a dense random direction must agree with the same combination of the columns.
 - **VJP rows**: one batched backward over all outputs at once. Its cotangents are the one-hot rows
   of every output element (the Jacobian), then, per output, the first random cotangent of the
@@ -69,13 +70,12 @@ from opcheck.engine._util import (
     diff_input_indices,
     float_outputs,
     legacy_vmap,
-    vmap_form,
 )
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import (
     Fallback,
     applies,
-    jvp_at_points,
+    jvps_at_points,
     legacy_jvps,
     only_a_pass,
     outputs_at_points,
@@ -166,13 +166,13 @@ def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blo
     """Finite differences and forward-AD columns in one or two vmapped calls.
 
     Rows x - eps e_k and x + eps e_k give the central differences, rows x with the tangent e_k the
-    columns J e_k: all from one vmapped torch.func.jvp (the perturbed rows carry zero tangents), or
-    with `legacy` the perturbed rows from a vmapped call of the function and the tangents from
-    make_dual under the legacy vmap (as torch's batched forward-AD check computes them; where it
-    cannot run the function, torch.func's vmapped jvp gives them). One plain JVP along a dense random
-    direction must agree with the same combination of the batched columns, and the plain output with
-    the unperturbed row. Returns ([input][output] numerical, same analytical, whether the columns
-    came from the legacy vmap).
+    columns J e_k: all from one vmapped call on dual tensors (passes.jvps_at_points; the perturbed
+    rows carry zero tangents), or with `legacy` the perturbed rows from a vmapped call of the
+    function and the tangents from make_dual under the legacy vmap (as torch's batched forward-AD
+    check computes them; where it cannot run the function, jvps_at_points gives them). One plain
+    JVP along a dense random direction must agree with the same combination of the batched columns,
+    and the plain output with the unperturbed row. Returns ([input][output] numerical, same
+    analytical, whether the columns came from the legacy vmap).
     """
     ev, eps, func, inputs = ctx.evaluator, ctx.flags.eps, call.func, call.inputs
     diff = diff_input_indices(inputs)
@@ -185,9 +185,9 @@ def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blo
         if legacy:
             outs, columns, legacy = _legacy_rows(ctx, call, base, diff, deltas, tangents, n)
         else:
-            ev.stats.batched_jvp_calls += 1
-            outs, touts = ev.vmap(jvp_at_points(vmap_form(func), base, diff), *deltas, *tangents)
-            columns = tuple(t[2 * n :] for t in as_tuple(touts))
+            points = [base[j] + d for j, d in zip(diff, deltas)]
+            outs, touts = jvps_at_points(ev, func, base, diff, points, tangents)
+            columns = tuple(t[2 * n :] for t in touts)
     refs = float_outputs(call.func_out)
     if len(outs) != len(refs) or len(columns) != len(refs):
         raise Fallback("number of outputs changed under vmap")
@@ -235,11 +235,9 @@ def _legacy_rows(
         raise
     except Exception as e:  # noqa: BLE001 - the legacy vmap cannot run it: torch.func's columns
         ev.give_up("jvp", e)
-    ev.stats.batched_jvp_calls += 1
-    _, touts = ev.vmap(
-        jvp_at_points(vmap_form(call.func), base, diff), *(d[2 * n :] for d in deltas), *(t[2 * n :] for t in tangents)
-    )
-    return as_tuple(outs), as_tuple(touts), False
+    points = [base[j] + d[2 * n :] for j, d in zip(diff, deltas)]
+    _, touts = jvps_at_points(ev, call.func, base, diff, points, [t[2 * n :] for t in tangents])
+    return as_tuple(outs), touts, False
 
 
 def _one_hot_rows(

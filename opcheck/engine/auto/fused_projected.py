@@ -7,16 +7,17 @@ differentiable input j, k = projections.DIRECTIONS Rademacher directions U_j; pe
 projections.COTANGENTS Rademacher cotangents V_i; the same comparisons, at the same tolerances), in about
 as many calls as torch's fast mode:
 
-- **One vmapped torch.func.jvp** gives the finite differences and J·U: rows x ± eps u carry zero
-  tangents (their primals are the central differences along u), rows x carry the tangent u (their
-  tangents are J·u, and the first one's primal is the unperturbed output, compared with the plain
-  one). With the batched forward-AD check on, J·U comes instead from the legacy vmap (that check's
-  own machinery) and the finite differences from a vmapped call of the function. When forward AD is
-  checked, one plain JVP along a dense random combination of the directions must agree with the
-  same combination of the batched rows. In the backward check forward AD is only a tool: where it
-  is missing, J·U comes from the VJP of the VJP (backward differentiated in its grad_output), and
-  where backward has no derivative either (a kernel registered with a backward alone), from
-  backward's rows reduced against U: m backward rows, fewer than the full check's.
+- **Two vmapped calls** give the finite differences and J·U: one of the function at x and at
+  x ± eps u (the central differences along u; the row at x is compared with the plain output), one
+  on dual tensors at x with the tangents u (passes.jvps_at_points; their tangents are J·u). Apart,
+  neither call carries rows it does not need: on a large input the rows' copies, not the calls,
+  are the cost. With the batched forward-AD check on, J·U comes instead from the legacy vmap (that
+  check's own machinery). When forward AD is checked, one plain JVP along a dense random
+  combination of the directions must agree with the same combination of the batched rows. In the
+  backward check forward AD is only a tool: where it is missing, J·U comes from the VJP of the VJP
+  (backward differentiated in its grad_output), and where backward has no derivative either (a
+  kernel registered with a backward alone), from backward's rows reduced against U: m backward
+  rows, fewer than the full check's.
 - **JVP stage**: every (J·U)[output element, direction] against its finite difference, entrywise,
   at atol + rtol * |numerical|.
 - **One batched backward** (fused_backward.batched_backward) over V, per output the batched-gradient check's
@@ -48,20 +49,18 @@ from opcheck.engine._util import (
     Func,
     Inputs,
     allclose_promoted,
-    as_tuple,
     detached,
     diff_input_indices,
     exception_line,
     float_outputs,
     legacy_vmap,
     requires_grad,
-    vmap_form,
 )
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import (
     Fallback,
     applies,
-    jvp_at_points,
+    jvps_at_points,
     legacy_jvps,
     only_a_pass,
     outputs_at_points,
@@ -136,9 +135,8 @@ ZeroTangent = aux_checks.ZeroTangentJvps
 
 
 class _ForwardRows:
-    """The rows of the pass's one vmapped call: per input, x ∓ eps u for its k directions (zero
-    tangents; their primals are the central differences), then x with the tangents u (their
-    tangents are J·u; the first one's primal is the unperturbed output), and with the
+    """The rows of the pass's two vmapped calls: x, then per input x ∓ eps u for its k directions
+    (the central differences); and x with the tangents u (their tangents are J·u), with the
     undefined-tangent check the extra rows of its directions."""
 
     def __init__(
@@ -153,9 +151,12 @@ class _ForwardRows:
         # Tangent rows (flat over every differentiable input): k per input along its directions, then
         # per input the undefined-tangent check's direction with that input's part zeroed.
         dense = [d.reshape(k, -1) for d in directions]
-        tangents = [base[j].new_zeros((k * n_inputs, size)) for j, size in zip(diff, sizes)]
-        for jj in range(n_inputs):
-            tangents[jj][jj * k : (jj + 1) * k] = dense[jj]
+        if n_inputs == 1:
+            tangents = dense
+        else:
+            tangents = [base[j].new_zeros((k * n_inputs, size)) for j, size in zip(diff, sizes)]
+            for jj in range(n_inputs):
+                tangents[jj][jj * k : (jj + 1) * k] = dense[jj]
         if zero_tangent_rows:
             _, all_u = make_vectors([inputs[j] for j in diff], None, use_forward_ad=True)
             extra = [base[j].new_zeros((n_inputs, size)) for j, size in zip(diff, sizes)]
@@ -165,12 +166,12 @@ class _ForwardRows:
                         extra[jj][row] = real_direction(all_u[jj]).reshape(-1)
             tangents = [torch.cat([t, e]) for t, e in zip(tangents, extra)]
         self.tangents, self.t_rows = tangents, tangents[0].shape[0]
-        # Perturbed rows: per input, x - eps u for its k directions, then x + eps u.
-        deltas = [base[j].new_zeros((2 * k * n_inputs, size)) for j, size in zip(diff, sizes)]
+        # Evaluated rows: x itself, then per input x - eps u for its k directions, then x + eps u.
+        deltas = [base[j].new_zeros((1 + 2 * k * n_inputs, size)) for j, size in zip(diff, sizes)]
         for jj in range(n_inputs):
-            deltas[jj][jj * k : (jj + 1) * k] = dense[jj] * -eps
-            deltas[jj][(n_inputs + jj) * k : (n_inputs + jj + 1) * k] = dense[jj] * eps
-        self.deltas, self.p_rows = deltas, deltas[0].shape[0]
+            torch.mul(dense[jj], -eps, out=deltas[jj][1 + jj * k : 1 + (jj + 1) * k])
+            torch.mul(dense[jj], eps, out=deltas[jj][1 + (n_inputs + jj) * k : 1 + (n_inputs + jj + 1) * k])
+        self.deltas, self.p_rows = deltas, 2 * k * n_inputs
 
     def shaped(self, rows: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per input, its (rows, numel) block as (rows, *shape)."""
@@ -186,11 +187,15 @@ class _ForwardRows:
         with a plain JVP along a dense combination of them. legacy: J·U from the legacy vmap (the
         batched forward-AD check's machinery), the finite differences from a call of their own.
         """
+        ev = self.ctx.evaluator
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rows = None if legacy else self._jvp_rows(tie)
-            # Forward AD is only a tool here (no jvp, or none under vmap), or the legacy vmap's:
-            centers, primals, touts = self._separately(legacy) if rows is None else rows
+            try:
+                outs = outputs_at_points(ev, self.func, self.base, self.diff, *self.shaped(self.deltas))
+            except Exception as e:  # the function one call at a time
+                raise Fallback(f"under vmap: {exception_line(e)}", loops=True) from e
+            touts = self._jvps(tie, legacy)
+        centers, primals = [o[0] for o in outs], [o[1:] for o in outs]
         floats_ = float_outputs(func_out)
         if len(primals) != len(floats_) or (touts is not None and len(touts) != len(floats_)):
             raise Fallback("number of outputs changed under vmap")
@@ -204,40 +209,24 @@ class _ForwardRows:
             return fd, None, None
         return (fd, *self._tangent_rows(touts, floats_, tie))
 
-    def _jvp_rows(self, tie: bool) -> tuple[list[torch.Tensor], list[torch.Tensor], tuple[torch.Tensor, ...]] | None:
-        """Every row from one vmapped torch.func.jvp: (centers, primals, tangents); None where it fails
-        and forward AD is only a tool (the caller takes J·U from backward)."""
-        ev, p_rows, t_rows = self.ctx.evaluator, self.p_rows, self.t_rows
-        # Rows: the perturbed points with zero tangents, then x with the tangents.
-        points = self.shaped([torch.cat([d, d.new_zeros((t_rows, d.shape[1]))]) for d in self.deltas])
-        along = self.shaped([torch.cat([t.new_zeros((p_rows, t.shape[1])), t]) for t in self.tangents])
+    def _jvps(self, tie: bool, legacy: bool) -> tuple[torch.Tensor, ...] | None:
+        """J·U at x, one row per tangent: from make_dual under the legacy vmap with `legacy`, else
+        from dual tensors under torch.func.vmap (passes.jvps_at_points). None where that fails and
+        forward AD is only a tool (the caller takes J·U from backward)."""
+        ev, base, diff = self.ctx.evaluator, self.base, self.diff
         try:
-            ev.stats.batched_jvp_calls += 1
-            outs, touts = ev.vmap(jvp_at_points(vmap_form(self.func), self.base, self.diff), *points, *along)
+            if legacy:
+                if legacy_vmap is None:  # pragma: no cover - depends on the torch release
+                    return None
+                calls = ForwardCalls(ev, self.func, self.inputs, _any_dtype)
+                return legacy_jvps(ev, calls, diff, *self.shaped(self.tangents))
+            # x once per row, a copy of its own: the function may write into its inputs.
+            points = [base[j].expand(self.t_rows, *base[j].shape).clone() for j in diff]
+            return jvps_at_points(ev, self.func, base, diff, points, self.shaped(self.tangents))[1]
         except Exception as e:
-            if tie:  # forward AD is what is checked: its columns would run one at a time
+            if tie or legacy:  # forward AD is what is checked: its columns would run one at a time
                 raise Fallback(f"forward AD under vmap: {exception_line(e)}", loops=True) from e
             return None
-        return [o[p_rows] for o in outs], [o[:p_rows] for o in outs], tuple(t[p_rows:] for t in as_tuple(touts))
-
-    def _separately(
-        self, legacy: bool
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor], tuple[torch.Tensor, ...] | None]:
-        """The perturbed rows (and the unperturbed one) by a vmapped call of the function, and with
-        `legacy` the tangents by make_dual under the legacy vmap: (centers, primals, tangents)."""
-        ev, base, diff = self.ctx.evaluator, self.base, self.diff
-        center = [torch.zeros_like(d[:1]) for d in self.deltas]
-        try:
-            outs = outputs_at_points(
-                ev, self.func, base, diff, *self.shaped([torch.cat([c, d]) for c, d in zip(center, self.deltas)])
-            )
-            touts = None
-            if legacy and legacy_vmap is not None:
-                calls = ForwardCalls(ev, self.func, self.inputs, _any_dtype)
-                touts = legacy_jvps(ev, calls, diff, *self.shaped(self.tangents))
-        except Exception as e:  # the function (or its jvp) one call at a time
-            raise Fallback(f"under vmap: {exception_line(e)}", loops=True) from e
-        return [o[0] for o in outs], [o[1:] for o in outs], touts
 
     def _differences(self, primals: list[torch.Tensor]) -> PerInputOutput:
         k, n_inputs, eps = DIRECTIONS, len(self.diff), self.ctx.flags.eps

@@ -153,20 +153,20 @@ class _Planner:
         self._applies(projected=False)
         self.plan.note("auto: full Jacobian, fused")
         # fused._jacobians: with the batched forward-AD check, the differences by a vmapped call and
-        # the columns by the legacy vmap (where this torch has it), else one vmapped torch.func.jvp
+        # the columns by the legacy vmap (where this torch has it), else one vmapped call on dual tensors
         legacy = f.batched_forward_grad
         one_call = f.forward and 0 < p.n <= FUSE_MAX_COLUMNS and (not legacy or legacy_vmap is not None)
         if one_call and legacy:
             self._need(p.vmap is not None and p.vmap_tangents is not None)
             self.add(Kind.VMAP, rows=2 * p.n + 1)
             self.add(Kind.VMAP_TANGENTS, rows=p.n)
-            if not p.legacy_jvp:  # the columns from torch.func instead
+            if not p.legacy_jvp:  # the columns from dual tensors under torch.func.vmap instead
                 self.plan.step("failed batch")
-                self.add(Kind.VMAP_JVP, rows=p.n)
+                self._vmap_jvp(p.n)
             self.add(Kind.JVP)
         elif one_call:
             self._need(p.vmap_jvp is not None)
-            self.add(Kind.VMAP_JVP, rows=3 * p.n)
+            self._vmap_jvp(3 * p.n)
             self.add(Kind.JVP)
         else:
             self._numerical_columns(center_probe=True)
@@ -189,18 +189,18 @@ class _Planner:
         k, n_in = DIRECTIONS, p.n_inputs
         zero_tangent_rows = n_in if f.forward and f.undefined_grad and n_in > 1 else 0
         ju = True
-        if f.batched_forward_grad:  # J·U from the legacy vmap, the differences from a vmapped call
-            self._need(p.vmap is not None, loops=True)
-            self.add(Kind.VMAP, rows=1 + 2 * k * n_in)
+        # The differences from a vmapped call; J·U from the legacy vmap (the batched forward-AD
+        # check's machinery), else from dual tensors under torch.func.vmap (jvps_at_points).
+        self._need(p.vmap is not None, loops=True)
+        self.add(Kind.VMAP, rows=1 + 2 * k * n_in)
+        if f.batched_forward_grad:
             self.add(Kind.VMAP_TANGENTS, rows=k * n_in + zero_tangent_rows)
         elif p.vmap_jvp is not None:
-            self.add(Kind.VMAP_JVP, rows=3 * k * n_in + zero_tangent_rows)
+            self._vmap_jvp(k * n_in + zero_tangent_rows)
         else:
             self.plan.step("failed batch")
             if f.forward:
                 raise _Fallback(loops=True)
-            self._need(p.vmap is not None, loops=True)
-            self.add(Kind.VMAP, rows=1 + 2 * k * n_in)
             ju = False
         if f.forward:
             self.add(Kind.JVP)  # the batched rows tied to a plain JVP
@@ -243,6 +243,14 @@ class _Planner:
                 self.add(Kind.BATCHED_BACKWARD, rows=p.n_outputs)
         else:
             self.add(Kind.BATCHED_BACKWARD, rows=rows)
+
+    def _vmap_jvp(self, rows: int) -> None:
+        """passes.jvps_at_points: dual tensors under torch.func.vmap; where they raise (the function's
+        forward ran batched first), one plain JVP, then torch.func.jvp under vmap."""
+        if self.p.dual_jvp_raises:
+            self.add(Kind.VMAP, rows=rows)
+            self.add(Kind.JVP)
+        self.add(Kind.VMAP_JVP, rows=rows)
 
     def _attempt(self, kind: Kind, rows: int) -> None:
         """A batched backward that raises: the op's backward is entered with the batched cotangents

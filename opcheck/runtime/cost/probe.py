@@ -283,17 +283,33 @@ class Probe:
 
     @functools.cached_property
     def vmap_jvp(self) -> Batched | None:
-        """torch.func.jvp under torch.func.vmap, points and tangents batched (the fused passes' one
-        call: perturbed points with zero tangents, and the point with the tangents), or None."""
+        """The fused passes' one call of points and tangents batched (perturbed points with zero
+        tangents, and the point with the tangents), as passes.jvps_at_points makes it: dual tensors
+        under torch.func.vmap, else torch.func.jvp under it; or None."""
         if not self.diff or self.layouts:
             return None
         f, k = self._of_diff(), len(self.diff)
 
-        def run(rows: int) -> Any:
+        def duals(rows: int) -> Any:
+            points = self._batched_inputs(rows)
+            with fwAD.dual_level():
+                outs = _vmap(f)(*(fwAD.make_dual(p, p) for p in points))
+                return [_tangent_or_zeros(o) for o in outs]
+
+        def jvps(rows: int) -> Any:
             points = self._batched_inputs(rows)
             return _vmap(lambda *dt: torch.func.jvp(f, dt[:k], dt[k:]))(*points, *points)
 
-        return Batched.probe(run, self.device)
+        dual = None if hasattr(self.fn, "vmap_form") else Batched.probe(duals, self.device)
+        self._dual_jvp_raises = dual is None and not hasattr(self.fn, "vmap_form")
+        return dual if dual is not None else Batched.probe(jvps, self.device)
+
+    @property
+    def dual_jvp_raises(self) -> bool:
+        """Whether dual tensors under torch.func.vmap raise where the function has no vmap form of
+        its own (the engine then tries torch.func.jvp under vmap)."""
+        _ = self.vmap_jvp
+        return self._dual_jvp_raises
 
     @functools.cached_property
     def vmap_tangents(self) -> Batched | None:
