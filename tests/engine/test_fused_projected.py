@@ -278,6 +278,51 @@ def test_a_backward_only_kernel_gets_j_u_from_its_rows():
     assert torch.autograd.gradcheck(right.apply, (x,), fast_mode=False)
 
 
+def _backward_only_scan(name: str, wrong_tail: bool = False):
+    """x.cumsum(-1) as a kernel registered with a backward alone (the reverse scan), whose backward
+    the legacy vmap runs one row at a time (it has no batching rule for cumsum): vmappable forward,
+    no jvp, no derivative of backward. `wrong_tail`: the gradient is 1% off at x's last entry."""
+    from torch.autograd.function import once_differentiable
+
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @once_differentiable
+    def backward(ctx, g):
+        grad = g.flip(-1).cumsum(-1).flip(-1)
+        if wrong_tail:
+            grad[..., -1, -1] *= 1.01
+        return grad
+
+    methods = dict(forward=lambda x: x.cumsum(-1), setup_context=setup_context, backward=backward)
+    body = {k: staticmethod(f) for k, f in methods.items()}
+    return type(name, (torch.autograd.Function,), {"generate_vmap_rule": True, **body})
+
+
+def test_a_backward_whose_rows_loop_is_checked_against_finite_difference_columns():
+    # No forward AD, no derivative of backward, and backward rows the legacy vmap runs one at a time:
+    # backward's JᵀV for 8 cotangents, from the batched backward the side checks make anyway, against
+    # the finite differences of every column (one vmapped call of 2n rows), where J·U would take m
+    # backward calls. One wrong gradient entry fails it, at that entry, as torch's slow mode does.
+    x = _x(10, 12)
+    right = _backward_only_scan("ScanBackwardOnly")
+    r = opcheck.gradcheck_report(right.apply, (x,), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    assert r.stats.auto_paths == ["projected (JᵀV against finite-difference columns, fused)"], r.stats.auto_paths
+    # The VJP of the VJP's attempt and the side checks' batched backward; two plain backward passes
+    # (reentrancy) and the attempt's first: no backward row on its own.
+    assert (r.stats.batched_vjp_calls, r.stats.vjp_calls, r.stats.calls) == (2, 3, 0), r.stats
+    wrong = _backward_only_scan("ScanBackwardOnlyWrongTail", wrong_tail=True)
+    r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
+    assert not r.passed and r.check == "backward", r.message
+    assert any(f.startswith("projected: JᵀV stage") for f in r.stats.fallbacks), r.stats.fallbacks
+    assert r.message.startswith("Jacobian mismatch for output 0 with respect to input 0,"), r.message
+    assert (9, 11) in [w.input_index for w in r.mismatch.worst], r.mismatch.worst
+    with pytest.raises(GradcheckError):
+        torch.autograd.gradcheck(wrong.apply, (x,), fast_mode=False)
+    assert torch.autograd.gradcheck(right.apply, (x,), fast_mode=False)
+
+
 def test_complex_inputs_take_the_fused_passes_through_their_real_views():
     # A complex input seen through torch.view_as_real: a function of real inputs whose Jacobian holds
     # the real and imaginary columns side by side. Its fused passes take a handful of calls where the

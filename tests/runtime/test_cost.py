@@ -83,6 +83,28 @@ class KernelCube(torch.autograd.Function):
         return torch.from_numpy(3 * x.numpy() ** 2 * g.numpy())
 
 
+class CountingScan(torch.autograd.Function):
+    """cumsum with a backward alone (the reverse scan, no derivative of its own), vmappable, whose
+    backward the legacy vmap runs one row at a time (no batching rule for cumsum there)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        COUNTS["batched" if _batched(x) else "forward"] += 1
+        return x.cumsum(-1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        COUNTS["batched" if _batched(g) else "backward"] += 1
+        return g.flip(-1).cumsum(-1).flip(-1)
+
+
 def _counted() -> tuple[int, int, int, int]:
     """What the op saw, as Calls counts it: (forward, backward, jvp, batched); a JVP runs the forward too."""
     return (
@@ -117,6 +139,8 @@ CASES = {
     # a kernel with a backward alone: nothing batches, J·U comes from a backward per output row
     "backward-only kernel": (KernelCube.apply, (10, 10), dict(fast_mode="auto")),
     "backward-only kernel, small": (KernelCube.apply, (3, 4), dict(fast_mode="auto")),
+    # a backward alone whose rows the legacy vmap loops over: JᵀV against the columns' differences
+    "backward-only scan": (CountingScan.apply, (10, 12), dict(fast_mode="auto", check_batched_grad=True)),
 }
 
 
@@ -150,6 +174,8 @@ def test_the_paths_follow_the_engines_sizes_and_budget():
     assert plan_check(Flags(), complex_).path == ["auto: full Jacobian, fused"]
     conj = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128).conj().requires_grad_(),))
     assert plan_check(Flags(), conj).path == ["auto: full Jacobian, step by step"]
+    scan = Probe(CountingScan.apply, (_x(10, 12),))
+    assert plan_check(Flags(), scan).path == ["auto: projections (JᵀV against finite-difference columns), fused"]
     kernel = Probe(KernelCube.apply, (_x(12, 12),))
     assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
     # forward AD alone: the full check first up to 32 input elements only (context.full_check_first)

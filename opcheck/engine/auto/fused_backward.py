@@ -18,6 +18,7 @@ from opcheck.engine import aux_checks
 from opcheck.engine._util import (
     Func,
     Inputs,
+    LegacyLoops,
     allclose_promoted,
     at_positions,
     detached,
@@ -121,7 +122,9 @@ class _Backward:
     def _legacy(self, ev: Evaluator) -> list[torch.Tensor]:
         """Every row from the legacy batched backward, tied to the plain gradients."""
         ev.stats.batched_vjp_calls += 1
-        flat = _flat_rows(legacy_rows(self.outputs, self.diff_inputs, self.cotangents), self.diff_inputs, self.count)
+        flat = _flat_rows(
+            legacy_rows(ev, self.outputs, self.diff_inputs, self.cotangents), self.diff_inputs, self.count
+        )
         if flat is None:
             raise Fallback("the batched gradient has an unexpected shape, dtype or layout")
         if not self._tied(flat, self.ctx.flags.check_batched_grad):
@@ -134,7 +137,7 @@ class _Backward:
         ev.stats.batched_vjp_calls += 1
         n_out = len(self.outputs)
         randoms = [c[self.m : self.m + n_out] for c in self.cotangents]
-        legacy = _flat_rows(legacy_rows(self.outputs, self.diff_inputs, randoms), self.diff_inputs, n_out)
+        legacy = _flat_rows(legacy_rows(ev, self.outputs, self.diff_inputs, randoms), self.diff_inputs, n_out)
         if legacy is None or not all(
             allclose_promoted(legacy[j][i], p, ALLCLOSE_RTOL, ALLCLOSE_ATOL)
             for i in range(n_out)
@@ -181,14 +184,19 @@ def _flat_rows(
 
 
 def legacy_rows(
-    outputs: Sequence[torch.Tensor], diff_inputs: Sequence[torch.Tensor], cotangents: Sequence[torch.Tensor]
+    ev: Evaluator,
+    outputs: Sequence[torch.Tensor],
+    diff_inputs: Sequence[torch.Tensor],
+    cotangents: Sequence[torch.Tensor],
 ) -> tuple[torch.Tensor | None, ...]:
-    """The rows from the legacy batched backward (is_grads_batched)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.autograd.grad(
+    """The rows from the legacy batched backward (is_grads_batched); ev.vjp_rows_loop says whether it
+    ran a backward kernel one row at a time."""
+    with LegacyLoops.watch() as loops:
+        rows = torch.autograd.grad(
             outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
         )
+    ev.vjp_rows_loop = ev.vjp_rows_loop or loops.seen
+    return rows
 
 
 def functorch_rows(

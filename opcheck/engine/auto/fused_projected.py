@@ -72,6 +72,7 @@ from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, radema
 from opcheck.engine.auto.sources import Projection, rows_along
 from opcheck.engine.batching import ForwardCalls, close, combination_close, difference_quotient
 from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.modes.fast import make_vectors, real_direction
 
 __all__ = ["projected_check"]
@@ -95,15 +96,20 @@ def projected_check(ctx: CheckContext, call: Call) -> None:
     with only_a_pass():
         rows = _ForwardRows(ctx, real.func, inputs, directions, zero_tangent_rows)
         fd, ju, zero_tangent = rows.run(real.func_out, flags.check_forward_ad, flags.check_batched_forward_grad)
-        source = "forward AD"
-        if ju is None:
-            ju, source = _jvp_from_backward(ctx, real, diff, directions, cotangents, fd)
-        if not _agrees(ctx, ju, fd):
-            raise Fallback(f"J·U from {source} disagrees with finite differences")
-        if flags.check_backward_ad:
+        source, grads = "J·U from forward AD", None
+        if ju is None:  # forward AD is missing (only backward is checked): backward gives J·U
             grads = batched_backward(ctx, real, cotangents)
-            _vjp_stage(ctx, diff, grads, ju, directions, cotangents)
-            ev.stats.auto_paths.append(f"projected (J·U from {source}, fused)")
+            ju, source = _jvp_from_backward(ctx, real, diff, directions, cotangents, fd)
+        if ju is not None and not _agrees(ctx, ju, fd):
+            raise Fallback(f"{source} disagrees with finite differences")
+        if flags.check_backward_ad:
+            if grads is None:
+                grads = batched_backward(ctx, real, cotangents)
+            if ju is None:
+                _column_stage(ctx, real, diff, grads, cotangents)
+            else:
+                _vjp_stage(ctx, diff, grads, ju, directions, cotangents)
+            ev.stats.auto_paths.append(f"projected ({source}, fused)")
         if flags.check_forward_ad:
             ev.stats.auto_paths.append("projected (J·U from forward AD, fused)")
             if flags.check_undefined_grad and len(diff) > 1:
@@ -285,19 +291,54 @@ def _jvp_from_backward(
     directions: list[torch.Tensor],
     cotangents: list[torch.Tensor],
     fd: PerInputOutput,
-) -> tuple[PerInputOutput, str]:
+) -> tuple[PerInputOutput | None, str]:
     """J·U where forward AD is missing, and its source: the VJP of the VJP; where backward has no
     derivative (it raises, or what it gives disagrees with the finite differences, as a backward
-    marked once_differentiable does under vmap), backward's own rows."""
+    marked once_differentiable does under vmap), backward's own rows; or None where the finite
+    differences of every column cost less than those rows (columns_cost_less)."""
     try:
         ju = _vjp_of_vjp(ctx, call.outputs, call.inputs, directions, cotangents)
         if _agrees(ctx, ju, fd):
-            return ju, "the VJP of the VJP"
+            return ju, "J·U from the VJP of the VJP"
         why = "disagrees with finite differences"
     except Exception as e:  # noqa: BLE001 - backward has no derivative: its rows give J·U
         why = exception_line(e)
     ctx.evaluator.stats.fallbacks.append(f"projected: J·U from the VJP of the VJP: {why}")
-    return _jvp_from_rows(ctx, call, diff, directions, cotangents), "VJP rows"
+    n, m = sum(call.inputs[j].numel() for j in diff), sum(o.numel() for o in call.outputs)
+    if columns_cost_less(n, m, ctx.evaluator.vjp_rows_loop, ctx.flags.jacobian_budget):
+        return None, "JᵀV against finite-difference columns"
+    return _jvp_from_rows(ctx, call, diff, directions, cotangents), "J·U from VJP rows"
+
+
+ROWS_PER_LOOPED_BACKWARD = 4
+"""Vmapped evaluation rows taken to cost no more than one backward row run on its own."""
+
+
+def columns_cost_less(n: int, m: int, rows_loop: bool, budget: int) -> bool:
+    """Whether the finite differences of every column (2n rows of one vmapped call) cost less than
+    backward's m rows: only where the legacy batched backward runs its kernel one row at a time
+    (Evaluator.vjp_rows_loop), each row then a backward call of its own, while 2n <=
+    ROWS_PER_LOOPED_BACKWARD * m, and within the Jacobian budget."""
+    return rows_loop and 2 * n <= ROWS_PER_LOOPED_BACKWARD * m and n * m <= budget
+
+
+def _column_stage(
+    ctx: CheckContext, call: Call, diff: list[int], grads: list[torch.Tensor], cotangents: list[torch.Tensor]
+) -> None:
+    """Backward's JᵀV (from the batched backward) against the finite differences' JᵀV, for every
+    input element (entrywise) and every cotangent: the finite differences of every column in one
+    vmapped call (numerical_jacobian, the full check's), where backward's rows would run one at a
+    time. A backward wrong in one row or one input element shows there, as in the JVP stage."""
+    ev = ctx.evaluator
+    with ev.fused_pass():  # the unperturbed row is compared with the outputs already computed
+        numerical = numerical_jacobian(ctx, call.func, call.inputs, call.func_out)
+    for jj, rows in enumerate(grads):
+        for i, v in enumerate(cotangents):
+            block = numerical[jj][i]  # (n_j, m_i): this input's part of Jᵀ for this output
+            want = (block @ v.reshape(COTANGENTS, -1).to(block.dtype).t()).t()
+            got = rows[i * COTANGENTS : (i + 1) * COTANGENTS]
+            if not allclose_promoted(got, want, ctx.flags.rtol, ctx.flags.atol):
+                raise Fallback(f"JᵀV stage: output {i}, input {diff[jj]}: backward disagrees with finite differences")
 
 
 def _jvp_from_rows(

@@ -20,6 +20,7 @@ import torch
 
 from opcheck.engine._util import legacy_vmap
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
+from opcheck.engine.auto.fused_projected import columns_cost_less
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
 from opcheck.engine.context import full_check_first
@@ -201,6 +202,11 @@ class _Planner:
             self.plan.step("failed batch")
             if f.forward:
                 raise _Fallback(loops=True)
+            # the dual rows' attempt, then one plain JVP: where it raises too, no torch.func attempt
+            self.add(Kind.VMAP, rows=k * n_in + zero_tangent_rows)
+            self.add(Kind.FORWARD if p.jvp is None else Kind.JVP)
+            if p.jvp is not None:
+                self.add(Kind.VMAP, rows=k * n_in + zero_tangent_rows)
             ju = False
         if f.forward:
             self.add(Kind.JVP)  # the batched rows tied to a plain JVP
@@ -209,18 +215,21 @@ class _Planner:
             if p.double_backward in ("ok", "wrong"):  # "wrong": computed, and it disagrees with finite differences
                 self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
             if p.double_backward == "ok":
-                source = "the VJP of the VJP"
+                source = "J·U from the VJP of the VJP"
+            elif columns_cost_less(p.n, p.m, p.backward_rows_loop, f.budget):
+                self._numerical_columns(center_probe=True)  # fused_projected._column_stage
+                source = "JᵀV against finite-difference columns"
             else:
                 for m_o in p.output_sizes:  # sources.rows_along
                     chunk = _chunk(m_o, m_o + p.n, p.itemsize)
                     for start in range(0, m_o, chunk):
                         self._vjp_batch(min(chunk, m_o - start), probe=start == 0)
-                source = "VJP rows"
+                source = "J·U from VJP rows"
         else:
             if not p.jvp_right:  # forward AD's J·U disagrees with the finite differences
                 raise _Fallback()
-            source = "forward AD"
-        self.plan.note(f"auto: projections (J·U from {source}), fused")
+            source = "J·U from forward AD"
+        self.plan.note(f"auto: projections ({source}), fused")
         if f.backward:
             self._fused_backward(COTANGENTS * p.n_outputs)
         if f.forward and f.undefined_grad and n_in > 1:
