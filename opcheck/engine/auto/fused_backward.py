@@ -41,7 +41,9 @@ ALLCLOSE_RTOL, ALLCLOSE_ATOL = 1e-5, 1e-8
 """torch.allclose's defaults: how torch's batched-gradient check compares batched with plain."""
 
 
-def batched_backward(ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+def batched_backward(
+    ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None], watch_loops: bool = False
+) -> list[torch.Tensor]:
     """One batched backward for `leading` cotangents, with the side checks of the backward riding along.
 
     `leading` holds per output its (r_i, *shape) cotangents, or None for its one-hot rows (the
@@ -49,16 +51,17 @@ def batched_backward(ctx: CheckContext, call: Call, leading: Sequence[torch.Tens
     random cotangent (tied to two plain backward passes: reentrancy and batched against plain),
     and one all-zero row (the zero-grad_output check). Returns per differentiable input its
     (Σ r_i, numel) gradients along the leading rows, output by output; raises Fallback when a
-    side check does not pass.
+    side check does not pass. `watch_loops`: the legacy rows also say whether they ran the backward
+    kernel one row at a time (Evaluator.vjp_rows_loop; torch's warning costs about 20 us a call).
     """
-    return _Backward(ctx, call, leading).rows()
+    return _Backward(ctx, call, leading, watch_loops).rows()
 
 
 class _Backward:
     """The cotangents of one fused backward, and the plain gradients its random rows are tied to."""
 
-    def __init__(self, ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None]):
-        self.ctx, self.call, self.outputs = ctx, call, call.outputs
+    def __init__(self, ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None], watch_loops: bool):
+        self.ctx, self.call, self.outputs, self.watch_loops = ctx, call, call.outputs, watch_loops
         inputs, outputs = call.inputs, call.outputs
         self.diff_inputs = [a for a in inputs if requires_grad(a)]
         sizes = [o.numel() if lead is None else lead.shape[0] for o, lead in zip(outputs, leading)]
@@ -123,7 +126,9 @@ class _Backward:
         """Every row from the legacy batched backward, tied to the plain gradients."""
         ev.stats.batched_vjp_calls += 1
         flat = _flat_rows(
-            legacy_rows(ev, self.outputs, self.diff_inputs, self.cotangents), self.diff_inputs, self.count
+            legacy_rows(ev, self.outputs, self.diff_inputs, self.cotangents, self.watch_loops),
+            self.diff_inputs,
+            self.count,
         )
         if flat is None:
             raise Fallback("the batched gradient has an unexpected shape, dtype or layout")
@@ -137,7 +142,8 @@ class _Backward:
         ev.stats.batched_vjp_calls += 1
         n_out = len(self.outputs)
         randoms = [c[self.m : self.m + n_out] for c in self.cotangents]
-        legacy = _flat_rows(legacy_rows(ev, self.outputs, self.diff_inputs, randoms), self.diff_inputs, n_out)
+        rows = legacy_rows(ev, self.outputs, self.diff_inputs, randoms, self.watch_loops)
+        legacy = _flat_rows(rows, self.diff_inputs, n_out)
         if legacy is None or not all(
             allclose_promoted(legacy[j][i], p, ALLCLOSE_RTOL, ALLCLOSE_ATOL)
             for i in range(n_out)
@@ -188,9 +194,16 @@ def legacy_rows(
     outputs: Sequence[torch.Tensor],
     diff_inputs: Sequence[torch.Tensor],
     cotangents: Sequence[torch.Tensor],
+    watch_loops: bool = False,
 ) -> tuple[torch.Tensor | None, ...]:
-    """The rows from the legacy batched backward (is_grads_batched); ev.vjp_rows_loop says whether it
-    ran a backward kernel one row at a time."""
+    """The rows from the legacy batched backward (is_grads_batched); with `watch_loops`,
+    ev.vjp_rows_loop says whether it ran a backward kernel one row at a time."""
+    if not watch_loops:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.autograd.grad(
+                outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
+            )
     with LegacyLoops.watch() as loops:
         rows = torch.autograd.grad(
             outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True

@@ -24,6 +24,10 @@ as many calls as torch's fast mode:
   random cotangent and an all-zero row, with two plain backward passes along that random cotangent
   (reentrancy, batched against plain).
 - **VJP stage**: (Jᵀv)·u against vᵀ(Ju) for every pair, at the rounding bound (projections.vjp_jvp_pairs).
+- **JᵀV stage**, instead of J·U from backward's rows and the VJP stage, where backward's rows would
+  run one call each (the legacy batched backward has no batching rule for its kernel) and 2n <= 4m:
+  the batched backward's JᵀV against the finite differences of every column (one vmapped call of
+  2n rows), entrywise for every input element and cotangent, at atol + rtol * |numerical|.
 - **Undefined tangent / grad_output**: the zero-tangent JVPs of the undefined-tangent check are extra
   rows of the vmapped call; the undefined-grad_output check reuses the outputs already computed.
 
@@ -98,7 +102,7 @@ def projected_check(ctx: CheckContext, call: Call) -> None:
         fd, ju, zero_tangent = rows.run(real.func_out, flags.check_forward_ad, flags.check_batched_forward_grad)
         source, grads = "J·U from forward AD", None
         if ju is None:  # forward AD is missing (only backward is checked): backward gives J·U
-            grads = batched_backward(ctx, real, cotangents)
+            grads = batched_backward(ctx, real, cotangents, watch_loops=True)
             ju, source = _jvp_from_backward(ctx, real, diff, directions, cotangents, fd)
         if ju is not None and not _agrees(ctx, ju, fd):
             raise Fallback(f"{source} disagrees with finite differences")
