@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,36 +35,6 @@ def _legacy(name: str) -> Vmap | None:
 # is deprecated, `_vmap` does not.
 legacy_vmap = _legacy("_vmap")
 legacy_vmap_warning: Vmap = _legacy("vmap") or torch.func.vmap
-
-LEGACY_LOOP_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
-"""The start of what the legacy vmap warns when it runs a kernel without a batching rule row by row."""
-
-
-class LegacyLoops:
-    """Whether the legacy vmap ran a kernel one row at a time within `watch()` (`seen` after it)."""
-
-    def __init__(self) -> None:
-        self.seen = False
-
-    @classmethod
-    @contextlib.contextmanager
-    def watch(cls) -> Iterator[LegacyLoops]:
-        """torch warns of such a loop only with its process-wide fallback warnings on: on for the
-        block alone. Every warning inside is kept from the user, as the batched calls' are."""
-        loops = cls()
-        enabled = getattr(torch._C, "_debug_only_are_vmap_fallback_warnings_enabled", None)
-        display = getattr(torch._C, "_debug_only_display_vmap_fallback_warnings", None)
-        switch = display if enabled is not None and display is not None and not enabled() else None
-        with warnings.catch_warnings(record=True) as records:
-            warnings.simplefilter("always")
-            if switch is not None:
-                switch(True)
-            try:
-                yield loops
-            finally:
-                if switch is not None:
-                    switch(False)
-                loops.seen = any(str(w.message).startswith(LEGACY_LOOP_WARNING) for w in records)
 
 
 def as_tuple(x: Any) -> tuple[Any, ...]:

@@ -299,21 +299,40 @@ def _backward_only_scan(name: str, wrong_tail: bool = False):
     return type(name, (torch.autograd.Function,), {"generate_vmap_rule": True, **body})
 
 
-def test_a_backward_whose_rows_loop_is_checked_against_finite_difference_columns():
-    # No forward AD, no derivative of backward, and backward rows the legacy vmap runs one at a time:
-    # backward's JᵀV for 8 cotangents, from the batched backward the side checks make anyway, against
-    # the finite differences of every column (one vmapped call of 2n rows), where J·U would take m
-    # backward calls. One wrong gradient entry fails it, at that entry, as torch's slow mode does.
+class _Spans:
+    """A clock whose readings, taken in pairs, span `first` seconds, then `second`, then `first`...:
+    the pass times its vmapped evaluation first (17 rows here), then its batched backward (10)."""
+
+    def __init__(self, first: float, second: float):
+        self.spans, self.now, self.readings = (first, second), 0.0, 0
+
+    def __call__(self) -> float:
+        if self.readings % 2:
+            self.now += self.spans[(self.readings // 2) % 2]
+        self.readings += 1
+        return self.now
+
+
+def test_a_backward_whose_rows_cost_more_is_checked_against_finite_difference_columns():
+    # No forward AD and no derivative of backward: where backward's m rows cost more than the 2n
+    # rows of the finite differences of every column (here pinned by the clock: a backward row 1 s,
+    # an evaluated row 1 us), backward's JᵀV for 8 cotangents, from the batched backward the side
+    # checks make anyway, is compared with those columns' JᵀV for every input element. One wrong
+    # gradient entry fails it, at that entry, as torch's slow mode does.
+    from opcheck.engine.batching import batching_clock
+
     x = _x(10, 12)
     right = _backward_only_scan("ScanBackwardOnly")
-    r = opcheck.gradcheck_report(right.apply, (x,), fast_mode="auto", check_batched_grad=True)
+    with batching_clock(_Spans(17e-6, 10.0)):
+        r = opcheck.gradcheck_report(right.apply, (x,), fast_mode="auto", check_batched_grad=True)
     assert r.passed and r.stats.fused, r.stats.fallbacks
     assert r.stats.auto_paths == ["projected (JᵀV against finite-difference columns, fused)"], r.stats.auto_paths
     # The VJP of the VJP's attempt and the side checks' batched backward; two plain backward passes
     # (reentrancy) and the attempt's first: no backward row on its own.
     assert (r.stats.batched_vjp_calls, r.stats.vjp_calls, r.stats.calls) == (2, 3, 0), r.stats
     wrong = _backward_only_scan("ScanBackwardOnlyWrongTail", wrong_tail=True)
-    r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
+    with batching_clock(_Spans(17e-6, 10.0)):
+        r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
     assert not r.passed and r.check == "backward", r.message
     assert any(f.startswith("projected: JᵀV stage") for f in r.stats.fallbacks), r.stats.fallbacks
     assert r.message.startswith("Jacobian mismatch for output 0 with respect to input 0,"), r.message
@@ -321,6 +340,10 @@ def test_a_backward_whose_rows_loop_is_checked_against_finite_difference_columns
     with pytest.raises(GradcheckError):
         torch.autograd.gradcheck(wrong.apply, (x,), fast_mode=False)
     assert torch.autograd.gradcheck(right.apply, (x,), fast_mode=False)
+    # Where backward's rows cost less (a backward row 1 us, an evaluated row 1 s), they give J·U.
+    with batching_clock(_Spans(17.0, 10e-6)):
+        r = opcheck.gradcheck_report(right.apply, (x,), fast_mode="auto", check_batched_grad=True)
+    assert r.passed and r.stats.auto_paths == ["projected (J·U from VJP rows, fused)"], r.stats.auto_paths
 
 
 def test_complex_inputs_take_the_fused_passes_through_their_real_views():

@@ -139,8 +139,6 @@ CASES = {
     # a kernel with a backward alone: nothing batches, J·U comes from a backward per output row
     "backward-only kernel": (KernelCube.apply, (10, 10), dict(fast_mode="auto")),
     "backward-only kernel, small": (KernelCube.apply, (3, 4), dict(fast_mode="auto")),
-    # a backward alone whose rows the legacy vmap loops over: JᵀV against the columns' differences
-    "backward-only scan": (CountingScan.apply, (10, 12), dict(fast_mode="auto", check_batched_grad=True)),
 }
 
 
@@ -164,6 +162,52 @@ def test_a_backward_only_kernel_loops_over_its_rows():
     assert Calls.of(plan_check(Flags(mode="fast"), Probe(KernelCube.apply, (x,)))).backward < 10
 
 
+class _PerRow:
+    """A probe's batched evaluation at `seconds` a row."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def at(self, rows: int) -> float:
+        return self.seconds * rows
+
+
+def test_a_backward_alone_takes_the_cheaper_of_its_rows_and_every_columns_differences():
+    # fused_projected: backward's m rows against the 2n rows of every column's differences, each
+    # priced per row (the engine times its two batched calls; here its clock is pinned, and the
+    # plan's probe priced, the same way both times).
+    from opcheck.engine.batching import batching_clock
+
+    x = _x(10, 12)
+    kwargs = dict(fast_mode="auto", check_batched_grad=True)
+    for forward_row, backward_row, path in [
+        (1e-6, 1.0, "auto: projections (JᵀV against finite-difference columns), fused"),
+        (1.0, 1e-6, "auto: projections (J·U from VJP rows), fused"),
+    ]:
+        probe = Probe(CountingScan.apply, (x,))
+        probe.vmap, probe.batched_backward = _PerRow(forward_row), _PerRow(backward_row)
+        plan = plan_check(Flags.of(dict(kwargs, check_backward_ad=True)), probe)
+        assert plan.path == [path], plan.path
+        COUNTS.clear()
+        with batching_clock(_Spans(17 * forward_row, 10 * backward_row)):
+            report = engine.gradcheck_report(CountingScan.apply, (x,), **kwargs)
+        assert report.passed, report.message
+        assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, report.stats)
+
+
+class _Spans:
+    """A clock whose readings, taken in pairs, span `first` seconds, then `second`, then `first`..."""
+
+    def __init__(self, first: float, second: float):
+        self.spans, self.now, self.readings = (first, second), 0.0, 0
+
+    def __call__(self) -> float:
+        if self.readings % 2:
+            self.now += self.spans[(self.readings // 2) % 2]
+        self.readings += 1
+        return self.now
+
+
 def test_the_paths_follow_the_engines_sizes_and_budget():
     small, large = Probe(torch.sin, (_x(3, 4),)), Probe(torch.sin, (_x(40, 40),))
     assert plan_check(Flags(), small).path == ["auto: full Jacobian, fused"]
@@ -174,8 +218,6 @@ def test_the_paths_follow_the_engines_sizes_and_budget():
     assert plan_check(Flags(), complex_).path == ["auto: full Jacobian, fused"]
     conj = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128).conj().requires_grad_(),))
     assert plan_check(Flags(), conj).path == ["auto: full Jacobian, step by step"]
-    scan = Probe(CountingScan.apply, (_x(10, 12),))
-    assert plan_check(Flags(), scan).path == ["auto: projections (JᵀV against finite-difference columns), fused"]
     kernel = Probe(KernelCube.apply, (_x(12, 12),))
     assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
     # forward AD alone: the full check first up to 32 input elements only (context.full_check_first)

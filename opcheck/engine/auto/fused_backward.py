@@ -18,7 +18,6 @@ from opcheck.engine import aux_checks
 from opcheck.engine._util import (
     Func,
     Inputs,
-    LegacyLoops,
     allclose_promoted,
     at_positions,
     detached,
@@ -42,7 +41,7 @@ ALLCLOSE_RTOL, ALLCLOSE_ATOL = 1e-5, 1e-8
 
 
 def batched_backward(
-    ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None], watch_loops: bool = False
+    ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None], timed: bool = False
 ) -> list[torch.Tensor]:
     """One batched backward for `leading` cotangents, with the side checks of the backward riding along.
 
@@ -51,17 +50,17 @@ def batched_backward(
     random cotangent (tied to two plain backward passes: reentrancy and batched against plain),
     and one all-zero row (the zero-grad_output check). Returns per differentiable input its
     (Σ r_i, numel) gradients along the leading rows, output by output; raises Fallback when a
-    side check does not pass. `watch_loops`: the legacy rows also say whether they ran the backward
-    kernel one row at a time (Evaluator.vjp_rows_loop; torch's warning costs about 20 us a call).
+    side check does not pass. `timed`: the legacy batched backward's seconds per row go to
+    Evaluator.backward_row_seconds.
     """
-    return _Backward(ctx, call, leading, watch_loops).rows()
+    return _Backward(ctx, call, leading, timed).rows()
 
 
 class _Backward:
     """The cotangents of one fused backward, and the plain gradients its random rows are tied to."""
 
-    def __init__(self, ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None], watch_loops: bool):
-        self.ctx, self.call, self.outputs, self.watch_loops = ctx, call, call.outputs, watch_loops
+    def __init__(self, ctx: CheckContext, call: Call, leading: Sequence[torch.Tensor | None], timed: bool):
+        self.ctx, self.call, self.outputs, self.timed = ctx, call, call.outputs, timed
         inputs, outputs = call.inputs, call.outputs
         self.diff_inputs = [a for a in inputs if requires_grad(a)]
         sizes = [o.numel() if lead is None else lead.shape[0] for o, lead in zip(outputs, leading)]
@@ -126,7 +125,7 @@ class _Backward:
         """Every row from the legacy batched backward, tied to the plain gradients."""
         ev.stats.batched_vjp_calls += 1
         flat = _flat_rows(
-            legacy_rows(ev, self.outputs, self.diff_inputs, self.cotangents, self.watch_loops),
+            legacy_rows(ev, self.outputs, self.diff_inputs, self.cotangents, self.timed),
             self.diff_inputs,
             self.count,
         )
@@ -142,7 +141,7 @@ class _Backward:
         ev.stats.batched_vjp_calls += 1
         n_out = len(self.outputs)
         randoms = [c[self.m : self.m + n_out] for c in self.cotangents]
-        rows = legacy_rows(ev, self.outputs, self.diff_inputs, randoms, self.watch_loops)
+        rows = legacy_rows(ev, self.outputs, self.diff_inputs, randoms)
         legacy = _flat_rows(rows, self.diff_inputs, n_out)
         if legacy is None or not all(
             allclose_promoted(legacy[j][i], p, ALLCLOSE_RTOL, ALLCLOSE_ATOL)
@@ -194,22 +193,23 @@ def legacy_rows(
     outputs: Sequence[torch.Tensor],
     diff_inputs: Sequence[torch.Tensor],
     cotangents: Sequence[torch.Tensor],
-    watch_loops: bool = False,
+    timed: bool = False,
 ) -> tuple[torch.Tensor | None, ...]:
-    """The rows from the legacy batched backward (is_grads_batched); with `watch_loops`,
-    ev.vjp_rows_loop says whether it ran a backward kernel one row at a time."""
-    if not watch_loops:
+    """The rows from the legacy batched backward (is_grads_batched); `timed`: its seconds per row
+    go to ev.backward_row_seconds."""
+
+    def rows() -> tuple[torch.Tensor | None, ...]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.autograd.grad(
                 outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
             )
-    with LegacyLoops.watch() as loops:
-        rows = torch.autograd.grad(
-            outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
-        )
-    ev.vjp_rows_loop = ev.vjp_rows_loop or loops.seen
-    return rows
+
+    if not timed:
+        return rows()
+    result, seconds = ev.timed(rows)
+    ev.backward_row_seconds = seconds / max(1, cotangents[0].shape[0])
+    return result
 
 
 def functorch_rows(

@@ -24,8 +24,9 @@ as many calls as torch's fast mode:
   random cotangent and an all-zero row, with two plain backward passes along that random cotangent
   (reentrancy, batched against plain).
 - **VJP stage**: (Jᵀv)·u against vᵀ(Ju) for every pair, at the rounding bound (projections.vjp_jvp_pairs).
-- **JᵀV stage**, instead of J·U from backward's rows and the VJP stage, where backward's rows would
-  run one call each (the legacy batched backward has no batching rule for its kernel) and 2n <= 4m:
+- **JᵀV stage**, instead of J·U from backward's rows and the VJP stage, where the 2n rows of the
+  finite differences of every column cost less than backward's m rows (timed per row on the pass's
+  two batched calls; the legacy batched backward may run its kernel one row at a time):
   the batched backward's JᵀV against the finite differences of every column (one vmapped call of
   2n rows), entrywise for every input element and cotangent, at atol + rtol * |numerical|.
 - **Undefined tangent / grad_output**: the zero-tangent JVPs of the undefined-tangent check are extra
@@ -102,8 +103,8 @@ def projected_check(ctx: CheckContext, call: Call) -> None:
         fd, ju, zero_tangent = rows.run(real.func_out, flags.check_forward_ad, flags.check_batched_forward_grad)
         source, grads = "J·U from forward AD", None
         if ju is None:  # forward AD is missing (only backward is checked): backward gives J·U
-            grads = batched_backward(ctx, real, cotangents, watch_loops=True)
-            ju, source = _jvp_from_backward(ctx, real, diff, directions, cotangents, fd)
+            grads = batched_backward(ctx, real, cotangents, timed=True)
+            ju, source = _jvp_from_backward(ctx, real, diff, directions, cotangents, fd, rows.row_seconds)
         if ju is not None and not _agrees(ctx, ju, fd):
             raise Fallback(f"{source} disagrees with finite differences")
         if flags.check_backward_ad:
@@ -182,6 +183,7 @@ class _ForwardRows:
             torch.mul(dense[jj], -eps, out=deltas[jj][1 + jj * k : 1 + (jj + 1) * k])
             torch.mul(dense[jj], eps, out=deltas[jj][1 + (n_inputs + jj) * k : 1 + (n_inputs + jj + 1) * k])
         self.deltas, self.p_rows = deltas, 2 * k * n_inputs
+        self.row_seconds = 0.0  # seconds per row of the vmapped evaluation (run)
 
     def shaped(self, rows: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per input, its (rows, numel) block as (rows, *shape)."""
@@ -201,7 +203,10 @@ class _ForwardRows:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                outs = outputs_at_points(ev, self.func, self.base, self.diff, *self.shaped(self.deltas))
+                outs, seconds = ev.timed(
+                    outputs_at_points, ev, self.func, self.base, self.diff, *self.shaped(self.deltas)
+                )
+                self.row_seconds = seconds / (1 + self.p_rows)
             except Exception as e:  # the function one call at a time
                 raise Fallback(f"under vmap: {exception_line(e)}", loops=True) from e
             touts = self._jvps(tie, legacy)
@@ -295,11 +300,13 @@ def _jvp_from_backward(
     directions: list[torch.Tensor],
     cotangents: list[torch.Tensor],
     fd: PerInputOutput,
+    forward_row_seconds: float,
 ) -> tuple[PerInputOutput | None, str]:
     """J·U where forward AD is missing, and its source: the VJP of the VJP; where backward has no
     derivative (it raises, or what it gives disagrees with the finite differences, as a backward
     marked once_differentiable does under vmap), backward's own rows; or None where the finite
-    differences of every column cost less than those rows (columns_cost_less)."""
+    differences of every column cost less than those rows (columns_cost_less, by the seconds per
+    row of the pass's vmapped evaluation and of its batched backward)."""
     try:
         ju = _vjp_of_vjp(ctx, call.outputs, call.inputs, directions, cotangents)
         if _agrees(ctx, ju, fd):
@@ -309,21 +316,19 @@ def _jvp_from_backward(
         why = exception_line(e)
     ctx.evaluator.stats.fallbacks.append(f"projected: J·U from the VJP of the VJP: {why}")
     n, m = sum(call.inputs[j].numel() for j in diff), sum(o.numel() for o in call.outputs)
-    if columns_cost_less(n, m, ctx.evaluator.vjp_rows_loop, ctx.flags.jacobian_budget):
+    backward_row_seconds = ctx.evaluator.backward_row_seconds
+    if backward_row_seconds is not None and columns_cost_less(
+        n, m, 2 * n * forward_row_seconds, m * backward_row_seconds, ctx.flags.jacobian_budget
+    ):
         return None, "JᵀV against finite-difference columns"
     return _jvp_from_rows(ctx, call, diff, directions, cotangents), "J·U from VJP rows"
 
 
-ROWS_PER_LOOPED_BACKWARD = 4
-"""Vmapped evaluation rows taken to cost no more than one backward row run on its own."""
-
-
-def columns_cost_less(n: int, m: int, rows_loop: bool, budget: int) -> bool:
-    """Whether the finite differences of every column (2n rows of one vmapped call) cost less than
-    backward's m rows: only where the legacy batched backward runs its kernel one row at a time
-    (Evaluator.vjp_rows_loop), each row then a backward call of its own, while 2n <=
-    ROWS_PER_LOOPED_BACKWARD * m, and within the Jacobian budget."""
-    return rows_loop and 2 * n <= ROWS_PER_LOOPED_BACKWARD * m and n * m <= budget
+def columns_cost_less(n: int, m: int, columns_seconds: float, rows_seconds: float, budget: int) -> bool:
+    """Whether the finite differences of every column (2n rows of vmapped evaluations) cost less
+    than backward's m rows, within the Jacobian budget: where the batched backward runs its kernel
+    one row at a time (the legacy vmap has no batching rule for it), a row costs a backward call."""
+    return n * m <= budget and columns_seconds < rows_seconds
 
 
 def _column_stage(

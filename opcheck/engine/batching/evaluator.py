@@ -105,9 +105,9 @@ class Evaluator:
         self.legacy_jvp_first = False
         self.jvp_kind_used: Kind | Literal["loop"] | None = None
         self.numerical_batched = False  # whether the latest numerical_columns call was vmapped
-        # Whether the legacy batched backward ran a backward kernel one row at a time (no batching
-        # rule): its rows then cost a backward each (auto/fused_projected.py weighs them).
-        self.vjp_rows_loop = False
+        # Seconds per row of the latest timed legacy batched backward (auto/fused_projected.py
+        # weighs backward's rows against the finite differences of every column with it).
+        self.backward_row_seconds: float | None = None
         # How far its vmapped rows were from the plain calls that probed them, in ulps of the
         # outputs' scale (agreement.ulps_apart): what settle_rows expects the other rows to be off by.
         self.numerical_ulps = 0.0

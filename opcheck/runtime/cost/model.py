@@ -216,7 +216,11 @@ class _Planner:
                 self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
             if p.double_backward == "ok":
                 source = "J·U from the VJP of the VJP"
-            elif columns_cost_less(p.n, p.m, p.backward_rows_loop, f.budget):
+            elif (
+                p.vmap is not None
+                and p.batched_backward is not None
+                and columns_cost_less(p.n, p.m, p.vmap.at(2 * p.n), p.batched_backward.at(p.m), f.budget)
+            ):
                 self._numerical_columns(center_probe=True)  # fused_projected._column_stage
                 source = "JᵀV against finite-difference columns"
             else:

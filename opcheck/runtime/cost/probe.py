@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import LegacyLoops, legacy_vmap, unpack_dual
+from opcheck.engine._util import legacy_vmap, unpack_dual
 
 REPEATS = 3
 """Timed repeats of the forward and the backward (the best counts: the others caught a busy machine)."""
@@ -347,26 +347,6 @@ class Probe:
         except Exception:  # noqa: BLE001 - any failure: the engine's columns come from torch.func
             return False
         return True
-
-    @functools.cached_property
-    def backward_rows_loop(self) -> bool:
-        """Whether the legacy batched backward runs the backward kernel one row at a time (no
-        batching rule: the warning torch gives with its fallback warnings on), tried on two rows."""
-        if not self.outputs or not self.diff or self.backward is None:
-            return False
-        try:
-            with LegacyLoops.watch() as loops:
-                torch.autograd.grad(
-                    self.outputs,
-                    [self.inputs[j] for j in self.diff],
-                    self.cotangents(2),
-                    retain_graph=True,
-                    allow_unused=True,
-                    is_grads_batched=True,
-                )
-        except Exception:  # noqa: BLE001 - no batched backward: the plan never gets this far
-            return False
-        return loops.seen
 
     @functools.cached_property
     def batched_backward(self) -> Batched | None:
