@@ -17,6 +17,7 @@ from torch.autograd.gradcheck import GradcheckError
 import opcheck
 from opcheck.engine import aux_checks, context
 from opcheck.engine.auto import fused
+from tests.clocks import Spans
 
 # The batching mutants of test_fused, with torch.func.vmap support (the pass's vmapped calls need it).
 SinPlainBackwardWrongTail = _sin_wrong_tail(
@@ -299,20 +300,6 @@ def _backward_only_scan(name: str, wrong_tail: bool = False):
     return type(name, (torch.autograd.Function,), {"generate_vmap_rule": True, **body})
 
 
-class _Spans:
-    """A clock whose readings, taken in pairs, span `first` seconds, then `second`, then `first`...:
-    the pass times its vmapped evaluation first (17 rows here), then its batched backward (10)."""
-
-    def __init__(self, first: float, second: float):
-        self.spans, self.now, self.readings = (first, second), 0.0, 0
-
-    def __call__(self) -> float:
-        if self.readings % 2:
-            self.now += self.spans[(self.readings // 2) % 2]
-        self.readings += 1
-        return self.now
-
-
 def test_a_backward_whose_rows_cost_more_is_checked_against_finite_difference_columns():
     # No forward AD and no derivative of backward: where backward's m rows cost more than the 2n
     # rows of the finite differences of every column (here pinned by the clock: a backward row 1 s,
@@ -323,7 +310,7 @@ def test_a_backward_whose_rows_cost_more_is_checked_against_finite_difference_co
 
     x = _x(10, 12)
     right = _backward_only_scan("ScanBackwardOnly")
-    with batching_clock(_Spans(17e-6, 10.0)):
+    with batching_clock(Spans(17e-6, 10.0)):
         r = opcheck.gradcheck_report(right.apply, (x,), fast_mode="auto", check_batched_grad=True)
     assert r.passed and r.stats.fused, r.stats.fallbacks
     assert r.stats.auto_paths == ["projected (JᵀV against finite-difference columns, fused)"], r.stats.auto_paths
@@ -331,7 +318,7 @@ def test_a_backward_whose_rows_cost_more_is_checked_against_finite_difference_co
     # (reentrancy) and the attempt's first: no backward row on its own.
     assert (r.stats.batched_vjp_calls, r.stats.vjp_calls, r.stats.calls) == (2, 3, 0), r.stats
     wrong = _backward_only_scan("ScanBackwardOnlyWrongTail", wrong_tail=True)
-    with batching_clock(_Spans(17e-6, 10.0)):
+    with batching_clock(Spans(17e-6, 10.0)):
         r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
     assert not r.passed and r.check == "backward", r.message
     assert any(f.startswith("projected: JᵀV stage") for f in r.stats.fallbacks), r.stats.fallbacks
@@ -341,7 +328,7 @@ def test_a_backward_whose_rows_cost_more_is_checked_against_finite_difference_co
         torch.autograd.gradcheck(wrong.apply, (x,), fast_mode=False)
     assert torch.autograd.gradcheck(right.apply, (x,), fast_mode=False)
     # Where backward's rows cost less (a backward row 1 us, an evaluated row 1 s), they give J·U.
-    with batching_clock(_Spans(17.0, 10e-6)):
+    with batching_clock(Spans(17.0, 10e-6)):
         r = opcheck.gradcheck_report(right.apply, (x,), fast_mode="auto", check_batched_grad=True)
     assert r.passed and r.stats.auto_paths == ["projected (J·U from VJP rows, fused)"], r.stats.auto_paths
 

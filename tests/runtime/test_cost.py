@@ -22,6 +22,7 @@ from opcheck.runtime.report import Case
 from opcheck.runtime.tolerances import resolve_tolerances
 from opcheck.spec.case import CaseId, cases_of
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, Sample, TensorArg, Where
+from tests.clocks import Spans
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -189,23 +190,10 @@ def test_a_backward_alone_takes_the_cheaper_of_its_rows_and_every_columns_differ
         plan = plan_check(Flags.of(dict(kwargs, check_backward_ad=True)), probe)
         assert plan.path == [path], plan.path
         COUNTS.clear()
-        with batching_clock(_Spans(17 * forward_row, 10 * backward_row)):
+        with batching_clock(Spans(17 * forward_row, 10 * backward_row)):
             report = engine.gradcheck_report(CountingScan.apply, (x,), **kwargs)
         assert report.passed, report.message
         assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, report.stats)
-
-
-class _Spans:
-    """A clock whose readings, taken in pairs, span `first` seconds, then `second`, then `first`..."""
-
-    def __init__(self, first: float, second: float):
-        self.spans, self.now, self.readings = (first, second), 0.0, 0
-
-    def __call__(self) -> float:
-        if self.readings % 2:
-            self.now += self.spans[(self.readings // 2) % 2]
-        self.readings += 1
-        return self.now
 
 
 def test_the_paths_follow_the_engines_sizes_and_budget():
