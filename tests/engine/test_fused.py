@@ -140,6 +140,16 @@ def test_columns_dual_tensors_cannot_batch_come_from_torch_func_in_the_same_pass
     assert not r.passed and "forward mode mismatch for output 0 with respect to input 0" in r.message, r.message
 
 
+def test_forward_ad_of_an_empty_output_takes_the_fused_pass():
+    # Columns of no element: the plain JVP's combination has nothing to round (x.repeat(0) of a
+    # scalar, as OpInfo's repeat samples; gather and linear have such samples too).
+    flags = dict(check_forward_ad=True, check_backward_ad=False)
+    for fn, x in [(lambda a: a.repeat(0), _x(())), (lambda a: a[:, :0] * 2, _x(3, 4))]:
+        r = opcheck.gradcheck_report(fn, (x,), fast_mode="auto", **flags)
+        assert r.passed and r.stats.fused and not r.stats.fallbacks, r.stats
+        assert torch.autograd.gradcheck(fn, (x,), **flags)
+
+
 def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch):
     from opcheck.engine import aux_checks
 
