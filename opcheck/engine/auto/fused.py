@@ -73,6 +73,7 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import (
+    TIE_FLOOR,
     Fallback,
     applies,
     jvps_at_points,
@@ -203,7 +204,7 @@ def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blo
             raise Fallback("vmapped evaluation at the unperturbed point differs from the plain call", ("forward",))
         fd = difference_quotient(o[:n], o[n : 2 * n], eps).reshape(n, ref.numel())
         cols = to.reshape(n, ref.numel())
-        if not combination_close(u, cols, po):
+        if not combination_close(u, cols, po, extra_atol=TIE_FLOOR * ctx.flags.atol):
             raise Fallback("batched JVP differs from the plain JVP", ("jvp",) if legacy else ("jvp_func", "jvp"))
         offset = 0
         for jj, size in enumerate(sizes):

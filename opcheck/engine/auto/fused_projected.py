@@ -63,6 +63,7 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import (
+    TIE_FLOOR,
     Fallback,
     applies,
     jvps_at_points,
@@ -267,7 +268,7 @@ class _ForwardRows:
             u = torch.cat([(w.to(t.dtype) @ t) for t in self.tangents])
             plain = plain_jvp(self.ctx.evaluator, self.func, self.inputs, self.diff, self.sizes, u)
             for rows, po in zip(flat_t, plain):
-                if not combination_close(w, rows, po):
+                if not combination_close(w, rows, po, extra_atol=TIE_FLOOR * self.ctx.flags.atol):
                     raise Fallback("batched JVP differs from the plain JVP", ("jvp_func", "jvp"))
         k, n_inputs = DIRECTIONS, len(self.diff)
         ju = [[t[jj * k : (jj + 1) * k] for t in flat_t] for jj in range(n_inputs)]

@@ -150,6 +150,13 @@ def outputs_once(func: Func, func_out: Any) -> Func:
     return call
 
 
+TIE_FLOOR = 1e-6
+"""The tie of batched JVP rows to a plain JVP allows TIE_FLOOR * atol on top of the rounding of a
+reassociated sum: a Jacobian that is zero up to rounding (normalize along a dimension of size 1)
+gives rows and a plain JVP of rounding noise alone, which a relative allowance cannot cover, and
+a difference a millionth of atol cannot decide a comparison at atol."""
+
+
 def plain_jvp(
     ev: Evaluator, func: Func, inputs: Inputs, diff: Sequence[int], sizes: Sequence[int], u: torch.Tensor
 ) -> list[torch.Tensor]:
