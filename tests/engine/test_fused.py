@@ -95,19 +95,6 @@ def _sin_batched_without_forward_ad(name: str, jvp_off_at_tail: bool):
     """sin with a jvp and a vmap rule whose batched kernel has no forward-AD formula (an
     autograd.Function without one): dual tensors cannot go through the rule, torch.func's jvp can."""
 
-    class BatchedKernel(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return x.sin()
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0])
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * ctx.saved_tensors[0].cos()
-
     def setup_context(ctx, inputs, output):
         ctx.save_for_forward(inputs[0])
         ctx.save_for_backward(inputs[0])
@@ -115,13 +102,13 @@ def _sin_batched_without_forward_ad(name: str, jvp_off_at_tail: bool):
     def jvp(ctx, t):
         return _one_percent_off_at_the_tail(t * ctx.saved_tensors[0].cos(), jvp_off_at_tail)
 
-    methods = dict(
+    plain = dict(
         forward=lambda x: x.sin(),
         setup_context=setup_context,
         backward=lambda ctx, g: g * ctx.saved_tensors[0].cos(),
-        jvp=jvp,
-        vmap=lambda info, in_dims, x: (BatchedKernel.apply(x.movedim(in_dims[0], 0)), 0),
     )
+    kernel = type(f"{name}Kernel", (torch.autograd.Function,), {k: staticmethod(f) for k, f in plain.items()})
+    methods = dict(plain, jvp=jvp, vmap=lambda info, in_dims, x: (kernel.apply(x.movedim(in_dims[0], 0)), 0))
     return type(name, (torch.autograd.Function,), {k: staticmethod(f) for k, f in methods.items()})
 
 
