@@ -73,7 +73,6 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import (
-    TIE_FLOOR,
     Fallback,
     applies,
     jvps_at_points,
@@ -83,11 +82,11 @@ from opcheck.engine.auto.passes import (
     outputs_once,
     plain_jvp,
     real_call,
+    tied_to_plain,
 )
 from opcheck.engine.batching import (
     ForwardCalls,
     close,
-    combination_close,
     difference_quotient,
     settings,
 )
@@ -204,7 +203,7 @@ def _forward_jacobians(ctx: CheckContext, call: Call, legacy: bool) -> tuple[Blo
             raise Fallback("vmapped evaluation at the unperturbed point differs from the plain call", ("forward",))
         fd = difference_quotient(o[:n], o[n : 2 * n], eps).reshape(n, ref.numel())
         cols = to.reshape(n, ref.numel())
-        if not combination_close(u, cols, po, extra_atol=TIE_FLOOR * ctx.flags.atol):
+        if not tied_to_plain(ctx, u, cols, po):
             raise Fallback("batched JVP differs from the plain JVP", ("jvp",) if legacy else ("jvp_func", "jvp"))
         offset = 0
         for jj, size in enumerate(sizes):
@@ -226,7 +225,7 @@ def _legacy_rows(
     """The function's float outputs at base + the first 2n + 1 rows of deltas (one torch.func.vmap
     call), and the tangents of the last n rows of `tangents` from make_dual under the legacy vmap
     (every tangent's dtype checked, ctx.check_forward_dtype); where the legacy vmap raises, from
-    torch.func's vmapped jvp. Returns (outputs, tangents, whether the legacy vmap gave them)."""
+    passes.jvps_at_points. Returns (outputs, tangents, whether the legacy vmap gave them)."""
     ev = ctx.evaluator
     outs = outputs_at_points(ev, call.func, base, diff, *(d[: 2 * n + 1] for d in deltas))
     calls = ForwardCalls(ev, call.func, call.inputs, ctx.check_forward_dtype)
@@ -234,7 +233,7 @@ def _legacy_rows(
         return as_tuple(outs), legacy_jvps(ev, calls, diff, *(t[2 * n :] for t in tangents)), True
     except GradcheckError:
         raise
-    except Exception as e:  # noqa: BLE001 - the legacy vmap cannot run it: torch.func's columns
+    except Exception as e:  # noqa: BLE001 - the legacy vmap cannot run it: torch.func.vmap's columns
         ev.give_up("jvp", e)
     points = [base[j] + d[2 * n :] for j, d in zip(diff, deltas)]
     _, touts = jvps_at_points(ev, call.func, base, diff, points, [t[2 * n :] for t in tangents])

@@ -63,7 +63,6 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.auto.fused_backward import batched_backward
 from opcheck.engine.auto.passes import (
-    TIE_FLOOR,
     Fallback,
     applies,
     jvps_at_points,
@@ -73,10 +72,11 @@ from opcheck.engine.auto.passes import (
     outputs_once,
     plain_jvp,
     real_call,
+    tied_to_plain,
 )
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher, vjp_jvp_pairs
 from opcheck.engine.auto.sources import Projection, rows_along
-from opcheck.engine.batching import ForwardCalls, close, combination_close, difference_quotient
+from opcheck.engine.batching import ForwardCalls, close, difference_quotient
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.modes.fast import make_vectors, real_direction
@@ -268,7 +268,7 @@ class _ForwardRows:
             u = torch.cat([(w.to(t.dtype) @ t) for t in self.tangents])
             plain = plain_jvp(self.ctx.evaluator, self.func, self.inputs, self.diff, self.sizes, u)
             for rows, po in zip(flat_t, plain):
-                if not combination_close(w, rows, po, extra_atol=TIE_FLOOR * self.ctx.flags.atol):
+                if not tied_to_plain(self.ctx, w, rows, po):
                     raise Fallback("batched JVP differs from the plain JVP", ("jvp_func", "jvp"))
         k, n_inputs = DIRECTIONS, len(self.diff)
         ju = [[t[jj * k : (jj + 1) * k] for t in flat_t] for jj in range(n_inputs)]

@@ -28,7 +28,7 @@ from opcheck.engine._util import (
     vmap_form,
 )
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
-from opcheck.engine.batching import Evaluator, ForwardCalls, Kind, legacy_tangents
+from opcheck.engine.batching import Evaluator, ForwardCalls, Kind, combination_close, legacy_tangents
 from opcheck.engine.comparison.complex_views import as_real, real_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
@@ -151,10 +151,16 @@ def outputs_once(func: Func, func_out: Any) -> Func:
 
 
 TIE_FLOOR = 1e-6
-"""The tie of batched JVP rows to a plain JVP allows TIE_FLOOR * atol on top of the rounding of a
-reassociated sum: a Jacobian that is zero up to rounding (normalize along a dimension of size 1)
-gives rows and a plain JVP of rounding noise alone, which a relative allowance cannot cover, and
-a difference a millionth of atol cannot decide a comparison at atol."""
+"""tied_to_plain allows TIE_FLOOR * atol on top of the rounding of a reassociated sum."""
+
+
+def tied_to_plain(ctx: CheckContext, weights: torch.Tensor, rows: torch.Tensor, plain: torch.Tensor) -> bool:
+    """Whether one plain JVP along Σ_r w_r (direction r) agrees with Σ_r w_r rows[r] of the batched
+    JVP rows (batching.combination_close), up to TIE_FLOOR * atol more: a Jacobian that is zero up
+    to rounding (normalize along a dimension of size 1) gives rows and a plain JVP of rounding noise
+    alone, which a relative allowance cannot cover, and a difference a millionth of atol cannot
+    decide a comparison at atol."""
+    return combination_close(weights, rows, plain, extra_atol=TIE_FLOOR * ctx.flags.atol)
 
 
 def plain_jvp(
