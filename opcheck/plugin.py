@@ -783,17 +783,21 @@ def pytest_runtest_call(item: pytest.Item):
 def _import_from_project_root(item: pytest.Function) -> None:
     """Put the project root (the folder its spec's path is relative to) on sys.path, as the
     `opcheck` command does: a spec names its ops from there (`myops:rms_norm`), and a bare `pytest`
-    puts only the test module's folder on the path (`python -m pytest` adds the current one too)."""
+    puts only the test module's folder on the path (`python -m pytest` adds the current one too).
+    The runtime reads the spec's values files from there too (opcheck.runtime.project_root; the
+    rootdir where the spec is not found)."""
+    from opcheck.runtime.project_root import set_project_root
+
     spec = getattr(item.module, "SPEC", None)
     source = getattr(spec, "source", None)
-    if not isinstance(source, str):
-        return
-    found = _spec_path(source, item.path, item.config.rootpath)
-    if found is None:
+    found = _spec_path(source, item.path, item.config.rootpath) if isinstance(source, str) else None
+    if not isinstance(source, str) or found is None:
+        set_project_root(item.config.rootpath)
         return
     root = found
     for _ in Path(source).parts:
         root = root.parent
+    set_project_root(root)
     if str(root) not in sys.path:
         sys.path.append(str(root))
 

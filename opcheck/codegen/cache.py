@@ -1,9 +1,15 @@
 """Make a no-op `opcheck generate` cheap: remember what the last run read and wrote.
 
 The cache records a fingerprint of the generator itself (opcheck's spec and codegen sources,
-templates and schema), the sha256 of every spec file, and the sha256 of every module written.
-When all of those still match, generation would produce the same bytes, so nothing is loaded or
-rendered. `opcheck generate --check` and `opcheck validate` never use it.
+templates and schema), the sha256 of every spec file, of every values file the specs name
+(`values_file:`), and of every module written. When all of those still match, generation would
+produce the same bytes, so nothing is loaded or rendered. `opcheck generate --check` and
+`opcheck validate` never use it.
+
+A values file never changes a generated module (the module holds its path), but validation reads
+it: a file changed since the last run, to one that no longer fits its spec, must make the next
+run validate again. Unchanged spec files name the same values files, so a fresh-check digests
+the ones recorded; only `record` reads the specs' YAML to find them.
 
 Paths are recorded relative to the project root, so the cache means the same whichever folder
 the command runs from. Only regular files are read: anything else at a module's path (a folder,
@@ -60,11 +66,33 @@ def _key(path: Path, root: Path | None) -> str:
         return Path(os.path.abspath(path)).as_posix()
 
 
-def snapshot(specs: Path, out_dir: Path, regenerate: str, *, root: Path | None = None) -> dict[str, object]:
+def values_files(specs: Path, root: Path | None = None) -> list[Path]:
+    """The values files the spec files under `specs` name (opcheck.spec.values_file.named_paths)."""
+    from opcheck.spec.values_file import named_paths
+
+    base = root if root is not None else Path()
+    found: dict[Path, None] = {}
+    for path in spec_files(specs):
+        try:
+            text = path.read_bytes().decode("utf-8-sig")
+        except (OSError, UnicodeDecodeError):
+            continue  # the full run reports it
+        for named in named_paths(text, _key(path, root)):
+            found.setdefault(base / named)
+    return list(found)
+
+
+def snapshot(
+    specs: Path, out_dir: Path, regenerate: str, *, root: Path | None = None, values: list[Path] | None = None
+) -> dict[str, object]:
+    """What a run depends on; `values`: the values files the specs name (default: read from the specs)."""
+    if values is None:
+        values = values_files(specs, root)
     # Spec files may be links (a shared spec); a module's path must be the module itself.
     return {
         "generator": generator_fingerprint(regenerate),
         "specs": {_key(p, root): _digest(p, follow_links=True) for p in spec_files(specs)},
+        "values": {_key(p, root): _digest(p, follow_links=True) for p in values},
         "outputs": {_key(p, root): _digest(p, follow_links=False) for p in sorted(out_dir.glob("test_*.py"))}
         if out_dir.is_dir()
         else {},
@@ -80,7 +108,12 @@ def is_fresh(
         recorded = json.loads(cache_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return bool(recorded == snapshot(specs, out_dir, regenerate, root=root))
+    named = recorded.get("values") if isinstance(recorded, dict) else None
+    if not isinstance(named, dict):
+        return False
+    base = root if root is not None else Path()
+    values = [base / key for key in named]
+    return bool(recorded == snapshot(specs, out_dir, regenerate, root=root, values=values))
 
 
 def record(

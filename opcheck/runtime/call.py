@@ -112,6 +112,9 @@ def describe_value(v, arg=None) -> str:
                 notes.append(f"avoid={list(arg.avoid)}±{arg.margin}")
             if arg.values is not None:
                 notes.append("explicit values")
+            if arg.values_file is not None:
+                key = "" if arg.values_key is None else f"[{arg.values_key!r}]"
+                notes.append(f"values from {arg.values_file}{key}")
         return text + (f" ({', '.join(notes)})" if notes else "")
     if isinstance(v, list):
         items = arg.items if isinstance(arg, TensorListArg) else [None] * len(v)

@@ -56,10 +56,18 @@ def _draw_integers(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> 
 
 
 def draw_values(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    """The values of one tensor at `dtype`, on the CPU, contiguous."""
+    """The values of one tensor at `dtype`, on the CPU, contiguous.
+
+    Explicit values (`values`, `values_file`) draw nothing from `gen`: the sample's other tensors
+    get the same values whichever of the two gives them.
+    """
     shape = tuple(arg.shape)
     if arg.values is not None:
         return _explicit(arg, dtype)
+    if arg.values_file is not None:
+        from opcheck.runtime.file_values import file_values  # which imports this module
+
+        return file_values(arg, dtype)
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=gen).to(torch.bool)
     if not (dtype.is_floating_point or dtype.is_complex):

@@ -7,6 +7,7 @@ kwargs); values are made on the CPU, cast to the dtype and then moved, so a seed
 values on every device. `noncontiguous: true` tensors are every other element of a buffer twice as long in the
 last dim (the gaps hold NaN for floating dtypes, so a kernel that ignores strides shows up).
 A sparse `layout` draws its pattern right after its values, from the same generator (sparse.py).
+`values` and `values_file` (read from the project root, file_values.py) draw nothing.
 
 Arguments: TensorArg -> a tensor (dtype None: the test's dtype; requires_grad None: True for
 floating/complex); TensorListArg -> a list of tensors; TupleArg -> a tuple; DtypeArg -> a
@@ -157,7 +158,7 @@ def is_random(sample: Sample) -> bool:
 
     def random(a) -> bool:
         if isinstance(a, TensorArg):
-            return a.values is None
+            return a.values is None and a.values_file is None
         if isinstance(a, (TensorListArg, TupleArg)):
             return any(random(x) for x in a.items)
         return False

@@ -35,6 +35,7 @@ from opcheck.spec.samples import build_sample
 from opcheck.spec.signature import check_arguments
 from opcheck.spec.sparse import may_be_sparse
 from opcheck.spec.validate import is_family
+from opcheck.spec.values_file import ValuesFiles
 from opcheck.spec.yamlload import MAX_NODES, Node, tagged_paths
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -62,13 +63,17 @@ class Built:
     problems: list[Problem]
 
 
-def build_document(root: Node, *, source: str, sha256: str, flagged: set[FlaggedPath]) -> Built:
+def build_document(
+    root: Node, *, source: str, sha256: str, flagged: set[FlaggedPath], values_files: ValuesFiles | None = None
+) -> Built:
     """The specs of a document whose schema problems (and unreadable values) are at `flagged`.
 
     Only what the schema judged clean is read: a flagged node, anything inside it, and a
     collection with an unsupported tag are never built (their problems are already reported).
+    `values_files` reads the files its tensors' `values_file` name (default: relative to the
+    working directory as the project root).
     """
-    ctx = Checker(flagged | tagged_paths(root))
+    ctx = Checker(flagged | tagged_paths(root), source=source, values_files=values_files)
     specs: list[OpSpec | None] = []
     claims: list[NameClaim] = []
     if root.is_map and is_family(root.value) and _check_expansion(ctx, root):

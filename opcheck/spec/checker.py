@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TypeGuard, overload
 
 from opcheck.spec.problems import FlaggedPath, KeyOf, KeyPath, Problem, format_path, show
+from opcheck.spec.values_file import ValuesFiles
 from opcheck.spec.yamlload import Node
 
 
@@ -19,8 +21,12 @@ class Checker:
     hide a problem of its form.
     """
 
-    def __init__(self, flagged: set[FlaggedPath]):
+    def __init__(self, flagged: set[FlaggedPath], *, source: str = "", values_files: ValuesFiles | None = None):
         self.problems: list[Problem] = []
+        # The document's path relative to the project root, and the reader of the values files
+        # its tensors name (paths relative to the spec's folder; opcheck.spec.values_file).
+        self.source = source
+        self.values_files = values_files if values_files is not None else ValuesFiles(Path.cwd())
         # A problem with a key (see KeyOf) leaves the key's value unread; its mapping holds a
         # problem even where no child node shows it (a missing key).
         self._flagged = frozenset(

@@ -18,6 +18,7 @@ from opcheck.spec.case import cases_of
 from opcheck.spec.model import Location, OpSpec
 from opcheck.spec.problems import Problem, SpecError
 from opcheck.spec.validate import schema_problems
+from opcheck.spec.values_file import ValuesFiles
 from opcheck.spec.yamlload import load_yaml
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -31,6 +32,7 @@ def load_specs(paths: Iterable[Path], *, root: Path) -> list[OpSpec]:
     """
     problems: list[Problem] = []
     results: list[Built] = []
+    values_files = ValuesFiles(root)
     for file, source in _spec_files(paths, root, problems):
         try:
             data = file.read_bytes()
@@ -39,14 +41,18 @@ def load_specs(paths: Iterable[Path], *, root: Path) -> list[OpSpec]:
             continue
         text = _decode(data, source, problems)
         if text is not None:
-            results.append(_load_document(text, source, spec_sha256(data)))
+            results.append(_load_document(text, source, spec_sha256(data), values_files))
     return _finish(results, problems)
 
 
-def load_spec_text(text: str, *, source: str) -> list[OpSpec]:
-    """The specs in one YAML text (for tests and fuzzing); sha256 is spec_sha256 of its UTF-8 bytes."""
+def load_spec_text(text: str, *, source: str, root: Path | None = None) -> list[OpSpec]:
+    """The specs in one YAML text (for tests and fuzzing); sha256 is spec_sha256 of its UTF-8 bytes.
+
+    `source` is the text's path relative to `root` (default: the working directory), which the
+    values files its tensors name are read from.
+    """
     sha256 = spec_sha256(text.encode("utf-8", "surrogatepass"))
-    return _finish([_load_document(text, source, sha256)], [])
+    return _finish([_load_document(text, source, sha256, ValuesFiles(root if root is not None else Path.cwd()))], [])
 
 
 def spec_sha256(data: bytes) -> str:
@@ -66,6 +72,7 @@ def spec_names(paths: Iterable[Path], *, root: Path) -> dict[str, tuple[NameClai
     taken (for `opcheck new`). The first claim of a name wins, as in the uniqueness rule.
     """
     names: dict[str, tuple[NameClaim, str | None]] = {}
+    values_files = ValuesFiles(root)
     for file, source in _spec_files(paths, root, []):
         try:
             text = _decode(file.read_bytes(), source, [])
@@ -73,7 +80,7 @@ def spec_names(paths: Iterable[Path], *, root: Path) -> dict[str, tuple[NameClai
             continue
         if text is None:
             continue
-        built = _load_document(text, source, "")
+        built = _load_document(text, source, "", values_files)
         ops = {(spec.name, spec.location): spec.op for spec in built.specs}
         for claim in built.claims:
             op = next((o for (n, _), o in ops.items() if n == claim.name), None)
@@ -93,7 +100,7 @@ def cross_spec_problems(claims: list[NameClaim], specs: list[OpSpec]) -> list[Pr
     return _duplicate_names(claims) + _bad_test_ids([spec for spec in specs if counts[spec.name] <= 1])
 
 
-def _load_document(text: str, source: str, sha256: str) -> Built:
+def _load_document(text: str, source: str, sha256: str, values_files: ValuesFiles) -> Built:
     document = load_yaml(text, source)
     if document.root is None:
         return Built([], [], document.problems)
@@ -104,7 +111,11 @@ def _load_document(text: str, source: str, sha256: str) -> Built:
         if not any(path[: len(t)] == t for t in document.tainted)
     ]
     built = build_document(
-        document.root, source=source, sha256=sha256, flagged={path for path, _ in flagged} | document.tainted
+        document.root,
+        source=source,
+        sha256=sha256,
+        flagged={path for path, _ in flagged} | document.tainted,
+        values_files=values_files,
     )
     problems = document.problems + [problem for _, problem in flagged] + built.problems
     return Built(built.specs if not problems else [], built.claims, problems)

@@ -217,8 +217,13 @@ class TensorArg:
     dtype None means the test's dtype (float64/complex128 for the gradient checks, the
     low-precision dtype for lowprec). requires_grad None means: True for floating/complex dtypes.
     Values are uniform in [low, high) (defaults -2, 2; for integer dtypes 0, 10) unless `values`
-    gives them, or `maker` structures them; `avoid` keeps every value at least `margin` away
-    from the listed points (kinks, poles).
+    gives them, `values_file` loads them, or `maker` structures them; `avoid` keeps every value at
+    least `margin` away from the listed points (kinks, poles).
+
+    `values_file` is a file torch.save wrote, as a path relative to the project root (posix,
+    normalized; the spec writes it relative to its own folder), holding this tensor or a dict of
+    tensors of which `values_key` names this one. Its shape is `shape`; its dtype is `dtype`, or,
+    without one, floating-point or complex, cast to the test's dtype when the test runs.
 
     A sparse `layout` keeps the values at some positions of its sparse grid (`density` of them,
     or `nnz`) and leaves the rest unspecified; see SparseGeometry for the grid.
@@ -234,6 +239,8 @@ class TensorArg:
     avoid: tuple[float, ...] = ()
     margin: float = 0.1
     values: Values | None = None  # shape must match
+    values_file: str | None = None  # relative to the project root; opcheck.spec.values_file
+    values_key: str | None = None  # the entry of a values_file that holds a dict of tensors
     layout: str = STRIDED  # one of LAYOUTS
     density: float | None = None  # fraction of the sparse grid specified; DEFAULT_DENSITY if nnz is None
     nnz: int | None = None  # specified elements (blocks for bsr/bsc), per batch for compressed layouts

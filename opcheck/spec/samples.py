@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from opcheck.spec import model
+from opcheck.spec import model, values_file
 from opcheck.spec.checker import Checker
 from opcheck.spec.model import Arg, DtypeArg, Sample, TensorArg, TensorListArg, TupleArg, Values
 from opcheck.spec.problems import show
@@ -117,6 +117,7 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
     _check_range(ctx, f, dtype, low, high)
     _check_maker(ctx, f, shape, dtype)
     values = _check_values(ctx, f, shape, dtype)
+    file_path = _check_values_file(ctx, f, shape, dtype)
     check_sparse(ctx, f, shape, values if values is not None and _nested_shape(f["values"]) == shape else None)
     blocksize = tuple(item.value for item in f["blocksize"].value) if "blocksize" in f else None
     return TensorArg(
@@ -130,6 +131,8 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
         avoid=avoid,
         margin=margin if margin is not None else 0.1,
         values=values,
+        values_file=file_path,
+        values_key=_text(f.get("values_key")),
         layout=_text(f.get("layout")) or model.STRIDED,
         density=ctx.finite(f.get("density")),
         nnz=f["nnz"].value if "nnz" in f else None,
@@ -220,6 +223,48 @@ def _check_values(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtyp
         ctx.report(node, f"values have shape {list(given)}, but `shape` is {list(shape)}")
     _check_value_kinds(ctx, node, dtype)
     return _nested_tuple(node)
+
+
+def _check_values_file(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> str | None:
+    """The values file's path relative to the project root, once it is known to hold a tensor
+    that fits `shape` and `dtype` (every problem reported, and None, otherwise)."""
+    node, key_node = f.get("values_file"), f.get("values_key")
+    if node is None:
+        if key_node is not None:
+            ctx.report(key_node, "`values_key` names an entry of a `values_file`; add one, or drop it", at_key=True)
+        return None
+    for name in ("low", "high", "avoid"):
+        if name in f:
+            ctx.report(f[name], f"`{name}` has no effect when `values_file` is given", at_key=True)
+    for name in ("values", "maker"):
+        if name in f:
+            ctx.report(node, f"`values_file` and `{name}` both set the values; keep one")
+    if "layout" in f and f["layout"].value != model.STRIDED:
+        ctx.report(
+            f["layout"],
+            f"a values file holds a strided (dense) tensor; a {f['layout'].value} tensor takes `values` "
+            "or drawn values: drop `layout` or `values_file`",
+        )
+    try:
+        path = values_file.project_path(node.value, ctx.source)
+    except ValueError as e:
+        ctx.report(node, str(e))
+        return None
+    key = _text(key_node)
+    written = values_file.show_text(node.value)
+    try:
+        tensor = ctx.values_files.tensor(path, key)
+    except values_file.ValuesFileError as e:
+        if e.missing:
+            ctx.report(node, f"no such file {written} (relative to {values_file.spec_folder(ctx.source)})")
+        else:
+            ctx.report(key_node if e.about_key and key_node is not None else node, f"{written}: {e}")
+        return None
+    problem = values_file.mismatch(tensor, shape, dtype)
+    if problem:
+        ctx.report(node, f"{written}{'' if key is None else f'[{show(key)}]'}: {problem}")
+        return None
+    return path
 
 
 def _nested_shape(node: Node) -> tuple[int, ...] | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import _pytest.mark.structures
 import pytest
+import torch
 
 import opcheck.parametrize
 import opcheck.runtime
@@ -115,6 +116,24 @@ expected_failures:
 """
 
 
+# A values file's name and the dict key a spec names in it (values_file / values_key): strings like
+# any other, which a spec writes and the module holds (a path may hold anything but a backslash).
+HOSTILE_VALUES_NAME = 'x"""+str(__import__("os").system("touch PWNED"))+""" \n\u2028 {{ }} # coding:utf-7 .pt'
+HOSTILE_VALUES_DIR = "shared"
+
+
+def _values_spec_yaml() -> str:
+    path = json.dumps(f"../{HOSTILE_VALUES_DIR}/{HOSTILE_VALUES_NAME}")
+    return f"""op: torch.sin
+name: hostile_values
+devices: [cpu]
+dtypes: [float64]
+samples:
+  - name: small
+    args: [{{shape: [3], values_file: {path}, values_key: {json.dumps(HOSTILE_STRING)}}}]
+"""
+
+
 def _generate(root: Path, folder: str, specs_yaml: dict, regenerate: str) -> list[tuple[M.OpSpec, Path, str]]:
     """Write {file name (str, or bytes where not UTF-8): YAML}, load the folder and each file by name,
     and generate them into `folder`/generated_tests."""
@@ -141,6 +160,9 @@ def hostile(tmp_path_factory):
     names = [f"{stem}.yaml" for stem in HOSTILE_FILE_STEMS] + HOSTILE_FILE_NAMES + [b"not utf-8 \xff\xfe.yaml"]
     modules = _generate(root, "names", {n: _spec_yaml(i, "plain") for i, n in enumerate(names)}, "opcheck generate")
     modules += _generate(root, "strings", {"strings.yaml": _spec_yaml(0, HOSTILE_STRING)}, HOSTILE_REGENERATE)
+    (root / HOSTILE_VALUES_DIR).mkdir()
+    torch.save({HOSTILE_STRING: torch.zeros(3)}, root / HOSTILE_VALUES_DIR / HOSTILE_VALUES_NAME)
+    modules += _generate(root, "values", {"values.yaml": _values_spec_yaml()}, "opcheck generate")
     yield root, modules
     assert not list(root.rglob("PWNED")) and not Path("PWNED").exists()
 
@@ -154,6 +176,9 @@ def test_the_hostile_specs_say_what_they_were_written_to_say(hostile):
     assert [r.reason for r in strings.skips + strings.expected_failures] == [HOSTILE_STRING] * 2
     assert strings.tolerances[0].reason == HOSTILE_STRING
     assert strings.samples[0].args[1] == HOSTILE_STRING and strings.samples[0].kwargs == (("mode", HOSTILE_STRING),)
+    (values,) = [spec for spec, _, _ in modules if spec.source == "values/values.yaml"]
+    (arg,) = values.samples[0].args
+    assert (arg.values_file, arg.values_key) == (f"{HOSTILE_VALUES_DIR}/{HOSTILE_VALUES_NAME}", HOSTILE_STRING)
 
 
 def test_hostile_modules_hold_only_the_generated_statements(hostile):
