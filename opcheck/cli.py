@@ -1,4 +1,4 @@
-"""`opcheck`: generate, validate, list and scaffold op specs; report a run's coverage.
+"""`opcheck`: generate, validate, list and scaffold op specs; capture them from a run; report a run's coverage.
 
 Thin by design: parse arguments, call opcheck.spec / opcheck.codegen / opcheck.report, print, pick
 the exit status (0 ok, 1 invalid specs, stale generated tests or unreadable results, 2 bad usage or
@@ -96,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
             help=f"spec file or folder of *.yaml specs (default: [tool.opcheck] specs, else {DEFAULT_SPECS})",
         )
 
+    def imports_option(p, when: str):
+        p.add_argument(
+            "--import", dest="imports", action="append", default=[], metavar="MODULE", help=f"a module to import {when}"
+        )
+
     p = sub.add_parser("generate", help="compile specs into generated pytest modules")
     specs_option(p)
     p.add_argument(
@@ -158,14 +163,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("new", help="scaffold a commented spec for an op")
     p.add_argument("name", help="spec name: op_specs/NAME.yaml, generated_tests/test_NAME.py")
     p.add_argument("--op", required=True, help="the op path, e.g. torch.sin or mypkg.ops:MyOp.apply")
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module to import before resolving the op (repeatable): the one registering a torch.ops.* "
-        "operator; written to the spec's `imports:`",
+    imports_option(
+        p,
+        "before resolving the op (repeatable): the one registering a torch.ops.* operator; written "
+        "to the spec's `imports:`",
     )
     specs_option(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
@@ -187,6 +188,62 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
     p.set_defaults(run=_import_opinfo)
+
+    p = sub.add_parser(
+        "capture",
+        help="run a command with ops recorded, and write their calls as spec samples",
+        usage="opcheck capture --op OP [--op OP ...] [options] -- COMMAND ...",
+        description="Run COMMAND (python SCRIPT.py, python -m MODULE, python -c CODE, or pytest ARGS) with the "
+        "calls of the --op selections recorded, then write them as samples: into the spec in --specs that tests "
+        "the op (appended to its samples list, the rest of the file untouched), else into a new spec file. "
+        "Calls that differ only in their values are one sample; at most --max-samples per op are kept, chosen "
+        "to keep what differs (ranks, dims against powers of two, broadcasts, empty dims, argument values). "
+        "Nothing is written outside --specs; the user's code is never changed.",
+    )
+    p.add_argument(
+        "--op",
+        dest="ops",
+        action="append",
+        required=True,
+        metavar="OP",
+        help="what to record (repeatable): a torch function or method (torch.nn.functional.gelu, "
+        "torch.Tensor.matmul), a torch.library operator or namespace (torch.ops.mylib.rms_norm, torch.ops.mylib), "
+        "an aten operator wherever it reaches the dispatcher (aten.mm), or a Python callable or "
+        "autograd.Function (mypkg.ops:Square.apply)",
+    )
+    specs_option(p)
+    p.add_argument(
+        "--max-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the most distinct samples kept per op (default 8)",
+    )
+    p.add_argument(
+        "--values",
+        nargs="?",
+        const="all",
+        choices=("all", "structured"),
+        default=None,
+        help="also save the tensors' values, one .pt per sample in values/SPEC/ beside the specs, read by "
+        "`values_file:`; `structured`: only tensors whose values uniform draws do not reproduce (masks, a "
+        "dominant entry per row, non-finite entries)",
+    )
+    p.add_argument(
+        "--reduce",
+        action="store_true",
+        help="also write a reduced twin of each sample with a dim over 256: that dim becomes 128 plus its "
+        "remainder mod 128, so tails and alignments stay",
+    )
+    p.add_argument("--force", action="store_true", help="replace samples (and values files) of the same name")
+    p.add_argument("--no-cost", dest="cost", action="store_false", help="do not estimate each new sample's test cost")
+    imports_option(
+        p,
+        "before the command runs (repeatable), and to list in a new spec's `imports:`: the one "
+        "registering a torch.ops operator",
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
+    p.set_defaults(run=_capture)
 
     p = sub.add_parser(
         "report",
@@ -228,9 +285,13 @@ def project_root(specs: Path) -> Path:
 
 
 def _use_root(root: Path) -> Path:
-    # The specs' own modules are named from the project root, wherever the command runs.
+    # The specs' own modules are named from the project root, wherever the command runs, and so are
+    # the files they name (`values_file:`), which the runtime reads when the ops are probed.
+    from opcheck.runtime.project_root import set_project_root
+
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
+    set_project_root(root)
     return root
 
 
@@ -478,6 +539,49 @@ def _import_opinfo(args) -> int:
     for line in taken:
         print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def _capture(args) -> int:
+    from opcheck.capture.command import CommandError, parse_command
+    from opcheck.capture.run import CaptureError, Options, capture
+    from opcheck.capture.summary import summary
+    from opcheck.capture.targets import SelectionError, parse_selection
+
+    words = list(args.command)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if args.max_samples is not None and args.max_samples < 1:
+        raise _Usage("opcheck capture: --max-samples: expected a positive number")
+    try:
+        selections = [parse_selection(op) for op in args.ops]
+        command = parse_command(words)
+    except (SelectionError, CommandError) as e:
+        raise _Usage(f"opcheck capture: {e}") from None
+    if args.specs.suffix in (".yaml", ".yml") or (args.specs.exists() and not args.specs.is_dir()):
+        raise _Usage(f"opcheck capture: --specs {args.specs}: expected the folder of specs to write into")
+    args.specs.mkdir(parents=True, exist_ok=True)
+    root = _use_root(project_root(args.specs))
+    options = Options(
+        selections=selections,
+        command=command,
+        specs=args.specs,
+        root=root,
+        values=args.values,
+        reduce=args.reduce,
+        force=args.force,
+        cost=args.cost,
+        imports=tuple(args.imports),
+        schema=Path(__file__).parent / "spec" / "op_spec.schema.json",
+    )
+    if args.max_samples is not None:
+        options.cap = args.max_samples
+    try:
+        outcome = capture(options)
+    except CaptureError as e:
+        raise _Failure(str(e)) from None
+    text, status = summary(outcome, command, _relative(args.default_out))
+    sys.stdout.write(text)
+    return status
 
 
 def _report(args) -> int:

@@ -1,0 +1,445 @@
+"""`opcheck capture`: run a command with ops recorded, then write what it recorded as spec samples.
+
+1. The command runs in a child of this Python (opcheck.capture.child) with the selections recorded;
+   its output is the user's to see, and its exit status is reported.
+2. Per op, the recorded calls are merged by signature and bounded (opcheck.capture.select).
+3. Per op, the kept samples go into the spec that already tests that op in the specs folder (new
+   items at the end of its samples list), else into a new spec file named from the op. With values
+   kept, each sample's tensors go to `values/<spec>/<sample>.pt` beside the specs.
+4. Every spec written is validated like a hand-written one first; a new spec's flags come from one
+   probe of its first sample (no vmap rule: check_batched_grad off; no double backward or forward AD:
+   declared unsupported), and each new sample's estimated test cost on this machine is a comment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opcheck.capture import render, select, targets, write
+from opcheck.capture.command import Command
+
+
+class CaptureError(Exception):
+    """Capture could not go on (the message says why); exit status 1."""
+
+
+@dataclass
+class Options:
+    selections: list[targets.Selection]
+    command: Command
+    specs: Path  # the folder capture writes into, and only into
+    root: Path  # the project root (spec sources are relative to it)
+    cap: int = select.DEFAULT_CAP
+    values: str | None = None  # None, "structured" or "all"
+    reduce: bool = False
+    force: bool = False
+    cost: bool = True
+    imports: tuple[str, ...] = ()
+    schema: Path | None = None
+
+
+@dataclass
+class OpResult:
+    path: str
+    file: Path | None = None
+    created: bool = False
+    calls: int = 0
+    distinct: int = 0
+    written: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    values_files: list[Path] = field(default_factory=list)
+    spec_name: str | None = None
+    error: str | None = None  # why nothing was written for this op
+
+
+@dataclass
+class Outcome:
+    exit_status: int | None
+    ops: list[OpResult]
+    unseen: list[str]
+
+
+def capture(options: Options) -> Outcome:
+    """Run the command recorded, then write the specs (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="opcheck-capture-") as tmp:
+        run = _run_child(options, Path(tmp))
+        if run.get("error") and run.get("exit") == 2 and not run.get("ops"):
+            raise CaptureError(f"opcheck capture: {run['error']}")
+        candidates = select.merge_runs([run])
+        results = []
+        for path, found in candidates.items():
+            try:
+                results.append(_write_op(options, path, found, run, Path(tmp) / "values"))
+            except (CaptureError, write.WriteError) as e:  # this op's spec only; the others are written
+                results.append(
+                    OpResult(path, calls=run["ops"][path].get("calls", 0), distinct=len(found), error=str(e))
+                )
+        unseen = [s.text for s in options.selections if not any(_selected(s, p) for p in candidates)]
+        return Outcome(run.get("exit"), results, unseen)
+
+
+def _selected(sel: targets.Selection, path: str) -> bool:
+    return path == sel.path or (sel.kind in ("library", "aten") and path.startswith(sel.path + "."))
+
+
+def _run_child(options: Options, tmp: Path) -> dict[str, Any]:
+    values_dir = tmp / "values"
+    values_dir.mkdir()
+    records = tmp / "records.json"
+    config = {
+        "selections": [s.__dict__ for s in options.selections],
+        "mode": options.command.mode,
+        "target": options.command.target,
+        "argv": list(options.command.argv),
+        "records": str(records),
+        "values": options.values,
+        "values_dir": str(values_dir),
+        "imports": list(options.imports),
+    }
+    (tmp / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    env = dict(os.environ)
+    # The child imports opcheck as this process does, wherever the command runs.
+    here = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
+    proc = subprocess.run([sys.executable, "-m", "opcheck.capture.child", str(tmp / "config.json")], env=env)
+    if not records.exists():
+        raise CaptureError(
+            f"opcheck capture: the command ended (exit status {proc.returncode}) before anything was recorded "
+            "(killed by a signal, or os._exit)"
+        )
+    run: dict[str, Any] = json.loads(records.read_text(encoding="utf-8"))
+    run.setdefault("exit", proc.returncode)
+    return run
+
+
+# ------------------------------------------------------------------------------ one op
+def _write_op(
+    options: Options, path: str, found: list[select.Candidate], run: dict[str, Any], values_tmp: Path
+) -> OpResult:
+    from opcheck.spec.build import derive_name
+
+    info = run["ops"][path]
+    result = OpResult(path, calls=info.get("calls", 0), distinct=len(found))
+    for reason, n in info.get("unsupported", {}).items():
+        result.notes.append(f"{n} call(s) not recorded: {reason}")
+    if info.get("backward"):
+        result.notes.append(f"{info['backward']} call(s) inside backward passes (derivatives) not recorded")
+    if info.get("dropped"):
+        result.notes.append(f"{info['dropped']} call(s) past {len(found)} distinct signatures were counted, not kept")
+    if not found:
+        return result
+    choice = select.choose(found, options.cap)
+    for c, reason in choice.dropped:
+        result.dropped.append(f"{render.sample_name(c, set())} ({c.count} calls): {reason}")
+    existing = _existing_spec(options, path)
+    module = run.get("imports", {}).get(path)
+    imports = tuple(dict.fromkeys([*options.imports, *([module] if module else [])]))
+    if existing is not None:
+        file, text = existing
+        spec_name = None
+    else:
+        spec_name = _free_name(options, derive_name(path))
+        file, text = options.specs / f"{spec_name}.yaml", None
+        result.notes += [f"{path} is also tested by {where}" for where in _other_specs(options, path)]
+    if not write.inside(file, options.specs):
+        raise CaptureError(f"opcheck capture: {file} lies outside the specs folder {options.specs}; nothing written")
+    result.file, result.created, result.spec_name = file, existing is None, spec_name
+    if not any(render.grad_wanted([c]) for c, _ in choice.kept):
+        result.notes.append("the run never asked for a gradient: every floating-point input is checked")
+    taken = set(write.find_samples(text, _shown(file)).names) if text is not None else set()
+    pending: list[tuple[render.Rendered, select.Candidate]] = []
+    for c, why in choice.kept:
+        name = render.sample_name(c, {r.name for r, _ in pending})
+        grad = render.grad_wanted([c])  # else every floating-point input is checked
+        pending.append((_rendered(options, c, name, why, grad, file), c))
+        if options.reduce:
+            small = render.twin(c)
+            if small is not None:
+                twin_name = render.sample_name(small, {r.name for r, _ in pending})
+                words = (
+                    f"reduced twin of {name}: each dim over {render.REDUCE_ABOVE} -> {render.REDUCE_TO} + its "
+                    f"remainder mod {render.REDUCE_TO}"
+                )
+                pending.append((_rendered(options, small, twin_name, [words], grad, file, values=False), small))
+    if text is not None:
+        already = [r for r, _ in pending if r.name in taken]
+        if already and not options.force:
+            result.skipped += [
+                f"{r.name}: the spec has a sample of that name; kept yours (--force replaces it)" for r in already
+            ]
+            pending = [(r, c) for r, c in pending if r.name not in taken]
+    if not pending:
+        return result
+    result.values_files = _write_values(options, file, pending, values_tmp)
+    try:
+        build = _Builder(options, file, text, imports, path, spec_name)
+        spec = build.validated(pending)
+        with _quiet_vmap():
+            if text is None:
+                build.declared = _probe_flags(spec)
+                spec = build.validated(pending)
+            if options.cost:
+                pending = _with_costs(spec, pending)
+                build.validated(pending)
+        _store(file, text, build.text)
+    except BaseException:
+        for f in result.values_files:
+            f.unlink(missing_ok=True)
+        raise
+    result.written = [r.name for r, _ in pending]
+    return result
+
+
+def _rendered(
+    options: Options,
+    c: select.Candidate,
+    name: str,
+    why: list[str],
+    grad: bool,
+    file: Path,
+    values: bool = True,
+) -> render.Rendered:
+    values_file = None
+    if values and options.values and c.values:
+        values_file = f"values/{file.stem}/{name}.pt"
+    return render.render_sample(
+        c, name, why, grad=grad, values_file=values_file, structured_only=options.values == "structured"
+    )
+
+
+def _write_values(
+    options: Options, file: Path, pending: list[tuple[render.Rendered, select.Candidate]], tmp: Path
+) -> list[Path]:
+    """Each sample's values file: the entries its arguments read, from the recorded first call."""
+    written: list[Path] = []
+    try:
+        for r, c in pending:
+            if r.values_keys and c.values:
+                written.append(_write_values_file(options, file, r, tmp / c.values))
+    except BaseException:  # all of this op's values files, or none
+        for f in written:
+            f.unlink(missing_ok=True)
+        raise
+    return written
+
+
+def _write_values_file(options: Options, file: Path, r: render.Rendered, recorded: Path) -> Path:
+    import torch
+
+    target = file.parent / "values" / file.stem / f"{r.name}.pt"
+    # The deepest part of the path that exists, links followed: a `values` link out of the folder counts.
+    present = next(p for p in (target, *target.parents) if os.path.lexists(p))
+    if not write.inside(present, options.specs):
+        raise CaptureError(
+            f"opcheck capture: {_shown(target)} lies outside the specs folder {options.specs} "
+            f"({_shown(present)} leads to {os.path.realpath(present)}); nothing written"
+        )
+    if os.path.lexists(target) and not options.force:
+        raise CaptureError(f"opcheck capture: {_shown(target)} already exists; pass --force to replace it")
+    saved = torch.load(recorded, map_location="cpu", weights_only=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(f".{target.name}.tmp")
+    torch.save({k: saved[k] for k in r.values_keys}, part)
+    os.replace(part, target)
+    return target
+
+
+@dataclass
+class _Builder:
+    """The text of one op's spec with the pending samples, validated like a hand-written spec."""
+
+    options: Options
+    file: Path
+    before: str | None  # the existing spec's text; None: a new spec
+    imports: tuple[str, ...]
+    path: str
+    spec_name: str | None
+    declared: list[str] = field(default_factory=list)  # a new spec's flags from the probe, as lines
+    text: str = ""
+
+    def validated(self, pending: list[tuple[render.Rendered, select.Candidate]]) -> Any:
+        """The spec's model (self.text its text); CaptureError with the problems if it does not validate."""
+        from opcheck.spec import SpecError
+        from opcheck.spec.loader import load_spec_text
+
+        if self.before is None:
+            self.text = self._new(pending)
+        else:
+            found = write.find_samples(self.before, _shown(self.file))
+            items = {r.name: render.sample_text(r, found.indent) for r, _ in pending}
+            replace = {n: t for n, t in items.items() if n in found.names}
+            new = [(n, t) for n, t in items.items() if n not in found.names]
+            self.text = write.extend(self.before, found, new, replace)
+        source = Path(os.path.relpath(os.path.abspath(self.file), os.path.abspath(self.options.root))).as_posix()
+        try:
+            return load_spec_text(self.text, source=source, root=self.options.root)[0]
+        except SpecError as e:
+            raise CaptureError(
+                f"opcheck capture: the spec written for {self.path} would not validate, so nothing was written:\n{e}"
+            ) from None
+
+    def _new(self, pending: list[tuple[render.Rendered, select.Candidate]]) -> str:
+        from opcheck.spec.build import derive_name
+
+        lines = []
+        if self.options.schema is not None:
+            schema = Path(os.path.relpath(self.options.schema, os.path.abspath(self.file.parent))).as_posix()
+            lines.append(f"# yaml-language-server: $schema={schema}")
+        calls = sum(c.count for _, c in pending)
+        lines.append(f"# Recorded by `opcheck capture` from `{' '.join(self.options.command.shown().split())}`")
+        lines.append(f"# ({calls} call{'s' if calls != 1 else ''}). Review the samples, then `opcheck generate`.")
+        lines.append(f"op: {render.dump(self.path)}")
+        if self.spec_name and self.spec_name != derive_name(self.path):
+            lines.append(f"name: {self.spec_name}")
+        if self.imports:
+            lines.append(f"imports: {render.dump(list(self.imports))}")
+        dtypes = {d["dtype"] for _, c in pending for d in select.tensors(c.args, c.kwargs)}
+        lines.append(f"dtypes: [{'complex128' if any(d.startswith('complex') for d in dtypes) else 'float64'}]")
+        low = sorted(d for d in dtypes if d in render.LOWPREC)
+        if low:
+            lines.append(f"lowprec_dtypes: {render.dump(low)}")
+        lines += self.declared
+        lines.append("samples:")
+        return "\n".join(lines) + "\n" + "".join(render.sample_text(r, 2) for r, _ in pending)
+
+
+@contextlib.contextmanager
+def _quiet_vmap() -> Iterator[None]:
+    """torch.func.vmap's C++ warning for every operator without a batching rule (a custom op's),
+    off while the probes run: the spec's flags say it once."""
+    from torch._C import _functorch
+
+    switch = getattr(_functorch, "_set_vmap_fallback_warning_enabled", None)  # private: absent, nothing to quiet
+    if switch is None:
+        yield
+        return
+    switch(False)
+    try:
+        yield
+    finally:
+        switch(True)
+
+
+def _probe_flags(spec: Any) -> list[str]:
+    """What one probe of the first sample (float64, cpu) says the op lacks, as spec lines."""
+    from opcheck.runtime.cost.samples import SampleProbes
+    from opcheck.spec.case import CaseId
+
+    first = spec.samples[0].name
+    case = CaseId(spec.name, "gradcheck", "cpu", spec.dtypes[0] if spec.dtypes else "float64", first)
+    try:
+        probe = SampleProbes(spec).first_order(case)[0]
+        lines = []
+        if probe.batched_backward is None:
+            lines.append("gradcheck: {check_batched_grad: false}  # the probe's vmapped backward raised: no vmap rule")
+        if probe.double_backward != "ok":
+            lines.append("supports_gradgrad: false  # the probe's double backward raised or was not differentiable")
+        if probe.jvp is None or not probe.jvp_right:
+            lines.append("supports_forward_ad: false  # the probe's forward AD raised or gave no tangent")
+    except Exception as e:  # the generated tests will say the same; the user reviews the spec
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        lines = [f"# the probe of sample {first} raised {type(e).__name__}: {render._one_line(first_line)}"]
+    return lines
+
+
+def _with_costs(
+    spec: Any, pending: list[tuple[render.Rendered, select.Candidate]]
+) -> list[tuple[render.Rendered, select.Candidate]]:
+    """Each new sample with its estimated test cost on this machine's cpu as a comment."""
+    from opcheck.runtime.context import Settings
+    from opcheck.runtime.cost.estimate import estimate, format_seconds
+    from opcheck.runtime.cost.samples import SampleProbes
+    from opcheck.spec.case import cases_of
+
+    settings = Settings.from_env()
+    probes = SampleProbes(spec)
+    names = {r.name for r, _ in pending}
+    by_sample: dict[str, list[str]] = {}
+    for case in cases_of(spec):
+        if case.sample not in names or case.device != "cpu":
+            continue
+        est = estimate(spec, case, settings, probes)
+        what = format_seconds(est.seconds) if est.skipped is None else "not estimated"
+        by_sample.setdefault(case.sample, []).append(f"{case.check} {case.dtype} {what}")
+    out = []
+    for r, c in pending:
+        words = by_sample.get(r.name)
+        if words:
+            comment = "estimated cost on this cpu: " + ", ".join(words)
+            r = render.Rendered(r.name, r.item, (*r.comments, comment), r.values_keys)
+        out.append((r, c))
+    return out
+
+
+def _store(file: Path, before: str | None, text: str) -> None:
+    from opcheck.spec.opinfo_import import OpInfoImportError, write_spec
+
+    if before is not None:
+        now = file.read_bytes()
+        if write.digest(now) != write.digest(before.encode("utf-8")):
+            raise CaptureError(
+                f"opcheck capture: {_shown(file)} changed while capture ran; nothing written, run it again"
+            )
+    try:
+        write_spec(file, text, force=before is not None)
+    except OpInfoImportError as e:
+        raise CaptureError(f"opcheck capture: {e}") from None
+
+
+def _existing_spec(options: Options, path: str) -> tuple[Path, str] | None:
+    """The spec file in the specs folder whose `op:` is `path`, and its text."""
+    for file in sorted(options.specs.glob("*.yaml")):
+        try:
+            text = file.read_text(encoding="utf-8")
+            data = __import__("yaml").safe_load(text)
+        except Exception:
+            continue
+        if isinstance(data, dict) and data.get("op") == path:
+            return file, text
+    return None
+
+
+def _other_specs(options: Options, path: str) -> list[str]:
+    """Where the specs folder already tests `path` (a family member's spec, which capture does not
+    extend): `spec 'gelu' (op_specs/nn_functional.yaml:28:9)`."""
+    from opcheck.spec.loader import spec_names
+
+    return [
+        f"spec {name!r} ({claim.location})"
+        for name, (claim, op) in sorted(spec_names([options.specs], root=options.root).items())
+        if op == path
+    ]
+
+
+def _free_name(options: Options, name: str) -> str:
+    """`name`, else `name_captured`, else `name_captured_2`...: one no spec in the folder is named
+    (a family member's derived name too) and no file there has."""
+    from opcheck.spec.loader import spec_names
+
+    taken = set(spec_names([options.specs], root=options.root)) | {f.stem for f in options.specs.glob("*.y*ml")}
+    if name not in taken:
+        return name
+    name = f"{name}_captured"
+    k = 2
+    candidate = name
+    while candidate in taken:
+        candidate, k = f"{name}_{k}", k + 1
+    return candidate
+
+
+def _shown(path: Path) -> str:
+    try:
+        return Path(os.path.relpath(path)).as_posix()
+    except ValueError:
+        return str(path)

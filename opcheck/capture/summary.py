@@ -1,0 +1,69 @@
+"""What `opcheck capture` prints after the command: per op, what was recorded, kept, dropped and
+written where, and what to run next; and its exit status (1 when nothing was written)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from opcheck.capture.command import Command
+from opcheck.capture.run import Outcome
+
+
+def summary(outcome: Outcome, command: Command, out_folder: str) -> tuple[str, int]:
+    lines = ["", f"opcheck capture: `{command.shown()}` exited with status {outcome.exit_status}"]
+    if command.interpreter:
+        lines.append(
+            f"  (it ran under {sys.executable}, the Python opcheck runs in; `{command.interpreter}` is another)"
+        )
+    written_any = False
+    next_tests = []
+    for op in outcome.ops:
+        lines.append(f"{op.path}: {op.calls} call(s), {op.distinct} distinct")
+        if op.error:
+            lines.append(f"  not written: {op.error.removeprefix('opcheck capture: ')}")
+        for note in op.notes:
+            lines.append(f"  note: {note}")
+        if op.file is not None and op.written:
+            written_any = True
+            verb = "wrote" if op.created else "added to"
+            lines.append(f"  {verb} {_shown(op.file)}: {', '.join(op.written)}")
+            stem = op.spec_name or _spec_name(op.file)
+            next_tests.append(f"{out_folder}/test_{stem}.py")
+        for f in op.values_files:
+            lines.append(f"  values: {_shown(f)}")
+        for s in op.skipped:
+            lines.append(f"  not written: {s}")
+        for d in op.dropped:
+            lines.append(f"  dropped: {d}")
+    for text in outcome.unseen:
+        lines.append(f"{text}: no call recorded")
+    if written_any:
+        lines.append(
+            "next: review the samples, then opcheck validate && opcheck generate && pytest " + " ".join(next_tests)
+        )
+    else:
+        lines.append("nothing written")
+    return "\n".join(lines) + "\n", 0 if written_any else 1
+
+
+def _spec_name(file: Path) -> str:
+    import yaml
+
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except Exception:
+        return file.stem
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        return data["name"]
+    from opcheck.spec.build import derive_name
+
+    return derive_name(str(data.get("op"))) if isinstance(data, dict) else file.stem
+
+
+def _shown(path: Path) -> str:
+    try:
+        return Path(os.path.relpath(path)).as_posix()
+    except ValueError:
+        return str(path)
