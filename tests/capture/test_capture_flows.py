@@ -48,31 +48,20 @@ GELU_TWO_SHAPES = """
     F.gelu(torch.randn(2, 13, 96))  # the big one
 """
 
+# The user's module: the spec tests' Square (an autograd.Function), and two plain functions.
 MODULES = {
     "mypkg/__init__.py": "",
-    "mypkg/mod.py": """
-        import torch
+    "mypkg/mod.py": (Path(__file__).parents[1] / "spec" / "opcheck_spec_fixture.py").read_text(encoding="utf-8")
+    + """
 
 
-        def fn(x, scale):
-            return x * scale
+def fn(x, scale):
+    return x * scale
 
 
-        class Square(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                ctx.save_for_backward(x)
-                return x * x
-
-            @staticmethod
-            def backward(ctx, grad):
-                (x,) = ctx.saved_tensors
-                return 2 * x * grad
-
-
-        def takes_module(module, x):
-            return module(x)
-    """,
+def takes_module(module, x):
+    return module(x)
+""",
 }
 
 
