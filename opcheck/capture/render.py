@@ -74,9 +74,7 @@ def render_sample(
                 keys.append(key)
                 return _tensor(d, label, grad, notes, (values_file, key))
             return _tensor(d, label, grad, notes, None)
-        if d["kind"] == "list":
-            if d["items"] and all(i["kind"] == "tensor" for i in d["items"]):
-                return [arg(i, f"{key}.{n}", f"{label}[{n}]") for n, i in enumerate(d["items"])]
+        if d["kind"] == "list":  # a list of tensors, or of literals
             return [arg(i, f"{key}.{n}", f"{label}[{n}]") for n, i in enumerate(d["items"])]
         if d["kind"] == "tuple":
             return {"tuple": [arg(i, f"{key}.{n}", f"{label}[{n}]") for n, i in enumerate(d["items"])]}
