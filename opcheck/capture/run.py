@@ -146,8 +146,7 @@ def _write_op(
     module = run.get("imports", {}).get(path)
     imports = tuple(dict.fromkeys([*options.imports, *([module] if module else [])]))
     if existing is not None:
-        file, text = existing
-        spec_name = None
+        file, text, spec_name = existing
     else:
         spec_name = _free_name(options, derive_name(path))
         file, text = options.specs / f"{spec_name}.yaml", None
@@ -183,7 +182,7 @@ def _write_op(
         return result
     result.values_files = _write_values(options, file, pending, values_tmp)
     try:
-        build = _Builder(options, file, text, imports, path, spec_name)
+        build = _Builder(options, file, text, imports, path, None if existing else spec_name)
         spec = build.validated(pending)
         with _quiet_vmap():
             if text is None:
@@ -212,7 +211,7 @@ def _rendered(
 ) -> render.Rendered:
     values_file = None
     if values and options.values and c.values:
-        values_file = f"values/{file.stem}/{name}.pt"
+        values_file = _values_path(file, name).relative_to(file.parent).as_posix()
     return render.render_sample(
         c, name, why, grad=grad, values_file=values_file, structured_only=options.values == "structured"
     )
@@ -234,10 +233,15 @@ def _write_values(
     return written
 
 
+def _values_path(spec: Path, sample: str) -> Path:
+    """Where a sample's values file goes: values/SPEC/SAMPLE.pt beside the spec."""
+    return spec.parent / "values" / spec.stem / f"{sample}.pt"
+
+
 def _write_values_file(options: Options, file: Path, r: render.Rendered, recorded: Path) -> Path:
     import torch
 
-    target = file.parent / "values" / file.stem / f"{r.name}.pt"
+    target = _values_path(file, r.name)
     # The deepest part of the path that exists, links followed: a `values` link out of the folder counts.
     present = next(p for p in (target, *target.parents) if os.path.lexists(p))
     if not write.inside(present, options.specs):
@@ -386,8 +390,7 @@ def _store(file: Path, before: str | None, text: str) -> None:
     from opcheck.spec.opinfo_import import OpInfoImportError, write_spec
 
     if before is not None:
-        now = file.read_bytes()
-        if write.digest(now) != write.digest(before.encode("utf-8")):
+        if file.read_bytes() != before.encode("utf-8"):
             raise CaptureError(
                 f"opcheck capture: {_shown(file)} changed while capture ran; nothing written, run it again"
             )
@@ -397,16 +400,22 @@ def _store(file: Path, before: str | None, text: str) -> None:
         raise CaptureError(f"opcheck capture: {e}") from None
 
 
-def _existing_spec(options: Options, path: str) -> tuple[Path, str] | None:
-    """The spec file in the specs folder whose `op:` is `path`, and its text."""
+def _existing_spec(options: Options, path: str) -> tuple[Path, str, str] | None:
+    """The spec file in the specs folder whose `op:` is `path`, its text (bytes as they are: line
+    ends kept) and its spec's name."""
+    import yaml
+
+    from opcheck.spec.build import derive_name
+
     for file in sorted(options.specs.glob("*.yaml")):
         try:
-            text = file.read_text(encoding="utf-8")
-            data = __import__("yaml").safe_load(text)
-        except Exception:
+            text = file.read_bytes().decode("utf-8")
+            data = yaml.safe_load(text)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         if isinstance(data, dict) and data.get("op") == path:
-            return file, text
+            name = data.get("name")
+            return file, text, name if isinstance(name, str) else derive_name(path)
     return None
 
 

@@ -29,8 +29,7 @@ def summary(outcome: Outcome, command: Command, out_folder: str) -> tuple[str, i
             written_any = True
             verb = "wrote" if op.created else "added to"
             lines.append(f"  {verb} {_shown(op.file)}: {', '.join(op.written)}")
-            stem = op.spec_name or _spec_name(op.file)
-            next_tests.append(f"{out_folder}/test_{stem}.py")
+            next_tests.append(f"{out_folder}/test_{op.spec_name}.py")
         for f in op.values_files:
             lines.append(f"  values: {_shown(f)}")
         for s in op.skipped:
@@ -46,20 +45,6 @@ def summary(outcome: Outcome, command: Command, out_folder: str) -> tuple[str, i
     else:
         lines.append("nothing written")
     return "\n".join(lines) + "\n", 0 if written_any else 1
-
-
-def _spec_name(file: Path) -> str:
-    import yaml
-
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except Exception:
-        return file.stem
-    if isinstance(data, dict) and isinstance(data.get("name"), str):
-        return data["name"]
-    from opcheck.spec.build import derive_name
-
-    return derive_name(str(data.get("op"))) if isinstance(data, dict) else file.stem
 
 
 def _shown(path: Path) -> str:

@@ -9,7 +9,6 @@ folder capture was given.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -114,10 +113,6 @@ def extend(text: str, found: SamplesList, new: list[tuple[str, str]], replace: d
     if found.end >= len(lines):
         out += [item for _, item in new]
     return "".join(out)
-
-
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def inside(path: Path, folder: Path) -> bool:

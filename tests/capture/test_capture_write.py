@@ -265,3 +265,16 @@ def test_inside_follows_links(tmp_path):
     assert write.inside(specs / "values" / "gelu" / "a.pt", specs)
     assert not write.inside(specs / "link" / "a.pt", specs)
     assert not write.inside(specs / ".." / "outside", specs)
+
+
+def test_a_spec_with_windows_line_ends_keeps_them_and_gets_the_new_sample(tmp_path):
+    crlf = "op: torch.nn.functional.gelu\r\nsamples:\r\n  - name: small\r\n    args: [{shape: [2, 3]}]\r\n"
+    tmp = project(tmp_path, {"one.py": GELU_ONE_SHAPE})
+    spec = tmp / "op_specs" / "gelu.yaml"
+    spec.parent.mkdir()
+    spec.write_bytes(crlf.encode())
+    result = capture(tmp, ["python", "one.py"])
+    assert result.returncode == 0, shown(result)
+    data = spec.read_bytes()
+    assert data.startswith(crlf.encode())  # the user's bytes, line ends and all
+    assert names(tmp) == {"gelu": ["small", "4x7"]}
