@@ -69,6 +69,7 @@ class _Usage(_Failure):
 def _apply_project_defaults(args: argparse.Namespace, project: project_config.ProjectConfig) -> None:
     """Fill the options left unset from `[tool.opcheck]`, else from the built-in defaults."""
     args.project = project
+    args.specs_given = getattr(args, "specs", None) is not None  # `list` takes spec paths or --specs, not both
     for option, key, default in (("specs", "specs", DEFAULT_SPECS), ("out", "out", DEFAULT_OUT)):
         if hasattr(args, option) and getattr(args, option) is None:
             setattr(args, option, project.path(key) or Path(default))
@@ -112,6 +113,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-cache", action="store_true", help="load and render every spec even if nothing changed since the last run"
     )
+    p.add_argument(
+        "--cost",
+        action="store_true",
+        help="also estimate each test's seconds, as `opcheck list --cost` does (it runs the ops: off unless "
+        "asked), and warn on stderr of the tests past the time budget ([tool.opcheck] time_budget), with what "
+        "would make them cheaper",
+    )
     p.set_defaults(run=_generate)
 
     p = sub.add_parser("validate", help="check specs and report every problem")
@@ -125,6 +133,13 @@ def _parser() -> argparse.ArgumentParser:
         "estimated calls of the op and seconds, from one probe of each sample (opcheck.runtime.cost): per "
         "spec, the costliest tests, the tests over --threshold with what would make them cheaper, and the "
         "total.",
+    )
+    p.add_argument(
+        "spec_paths",
+        nargs="*",
+        type=Path,
+        metavar="SPEC_PATH",
+        help="spec files or folders of *.yaml specs to list (default: --specs)",
     )
     specs_option(p)
     p.add_argument("--cost", action="store_true", help="estimate each test's calls and seconds (runs the ops)")
@@ -167,6 +182,24 @@ def _parser() -> argparse.ArgumentParser:
         p,
         "before resolving the op (repeatable): the one registering a torch.ops.* operator; written "
         "to the spec's `imports:`",
+    )
+    p.add_argument(
+        "--shape",
+        dest="shapes",
+        action="append",
+        default=[],
+        metavar="SIZES",
+        help="a tensor argument's shape, e.g. 2,7,33 (repeatable: one per tensor argument, in order). The "
+        "op is probed at these shapes and the spec says what it found: float64 refused or computed in "
+        "float32 (dtypes: [], lowprec_dtypes, reference), no vmap rule (check_batched_grad: false), no "
+        "double backward or forward AD, writes into its inputs (clone_inputs) or grad_outputs",
+    )
+    p.add_argument(
+        "--sample",
+        default=None,
+        metavar="NAME",
+        help="probe at a sample already written, and copy it: sample NAME of the spec being rewritten "
+        "(with --force), else of a spec in the specs folder for the same op (instead of --shape)",
     )
     specs_option(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing spec file")
@@ -296,11 +329,15 @@ def _use_root(root: Path) -> Path:
 
 
 def _load(specs: Path, root: Path):
+    if not specs.exists():
+        raise _Failure(f"{specs}: no such file or folder (pass --specs PATH)")
+    return _load_paths([specs], root)
+
+
+def _load_paths(paths: list[Path], root: Path):
     from opcheck.spec import SpecError, load_specs
     from opcheck.spec.requires import validation_notes
 
-    if not specs.exists():
-        raise _Failure(f"{specs}: no such file or folder (pass --specs PATH)")
     if importlib.util.find_spec("torch") is None:  # else every op path would fail on its own line
         raise _Failure(
             f"opcheck: torch is not installed in this Python ({sys.executable}): specs name "
@@ -308,14 +345,27 @@ def _load(specs: Path, root: Path):
             "set-up command"
         )
     _use_root(root)
+    _interpret_triton(root)
     try:
-        loaded = load_specs([specs], root=root)
+        loaded = load_specs(paths, root=root)
     except SpecError as e:
         where = "" if _same(root, Path.cwd()) else f" (paths are relative to the project root, {_relative(root)})"
         raise _Failure(f"{e}\n{len(e.problems)} problem(s) found{where}.") from None
     for note in validation_notes(loaded):  # a note, not a problem: the exit status stays
         print(note, file=sys.stderr)
     return loaded
+
+
+def _interpret_triton(root: Path) -> None:
+    """Validating imports the ops, and with them their Triton kernels: where there is no GPU they
+    are made interpreted, as under pytest (opcheck.triton; some triton releases ask the GPU driver
+    when an autotuned kernel is defined)."""
+    from opcheck.triton import setup_for_project
+
+    try:
+        setup_for_project(root)
+    except ValueError as e:  # a bad [tool.opcheck] key (ConfigError) or OPCHECK_TRITON_AUTOTUNE_CONFIG
+        raise _Failure(f"opcheck: {e}") from None
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -347,13 +397,18 @@ def _generate(args) -> int:
     from opcheck.codegen import GenerationError, apply_plan, cache, plan_generation, stale_diff
     from opcheck.codegen.write import remove_stale_temp_files
 
+    if args.cost and args.check:
+        raise _Usage("opcheck generate: --cost applies when writing; run `opcheck list --cost` to estimate only")
     root = project_root(args.specs)
     # The header's command is run from the project root; the hints below, from here.
     regenerate = _generate_command(args, root)
     cache_file = root / cache.CACHE_FILE
     if not args.check:
         remove_stale_temp_files(args.out)  # leftovers of a run that was killed mid-write
-    if not args.check and not args.no_cache and cache.is_fresh(args.specs, args.out, regenerate, cache_file, root=root):
+        _refresh_schema_copy(args.specs)
+    # --cost estimates the specs, so it loads them even when the cache says nothing changed
+    cached = not args.check and not args.no_cache and not args.cost
+    if cached and cache.is_fresh(args.specs, args.out, regenerate, cache_file, root=root):
         print(f"0 written: specs and generator unchanged since the last run ({_relative(args.out)})")
         return 0
     specs = _load(args.specs, root)
@@ -362,9 +417,12 @@ def _generate(args) -> int:
     except GenerationError as e:
         raise _Failure(str(e)) from None
     if args.check:
+        stale_schema = _stale_schema_copy(args.specs)
+        for line in stale_schema:
+            print(line, file=sys.stderr)
         if plan.is_fresh:
             print(f"{_relative(args.out)} is up to date ({len(plan.unchanged)} modules)")
-            return 0
+            return 1 if stale_schema else 0
         sys.stdout.write(stale_diff(plan))
         print(
             f"{_relative(args.out)} is stale: {len(plan.write)} module(s) to write, {len(plan.delete)} to "
@@ -381,7 +439,42 @@ def _generate(args) -> int:
         f"{len(plan.write)} written, {len(plan.unchanged)} unchanged, {len(plan.delete)} deleted "
         f"({_relative(args.out)})"
     )
+    if args.cost:
+        _warn_past_time_budget(specs, args)
     return 0
+
+
+def _specs_folder(specs: Path) -> Path:
+    return specs.parent if specs.suffix in (".yaml", ".yml") or specs.is_file() else specs
+
+
+def _refresh_schema_copy(specs: Path) -> None:
+    """Write the schema copy beside the specs where it is wanted and missing or stale
+    (opcheck.codegen.schema_copy); a file opcheck did not write is never touched."""
+    from opcheck.codegen.schema_copy import schema_copy, wanted, write_copy
+    from opcheck.codegen.write import GenerationError
+
+    folder = _specs_folder(specs)
+    copy = schema_copy(folder)
+    if copy.needs_writing and wanted(folder, copy):
+        try:
+            write_copy(copy)
+        except GenerationError as e:
+            raise _Failure(str(e)) from None
+        print(f"wrote {_relative(copy.path)} (the spec format's schema, for editors)")
+
+
+def _stale_schema_copy(specs: Path) -> list[str]:
+    """`generate --check`'s line about the schema copy beside the specs, when it is missing or stale."""
+    from opcheck.codegen.schema_copy import CopyState, schema_copy, wanted
+
+    folder = _specs_folder(specs)
+    copy = schema_copy(folder)
+    if not (copy.needs_writing and wanted(folder, copy)):
+        return []
+    missing = copy.state is CopyState.MISSING
+    why = "is missing (a spec refers to it)" if missing else "is stale: opcheck's schema changed"
+    return [f"{_relative(copy.path)} {why}; run `opcheck generate`"]
 
 
 def _validate(args) -> int:
@@ -402,7 +495,8 @@ def _list(args) -> int:
     cost_only = [f"--{o}" for o in ("device", "policy", "budget", "threshold") if getattr(args, o) is not None]
     if cost_only and not args.cost:
         raise _Usage(f"opcheck list: {', '.join(cost_only)} apply only with --cost")
-    specs = sorted(_load(args.specs, project_root(args.specs)), key=lambda s: s.name)
+    paths = _listed_paths(args)
+    specs = sorted(_load_paths(paths, project_root(paths[0])), key=lambda s: s.name)
     if args.cost:
         return _list_cost(specs, args)
     rows = [("name", "op", "samples", "checks", "tests")]
@@ -415,24 +509,45 @@ def _list(args) -> int:
     return 0
 
 
-def _list_cost(specs, args) -> int:
-    """`opcheck list --cost`: the run's settings as pytest takes them (the option, else `[tool.opcheck]`,
-    else the default), then opcheck.runtime.cost.report."""
+def _listed_paths(args) -> list[Path]:
+    """The spec paths `list` reads: SPEC_PATH arguments, else --specs; each one that is not there, or
+    is not a spec file, is named."""
+    if not args.spec_paths:
+        if not args.specs.exists():
+            raise _Failure(f"{args.specs}: no such file or folder (pass --specs PATH or spec paths)")
+        return [args.specs]
+    if args.specs_given:
+        raise _Usage("opcheck list: give spec paths or --specs, not both")
+    problems = []
+    for path in args.spec_paths:
+        if not path.exists():
+            problems.append(f"{path}: no such file or folder")
+        elif path.is_file() and path.suffix not in (".yaml", ".yml"):
+            problems.append(f"{path}: not a spec: expected a *.yaml or *.yml file, or a folder of them")
+    if problems:
+        raise _Failure("\n".join(problems))
+    return list(args.spec_paths)
+
+
+def _cost_settings(args, command: str):
+    """The settings an estimate runs under, as pytest takes them (the option where the command has
+    it, else `[tool.opcheck]`, else the default): (Settings, device types or None for all)."""
     from opcheck.runtime.context import Settings, parse_budget
-    from opcheck.runtime.cost.estimate import THRESHOLD
-    from opcheck.runtime.cost.report import estimate_specs, render
 
     project = args.project
+    given = {o: getattr(args, o, None) for o in ("policy", "budget", "device")}
     try:
-        policy = args.policy or _configured(project, "policy", lambda s: project_config.check_policy(s.text, s.where))
+        policy = given["policy"] or _configured(
+            project, "policy", lambda s: project_config.check_policy(s.text, s.where)
+        )
         budget = (
-            parse_budget(args.budget, where="--budget")
-            if args.budget is not None
+            parse_budget(given["budget"], where="--budget")
+            if given["budget"] is not None
             else _configured(project, "budget", lambda s: project_config.check_budget(s.value, s.where))
         )
         devices = (
-            project_config.check_devices(project_config.split_names([args.device]), "--device")
-            if args.device is not None
+            project_config.check_devices(project_config.split_names([given["device"]]), "--device")
+            if given["device"] is not None
             else _configured(project, "device", lambda s: project_config.check_devices(s.names, s.where))
         )
         threads = _configured(project, "threads", lambda s: project_config.check_threads(s.value, s.where), 1)
@@ -441,13 +556,49 @@ def _list_cost(specs, args) -> int:
 
             threads = torch.get_num_threads()
     except (project_config.ConfigError, ValueError) as e:
-        raise _Usage(f"opcheck list: {e}") from None
+        raise _Usage(f"opcheck {command}: {e}") from None
     settings = Settings(policy=policy, threads=threads)
     if budget is not None:
-        source = "--budget" if args.budget is not None else "[tool.opcheck] budget"
+        source = "--budget" if given["budget"] is not None else "[tool.opcheck] budget"
         settings = Settings(policy=policy, budget=budget, budget_source=source, threads=threads)
     if devices == [project_config.ALL_DEVICES]:
         devices = None  # every device type; an unavailable one's tests are counted as not estimated
+    return settings, devices
+
+
+def _warn_past_time_budget(specs, args) -> None:
+    """`generate --cost`: the tests estimated past the time budget pytest will give them, on stderr."""
+    from opcheck.runtime.cost.report import estimate_specs, render_over_budget
+
+    setting = args.project.get("time_budget")
+    try:
+        budget = (
+            project_config.DEFAULT_TIME_BUDGET
+            if setting is None
+            else project_config.check_time_budget(setting.value, setting.where)
+        )
+    except project_config.ConfigError as e:
+        raise _Usage(f"opcheck generate: {e}") from None
+    if budget is None:
+        print("opcheck generate --cost: the time budget is off ([tool.opcheck] time_budget): nothing to warn of")
+        return
+    where = "[tool.opcheck] time_budget" if setting is not None else "the default"
+    settings, devices = _cost_settings(args, "generate")
+    print(f"opcheck generate --cost: probing the samples of {len(specs)} spec(s) ...", file=sys.stderr, flush=True)
+    estimates = estimate_specs(specs, settings, devices, threshold=budget)
+    warning = render_over_budget(estimates, budget, where, _relative(args.out))
+    sys.stderr.write(warning)
+    done = sum(1 for e in estimates if e.skipped is None)
+    if not warning:
+        print(f"{done} test(s) estimated, none past the time budget of {budget:g} s ({where})")
+
+
+def _list_cost(specs, args) -> int:
+    """`opcheck list --cost`: the run's settings (_cost_settings), then opcheck.runtime.cost.report."""
+    from opcheck.runtime.cost.estimate import THRESHOLD
+    from opcheck.runtime.cost.report import estimate_specs, render
+
+    settings, devices = _cost_settings(args, "list")
     print(f"opcheck list --cost: probing the samples of {len(specs)} spec(s) ...", file=sys.stderr, flush=True)
     threshold = THRESHOLD if args.threshold is None else args.threshold
     estimates = estimate_specs(specs, settings, devices, threshold)
@@ -462,20 +613,26 @@ def _configured(project, key: str, check, default=None):
 
 
 def _new(args) -> int:
-    from opcheck.codegen.scaffold import scaffold_spec
+    from opcheck.codegen.scaffold import parse_shape, scaffold_spec
+    from opcheck.codegen.scaffold_sample import find_sample
+    from opcheck.codegen.schema_copy import SCHEMA_COPY_NAME
 
     folder = args.specs if args.specs.suffix not in (".yaml", ".yml") else args.specs.parent
     path = folder / f"{args.name}.yaml"
     if path.exists() and not args.force:
         raise _Failure(f"{_relative(path)} already exists; pass --force to overwrite it")
-    schema = Path(__file__).parent / "spec" / "op_spec.schema.json"
     root = _use_root(project_root(folder))
     try:
+        shapes = tuple(parse_shape(shape) for shape in args.shapes)
+        if shapes and args.sample is not None:
+            raise ValueError("--shape and --sample both give the sample: pass one of them")
+        sample = None
+        if args.sample is not None:
+            sample = find_sample(args.sample, op=args.op, name=args.name, path=path, root=root)
+        if shapes or sample is not None:
+            print(f"opcheck new: probing {args.op} at the sample given ...", file=sys.stderr, flush=True)
         text = scaffold_spec(
-            args.name,
-            args.op,
-            schema=Path(os.path.relpath(schema, folder.resolve())).as_posix(),
-            imports=tuple(args.imports),
+            args.name, args.op, schema=SCHEMA_COPY_NAME, imports=tuple(args.imports), shapes=shapes, sample=sample
         )
     except ValueError as e:
         raise _Failure(f"opcheck new: {e}") from None
@@ -486,9 +643,29 @@ def _new(args) -> int:
         f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
         f"pytest {_relative(args.default_out)}/test_{args.name}.py"
     )
-    for line in taken:
+    for line in taken + _keep_schema_copy(folder):
         print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def _keep_schema_copy(folder: Path) -> list[str]:
+    """Write the schema copy a new spec refers to, when missing or stale; what to warn about, if anything."""
+    from opcheck.codegen.schema_copy import CopyState, schema_copy, write_copy
+    from opcheck.codegen.write import GenerationError
+
+    copy = schema_copy(folder)
+    if copy.state is CopyState.USERS:
+        return [
+            f"{_relative(copy.path)} was not written by opcheck (it has no opcheck `$comment`): the spec "
+            "refers to it as it is; delete it and run `opcheck new` or `opcheck generate` for opcheck's copy"
+        ]
+    if copy.needs_writing:
+        try:
+            write_copy(copy)
+        except GenerationError as e:
+            return [f"the spec refers to {_relative(copy.path)}, which cannot be written: {e}"]
+        print(f"wrote {_relative(copy.path)} (the spec format's schema, for editors)")
+    return []
 
 
 def _taken(folder: Path, name: str, op: str, path: Path, root: Path) -> list[str]:

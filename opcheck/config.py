@@ -11,6 +11,7 @@
     threads = 1                             # pytest --opcheck-threads
     time_budget = 600                       # pytest --opcheck-time-budget: seconds a generated test may take
     isolation = "process"                   # pytest --opcheck-isolation: a crash fails its test only
+    triton_interpret = false                # leave Triton alone (default: its interpreter where there is no GPU)
 
 Paths are relative to the folder of that pyproject.toml, wherever a command runs. The table is the
 one of the nearest pyproject.toml at or above the starting folder that has it (the working directory
@@ -54,7 +55,7 @@ on a 2-core CPU; ten minutes ends a hung test well within a CI job and never a s
 
 PATH_KEYS = ("specs", "out", "results")
 LIST_KEYS = ("device", "dtype")
-KEYS = (*PATH_KEYS, *LIST_KEYS, "policy", "budget", "threads", "time_budget", "isolation")
+KEYS = (*PATH_KEYS, *LIST_KEYS, "policy", "budget", "threads", "time_budget", "isolation", "triton_interpret")
 
 
 class ConfigError(ValueError):
@@ -293,6 +294,8 @@ def _check(setting: Setting) -> None:
         check_time_budget(value, where)
     elif key == "isolation":
         check_isolation(value, where)
+    elif key == "triton_interpret" and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
 
 
 def _header_line(lines: list[str]) -> int:

@@ -27,9 +27,11 @@
   message), for `opcheck report`: at the end of the session the tests that ran replace their
   records and the others are kept (opcheck.report.store); under pytest-xdist the workers attach
   each test's case to its reports, say which tests they collected, and the controller writes;
-- every option but `--opcheck-plot` also has an ini setting (`opcheck_device`, `opcheck_dtype`,
-  `opcheck_policy`, `opcheck_budget`, `opcheck_threads`, `opcheck_results`, `opcheck_time_budget`,
-  `opcheck_isolation`) for pyproject.toml's
+- `--opcheck-margin FRACTION` lists, at the end, the passing tests whose worst comparison came to
+  FRACTION of its bound or closer (opcheck.plugin_margins);
+- every option but `--opcheck-plot` and `--opcheck-margin` also has an ini setting
+  (`opcheck_device`, `opcheck_dtype`, `opcheck_policy`, `opcheck_budget`, `opcheck_threads`,
+  `opcheck_results`, `opcheck_time_budget`, `opcheck_isolation`) for pyproject.toml's
   `[tool.pytest.ini_options]` or pytest.ini, and a key of pyproject.toml's `[tool.opcheck]` table
   (`device`, ..., `results`; opcheck.config), which the `opcheck` command reads too; the command
   line overrides either, setting both is a usage error, and so is a bad value, naming where it
@@ -59,9 +61,13 @@ from typing import TYPE_CHECKING, TypeGuard
 import pytest
 
 from opcheck import config as project_config
+from opcheck import plugin_margins
 from opcheck.config import ALL_DEVICES, ISOLATION_MODES, POLICIES, ConfigError, ProjectConfig
 from opcheck.spec.case import CaseId, spec_of_module
 from opcheck.spec.model import CHECKS, Check, OpSpec
+
+# Triton's interpreter is turned on (where there is no GPU) before conftest files define kernels.
+from opcheck.triton.pytest_hooks import pytest_load_initial_conftests  # noqa: F401
 
 if TYPE_CHECKING:
     from opcheck.runtime.budget import TimeBudget
@@ -140,6 +146,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "`opcheck report`; the tests a run ran replace their records, the others keep theirs. Ini: opcheck_results "
         "(relative to the ini file's folder) or [tool.opcheck] results (relative to pyproject.toml's folder)",
     )
+    plugin_margins.add_option(group)
     threads_help = (
         "torch intra-op threads while a generated test runs: a positive number, or 'keep' for "
         "torch's own setting (OMP_NUM_THREADS, torch.set_num_threads)"
@@ -425,6 +432,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RESULTS_KEY] = results_path(config)
     config.stash[TIME_BUDGET_KEY] = _time_budget(config)
     _configure_results(config)
+    plugin_margins.configure(config)
     _configure_isolation(config)
 
 

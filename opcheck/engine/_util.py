@@ -11,6 +11,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.overrides import is_tensor_like
 
+from opcheck.engine.margins import MarginRecorder, current_recorder, ratio_of, worst_ratio
 from opcheck.engine.reporting import torch_words
 
 Func = Callable[..., Any]
@@ -268,10 +269,17 @@ _COMPARE_CHUNK = 1 << 16
 """Elements compared per step on the fast path: small enough for the temporaries to stay in cache."""
 
 
-def allclose_promoted(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> bool:
-    """torch.allclose after type promotion, with one reduction per band of rows on the way to a pass."""
+def allclose_promoted(
+    a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float, where: Callable[[], str] | None = None
+) -> bool:
+    """torch.allclose after type promotion, with one reduction per band of rows on the way to a pass.
+
+    `where` names the comparison for an open margin recorder (opcheck.engine.margins): a pass then
+    notes its worst |a - b| / (atol + rtol * |b|). Without one (or without `where`) nothing more is
+    computed."""
     dtype = torch.promote_types(a.dtype, b.dtype)
     a, b = a.to(dtype=dtype), b.to(dtype=dtype)
+    recorder = current_recorder() if where is not None else None
     if a.shape == b.shape and a.numel() and a.dim() <= 2:
         # isclose's own formula, |a - b| <= atol + rtol * |b|, as max(|a - b| - allowance) <= 0: for
         # finite values the rounded difference has the exact difference's sign, so a band passes
@@ -280,10 +288,34 @@ def allclose_promoted(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float
         a2 = a.detach().reshape(a.shape[0] if a.dim() == 2 else 1, -1)
         b2 = b.detach().reshape(b.shape[0] if b.dim() == 2 else 1, -1)
         step = max(1, _COMPARE_CHUNK // max(1, a2.shape[1]))
+        worst = 0.0
         for r in range(0, a2.shape[0], step):
             ac, bc = a2[r : r + step], b2[r : r + step]
-            excess = torch.sub(ac, bc).abs().sub_(bc.abs().mul_(rtol).add_(atol)).max()
+            if recorder is None:
+                excess = torch.sub(ac, bc).abs().sub_(bc.abs().mul_(rtol).add_(atol)).max()
+            else:  # the same differences and allowances, kept for the band's ratio
+                diff, allowed = torch.sub(ac, bc).abs(), bc.abs().mul_(rtol).add_(atol)
+                excess = torch.sub(diff, allowed).max()
             if not float(excess) <= 0:
-                return bool(torch.allclose(a, b, rtol, atol))
+                return _allclose_noted(a, b, rtol, atol, recorder, where)
+            if recorder is not None:
+                worst = max(worst, ratio_of(diff, allowed))
+        if recorder is not None and where is not None:
+            recorder.note(worst, where)
         return True
-    return bool(torch.allclose(a, b, rtol, atol))
+    return _allclose_noted(a, b, rtol, atol, recorder, where)
+
+
+def _allclose_noted(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    rtol: float,
+    atol: float,
+    recorder: MarginRecorder | None,
+    where: Callable[[], str] | None,
+) -> bool:
+    """torch.allclose's verdict; a pass noted with its ratio where a recorder is open."""
+    passed = bool(torch.allclose(a, b, rtol, atol))
+    if passed and recorder is not None and where is not None:
+        recorder.note(worst_ratio(a.detach(), b.detach(), rtol, atol), where)
+    return passed

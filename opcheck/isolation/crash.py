@@ -14,7 +14,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from opcheck.runtime.budget import METER_FILE, format_seconds
+from opcheck.runtime.budget import HANG_WORDS, METER_FILE, format_seconds
 
 STACK_FRAMES = 12
 """Innermost frames of the crashed thread a message shows."""
@@ -136,15 +136,24 @@ def describe(
         details += [f"  {frame}" for frame in stack]
     elif killed is None:
         details.append("no Python stack was recorded (the process was killed, or exited without a fatal error)")
-    details += [f"hint: {hint}" for hint in _hints(returncode, killed)]
+    hung = overdue is not None and HANG_WORDS in overdue  # the account named a call that never returned
+    details += [f"hint: {hint}" for hint in _hints(returncode, killed, hung)]
     return Death(headline, "\n".join(details))
 
 
-def _hints(returncode: int | None, killed: BudgetKill | None) -> list[str]:
+def _hints(returncode: int | None, killed: BudgetKill | None, hung: bool = False) -> list[str]:
     if killed is not None:
-        return [
+        never_returns = (
             "code that never returns to Python (a C++ or CUDA kernel that loops or deadlocks, a blocking call "
-            "that retries) ignores the interrupt; the stack shows where it was",
+            "that retries) ignores the interrupt; the stack shows where it was"
+        )
+        if hung:  # one call of the op ran past half the budget: a cheaper check still makes that call
+            return [
+                never_returns,
+                "if that one call is only this slow: a longer --opcheck-time-budget (time_budget in [tool.opcheck])",
+            ]
+        return [
+            never_returns,
             "if the test is only slow: a smaller sample, `fast_mode: true` under `gradcheck:`, or a longer "
             "--opcheck-time-budget (time_budget in [tool.opcheck])",
         ]

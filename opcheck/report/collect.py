@@ -5,7 +5,8 @@ reports as `report.opcheck_case`; pytest-xdist ships report attributes from the 
 controller, so `ResultsRecorder` runs in the controller only (or in the one process without
 xdist) and sees every report through `pytest_runtest_logreport`. A failure's whole message comes
 with its report (pytest's crash message), and its worst entry and hints are read from it there
-(opcheck.report.failure). Tests of device types this machine lacks are not collected; the plugin
+(opcheck.report.failure); a pass's margin comes on its report's user_properties
+(opcheck.runtime.margins). Tests of device types this machine lacks are not collected; the plugin
 hands them over (from a worker, through xdist's `workeroutput`) and they are recorded as skipped,
 with torch's reason, so the coverage report still shows those cells.
 
@@ -38,6 +39,7 @@ from opcheck.report.results import (
     worse,
 )
 from opcheck.report.store import Known, Merged, ResultsFileError, save, still_there
+from opcheck.runtime.margins import margin_of
 from opcheck.spec.case import CaseId
 
 CASE_ATTR = "opcheck_case"
@@ -90,6 +92,12 @@ def failure_fields(report) -> dict[str, str]:
     message = _crash_message(report)
     details = failure_details(message)
     return {"worst": details.worst, "hint": details.hint, "message": kept_message(message)}
+
+
+def margin_fields(report) -> dict:
+    """What a passing report adds to its test's record: its margin, where the runtime put one on it."""
+    margin = margin_of(getattr(report, "user_properties", ()))
+    return {"margin": margin[0], "margin_where": margin[1]} if margin is not None else {}
 
 
 def collected_tests(config, items, is_generated: Callable[[pytest.Item], bool]) -> Known | None:
@@ -168,7 +176,7 @@ class ResultsRecorder:
         verdict = report_verdict(report)
         if verdict is not None and worse(entry["verdict"], verdict) is verdict:
             entry["verdict"] = verdict
-            entry["details"] = failure_fields(report) if verdict[0] in (FAILED, ERROR) else {}
+            entry["details"] = failure_fields(report) if verdict[0] in (FAILED, ERROR) else margin_fields(report)
 
     @pytest.hookimpl(tryfirst=True)  # before -k, -m and opcheck's own deselection
     def pytest_collection_modifyitems(self, config, items) -> None:

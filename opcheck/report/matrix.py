@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from opcheck.report.results import ERROR, FAILED, OUTCOMES, PASSED, SKIPPED, XFAILED, XPASSED, TestResult
+from opcheck.report.results import ERROR, FAILED, OUTCOMES, PASSED, PASSES, SKIPPED, XFAILED, XPASSED, TestResult
 from opcheck.spec.model import CHECKS, KNOWN_DEVICES, TENSOR_DTYPES
 
 SEVERITY = (FAILED, ERROR, XPASSED, PASSED, XFAILED, SKIPPED)
 """A cell's status is the first of these among its tests: one failure makes the cell a failure."""
+CLOSEST_SHOWN = 10
+"""How many of the closest passes the report lists."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Cell:
     counts: tuple[tuple[str, int], ...]  # (outcome, tests) in OUTCOMES order, nonzero only
     reasons: tuple[tuple[str, str, tuple[str, ...]], ...]  # (outcome, reason, samples), most severe first
     notes: tuple[int, ...]  # numbers of the notes its reasons are
+    margin: float | None = None  # the largest error / allowed among its passing tests; None: none recorded
 
     @property
     def status(self) -> str:
@@ -57,9 +60,16 @@ class Cell:
         return ", ".join(f"{n} {outcome}" for outcome, n in self.counts)
 
     @property
+    def margin_text(self) -> str:
+        """`0.42 of bound` for a passing cell with a recorded margin (its closest pass), else ""."""
+        if self.margin is None or self.status != PASSED:
+            return ""
+        return f"{format_ratio(self.margin)} of bound"
+
+    @property
     def title(self) -> str:
         """The counts, then every reason with the samples it is about, one per line: the HTML tooltip."""
-        lines = [self.text]
+        lines = [self.text + (f" ({self.margin_text}: the closest pass's error / allowed)" if self.margin_text else "")]
         for outcome, reason, samples in self.reasons:
             names = ", ".join(samples[:_TITLE_SAMPLES]) + (", ..." if len(samples) > _TITLE_SAMPLES else "")
             lines.append(f"{len(samples)} {outcome} ({names}): {reason}")
@@ -67,6 +77,11 @@ class Cell:
 
 
 _TITLE_SAMPLES = 4
+
+
+def format_ratio(ratio: float) -> str:
+    """error / allowed as the report writes it: two significant digits (0.42, 3.1e-07)."""
+    return f"{ratio:.2g}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,8 @@ class Matrix:
     device_totals: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # (device, totals) per device
     notes: tuple[Note, ...]
     failures: tuple[tuple[TestResult, int | None], ...]  # failed and errored tests, with their note number
+    closest: tuple[TestResult, ...] = ()  # the passes closest to their bound, closest first (CLOSEST_SHOWN)
+    margins: int = 0  # passing tests with a recorded margin
 
     @property
     def tests(self) -> int:
@@ -129,6 +146,7 @@ def build_matrix(results: list[TestResult]) -> Matrix:
         rows.append(Row(spec, op, source, check, dtype, tuple(cells)))
 
     row_index = {key: i for i, key in enumerate(keys)}
+    closest = _closest(results)
     failures = sorted(
         (r for r in results if r.outcome in (FAILED, ERROR)),
         key=lambda r: (row_index[r.spec, r.check, r.dtype], _device_order(r.device), r.sample),
@@ -142,7 +160,15 @@ def build_matrix(results: list[TestResult]) -> Matrix:
             Note(number, outcome, text, n, worst, hint) for (outcome, text, worst, hint), (number, n) in notes.items()
         ),
         failures=tuple((r, notes[_note_key(r)][0] if r.reason else None) for r in failures),
+        closest=tuple(closest[:CLOSEST_SHOWN]),
+        margins=len(closest),
     )
+
+
+def _closest(results: list[TestResult]) -> list[TestResult]:
+    """The passes with a recorded margin, closest to their bound first (ties by node id)."""
+    passes = [r for r in results if r.margin is not None and r.outcome in PASSES]
+    return sorted(passes, key=lambda r: (-(r.margin or 0.0), r.nodeid))
 
 
 def _note_key(r: TestResult) -> tuple[str, str, str, str]:
@@ -162,10 +188,12 @@ def _cell(tests: list[TestResult], notes: dict) -> Cell:
         note = notes.setdefault(key, [len(notes) + 1, 0])
         note[1] += len(reasons[key])
         numbers.append(note[0])
+    margins = [r.margin for r in tests if r.margin is not None and r.outcome in PASSES]
     return Cell(
         counts=tuple((o, counts[o]) for o in OUTCOMES if counts[o]),
         reasons=tuple((key[0], key[1], tuple(reasons[key])) for key in ordered),
         notes=tuple(numbers),
+        margin=max(margins) if margins else None,
     )
 
 

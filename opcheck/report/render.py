@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jinja2
 
-from opcheck.report.matrix import Cell, Matrix
+from opcheck.report.matrix import Cell, Matrix, format_ratio
 from opcheck.report.results import ERROR, FAILED
 
 TITLE = "opcheck coverage"
@@ -61,7 +61,8 @@ def _md_cell(cell: Cell | None) -> str:
         return _EMPTY
     parts = [f"**{n} {o}**" if o in (FAILED, ERROR) else f"{n} {o}" for o, n in cell.counts]
     refs = "".join(f" [{n}]" for n in cell.notes)
-    return ", ".join(parts) + refs
+    margin = f" ({_md(cell.margin_text)})" if cell.margin_text else ""
+    return ", ".join(parts) + margin + refs
 
 
 def _md_table(header: list[str], rows: list[list[str]], right: int = 0) -> list[str]:
@@ -78,7 +79,8 @@ def render_markdown(matrix: Matrix, source: str) -> str:
         "",
         "## Matrix",
         "",
-        "One row per op, check and dtype; a cell counts the row's samples on one device; [n] is a note below.",
+        "One row per op, check and dtype; a cell counts the row's samples on one device; [n] is a note below."
+        + (f" {_MARGIN_WORDS}" if matrix.margins else ""),
         "",
     ]
     table, previous = [], None
@@ -101,7 +103,27 @@ def render_markdown(matrix: Matrix, source: str) -> str:
             f"- {result.outcome}: {_code(result.nodeid)}" + (f" [{number}]" if number else "")
             for result, number in matrix.failures
         ]
+    if matrix.closest:
+        out += ["", "## Closest passes", "", _md(closest_words(matrix)), ""]
+        rows = [[format_ratio(r.margin or 0.0), _code(r.nodeid), _md(r.margin_where) or _EMPTY] for r in matrix.closest]
+        out += _md_table(["error / allowed", "test", "comparison"], rows)
     return "\n".join(out) + "\n"
+
+
+_MARGIN_WORDS = (
+    "A passing cell's (x of bound) is how close its closest pass came: the largest error / allowed "
+    "among the comparisons its tests made (1 would fail)."
+)
+
+
+def closest_words(matrix: Matrix) -> str:
+    """What the closest-passes list is, and how much of the run it shows."""
+    shown = len(matrix.closest)
+    of = f"the {shown} closest of {matrix.margins} passes" if matrix.margins > shown else "every pass"
+    return (
+        f"The passes that came closest to failing, closest first ({of} with a recorded margin): the worst "
+        "error / allowed among a test's comparisons, and which comparison it was."
+    )
 
 
 # ------------------------------------------------------------------------------------ HTML
@@ -119,10 +141,11 @@ def _environment() -> jinja2.Environment:
 
 def _html_cell(cell: Cell | None) -> dict:
     if cell is None:
-        return {"css": "none", "text": _EMPTY, "title": "no test", "notes": [], "strong": False}
+        return {"css": "none", "text": _EMPTY, "margin": "", "title": "no test", "notes": [], "strong": False}
     return {
         "css": cell.status,
         "text": cell.text,
+        "margin": cell.margin_text,
         "title": cell.title,
         "notes": list(cell.notes),
         "strong": cell.status in (FAILED, ERROR),
@@ -208,5 +231,11 @@ def render_html(matrix: Matrix, source: str) -> str:
             rows=_html_rows(matrix),
             notes=_html_notes(matrix),
             failures=_html_failures(matrix),
+            margin_words=_MARGIN_WORDS if matrix.margins else "",
+            closest=[
+                {"ratio": format_ratio(r.margin or 0.0), "nodeid": r.nodeid, "where": r.margin_where}
+                for r in matrix.closest
+            ],
+            closest_words=closest_words(matrix),
         )
     )

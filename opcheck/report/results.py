@@ -7,8 +7,11 @@ and the same reason for the same run: a skip's or xfail's reason, or the first l
 opcheck tests are left out.
 
 The JSON also keeps, for a failure or an error, its whole message and what the report's notes
-show of it: the worst entry it names and its hints (opcheck.report.failure). Version 1 files,
-written before those fields, are read as results without them.
+show of it: the worst entry it names and its hints (opcheck.report.failure); and for a passing
+gradient check or low-precision test its margin: the worst error / allowed among the comparisons
+it made (at most 1; opcheck.engine.margins says which comparisons count), and which comparison
+that was. Version 1 and 2 files, written before those fields, are read as results without them.
+JUnit XML has the margin too, as the test's `opcheck_margin` property (opcheck.runtime.margins).
 
 What JUnit cannot say: a non-strict XPASS is written as a plain pass there; JUnit has no op
 path or spec file (only the module name, which is `test_<spec name>`); and pytest shortens the
@@ -24,16 +27,19 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from opcheck.runtime.margins import MARGIN_PROPERTY, parse_margin
 from opcheck.spec.case import CaseId, spec_of_module
 
 RESULTS_FORMAT = "opcheck-results"
-RESULTS_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-"""Version 2 added `worst`, `hint` and `message` to the records."""
+RESULTS_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+"""Version 2 added `worst`, `hint` and `message` to the records; version 3 `margin` and `margin_where`."""
 
 PASSED, FAILED, SKIPPED, XFAILED, XPASSED, ERROR = "passed", "failed", "skipped", "xfailed", "xpassed", "error"
 OUTCOMES = (FAILED, PASSED, SKIPPED, XFAILED, XPASSED, ERROR)
 """Every outcome, in the order pytest's summary line lists them."""
+PASSES = (PASSED, XPASSED)
+"""The outcomes whose test passed its checks: the ones a margin is recorded for."""
 
 _PRECEDENCE = (PASSED, SKIPPED, XFAILED, XPASSED, ERROR, FAILED)
 """When one test reports several phases (a call failure, then a teardown error), the later in this
@@ -67,15 +73,21 @@ class TestResult:
     worst: str = ""  # a failure's worst entry, as opcheck.report.failure reads it from the message
     hint: str = ""  # a failure's hints, one per line
     message: str = ""  # a failure's or an error's whole message, when it has more than its first line
+    margin: float | None = None  # a pass's worst error / allowed; None: not recorded
+    margin_where: str = ""  # which comparison that was, in the engine's words
 
     def to_json(self) -> dict:
-        """The record: every field, but the failure details only where there are some."""
+        """The record: every field, but the failure details and the margin only where there are some."""
         record = asdict(self)
         record["duration"] = round(self.duration, 6)
-        return {key: record[key] for key in _RECORD_ORDER if record[key] or key not in _FAILURE_DETAILS}
+        return {
+            key: record[key]
+            for key in _RECORD_ORDER
+            if key not in _OPTIONAL or (record[key] if key != "margin" else record[key] is not None)
+        }
 
 
-_FAILURE_DETAILS = ("worst", "hint", "message")
+_OPTIONAL = ("worst", "hint", "message", "margin", "margin_where")
 _RECORD_ORDER = (
     "nodeid",
     "spec",
@@ -87,6 +99,8 @@ _RECORD_ORDER = (
     "sample",
     "outcome",
     "reason",
+    "margin",
+    "margin_where",
     "worst",
     "hint",
     "message",
@@ -158,7 +172,15 @@ def parse_junit(text: str, where: str = "<junit>") -> list[TestResult]:
         entry["duration"] += _float(case.get("time"))
         # A test that failed in its call and errored in teardown has two <testcase> elements.
         entry["verdict"] = worse(entry["verdict"], _junit_verdict(case))
+        entry["margin"] = entry.get("margin") or _junit_margin(case)
     return [_result(entry) for entry in found.values()]
+
+
+def _junit_margin(case: ET.Element) -> tuple[float, str] | None:
+    for prop in case.iter("property"):
+        if prop.get("name") == MARGIN_PROPERTY:
+            return parse_margin(prop.get("value", ""))
+    return None
 
 
 def _junit_verdict(case: ET.Element) -> tuple[str, str]:
@@ -188,11 +210,15 @@ def _float(value) -> float:
 
 def _result(entry: dict) -> TestResult:
     outcome, reason = entry.pop("verdict")
+    margin = entry.pop("margin", None)
+    if margin is not None and outcome in PASSES:
+        entry.update(margin=margin[0], margin_where=margin[1])
     return TestResult(outcome=outcome, reason=reason, **entry)
 
 
 _REQUIRED = ("spec", "check", "device", "dtype", "sample", "outcome")
-_TYPES = {f.name: (float, int) if f.name == "duration" else str for f in fields(TestResult)}
+_NUMBERS = ("duration", "margin")
+_TYPES = {f.name: (float, int) if f.name in _NUMBERS else str for f in fields(TestResult)}
 
 
 def parse_json(text: str, where: str = "<json>") -> list[TestResult]:
@@ -236,7 +262,7 @@ def _record_problem(record) -> str | None:
         return f"unknown key(s) {', '.join(map(repr, unknown))}"
     for key, value in record.items():
         if not isinstance(value, _TYPES[key]) or isinstance(value, bool):
-            return f"{key}: expected {'a number' if key == 'duration' else 'a string'}, got {value!r}"
+            return f"{key}: expected {'a number' if key in _NUMBERS else 'a string'}, got {value!r}"
     if record["outcome"] not in OUTCOMES:
         return f"outcome: expected one of {', '.join(OUTCOMES)}, got {record['outcome']!r}"
     return None

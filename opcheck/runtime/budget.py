@@ -7,7 +7,10 @@ time_budget`) in `current_budget` around its call; `run_check` runs the check in
 
 - meters the op: every call of the op the sample's calls make goes through `OpMeter.wrap` (set
   as samples.OP_WRAPPER while the check runs, it wraps the op `samples.op_callable` returns), which
-  counts the calls and their seconds: two clock reads per call;
+  counts the calls and their seconds: two clock reads per call. Forward AD runs inside those calls
+  (a tangent is computed as the op runs), so its time is the op's; the op's backward runs later, in
+  autograd, so the meter hooks the autograd nodes the call made (up to MAX_BACKWARD_NODES of them,
+  hooks that go with the graph) and adds the time inside them to the op's;
 - arms one watchdog thread, shared by every test of the process (arming is an assignment under a
   lock, no thread per test). At the deadline the watchdog interrupts the thread running the check:
   a signal of its own sent to that thread (`INTERRUPT_SIGNAL`, a real-time signal on Linux, never
@@ -18,9 +21,11 @@ time_budget`) in `current_budget` around its call; `run_check` runs the check in
   again every REPEAT seconds while the test goes on. It never lands inside an import (a module left
   half imported would break every later test of the process): it waits for the import to end;
 - turns the interrupt into `TimeBudgetExceeded`, an AssertionError whose message names the check,
-  its derivative path and policy, the op's calls (how many, their seconds each, the one running
-  when the test was stopped), where the interrupt landed, and the changes that make the test fit
-  (a smaller sample, `fast_mode: true`, another device, a longer budget).
+  its derivative path and policy, the op's calls and backward passes (how many, their seconds, the
+  one running when the test was stopped), where the interrupt landed, and the changes that make the
+  test fit (a smaller sample, `fast_mode: true`, another device this machine has, a longer budget).
+  A call of the op (or its backward) still running at the deadline after half the budget or more is
+  a hang, not a cost: the hints then name that call and what makes a kernel never return.
 
 Nothing here imports torch: the process that supervises a run, which must start fast, uses it.
 
@@ -58,6 +63,17 @@ REPEAT = 0.25
 """Seconds between interrupts of a test that goes on after the first: one that swallowed it, or
 one that was importing a module (an import is never interrupted: the module would stay half made)."""
 
+HANG_SHARE = 0.5
+"""A call of the op, or its backward, still running at the deadline after this share of the budget is
+named a hang: no smaller sample or fast_mode makes one call return (a check makes many calls)."""
+
+HANG_WORDS = "a hang:"
+"""How the account names a hang (the supervisor's hints, chosen from the account it heard, look for it)."""
+
+MAX_BACKWARD_NODES = 64
+"""Autograd nodes of one call of the op whose time counts as its backward's (a composite op's graph
+beyond these: its time is the check's)."""
+
 INTERRUPT_SIGNAL: int | None = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else getattr(signal, "SIGUSR2", None)
 """The signal the watchdog sends; None where threads cannot be signalled (Windows)."""
 
@@ -92,9 +108,20 @@ class _Interrupt(BaseException):
 
 # ------------------------------------------------------------------------------------ metering
 class OpMeter:
-    """How many times the op was called, and for how long (a vmapped call counts once)."""
+    """How many times the op was called, and for how long (a vmapped call counts once); how many
+    times its backward ran, and for how long."""
 
-    __slots__ = ("calls", "seconds", "slowest", "running_since", "shapes")
+    __slots__ = (
+        "calls",
+        "seconds",
+        "slowest",
+        "running_since",
+        "shapes",
+        "backward_passes",
+        "backward_seconds",
+        "backward_since",
+        "_depth",
+    )
 
     def __init__(self) -> None:
         self.calls = 0
@@ -102,6 +129,10 @@ class OpMeter:
         self.slowest = 0.0
         self.running_since: float | None = None  # perf_counter() when the call in progress started
         self.shapes: list[tuple[int, ...]] | None = None  # the tensors of the first call
+        self.backward_passes = 0
+        self.backward_seconds = 0.0
+        self.backward_since: float | None = None  # perf_counter() when the op's backward node in progress started
+        self._depth = 0  # the op's backward nodes in progress (one inside another: a nested backward)
 
     def wrap(self, op: Callable) -> Callable:
         meter = self
@@ -110,10 +141,12 @@ class OpMeter:
             __tracebackhide__ = True
             if meter.shapes is None:
                 meter.shapes = [tuple(a.shape) for a in args if hasattr(a, "shape") and hasattr(a, "dtype")]
+            # A forward call: no backward of the op is in progress (one that raised left no end behind)
+            meter.backward_since, meter._depth = None, 0
             start = time.perf_counter()
             meter.running_since = start
             try:
-                return op(*args, **kwargs)
+                out = op(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - start
                 meter.running_since = None
@@ -121,11 +154,74 @@ class OpMeter:
                 meter.seconds += elapsed
                 if elapsed > meter.slowest:
                     meter.slowest = elapsed
+            meter.hook_backward(args, out)
+            return out
 
         metered.__name__ = getattr(op, "__name__", "op")
         metered.__qualname__ = getattr(op, "__qualname__", metered.__name__)
         metered.__doc__ = getattr(op, "__doc__", None)
         return metered
+
+    def hook_backward(self, args: tuple[Any, ...], out: Any) -> None:
+        """Time the autograd nodes this call of the op made when a backward runs them (the hooks
+        live on the nodes, and go with the graph)."""
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.is_grad_enabled():
+            return
+        try:
+            nodes = _backward_nodes(args, out)
+            for k, node in enumerate(nodes):
+                if k == 0:  # the first output's node runs once per backward pass through the op
+                    node.register_prehook(self._pass_starts)
+                node.register_prehook(self._node_starts)
+                node.register_hook(self._node_ends)
+        except Exception:  # noqa: BLE001 - a graph the hooks cannot reach (a transform's wrapper): untimed
+            return
+
+    def _pass_starts(self, grad_outputs: Any) -> None:
+        self.backward_passes += 1
+
+    def _node_starts(self, grad_outputs: Any) -> None:
+        if self._depth == 0:
+            self.backward_since = time.perf_counter()
+        self._depth += 1
+
+    def _node_ends(self, grad_inputs: Any, grad_outputs: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        since = self.backward_since
+        if self._depth == 0 and since is not None:
+            self.backward_seconds += time.perf_counter() - since
+            self.backward_since = None
+
+    def running(self) -> tuple[str, float] | None:
+        """What of the op is running now (its "call" or its "backward"), and for how many seconds."""
+        now = time.perf_counter()
+        if self.running_since is not None:
+            return "call", now - self.running_since
+        if self.backward_since is not None:
+            return "backward", now - self.backward_since
+        return None
+
+
+def _backward_nodes(args: tuple[Any, ...], out: Any) -> list[Any]:
+    """The autograd nodes a call of the op made: from its outputs' nodes back to its inputs' (never
+    past them), at most MAX_BACKWARD_NODES, the first output's first."""
+    outputs = out if isinstance(out, (tuple, list)) else (out,)
+    roots = [o.grad_fn for o in outputs if getattr(o, "grad_fn", None) is not None]
+    if not roots:
+        return []
+    before = {id(a.grad_fn) for a in args if getattr(a, "grad_fn", None) is not None}
+    found: list[Any] = []
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo and len(found) < MAX_BACKWARD_NODES:
+        node = todo.pop(0)
+        if node is None or id(node) in seen or id(node) in before or type(node).__name__ == "AccumulateGrad":
+            continue
+        seen.add(id(node))
+        found.append(node)
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return found
 
 
 @contextlib.contextmanager
@@ -157,6 +253,7 @@ class _Watch:
     armed: bool = True
     fired: bool = False
     account: str = ""  # where the time went, when its time ran out
+    hang: tuple[str, float, int] | None = None  # the op's call or backward not returned at the deadline: _hang
 
 
 _listener: Callable[[str, str], None] | None = None
@@ -215,6 +312,7 @@ class _Watchdog:
                     self._lock.wait(watch.deadline - now)
                     continue
                 if not watch.fired:
+                    watch.hang = _hang(watch)
                     watch.account = account(watch, now)
                     watch.fired = True
                     if _listener is not None:
@@ -244,6 +342,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         return
     if _importing(frame):  # the watchdog tries again in REPEAT seconds
         return
+    watch.hang = _hang(watch)  # what runs where the test is stopped (the deadline may have found it elsewhere)
     raise _Interrupt(_stack(frame), account(watch))
 
 
@@ -356,32 +455,59 @@ def _policy(case: Case) -> str | None:
     return f"fast_mode {case.spec.gradcheck.fast_mode} from the spec"
 
 
+def _hang(watch: _Watch) -> tuple[str, float, int] | None:
+    """The op's call or backward still running at the deadline after HANG_SHARE of the budget or more:
+    ("call" or "backward", its seconds, the op's calls that returned before it)."""
+    running = watch.meter.running()
+    if running is not None and running[1] >= HANG_SHARE * watch.budget.seconds:
+        return (*running, watch.meter.calls)
+    return None
+
+
 def account(watch: _Watch, now: float | None = None) -> str:
-    """Where the time went: the check and the op's calls, as of `now`."""
+    """Where the time went: the check, the op's calls and its backward, as of `now`."""
     now = time.monotonic() if now is None else now
     elapsed = now - watch.started
     case, meter, policy = watch.case, watch.meter, watch.policy
     where = f"{case.check} ({_path(case)}{', ' + policy if policy else ''})"
-    running = meter.running_since
-    running_for = time.perf_counter() - running if running is not None else None
-    op_seconds = meter.seconds + (running_for or 0.0)
-    if meter.calls == 0:
-        calls = "the op was not called yet"
-    else:
-        calls = (
-            f"the op returned from {meter.calls} call{'s' if meter.calls != 1 else ''}, "
-            f"{format_seconds(meter.seconds)} in all ({format_seconds(meter.seconds / meter.calls)} per call, "
-            f"the slowest {format_seconds(meter.slowest)})"
+    running = meter.running()
+    parts = [_op_calls(meter, running)]
+    if meter.backward_passes or meter.backward_seconds:
+        passes = meter.backward_passes
+        parts.append(
+            f"its backward ran {passes} time{'s' if passes != 1 else ''}, {format_seconds(meter.backward_seconds)} "
+            "in all"
         )
-    if running_for is not None and meter.calls == 0:
-        calls = f"the op's first call had run {format_seconds(running_for)} and was still running"
-    elif running_for is not None:
-        calls += f"; one more call had run {format_seconds(running_for)} and was still running"
+    hang = watch.hang
+    if running is not None:
+        what = "backward" if running[0] == "backward" else "call"
+        if meter.calls == 0 and what == "call":
+            parts[0] = f"the op's first call had run {format_seconds(running[1])} and was still running"
+        else:
+            parts.append(f"one more {what} had run {format_seconds(running[1])} and was still running")
+        if hang is not None:
+            parts[-1] += f" ({_hang_words(watch, hang)})"
+    op_seconds = meter.seconds + meter.backward_seconds + (running[1] if running is not None else 0.0)
     rest = max(elapsed - op_seconds, 0.0)
     return (
-        f"{format_seconds(elapsed)} in {where}: {calls}; the check's own work (autograd, finite differences, "
-        f"comparisons) took the other {format_seconds(rest)}"
+        f"{format_seconds(elapsed)} in {where}: {'; '.join(parts)}; the check's own work (autograd outside the "
+        f"op, finite differences, comparisons) took the other {format_seconds(rest)}"
     )
+
+
+def _op_calls(meter: OpMeter, running: tuple[str, float] | None) -> str:
+    if meter.calls == 0:
+        return "the op was not called yet"
+    return (
+        f"the op returned from {meter.calls} call{'s' if meter.calls != 1 else ''} (forward AD runs inside them), "
+        f"{format_seconds(meter.seconds)} in all ({format_seconds(meter.seconds / meter.calls)} per call, "
+        f"the slowest {format_seconds(meter.slowest)})"
+    )
+
+
+def _hang_words(watch: _Watch, hang: tuple[str, float, int]) -> str:
+    share, what = hang[1] / watch.budget.seconds, "backward" if hang[0] == "backward" else "call"
+    return f"{HANG_WORDS} {share:.0%} of the budget in one {what}, not a cost"
 
 
 def _stack(frame: FrameType | None, limit: int = 8) -> list[str]:
@@ -422,11 +548,11 @@ def budget_message(watch: _Watch, stack: list[str], text: str) -> str:
 
 
 def hints(watch: _Watch) -> list[str]:
-    """Concrete changes that make the test fit its budget."""
-    from opcheck.config import TABLE
-
+    """Concrete changes that make the test fit its budget, or, for a hang, what to look at."""
     case, meter = watch.case, watch.meter
     shapes = ", ".join(str(list(s)) for s in meter.shapes or []) or "its tensors"
+    if watch.hang is not None:
+        return _hang_hints(watch, shapes) + [_longer_budget(watch, "if one call is only this slow")]
     out = [
         f"a smaller sample: {case.sample.name!r} at {case.location} ({shapes}); a gradient check calls the op "
         f"about twice per input element for the full Jacobian, and its cost grows with input x output elements"
@@ -438,15 +564,44 @@ def hints(watch: _Watch) -> list[str]:
             f"every sample, so give {case.sample.name!r} a spec of its own to keep the others' full check, or run "
             f"with --opcheck-policy fast once"
         )
-    faster = [d for d in case.spec.devices if d != case.device and d != "cpu"]
+    faster = _other_devices_here(case)
     if case.device == "cpu" and faster:
-        out.append(
-            f"another device: the spec lists {', '.join(faster)} (--opcheck-device {faster[0]} where there is one)"
-        )
+        listed = ", ".join(faster)
+        out.append(f"another device this machine has: the spec lists {listed} (--opcheck-device {faster[0]})")
     out.append("`opcheck list --cost` estimates each test's calls and seconds before a run, and what makes it cheaper")
-    suggestion = int(max(watch.budget.seconds * 4, 60))
-    out.append(
-        f"a longer budget, if this is the test's normal time: --opcheck-time-budget {suggestion}, or "
-        f"time_budget = {suggestion} in {TABLE} (off: no budget)"
-    )
+    out.append(_longer_budget(watch, "if this is the test's normal time"))
     return out
+
+
+def _hang_hints(watch: _Watch, shapes: str) -> list[str]:
+    """What a call that does not return asks for: not a cheaper check (a smaller sample, fast_mode still
+    make that call), but the call itself."""
+    case, (what, seconds, returned) = watch.case, watch.hang or ("call", 0.0, 0)
+    call = "the op's backward" if what == "backward" else "a call of the op"
+    first = " (its first)" if what == "call" and returned == 0 else ""
+    return [
+        f"{call}{first} on {case.device}/{case.dtype} with inputs {shapes} (sample {case.sample.name!r} at "
+        f"{case.location}) had not returned after {format_seconds(seconds)}: a loop in the kernel that never ends "
+        f"(a bound or mask that does not advance, a while loop on a value that never changes), a deadlock (a lock, "
+        f"a barrier or a wait on another stream or process), or input the kernel never finishes on; the stack "
+        f"above is where it was",
+        f"rerun this test alone to see whether that call returns at all; the op's {returned} call(s) before it "
+        "returned",
+    ]
+
+
+def _longer_budget(watch: _Watch, when: str) -> str:
+    from opcheck.config import TABLE
+
+    suggestion = int(max(watch.budget.seconds * 4, 60))
+    return (
+        f"a longer budget, {when}: --opcheck-time-budget {suggestion}, or time_budget = {suggestion} in {TABLE} "
+        "(off: no budget)"
+    )
+
+
+def _other_devices_here(case: Case) -> list[str]:
+    """The devices the spec lists, other than the cpu and the test's, that this machine has."""
+    from opcheck.runtime.devices import unavailable_reason
+
+    return [d for d in case.spec.devices if d not in (case.device, "cpu") and unavailable_reason(d) is None]

@@ -26,6 +26,7 @@ and the report's user_properties), never silent.
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -35,13 +36,17 @@ import torch
 
 import opcheck.engine as engine
 from opcheck.engine.errors import GradcheckError
+from opcheck.engine.margins import recording_margins
+from opcheck.engine.reporting.float32 import float32_evidence
 from opcheck.runtime.budget import within_time_budget
 from opcheck.runtime.context import Settings, current_item, current_settings
 from opcheck.runtime.declared import Tolerance as DeclaredTolerance
 from opcheck.runtime.declared import UnsupportedCase, UnsupportedOutcome, forward_ad_outcome, gradgrad_outcome
 from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
+from opcheck.runtime.input_names import gradcheck_input_names, with_spec_names
 from opcheck.runtime.lowprec import compare_lowprec, resolve_parts
 from opcheck.runtime.makers import SampleError
+from opcheck.runtime.margins import announce_margin
 from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
 from opcheck.runtime.precision import describe as describe_precision
@@ -175,7 +180,7 @@ def _crash(
     policy: Policy | None = None,
     tolerances: str | None = None,
 ) -> CheckCrashed:
-    text = f"{type(e).__name__}: {e}".strip() + _crash_hint(e)
+    text = f"{type(e).__name__}: {e}".strip() + _crash_hint(e) + _triton_hint(e)
     return CheckCrashed(
         format_failure(
             case,
@@ -200,6 +205,15 @@ def _crash_hint(e: BaseException) -> str:
             "ctx.set_materialize_grads(False) is set; with that setting, backward must handle None."
         )
     return ""
+
+
+def _triton_hint(e: BaseException) -> str:
+    """What to do about a Triton kernel compiled for a GPU that met CPU tensors (opcheck.triton)."""
+    if "triton" not in sys.modules:  # no kernel ran: nothing of triton's is imported for the hint
+        return ""
+    from opcheck.triton.launches import hint
+
+    return hint(e)
 
 
 def _entries(check: str, fn, inputs) -> int:
@@ -285,6 +299,7 @@ class _Outcome:
     error: GradcheckError
     policy: Policy
     kink: str | None  # why the failure looks like a kink, or None
+    float32: str | None = None  # why the op seems to compute in float32 (then no kink is looked for)
 
 
 def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> _Outcome | None:
@@ -309,6 +324,9 @@ def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> 
         raise _crash(case, call, e, "the check", tol, policy) from e
     if report.error is None:  # passed
         return None
+    float32 = float32_evidence(fn, inputs)
+    if float32 is not None:  # float32 rounding, not a kink: eps/2 and re-draws would only repeat it
+        return _Outcome(call, report, report.error, policy, None, float32=float32)
     kink = _kink_evidence(check_fn, fn, inputs, kwargs, report) if report.mismatch is not None else None
     return _Outcome(call, report, report.error, policy, kink)
 
@@ -369,6 +387,25 @@ def _announce_parts(note: str) -> None:
             item.add_report_section("call", "opcheck lowprec parts", note)
 
 
+LOWPREC_FINDINGS = {
+    "inputs": "the op wrote into an input",
+    "grad_outputs": "the op wrote into its grad_output or tangent",
+    "reference": "the reference does not compute in float64",
+}
+"""Low-precision failures that are not about values: the headline of each."""
+
+
+def _announce_lowprec_finding(finding: str) -> None:
+    """What a passing low-precision test found all the same (a declared write into grad_output, a
+    float32 reference at float16) shows in its report (and on stdout)."""
+    print(f"opcheck lowprec: {finding}")
+    item = current_item.get()
+    if item is not None:
+        item.user_properties.append(("opcheck_lowprec_finding", finding))
+        if item.add_report_section is not None:
+            item.add_report_section("call", "opcheck lowprec", finding)
+
+
 # ------------------------------------------------------------------------------------ runners
 def _gradient_check(case: Case, settings: Settings) -> None:
     __tracebackhide__ = True
@@ -377,13 +414,16 @@ def _gradient_check(case: Case, settings: Settings) -> None:
     history: list[str] = []
     for attempt in range(redraws + 1):
         drawn = case.redraw(attempt)
-        failure = _first_failure(drawn, tol, settings)
+        with recording_margins() as margins:  # the passing draw's comparisons alone
+            failure = _first_failure(drawn, tol, settings)
         if failure is None:
             if history:
                 _announce_redraws(drawn, history)
+            announce_margin(margins.worst)
             return
         if failure.kink is None or attempt == redraws:
-            raise _gradient_failure(_kink_note(drawn, failure.kink, history, redraws), failure, tol, settings)
+            noted = _float32_note(_kink_note(drawn, failure.kink, history, redraws), failure.float32)
+            raise _gradient_failure(noted, failure, tol, settings)
         history.append(f"seed {drawn.seed}" + (f" (re-draw {attempt})" if attempt else "") + f": {failure.kink}")
 
 
@@ -399,6 +439,18 @@ def _kink_note(case: Case, kink: str | None, history: list[str], redraws: int) -
         )
     return case.with_note(
         f"this looks like a kink ({kink}), but the sample has explicit values, so it cannot be re-drawn"
+    )
+
+
+def _float32_note(case: Case, evidence: str | None) -> Case:
+    """The case with a note on what to write for an op that computes in float32 (none otherwise)."""
+    if evidence is None:
+        return case
+    return case.with_note(
+        f"the op seems to compute in float32: {evidence}, so its float64 finite differences carry float32 "
+        "rounding (this is not a kink, and re-drawing the sample cannot help); test it with `dtypes: []`, "
+        "`lowprec_dtypes: [float32, bfloat16, float16]` and a float64 `reference:` (the same math in plain "
+        "torch), which checks its outputs and gradients at those dtypes against float64"
     )
 
 
@@ -430,7 +482,7 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
         case,
         headline=f"opcheck {case.check} failed for {case.spec.op} on {case.device}/{case.dtype}, "
         f"sample {case.sample.name!r}",
-        body="engine report:\n" + str(err),
+        body="engine report:\n" + with_spec_names(str(err), _input_names(failure.call)),
         call=failure.call,
         path=path,
         tolerances=tol.describe(),
@@ -438,6 +490,11 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
         plot=plot,
     )
     return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
+
+
+def _input_names(call: Call) -> list[str]:
+    """The spec's name of each input the engine numbers (opcheck.runtime.input_names)."""
+    return gradcheck_input_names(call.args, call.kwargs)
 
 
 def unsupported_outcome(run: Callable[[], engine.GradcheckReport], path: str = "JVP") -> UnsupportedOutcome:
@@ -582,6 +639,8 @@ def _lowprec(case: Case, settings: Settings) -> None:
                     check_forward_ad=forward,
                     reference_op=reference,
                     parts=parts.parts,
+                    writes_grad_outputs=case.spec.writes_grad_outputs,
+                    on_finding=_announce_lowprec_finding,
                 )
         except Exception as e:
             raise _crash(case, call, e, "the low-precision run", tolerances=resolved.describe(case.dtype)) from e
@@ -590,11 +649,7 @@ def _lowprec(case: Case, settings: Settings) -> None:
             headline = (
                 f"opcheck lowprec failed for {case.spec.op} on {case.device}/{case.dtype}, sample "
                 f"{case.sample.name!r}: "
-                + (
-                    "the op wrote into an input"
-                    if diff.path == "inputs"
-                    else f"{diff.what} differs from the float64 {against}"
-                )
+                + LOWPREC_FINDINGS.get(diff.path, f"{diff.what} differs from the float64 {against}")
             )
             raise LowPrecisionMismatch(
                 format_failure(
@@ -603,12 +658,20 @@ def _lowprec(case: Case, settings: Settings) -> None:
                     body=diff.text,
                     call=call,
                     path=f"{diff.path} at {case.dtype} against the float64 reference"
-                    if diff.path != "inputs"
+                    if diff.path not in LOWPREC_FINDINGS
                     else None,
                     tolerances=resolved.describe(case.dtype),
                     precision=describe_precision(switches),
                 )
             )
+
+
+def _lowprec_margined(case: Case, settings: Settings) -> None:
+    """The low-precision test, whose pass reports its worst part's margin (opcheck.runtime.margins)."""
+    __tracebackhide__ = True
+    with recording_margins() as margins:
+        _lowprec(case, settings)
+    announce_margin(margins.worst)
 
 
 def _library_opcheck(case: Case, settings: Settings) -> None:
@@ -651,6 +714,6 @@ RUNNERS: dict[str, Callable[[Case, Settings], None]] = {
     FWGRAD_BWGRAD: _gradient_check,
     GRADGRAD_UNSUPPORTED: _expect_unsupported,
     FORWARD_AD_UNSUPPORTED: _expect_unsupported,
-    LOWPREC: _lowprec,
+    LOWPREC: _lowprec_margined,
     LIBRARY_OPCHECK: _library_opcheck,
 }

@@ -13,11 +13,15 @@ bfloat16 JVP that torch does not implement leaves the output and VJP comparisons
 The reference is the op itself on the upcast copy, or the spec's `reference:`; on mps it runs on
 the CPU (no float64 there). A sparse input is upcast in its layout, with its pattern; sparse
 gradients are compared dense. Integer and bool outputs must be equal.
+
+A backward that writes into its grad_output (or a forward-AD rule into its tangent) fails the
+test unless the spec declares it (`writes_grad_outputs: true`); a reference that computes in
+float32 fails the float32 test. What a passing test found all the same goes to `on_finding`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 import torch
@@ -33,6 +37,7 @@ from opcheck.engine.lowprec import (
 )
 from opcheck.runtime.call import Call
 from opcheck.runtime.devices import reference_device
+from opcheck.runtime.margins import note_lowprec_margin
 from opcheck.runtime.samples import seeded_generator
 from opcheck.runtime.tolerances import Tolerances
 from opcheck.spec.case import CaseId
@@ -53,7 +58,7 @@ __all__ = [
 class LowPrecisionDiff:
     """One compared quantity beyond the criterion's bound (or an input the op wrote into)."""
 
-    path: str  # "output", "VJP", "JVP", or "inputs"
+    path: str  # "output", "VJP", "JVP", "inputs", "grad_outputs" or "reference"
     what: str  # "output 0", "VJP: gradient of input 1", ...
     text: str  # the localized report
 
@@ -113,11 +118,15 @@ def compare_lowprec(
     reference_op=None,
     parts: Collection[str] = LOWPREC_PARTS,
     clone_inputs: bool = False,
+    writes_grad_outputs: bool = False,
+    on_finding: Callable[[str], None] | None = None,
 ) -> LowPrecisionDiff | None:
     """The first quantity beyond the criterion's bound, or None when outputs, VJP and JVP all agree.
 
     criterion: the engine's Criterion (default: "baseline" with its defaults; `tolerances` alone
-    selects the table with those atol/rtol). The rest as for case_report.
+    selects the table with those atol/rtol). on_finding: told what a passing comparison found all
+    the same (a declared write into grad_output, a float32 reference at float16). The rest as for
+    case_report.
     """
     __tracebackhide__ = True
     if criterion is None:
@@ -131,12 +140,20 @@ def compare_lowprec(
         reference_op=reference_op,
         parts=parts,
         clone_inputs=clone_inputs,
+        writes_grad_outputs=writes_grad_outputs,
     )
     if report.error is None:
+        note_lowprec_margin(report)
+        if on_finding is not None:
+            for finding in report.findings:
+                on_finding(finding)
         return None
+    if report.failure:  # an input or a grad_output written into, a reference that is not float64
+        who = "the reference" if report.failure == "reference" else "the op"
+        return LowPrecisionDiff(report.failure, who, report.message)
     failing = report.first_failure
-    if failing is None:  # an input written into, or outputs that do not pair up
-        return LowPrecisionDiff("inputs" if report.inputs_written else "output", "the op", report.message)
+    if failing is None:  # outputs that do not pair up
+        return LowPrecisionDiff("output", "the op", report.message)
     return LowPrecisionDiff(failing.path, failing.what, report.message)
 
 
@@ -150,11 +167,14 @@ def case_report(
     reference_op=None,
     parts: Collection[str] = LOWPREC_PARTS,
     clone_inputs: bool = False,
+    writes_grad_outputs: bool = False,
 ) -> LowPrecisionReport:
     """The engine's report on one call of a case: `call` is the case's sample drawn on its device
     and low-precision dtype. reference_op: the float64 implementation to compare with (the spec's
     `reference`), for kernels that have no float64 path; by default the op itself on upcast inputs.
-    clone_inputs: every call gets fresh copies of the inputs (the call's own setting also does)."""
+    clone_inputs: every call gets fresh copies of the inputs (the call's own setting also does).
+    writes_grad_outputs: the op's backward writes into its grad_output on purpose (the spec's
+    `writes_grad_outputs`): a finding, not a failure."""
     __tracebackhide__ = True
     ref_device = reference_device(case.device)
     ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
@@ -172,9 +192,19 @@ def case_report(
         criterion=criterion,
         reference_device=ref_device,
         clone_inputs=clone_inputs,
+        writes_grad_outputs=writes_grad_outputs,
         generator=seeded_generator(case.seed(attempt, stream="cotangent")),
-        dtype=getattr(torch, case.dtype),
+        dtype=_cast_to(call, case.dtype),
     )
+
+
+def _cast_to(call: Call, dtype: str) -> torch.dtype | None:
+    """The dtype the engine casts the inputs to: the test's, or None where an argument keeps its own
+    (`lowprec_dtype`), so that the inputs go in as built; the engine then judges at the first one's
+    dtype, which spec validation makes the test's (opcheck.spec.samples)."""
+    test = getattr(torch, dtype)
+    kept = any(x.dtype != test and (x.is_floating_point() or x.is_complex()) for x in call.gradcheck_inputs())
+    return None if kept else test
 
 
 def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) -> str | None:

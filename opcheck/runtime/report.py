@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, replace
 
 import torch
@@ -106,7 +107,12 @@ def format_failure(
         rows.append(("note", note))
     if plot:
         rows.append(("heatmap", plot))
-    rows.append(("rerun", case.rerun_command()))
+    triton = sys.modules.get("opcheck.triton.launches")  # loaded only where opcheck.triton.setup() ran
+    nodeid = getattr(current_item.get(), "nodeid", None)
+    interpreted = triton.interpreter_note(nodeid) if triton is not None else None
+    if interpreted:  # the test launched interpreted kernels: say so, and rerun it the same way
+        rows.append(("triton", interpreted))
+    rows.append(("rerun", (triton.rerun_prefix(nodeid) if triton is not None else "") + case.rerun_command()))
     width = max(len(k) for k, _ in rows) + 3
     lines = [headline]
     for key, value in rows:

@@ -9,9 +9,10 @@ last dim (the gaps hold NaN for floating dtypes, so a kernel that ignores stride
 A sparse `layout` draws its pattern right after its values, from the same generator (sparse.py).
 `values` and `values_file` (read from the project root, file_values.py) draw nothing.
 
-Arguments: TensorArg -> a tensor (dtype None: the test's dtype; requires_grad None: True for
-floating/complex); TensorListArg -> a list of tensors; TupleArg -> a tuple; DtypeArg -> a
-torch.dtype; a Python list or tuple literal -> a Python list.
+Arguments: TensorArg -> a tensor (dtype None: the test's dtype, or in a low-precision test its
+`lowprec_dtype` where it has one; requires_grad None: True for floating/complex); TensorListArg
+-> a list of tensors; TupleArg -> a tuple; DtypeArg -> a torch.dtype; a Python list or tuple
+literal -> a Python list.
 """
 
 from __future__ import annotations
@@ -103,8 +104,22 @@ def build_arg(arg, device: str, dtype: str, gen: torch.Generator, where: str = "
     return arg
 
 
+GRADIENT_CHECK_DTYPES = ("float64", "complex128")
+"""The dtypes of the gradient checks; a test at any other dtype is a low-precision one."""
+
+
+def tensor_dtype(arg: TensorArg, dtype: str) -> str:
+    """The dtype `arg` is built at in a test at `dtype`: its own `dtype`, else, in a low-precision
+    test, its `lowprec_dtype` (float32 gates beside bfloat16 activations), else the test's."""
+    if arg.dtype is not None:
+        return arg.dtype
+    if arg.lowprec_dtype is not None and dtype not in GRADIENT_CHECK_DTYPES:
+        return arg.lowprec_dtype
+    return dtype
+
+
 def build_tensor(arg: TensorArg, device: str, dtype: str, gen: torch.Generator) -> torch.Tensor:
-    tdtype = torch_dtype(arg.dtype or dtype)
+    tdtype = torch_dtype(tensor_dtype(arg, dtype))
     values = draw_values(arg, tdtype, gen)
     differentiable = tdtype.is_floating_point or tdtype.is_complex
     requires_grad = differentiable if arg.requires_grad is None else arg.requires_grad

@@ -210,6 +210,7 @@ def _build_op(
         imports=imports or (),
         reference=reference,
         clone_inputs=_value(ctx, fields, "clone_inputs", False),
+        writes_grad_outputs=_writes_grad_outputs(ctx, fields, lowprec, label),
         reduced_precision=_reduced_precision(ctx, fields, lowprec, label),
         **{
             key: _rules(ctx, fields.get(key), key, sample_names, label, lowprec)
@@ -539,6 +540,22 @@ def _reduced_precision(
             at_key=True,
         )
     return _flags(ctx, node, ReducedPrecision)
+
+
+def _writes_grad_outputs(
+    ctx: Checker, fields: dict[str, Node], lowprec: tuple[str, ...] | None, label: str | None
+) -> bool:
+    """`writes_grad_outputs:`, which only the low-precision check reads (it finds the write)."""
+    node = fields.get("writes_grad_outputs")
+    if node is not None and node.value is True and lowprec == ():
+        none = f" ({label} has none)" if label else ""
+        ctx.report(
+            node,
+            "the low-precision check is the one that finds a write into grad_output, and it does not "
+            f"run without lowprec_dtypes{none}; add them",
+            at_key=True,
+        )
+    return bool(_value(ctx, fields, "writes_grad_outputs", False))
 
 
 def _lowprec_parts(

@@ -215,7 +215,8 @@ class TensorArg:
     """A tensor to build for a sample.
 
     dtype None means the test's dtype (float64/complex128 for the gradient checks, the
-    low-precision dtype for lowprec). requires_grad None means: True for floating/complex dtypes.
+    low-precision dtype for lowprec, or `lowprec_dtype` there when given). requires_grad None
+    means: True for floating/complex dtypes.
     Values are uniform in [low, high) (defaults -2, 2; for integer dtypes 0, 10) unless `values`
     gives them, `values_file` loads them, or `maker` structures them; `avoid` keeps every value at
     least `margin` away from the listed points (kinks, poles).
@@ -246,6 +247,9 @@ class TensorArg:
     nnz: int | None = None  # specified elements (blocks for bsr/bsc), per batch for compressed layouts
     blocksize: tuple[int, int] | None = None  # bsr/bsc only
     dense_dim: int = 0  # trailing dense dims of a hybrid sparse tensor
+    # The dtype in low-precision tests (float32 gates or states beside bfloat16 activations); the
+    # gradient checks and the float64 reference take the test's dtype as usual. Only without `dtype`.
+    lowprec_dtype: str | None = None
 
     @property
     def is_sparse(self) -> bool:
@@ -504,6 +508,9 @@ class OpSpec:
     # Fresh copies of the sample's tensors for every call of the op and of its reference: for
     # kernels that write into their inputs (past autograd's version counter).
     clone_inputs: bool = False
+    # The op's backward writes into its grad_output (or its forward-AD rule into its tangent) on
+    # purpose: the low-precision check reports the write instead of failing on it.
+    writes_grad_outputs: bool = False
     reduced_precision: ReducedPrecision = ReducedPrecision()
     tolerances: tuple[ToleranceRule, ...] = ()
     lowprec_parts: tuple[LowprecPartsRule, ...] = ()

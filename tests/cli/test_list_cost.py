@@ -120,3 +120,61 @@ def test_a_policy_replaces_the_specs_fast_mode(project):
     assert "fast mode: one random projection per input and output" in result.stdout
     bad = opcheck("list", "--cost", "--budget", "many", cwd=project)
     assert bad.returncode == 2 and "--budget" in bad.stderr
+
+
+def test_spec_paths_are_arguments(project):
+    result = opcheck("list", "--cost", "op_specs/tanh.yaml", "--device", "cpu", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("1 spec(s), 2 tests estimated on cpu: ")
+    both = opcheck("list", "op_specs/tanh.yaml", "op_specs/kernel.yaml", cwd=project)
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.splitlines()[-1] == "2 spec(s), 6 tests"
+
+
+def test_a_missing_or_non_spec_path_is_named(project):
+    (project / "notes.txt").write_text("not a spec\n")
+    result = opcheck("list", "--cost", "op_specs/tanh.yaml", "missing.yaml", "notes.txt", cwd=project)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "missing.yaml: no such file or folder",
+        "notes.txt: not a spec: expected a *.yaml or *.yml file, or a folder of them",
+    ]
+
+
+def test_spec_paths_and_specs_together_are_refused(project):
+    result = opcheck("list", "--specs", "op_specs", "op_specs/tanh.yaml", cwd=project)
+    assert result.returncode == 2 and "give spec paths or --specs, not both" in result.stderr
+
+
+@pytest.fixture
+def budgeted(project: Path, tmp_path: Path) -> Path:
+    """The project's specs under a time budget that the kernel's gradcheck cannot keep."""
+    (tmp_path / "op_specs").mkdir()
+    (tmp_path / "kernels.py").write_text(KERNELS)
+    for name in ("tanh", "kernel"):
+        (tmp_path / "op_specs" / f"{name}.yaml").write_text((project / "op_specs" / f"{name}.yaml").read_text())
+    (tmp_path / "pyproject.toml").write_text('[tool.opcheck]\ntime_budget = "0.0001"\n')
+    return tmp_path
+
+
+def test_generate_with_cost_warns_of_tests_past_the_time_budget(budgeted):
+    result = opcheck("generate", "--cost", cwd=budgeted)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("2 written, 0 unchanged, 0 deleted (generated_tests)")
+    warning = result.stderr.split("warning: ", 1)[1]
+    assert re.match(
+        r"\d+ generated test\(s\) estimated past the time budget of 0\.1 ms \(\[tool\.opcheck\] time_budget\); "
+        r"each stops there and fails:\n",
+        warning,
+    ), warning
+    block = warning.split("  generated_tests/test_kernel.py::test_gradcheck[cpu-float64-rows]: ~", 1)[1]
+    assert "- a smaller sample: the loops run once per output element (144 here)" in block.split("\n  gen")[0]
+    again = opcheck("generate", "--cost", cwd=budgeted)  # nothing to write: the estimate still runs
+    assert again.returncode == 0 and "test_kernel.py::test_gradcheck[cpu-float64-rows]" in again.stderr
+
+
+def test_generate_estimates_nothing_unless_asked(budgeted):
+    result = opcheck("generate", cwd=budgeted)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    refused = opcheck("generate", "--check", "--cost", cwd=budgeted)
+    assert refused.returncode == 2 and "--cost applies when writing" in refused.stderr

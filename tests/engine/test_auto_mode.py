@@ -74,13 +74,14 @@ def test_vjp_stage_failure_names_cotangent_direction_pairs():
     assert "v_" in r.message and "J u_" in r.message
 
 
-def test_block_within_budget_is_recomputed_in_full():
-    # 3 inputs of 1024 and one output of 1024: beyond 2**20 in all, each block within it.
+def test_block_within_budget_is_recomputed_in_full_only_where_that_is_cheap():
+    # 3 inputs of 1024 and one output of 1024: beyond 2**20 in all, each block within it. The kernel
+    # has no vmap rule: recomputing the block would take a backward per output element and two calls
+    # per input element, so the projections' report stands (a failure costs about what a pass does).
     m = MUTANTS["attention_2x32x16_head"]
     r = _report(m, m.wrong)
-    assert "recomputed in full" in r.message
-    assert isinstance(r.mismatch, JacobianMismatch)
-    assert r.mismatch.input_idx == 0 and all(e.input_index[0] == 1 for e in r.mismatch.worst)  # head 1 of q
+    assert isinstance(r.mismatch, ProjectionMismatch) and "within the budget, but the op cannot be batched" in r.message
+    assert r.mismatch.input_idx == 0 and all(e.output_index[0] == 1 for e in r.mismatch.worst)  # head 1
 
 
 @pytest.mark.parametrize("m", [m for m in scale_mutants.MUTANTS if m.id.startswith("csin_")], ids=lambda m: m.id)

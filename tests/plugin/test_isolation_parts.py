@@ -190,6 +190,15 @@ def test_what_a_failure_says_of_a_dead_process():
         "exceeded its time budget of 3 s and did not stop when interrupted: opcheck ended the test process after 8.4 s"
     )
     assert killed.details.startswith("where the time went: 3 s in gradcheck (VJP)")
+    assert "if the test is only slow: a smaller sample, `fast_mode: true`" in killed.details
+    hung = crash.describe(
+        -signal.SIGABRT,
+        overdue="3 s in gradcheck (VJP): the op's first call had run 3 s and was still running (a hang: 100% of "
+        "the budget in one call, not a cost)",
+        killed=crash.BudgetKill(3, 8.4),
+    )
+    assert "smaller sample" not in hung.details and "fast_mode" not in hung.details
+    assert "hint: if that one call is only this slow: a longer --opcheck-time-budget" in hung.details
     exited = crash.describe(1)
     assert exited.headline == "ended the test process with exit status 1" and "pytest-timeout" in exited.details
 

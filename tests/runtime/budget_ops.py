@@ -52,3 +52,21 @@ def imports_slowly(x: torch.Tensor) -> torch.Tensor:
 
     importlib.import_module(str(SEEN["module"]))
     return loops(x)
+
+
+class _SlowBackward(torch.autograd.Function):
+    """A quick forward and a backward that takes SEEN["backward_seconds"] (60 ms unless set)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        time.sleep(float(SEEN.get("backward_seconds", 0.06)))  # type: ignore[arg-type]
+        return g * 2
+
+
+def slow_backward(x: torch.Tensor) -> torch.Tensor:
+    """A kernel whose time is in its backward (no vmap rule: the engine loops over VJP rows)."""
+    return _SlowBackward.apply(x) + 0 * x.sum().item()

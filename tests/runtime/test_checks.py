@@ -293,7 +293,8 @@ def drawn_labels(monkeypatch):
 
 
 def test_heatmap_of_a_jvp_projection_failure(tmp_path, item_context, drawn_labels):
-    # auto beyond the budget: J·U from VJP rows disagrees with finite differences, a (k, m) block
+    # auto beyond the budget: J·U from the VJP of the VJP, which backward's rows confirm where they
+    # were taken, disagrees with finite differences, a (k, m) block
     item_context(settings=Settings(policy="auto", budget=1, plot_dir=str(tmp_path / "plots")))
     with pytest.raises(opcheck.GradcheckError) as info:
         run_check(spec("runtime_ops:square_wrong"), "gradcheck", "cpu", "float64", "vec")
@@ -303,7 +304,7 @@ def test_heatmap_of_a_jvp_projection_failure(tmp_path, item_context, drawn_label
     (drawn,) = drawn_labels
     assert drawn["y"] == "direction u_l along input 0 (shape (5,))"
     assert drawn["x"] == "output 0 element (shape (5,))"
-    assert f"auto: {auto.JVP_STAGE} (J·U from VJP rows)" in drawn["title"]
+    assert f"auto: {auto.JVP_STAGE} (J·U from the VJP of the VJP, which backward's rows match" in drawn["title"]
     assert "finite differences" in drawn["colorbar"]
 
 

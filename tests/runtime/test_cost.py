@@ -333,14 +333,21 @@ def test_the_machine_factor_is_a_bounded_ratio():
     assert 0.25 <= machine_factor() <= 8.0
 
 
-def test_a_slow_op_on_the_cpu_is_told_of_another_device(monkeypatch):
-    from opcheck.runtime.cost.estimate import _another_device
+def test_a_slow_op_on_the_cpu_is_told_of_another_device_only_one_this_machine_has(monkeypatch):
+    from opcheck.runtime import devices
+    from opcheck.runtime.cost.estimate import _slow_op
 
+    spec = _spec(devices=("cpu", "cuda", "mps"))
     cpu, cuda = (CaseId("k", "lowprec", device, "float32", "big") for device in ("cpu", "cuda"))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    said = _another_device(cpu, 0.25, "the op's run at float32")
+    monkeypatch.setattr(devices, "unavailable_reason", lambda device: None if device in ("cpu", "mps") else "no")
+    said = _slow_op(spec, cpu, 0.25, "the op's run at float32")
     assert said == (
         "another device: the op's run at float32 takes 250 ms on the cpu (Triton runs its kernels in the "
-        "interpreter there); leave cpu out of `devices:`, or run with `--opcheck-device cuda`"
+        "interpreter there); leave cpu out of `devices:`, or run with `--opcheck-device mps`"
     )
-    assert _another_device(cpu, 0.001, "one forward") is None and _another_device(cuda, 0.25, "one forward") is None
+    assert _slow_op(spec, cpu, 0.001, "one forward") is None and _slow_op(spec, cuda, 0.25, "one forward") is None
+    monkeypatch.setattr(devices, "unavailable_reason", lambda device: None if device == "cpu" else "no")
+    said = _slow_op(spec, cpu, 0.25, "the op's run at float32")
+    assert said is not None and said.startswith("a smaller sample: the op's run at float32 takes 250 ms on the cpu")
+    assert "cuda" not in said and "mps" not in said and "device:" not in said

@@ -3,6 +3,7 @@ the time went and what to change; without a budget nothing is wrapped or armed."
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import threading
@@ -12,6 +13,7 @@ import budget_ops
 import pytest
 
 from opcheck.runtime import budget, run_check, samples
+from opcheck.runtime import devices as budget_devices
 from opcheck.runtime.budget import TimeBudget, TimeBudgetExceeded, current_budget
 from opcheck.runtime.context import ItemContext, Settings, current_item
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Sample, TensorArg
@@ -65,11 +67,62 @@ def test_a_sleeping_op_is_stopped_and_the_message_says_where_and_what_to_change(
     assert "where the time went: " in message and "in gradcheck (VJP, fast_mode auto from the spec)" in message
     assert "the op's first call had run" in message and "was still running" in message, message
     assert "stopped at (innermost first):" in message and "budget_ops.py:" in message and "in sleeps" in message
+
+
+@needs_signals
+def test_a_call_that_never_returns_is_a_hang_with_hints_that_fit_one(within):
+    """No smaller sample or fast_mode makes one call return: the hints name the call instead."""
+    within(0.3)
+    message, _ = stopped("sleeps")
+    assert "was still running (a hang: " in message and "% of the budget in one call, not a cost)" in message
     hints = [line for line in message.splitlines() if line.startswith("hint: ")]
-    assert hints[0].startswith("hint: a smaller sample: 'vec' at op_specs/x.yaml:7:5 ([3])")
+    assert hints[0].startswith(
+        "hint: a call of the op (its first) on cpu/float64 with inputs [3] (sample 'vec' at op_specs/x.yaml:7:5) "
+        "had not returned after "
+    )
+    assert "a loop in the kernel that never ends" in hints[0] and "a deadlock" in hints[0]
+    assert hints[1].startswith("hint: rerun this test alone to see whether that call returns at all; the op's 0 call")
+    assert hints[-1].startswith("hint: a longer budget, if one call is only this slow: --opcheck-time-budget 60")
+    assert "smaller sample" not in message and "fast_mode: true" not in message
+
+
+@needs_signals
+def test_a_backward_that_never_returns_is_a_hang_of_the_op_s_backward(within, monkeypatch):
+    monkeypatch.setitem(budget_ops.SEEN, "backward_seconds", 0)
+    within(60)
+    run_check(spec("slow_backward"), "gradcheck", "cpu", "float64", "vec")  # the engine's first use imports
+    monkeypatch.setitem(budget_ops.SEEN, "backward_seconds", 30)
+    within(0.3)
+    message, took = stopped("slow_backward")
+    assert took < 5
+    assert (
+        "one more backward had run " in message and "(a hang: " in message and "in one backward, not a cost" in message
+    )
+    hints = [line for line in message.splitlines() if line.startswith("hint: ")]
+    assert hints[0].startswith("hint: the op's backward on cpu/float64 with inputs [3]"), hints
+
+
+def test_the_op_s_backward_is_counted_as_the_op_s_time(within):
+    """A kernel's backward runs in autograd, after its call returned: its time is still the op's."""
+    within(0.25)  # a VJP per output row, 60 ms each
+    message, _ = stopped("slow_backward", "row", gradcheck=GradcheckFlags(fast_mode="false", check_batched_grad=False))
+    assert re.search(r"its backward ran \d+ times?, [\d.]+ m?s in all", message), message
+    assert "(forward AD runs inside them)" in message
+
+
+def test_a_slow_check_gets_a_cheaper_check_and_only_devices_this_machine_has(within, monkeypatch):
+    within(0.25)
+    slow = GradcheckFlags(fast_mode="false", check_batched_grad=False)
+    monkeypatch.setattr(budget_devices, "unavailable_reason", lambda device: f"{device} is not here")
+    message, _ = stopped("slow_calls", "row", gradcheck=slow)
+    hints = [line for line in message.splitlines() if line.startswith("hint: ")]
+    assert hints[0].startswith("hint: a smaller sample: 'row' at op_specs/x.yaml:9:5 ([8])")
     assert "`fast_mode: true` under `gradcheck:` in op_specs/x.yaml" in hints[1]
-    assert "--opcheck-device cuda" in hints[2]  # the spec lists every device; this test ran on the CPU
+    assert "a hang" not in message and not any("device" in h for h in hints), hints
     assert hints[-1].startswith("hint: a longer budget, if this is the test's normal time: --opcheck-time-budget 60")
+    monkeypatch.setattr(budget_devices, "unavailable_reason", lambda device: None if device == "cuda" else "no")
+    message, _ = stopped("slow_calls", "row", gradcheck=slow)
+    assert "hint: another device this machine has: the spec lists cuda (--opcheck-device cuda)" in message
 
 
 def test_a_python_loop_is_stopped(within):
@@ -99,12 +152,13 @@ def test_an_import_is_never_interrupted(within, tmp_path, monkeypatch):
 def test_the_op_calls_are_counted(within):
     within(0.25)  # the full check of 8 elements calls the op 17 times or more, 50 ms each
     message, _ = stopped("slow_calls", "row", gradcheck=GradcheckFlags(fast_mode="false", check_batched_grad=False))
-    assert "the op returned from " in message and " calls, " in message and " per call, the slowest " in message
+    assert "the op returned from " in message and " calls (forward AD runs inside them), " in message
+    assert " per call, the slowest " in message
 
 
 def test_the_policy_given_on_the_command_line_is_named(within):
-    within(0.3, Settings(policy="full"))
-    message, _ = stopped("loops")
+    within(0.25, Settings(policy="full"))
+    message, _ = stopped("slow_calls", "row")  # slow, not hung: a cheaper check helps
     assert "in gradcheck (VJP, --opcheck-policy full)" in message
     assert "`fast_mode: true`" in message  # a spec change still helps the next runs
 

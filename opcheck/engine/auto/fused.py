@@ -90,6 +90,7 @@ from opcheck.engine.batching import (
     difference_quotient,
     settings,
 )
+from opcheck.engine.comparison.compare import BACKWARD, FORWARD
 from opcheck.engine.context import Blocks, Call, CheckContext
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian
@@ -153,7 +154,8 @@ def _jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks, bool]:
 def _compare_forward(ctx: CheckContext, numerical: Blocks, analytical: Blocks) -> None:
     for j, per_output in enumerate(numerical):
         for i, n in enumerate(per_output):
-            if not allclose_promoted(analytical[j][i], n, ctx.flags.rtol, ctx.flags.atol):
+            where = FORWARD.block(i, j).named(ctx)
+            if not allclose_promoted(analytical[j][i], n, ctx.flags.rtol, ctx.flags.atol, where=where):
                 raise Fallback(f"forward AD: output {i}, input {j} disagrees with finite differences")
 
 
@@ -303,6 +305,7 @@ def _backward(ctx: CheckContext, call: Call, numerical: Blocks) -> None:
         offset = 0
         for i, o in enumerate(call.outputs):
             size = o.numel()
-            if not allclose_promoted(f[offset : offset + size].t(), numerical[j][i], ctx.flags.rtol, ctx.flags.atol):
+            a, where = f[offset : offset + size].t(), BACKWARD.block(i, j).named(ctx)
+            if not allclose_promoted(a, numerical[j][i], ctx.flags.rtol, ctx.flags.atol, where=where):
                 raise Fallback(f"backward: output {i}, input {j} disagrees with finite differences")
             offset += size

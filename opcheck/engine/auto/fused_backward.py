@@ -196,13 +196,15 @@ def legacy_rows(
     timed: bool = False,
 ) -> tuple[torch.Tensor | None, ...]:
     """The rows from the legacy batched backward (is_grads_batched); `timed`: its seconds per row
-    go to ev.backward_row_seconds."""
+    go to ev.backward_row_seconds. Backward gets its own copy of the cotangents (a kernel may write
+    into its grad_output; the caller reuses them)."""
 
     def rows() -> tuple[torch.Tensor | None, ...]:
+        fresh = [c.clone() for c in cotangents]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.autograd.grad(
-                outputs, diff_inputs, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
+                outputs, diff_inputs, fresh, retain_graph=True, allow_unused=True, is_grads_batched=True
             )
 
     if not timed:
@@ -228,7 +230,7 @@ def functorch_rows(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pullback = torch.func.vjp(of_x, *[base[j] for j in diff])[1]
-            return tuple(torch.func.vmap(pullback)(tuple(cotangents)))
+            return tuple(torch.func.vmap(pullback)(tuple(c.clone() for c in cotangents)))
     except Exception:  # no torch.func support (an old-style Function, .item(), ...): the legacy rows
         return None
 
@@ -237,6 +239,7 @@ def _plain_vjp(
     ev: Evaluator, output: torch.Tensor, diff_inputs: list[torch.Tensor], v: torch.Tensor
 ) -> tuple[torch.Tensor | None, ...]:
     ev.stats.vjp_calls += 1
+    fresh = v.clone()  # its own copy: a backward may write into its grad_output, and v is reused
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.autograd.grad(output, diff_inputs, v, retain_graph=True, allow_unused=True)
+        return torch.autograd.grad(output, diff_inputs, fresh, retain_graph=True, allow_unused=True)

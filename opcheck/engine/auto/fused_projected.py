@@ -77,6 +77,7 @@ from opcheck.engine.auto.passes import (
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher, vjp_jvp_pairs
 from opcheck.engine.auto.sources import Projection, rows_along
 from opcheck.engine.batching import ForwardCalls, close, difference_quotient
+from opcheck.engine.comparison.compare import BACKWARD, FORWARD, Part
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.modes.fast import make_vectors, real_direction
@@ -106,7 +107,8 @@ def projected_check(ctx: CheckContext, call: Call) -> None:
         if ju is None:  # forward AD is missing (only backward is checked): backward gives J·U
             grads = batched_backward(ctx, real, cotangents, timed=True)
             ju, source = _jvp_from_backward(ctx, real, diff, directions, cotangents, fd, rows.row_seconds)
-        if ju is not None and not _agrees(ctx, ju, fd):
+        checked = FORWARD if grads is None and flags.check_forward_ad else BACKWARD  # forward AD: a tool otherwise
+        if ju is not None and not _agrees(ctx, ju, fd, checked, source):
             raise Fallback(f"{source} disagrees with finite differences")
         if flags.check_backward_ad:
             if grads is None:
@@ -285,10 +287,11 @@ def _any_dtype(primal: torch.Tensor, tangent: torch.Tensor) -> None:
     """The legacy rows' tangents are compared with finite differences: no dtype check of their own."""
 
 
-def _agrees(ctx: CheckContext, ju: PerInputOutput, fd: PerInputOutput) -> bool:
-    """The JVP stage: every (J·U)[direction, output element] against its finite difference."""
+def _agrees(ctx: CheckContext, ju: PerInputOutput, fd: PerInputOutput, part: Part, source: str) -> bool:
+    """The JVP stage: every (J·U)[direction, output element] against its finite difference (`part`
+    and `source`: what the JVP's margin is named by, the check J·U came from and how)."""
     return all(
-        allclose_promoted(ju[jj][i], n, ctx.flags.rtol, ctx.flags.atol)
+        allclose_promoted(ju[jj][i], n, ctx.flags.rtol, ctx.flags.atol, where=part.block(i, jj).named(ctx, source))
         for jj, per_output in enumerate(fd)
         for i, n in enumerate(per_output)
     )
@@ -310,7 +313,7 @@ def _jvp_from_backward(
     row of the pass's vmapped evaluation and of its batched backward)."""
     try:
         ju = _vjp_of_vjp(ctx, call.outputs, call.inputs, directions, cotangents)
-        if _agrees(ctx, ju, fd):
+        if _agrees(ctx, ju, fd, BACKWARD, "J·U from the VJP of the VJP"):
             return ju, "J·U from the VJP of the VJP"
         why = "disagrees with finite differences"
     except Exception as e:  # noqa: BLE001 - backward has no derivative: its rows give J·U
@@ -347,7 +350,8 @@ def _column_stage(
             block = numerical[jj][i]  # (n_j, m_i): this input's part of Jᵀ for this output
             want = (block @ v.reshape(COTANGENTS, -1).to(block.dtype).t()).t()
             got = rows[i * COTANGENTS : (i + 1) * COTANGENTS]
-            if not allclose_promoted(got, want, ctx.flags.rtol, ctx.flags.atol):
+            where = BACKWARD.block(i, jj).named(ctx, "JᵀV against finite-difference columns")
+            if not allclose_promoted(got, want, ctx.flags.rtol, ctx.flags.atol, where=where):
                 raise Fallback(f"JᵀV stage: output {i}, input {diff[jj]}: backward disagrees with finite differences")
 
 

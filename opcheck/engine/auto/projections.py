@@ -100,6 +100,7 @@ class ProjectionMismatch(BlockMismatch):
     comparison: str  # JVP_STAGE or VJP_STAGE
     source: str  # where J·U came from
     worst: tuple[ProjectionEntry, ...]
+    not_recomputed: str = "beyond the budget"  # why the block was not recomputed in full
 
     def describe(self) -> str:
         entries = self.input_shape and math.prod(self.input_shape) * math.prod(self.output_shape)
@@ -119,7 +120,7 @@ class ProjectionMismatch(BlockMismatch):
                 f"JVP beyond the rounding bound {shapes}"
             )
         lines.append(
-            f"the block has {entries} Jacobian entries, beyond the budget: not recomputed in full; "
+            f"the block has {entries} Jacobian entries, {self.not_recomputed}: not recomputed in full; "
             "these are projection entries, not Jacobian entries"
         )
         if self.worst:

@@ -241,3 +241,24 @@ def rows_along(p: Projection) -> PerInputOutput:
         for jj in range(len(p.diff)):
             result[jj].append(acc[jj])
     return result
+
+
+def rows_at(p: Projection, elements: list[list[int]]) -> PerInputOutput:
+    """(J U)[r] = (eᵣᵀ J) U at the output elements elements[i] of each output i alone (flat indices):
+    per block a (k, len(elements[i])) tensor, from one batch of backward rows per output."""
+    diff_inputs = [p.call.inputs[j] for j in p.diff]
+    result: list[list[torch.Tensor]] = [[] for _ in p.diff]
+    for o, wanted in zip(p.call.outputs, elements):
+        b = len(wanted)
+        acc = [o.new_zeros((u.shape[0], b)) for u in p.U]
+        if b:
+            e = o.new_zeros((b, o.numel()))
+            e[torch.arange(b, device=o.device), torch.tensor(wanted, device=o.device)] = 1
+            grads = vjp_batch(p.ev, [o], diff_inputs, [e.view(b, *o.shape)])
+            for jj, g in enumerate(grads):
+                if g is not None:
+                    U = p.U[jj].reshape(p.U[jj].shape[0], -1)
+                    acc[jj] = (g.reshape(b, -1) @ U.t().to(g.dtype)).t()
+        for jj in range(len(p.diff)):
+            result[jj].append(acc[jj])
+    return result

@@ -129,6 +129,7 @@ from opcheck.engine.auto.sources import (
     jvp_along,
     numerical_along,
     rows_along,
+    rows_at,
 )
 from opcheck.engine.batching import vjp_batch
 from opcheck.engine.comparison.compare import BACKWARD, Part, block_mismatch
@@ -217,6 +218,18 @@ _BACKWARD_SOURCES: _Sources = (
 )
 """The sources of J·U for the backward check, in the order they are tried."""
 
+FULL_BLOCK_ELEMENTS = 512
+"""A failing block that fits the budget (of a call beyond it) is recomputed in full, for the full
+check's report, only while the op's calls batch or its rows and columns together are at most this
+many: unbatched, its rows take a backward each and its columns two calls each, which would make a
+failure cost many times a pass; a larger block's report is the projections' (the entries found)."""
+
+CONFIRMING_ROWS = 8
+"""Where the VJP of the VJP disagrees with finite differences, backward's own rows at up to this many
+of those output elements (per output) are taken first: one batch of rows, where every row of J takes
+m; a disagreement there fails the check with what it found, and only agreement (a backward that is
+right, a double backward that is not) takes every row, these few rows more."""
+
 
 class _ProjectionCheck:
     """One projection check: its stages in order, and its report."""
@@ -249,6 +262,8 @@ class _ProjectionCheck:
                 stats.auto_paths.append(f"projected (J·U from {name}{self._path_note})")
                 break
             stats.fallbacks.append(f"auto J·U from {name}: disagrees with finite differences")
+            if name == "the VJP of the VJP":
+                self._confirm_with_rows(analytical, numerical)  # raises where backward's rows disagree too
         self._vjp_stage(analytical, name)
         return True
 
@@ -267,9 +282,57 @@ class _ProjectionCheck:
                 a, n = analytical[jj][i], numerical[jj][i].to(analytical[jj][i].device)
                 if a.shape != n.shape:
                     raise AssertionError(f"J·U from {source} has shape {tuple(a.shape)}, expected {tuple(n.shape)}")
-                if not allclose_promoted(a, n, flags.rtol, flags.atol):
+                where = self.what.block(i, jj).named(self.ctx, f"J·U from {source}")
+                if not allclose_promoted(a, n, flags.rtol, flags.atol, where=where):
                     return i, jj, a, n
         return None
+
+    def _confirm_with_rows(self, analytical: PerInputOutput, numerical: PerInputOutput) -> None:
+        """Backward's own rows at the output elements (up to CONFIRMING_ROWS per output) where
+        `analytical` disagrees with finite differences: where they disagree too, the JVP stage fails
+        on them (the failing part and pair, and the entries found, the other elements taken as
+        agreeing), without every row of J; where they agree, the caller takes every row."""
+        flags, outputs = self.ctx.flags, self.p.call.outputs
+        if not self.p.diff:
+            return
+        elements = []
+        for i in range(len(outputs)):
+            bad = torch.zeros(numerical[0][i].shape[1], dtype=torch.bool)
+            for jj in range(len(self.p.diff)):
+                a, n = analytical[jj][i], numerical[jj][i].to(analytical[jj][i].device)
+                bad |= (~((a - n).abs() <= flags.atol + flags.rtol * n.abs())).any(dim=0).cpu()
+            elements.append(bad.nonzero().reshape(-1)[:CONFIRMING_ROWS].tolist())
+        if not any(elements):
+            return
+        try:
+            rows = rows_at(self.p, elements)
+        except Exception:  # noqa: BLE001 - the rows' own source (every row) says what is wrong
+            return
+        found_rows = []
+        for jj in range(len(self.p.diff)):
+            blocks = []
+            for i in range(len(outputs)):
+                block = numerical[jj][i].to(rows[jj][i].device).clone()
+                block[:, elements[i]] = rows[jj][i].to(block.dtype)
+                blocks.append(block)
+            found_rows.append(blocks)
+        if self._first_mismatch(found_rows, numerical, "VJP rows") is None:
+            return
+        checked = sum(len(e) for e in elements)
+        # Where the VJP of the VJP is backward's own J·U at every element checked, it stands for every
+        # row (the report then has every entry, and a swap of gradients shows); else the rows checked.
+        same = all(
+            allclose_promoted(rows[jj][i], analytical[jj][i][:, elements[i]], flags.rtol, flags.atol)
+            for jj in range(len(self.p.diff))
+            for i in range(len(outputs))
+        )
+        source = (
+            "the VJP of the VJP, which backward's rows match where they were taken"
+            if same
+            else f"VJP rows at the {checked} output element(s) first out of tolerance"
+        )
+        self.p.ev.stats.auto_paths.append(f"projected (J·U from {source}{self._path_note})")  # as the rows' own
+        self._jvp_stage(analytical if same else found_rows, numerical, source)
 
     def _jvp_stage(self, analytical: PerInputOutput, numerical: PerInputOutput, source: str) -> None:
         """Every J·U entry against its finite difference; raises at the first block out of tolerance."""
@@ -352,9 +415,18 @@ class _ProjectionCheck:
         x, o = p.call.inputs[p.diff[found.jj]], p.call.outputs[found.i]
         n_float_out = sum(t.numel() for t in float_outputs(p.call.func_out))
         swapped = None if self.full_decides else self._swapped_with(found)
-        if not self.full_decides and x.numel() * max(n_float_out, o.numel()) <= ctx.flags.jacobian_budget:
+        fits = x.numel() * max(n_float_out, o.numel()) <= ctx.flags.jacobian_budget
+        batched = self.p.ev.batch_forward and self.p.ev.batch_vjp  # rows and columns in a few calls
+        small = x.numel() + o.numel() <= FULL_BLOCK_ELEMENTS or batched
+        if not self.full_decides and fits and small:
             self._fail_in_full(found, swapped)
         hints = found.hints if swapped is None else (swapped_message(found.jj, swapped),)
+        why = "beyond the budget"
+        if not self.full_decides and fits and not small:
+            why = (
+                "within the budget, but the op cannot be batched, where recomputing it takes a backward per "
+                "output element and two calls per input element (fast_mode=False gives the full report)"
+            )
         block = self.what.block(found.i, found.jj)
         label = block.label(ctx, self._part(found.i))
         mismatch = ProjectionMismatch(
@@ -371,6 +443,7 @@ class _ProjectionCheck:
             comparison=found.comparison,
             source=found.source,
             worst=found.worst,
+            not_recomputed=why,
         )
         ctx.fail(f"{block.first_line()}\n{mismatch.describe()}", check=label.check, path=label.path, mismatch=mismatch)
 

@@ -227,7 +227,10 @@ class Evaluator:
         grad_output: torch.Tensor,
         batched: bool = False,
     ) -> tuple[torch.Tensor | None, ...]:
-        """One backward pass, counted: grad_output's leading dimension is the batch when `batched`."""
+        """One backward pass, counted: grad_output's leading dimension is the batch when `batched`.
+
+        Backward gets its own copy of grad_output: a kernel may write into the gradient it is
+        handed (a rope backward rotating it in place), and the caller reuses grad_output."""
         if batched:
             self.stats.batched_vjp_calls += 1
         else:
@@ -235,7 +238,12 @@ class Evaluator:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             grads = torch.autograd.grad(
-                output, diff_inputs, grad_output, retain_graph=True, allow_unused=True, is_grads_batched=batched
+                output,
+                diff_inputs,
+                grad_output.clone(),
+                retain_graph=True,
+                allow_unused=True,
+                is_grads_batched=batched,
             )
         return tuple(grads)
 

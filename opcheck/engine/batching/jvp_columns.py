@@ -50,6 +50,10 @@ class ForwardCalls:
     fn: Func
     inputs: Sequence[Any]
     check_dtype: DtypeCheck
+    # torch's columns share one tangent buffer, so a forward-AD rule that writes into its tangent
+    # spoils the columns after it; fast_mode=True/False keep that verdict: such a rule, seen by the
+    # probe, sends the columns to torch's loop. fast_mode="auto" gives every column its own tangent.
+    torch_tangents: bool = False
 
     def tangents(self, duals: Sequence[Any]) -> list[torch.Tensor]:
         """One plain JVP, counted: the flat tangent of every float/complex output (zeros where none)."""
@@ -85,7 +89,13 @@ class ForwardCalls:
             for i, off, n in zip(layout.idxs, layout.offsets, layout.sizes):
                 if n:
                     tangents[i].copy_(direction[off : off + n].view(self.inputs[i].shape))
-            return self.tangents(duals)
+            out = self.tangents(duals)
+            if self.torch_tangents and any(
+                n and not torch.equal(tangents[i].reshape(-1), direction[off : off + n].to(tangents[i].dtype))
+                for i, off, n in zip(layout.idxs, layout.offsets, layout.sizes)
+            ):
+                raise Disagreement("the JVP wrote into its tangent, which torch's loop reuses for the next column")
+            return out
 
 
 def jvp_columns(calls: ForwardCalls, idxs: list[int], ref_outputs: tuple[Any, ...]) -> list[list[torch.Tensor]]:

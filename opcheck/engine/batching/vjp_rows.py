@@ -139,20 +139,27 @@ def vjp_batch(
     """Per tensor in wrt, the (b, *shape) VJPs for b stacked cotangents (None where unused).
 
     Batched through is_grads_batched when the evaluator allows (probed against a plain VJP), else
-    one VJP per cotangent. `batched` forces the path.
+    one VJP per cotangent. `batched` forces the path. Every backward gets its own copy of the
+    cotangents (a kernel may write into its grad_output; the probe and callers reuse them).
     """
     b = cotangents[0].shape[0]
 
     def plain(r: int) -> tuple[torch.Tensor | None, ...]:
         ev.stats.vjp_calls += 1
-        return torch.autograd.grad(outputs, wrt, [c[r] for c in cotangents], retain_graph=True, allow_unused=True)
+        fresh = [c[r].clone() for c in cotangents]
+        return torch.autograd.grad(outputs, wrt, fresh, retain_graph=True, allow_unused=True)
 
     if (ev.batch_vjp if batched is None else batched) and b >= 2:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 grads = torch.autograd.grad(
-                    outputs, wrt, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
+                    outputs,
+                    wrt,
+                    [c.clone() for c in cotangents],
+                    retain_graph=True,
+                    allow_unused=True,
+                    is_grads_batched=True,
                 )
             ev.stats.batched_vjp_calls += 1
             for gr, w in zip(grads, wrt):

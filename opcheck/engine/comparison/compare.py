@@ -6,7 +6,8 @@ lines after it come from diagnostics.find_mismatch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
@@ -59,6 +60,18 @@ class Block:
         return torch_words.jacobian_mismatch(
             self.output_idx, self.input_idx, self.complex_indices, self.test_imag, self.is_forward_ad
         )
+
+    def named(self, ctx: CheckContext, how: str = "") -> Callable[[], str]:
+        """The block's comparison as a margin names it (opcheck.engine.margins), computed on demand:
+        "VJP: d output 0 / d input 1", then the part and `how` where there are ("J·U from forward AD")."""
+        return functools.partial(self._words, ctx, how)
+
+    def _words(self, ctx: CheckContext, how: str) -> str:
+        label = self.label(ctx, self.part)
+        extra = [f"{label.part} part"] if label.part else []
+        extra += [how] if how else []
+        words = f"{label.path}: d {label.output_name} / d {label.input_name}"
+        return f"{words} ({', '.join(extra)})" if extra else words
 
     def label(self, ctx: CheckContext, part: str | None) -> BlockLabel:
         """The block as a report names it (`part`: usually self.part)."""

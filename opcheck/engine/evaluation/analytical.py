@@ -42,9 +42,10 @@ def fail_reentrancy(
     second: torch.Tensor,
     input_idx: int,
     block: bool = True,
+    cause: str | None = None,
 ) -> NoReturn:
     """Two identical backward passes differ by more than nondet_tol: torch's first line, then
-    where they differ and the usual cause.
+    where they differ and the usual cause (`cause`, where the caller knows it).
 
     `first`, `second`: what the two passes gave for input `input_idx`: its (input numel, output
     numel) Jacobian block, or (block=False) its VJPs for the same cotangents.
@@ -70,7 +71,7 @@ def fail_reentrancy(
             f"  {where}: first pass {float(first.reshape(-1)[flat]):.6g}, "
             f"second pass {float(second.reshape(-1)[flat]):.6g}"
         )
-    lines.append(REENTRANCY_CAUSES)
+    lines.append(cause or REENTRANCY_CAUSES)
     lines.append(failed_nondet_note())
     ctx.fail("\n".join(lines), check="reentrancy", path=ctx.backward_path)
 
@@ -82,6 +83,16 @@ REENTRANCY_CAUSES = (
     "true). A backward that overwrites its saved tensors can run once per forward only, which the "
     "repeated backward passes here do not allow: check such a kernel by the low-precision check against "
     "a reference instead (an op spec's lowprec_dtypes and reference, with dtypes: [])."
+)
+
+
+GRAD_OUTPUT_WRITTEN = (
+    "Here backward wrote into its grad_output, and torch's fast mode hands the same grad_output to both "
+    "passes: the second reads what the first wrote. The gradient itself may be right (torch's full mode "
+    "and fast_mode='auto' give every pass its own grad_output). Writing into grad_output is a hazard of its "
+    "own, since autograd may hand that tensor to other consumers: write the result into a new tensor, or "
+    "check the kernel with fast_mode='auto' and the low-precision check (an op spec's lowprec_dtypes, with "
+    "writes_grad_outputs: true where the write is intended)."
 )
 
 
@@ -123,7 +134,8 @@ def analytical_jvp_jacobian(
         raise ValueError(torch_words.forward_complex_inputs())
     floats = float_outputs(outputs)
     nonempty = [idx for idx in diff if inputs[idx].numel()]
-    calls = ForwardCalls(ctx.evaluator, fn, inputs, ctx.check_forward_dtype if check_dtypes else _any_dtype)
+    check = ctx.check_forward_dtype if check_dtypes else _any_dtype
+    calls = ForwardCalls(ctx.evaluator, fn, inputs, check, torch_tangents=not ctx.flags.auto)
     columns = dict(zip(nonempty, jvp_columns(calls, nonempty, outputs) if nonempty else []))
     result = []
     for idx in diff:

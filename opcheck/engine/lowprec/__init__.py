@@ -44,6 +44,17 @@ Kernels may write into their inputs through raw pointers, past autograd's versio
 the first call of the op (and of the reference) and after the VJP, every input is compared by
 value with its copy from before; a change fails the check with the input named. With
 ``clone_inputs=True`` every call gets fresh copies instead.
+
+Every backward and forward-AD call (the op's, the reference's, each baseline's) gets its own copy
+of the cotangent and the tangent, so a kernel that writes into the gradient autograd hands it (a
+rope backward rotating its grad_output in place) is judged on its values. The op's copies are
+compared with the originals after its calls: a change fails the check, naming what was written
+into ("the grad_output of output 0", "the tangent of input 1"), since autograd may hand that
+tensor to other consumers; with ``writes_grad_outputs=True`` it is a finding of a passing check.
+
+The reference's own precision is measured (opcheck.engine.lowprec.reference): a reference that
+computes in float32 inside fails the check at float32 and complex64, where it would lower the bar
+to nothing, and is a finding at float16 and bfloat16.
 """
 
 from __future__ import annotations

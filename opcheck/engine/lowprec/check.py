@@ -9,9 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import make_dual, unpack_dual
 from opcheck.engine.lowprec.criterion import (
     BASELINE,
     DEFAULT_PERTURBATIONS,
@@ -24,6 +22,7 @@ from opcheck.engine.lowprec.criterion import (
     LowPrecisionReport,
     PartResult,
 )
+from opcheck.engine.lowprec.evaluation import Evaluated, evaluate
 from opcheck.engine.lowprec.judge import judge_part
 from opcheck.engine.lowprec.numbers import (
     RoundedTo,
@@ -35,14 +34,17 @@ from opcheck.engine.lowprec.numbers import (
     _is_float,
     _low_dtype,
     _name,
-    _outputs,
     _perturb,
     _random_like,
     upcast,
 )
-
+from opcheck.engine.lowprec.reference import LARGE, SMALL, blind_share, is_blind, not_float64_text
 
 # ------------------------------------------------------------------------------------ public API
+FLOAT32_DTYPES = (torch.float32, torch.complex64)
+"""Where a float32 reference lowers the bar to nothing: a failure there, a finding elsewhere."""
+
+
 def lowprec_check(fn: Callable[..., Any], inputs: Any, **kwargs: Any) -> bool:
     """`lowprec_report`, raising LowPrecisionError on a failure; True otherwise."""
     __tracebackhide__ = True
@@ -68,6 +70,7 @@ def lowprec_report(
     rtol: float | None = None,
     reference_device: torch.device | str | None = None,
     clone_inputs: bool = False,
+    writes_grad_outputs: bool = False,
     generator: torch.Generator | None = None,
     perturbations: int = DEFAULT_PERTURBATIONS,
 ) -> LowPrecisionReport:
@@ -82,6 +85,8 @@ def lowprec_report(
     for nothing. check_forward_ad:
     also compare the JVP. criterion: "baseline" (default) or "table", or a Criterion; factor, floor,
     atol, rtol override its values. generator: draws the cotangent and tangent (default seed 0).
+    writes_grad_outputs: the op's backward writes into its grad_output (or its forward-AD rule into
+    its tangent) on purpose: reported as a finding, not a failure.
     """
     __tracebackhide__ = True
     crit = _criterion(criterion, factor=factor, floor=floor, atol=atol, rtol=rtol)
@@ -103,7 +108,7 @@ def lowprec_report(
         base_fn = reference if plain == "reference" else plain
     if isinstance(base_fn, str):
         raise ValueError(f"plain must be a callable, None or 'reference', got {plain!r}")
-    run = _Run(crit, low_dtype, clone_inputs)
+    run = _Run(crit, low_dtype, clone_inputs, writes_grad_outputs)
     return run.compare(fn, ref_fn, base_fn, low_inputs, ref_inputs, parts, check_forward_ad, generator, perturbations)
 
 
@@ -150,7 +155,10 @@ class _Run:
     criterion: Criterion
     dtype: torch.dtype
     clone_inputs: bool
+    writes_grad_outputs: bool = False
     notes: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # what the op's backward / forward AD wrote into
+    findings: list[str] = field(default_factory=list)
 
     def compare(
         self,
@@ -186,19 +194,19 @@ class _Run:
                 ref_call, ref_inputs, diff_low, lambda _: up["cots"], want_vjp, want_jvp, up, "the reference"
             )
         except _InputsChanged as e:
-            return self._report((), LowPrecisionError(e.text), inputs_written=True)
+            return self._report((), LowPrecisionError(e.text), inputs_written=True, failure="inputs")
         if len(low.outputs) != len(ref.outputs):
             text = f"the low-precision run returned {len(low.outputs)} outputs, the reference {len(ref.outputs)}"
             return self._report((), LowPrecisionError(text))
-        base: _Evaluated | None = None
-        emulated: list[_Evaluated] = []
-        conds: list[_Evaluated] = []
+        base: Evaluated | None = None
+        emulated: list[Evaluated] = []
+        conds: list[Evaluated] = []
         if self.criterion.kind == BASELINE:
             for rounding in dict.fromkeys((self.dtype, _compute_dtype(self.dtype))):
                 try:
                     with RoundedTo(rounding):
                         emulated.append(
-                            _evaluate(
+                            evaluate(
                                 ref_call,
                                 ref_inputs,
                                 diff_low,
@@ -219,7 +227,7 @@ class _Run:
                 p_cots = [_perturb(c, u, pgen) for c in up["cots"]]
                 p_tans = [_perturb(t, u, pgen) for t in up["tans"]]
                 conds.append(
-                    _evaluate(ref_call, p_in, diff_low, _constant(p_cots), want_vjp, p_tans if want_jvp else None)
+                    evaluate(ref_call, p_in, diff_low, _constant(p_cots), want_vjp, p_tans if want_jvp else None)
                 )
         names = _part_names(low, parts)
         results = []
@@ -247,15 +255,104 @@ class _Run:
             )
         failing = next((r for r in results if not r.passed), None)
         error = LowPrecisionError(self._failure_text(failing, results)) if failing is not None else None
-        return self._report(tuple(results), error)
+        failure = ""
+        reference_text = self._reference_precision(ref_call, ref_inputs, diff_low, up["cots"], want_vjp, ref, names)
+        if reference_text is not None and self.dtype in FLOAT32_DTYPES:
+            error, failure = LowPrecisionError(self._finding_text(reference_text, results)), "reference"
+        elif reference_text is not None:
+            self.findings.append(reference_text)
+        if self.written:
+            text = _written_text(self.written, self.writes_grad_outputs)
+            if self.writes_grad_outputs:
+                self.findings.append(text)
+            else:  # first: the values are right only because each call got its own copy
+                error, failure = LowPrecisionError(self._finding_text(text, results)), "grad_outputs"
+        if error is not None and self.findings:
+            error = LowPrecisionError(str(error) + "".join(f"\nnote: {f}" for f in self.findings))
+        return self._report(tuple(results), error, reference_not_float64=reference_text is not None, failure=failure)
 
     def _report(
-        self, parts: tuple[PartResult, ...], error: LowPrecisionError | None, inputs_written: bool = False
+        self,
+        parts: tuple[PartResult, ...],
+        error: LowPrecisionError | None,
+        inputs_written: bool = False,
+        reference_not_float64: bool = False,
+        failure: str = "",
     ) -> LowPrecisionReport:
-        report = LowPrecisionReport(self.dtype, self.criterion, parts, tuple(self.notes), error, inputs_written)
+        report = LowPrecisionReport(
+            self.dtype,
+            self.criterion,
+            parts,
+            tuple(self.notes),
+            error,
+            inputs_written,
+            tuple(self.written),
+            reference_not_float64,
+            tuple(self.findings),
+            failure,
+        )
         if error is not None:
             error.report = report
         return report
+
+    def _reference_precision(
+        self,
+        ref_call: Callable[..., Any],
+        ref_inputs: tuple[Any, ...],
+        diff: list[int],
+        cots: list[torch.Tensor],
+        want_vjp: bool,
+        ref: Evaluated,
+        names: list[tuple[tuple[str, int], str]],
+    ) -> str | None:
+        """The finding when the reference computes in float32 or narrower inside (see
+        opcheck.engine.lowprec.reference), else None: one more run of the reference (no JVP), and a
+        second only when the first leaves enough entries unchanged (a float64 reference moves)."""
+        gen = torch.Generator().manual_seed(0x3E7)
+
+        def moved(size: float) -> Evaluated | None:
+            p_in = tuple(_perturb(x, size, gen) if _is_float(x) else x for x in ref_inputs)
+            p_cots = [_perturb(c, size, gen) for c in cots]
+            try:
+                return evaluate(ref_call, p_in, diff, _constant(p_cots), want_vjp, None)
+            except Exception as e:  # a reference that rejects moved inputs: nothing measured
+                self.notes.append(f"the reference's precision was not measured ({type(e).__name__}: {e})")
+                return None
+
+        def counted(small: Evaluated, large: Evaluated | None) -> list[tuple[str, int, int]]:
+            found = []
+            for key, what in names:
+                b, s = ref.get(key), small.get(key)
+                if key[0] != JVP and b is not None and s is not None:
+                    found.append((what, *blind_share(b, s, None if large is None else large.get(key))))
+            return found
+
+        small = moved(SMALL)
+        # The entries SMALL leaves unchanged bound the blind ones: too few, and LARGE need not run.
+        if small is None or not is_blind(*_totals(counted(small, None))):
+            return None
+        large = moved(LARGE)
+        if large is None:
+            return None
+        found = counted(small, large)
+        blind, total = _totals(found)
+        if not is_blind(blind, total):
+            return None
+        whats = ", ".join(what for what, b, _ in found if b)
+        return not_float64_text("the reference", whats, blind, total, self.dtype in FLOAT32_DTYPES)
+
+    def _finding_text(self, text: str, results: list[PartResult]) -> str:
+        """A failure that is not about values: its text, then how the values compared."""
+        failing = [r for r in results if not r.passed]
+        if failing:
+            text += "\nvalues beyond the bound as well:\n" + self._failure_text(failing[0], results)
+        else:
+            passed = [r.what for r in results]
+            if passed:
+                text += "\nwithin the bound: " + ", ".join(passed)
+            if self.notes:
+                text += "\n" + "\n".join(f"note: {n}" for n in self.notes)
+        return text
 
     def _guarded(
         self,
@@ -267,11 +364,11 @@ class _Run:
         want_jvp: bool,
         drawn: dict[str, list[torch.Tensor]],
         who: str,
-    ) -> _Evaluated:
+    ) -> Evaluated:
         """_evaluate, failing when a call writes into the inputs (compared by value with a copy)."""
         __tracebackhide__ = True
         before = [x.detach().clone() if isinstance(x, torch.Tensor) else None for x in inputs]
-        return _evaluate(
+        return evaluate(
             fn,
             inputs,
             diff,
@@ -279,6 +376,7 @@ class _Run:
             want_vjp,
             lambda: drawn["tans"] if want_jvp else None,
             guard=lambda when: self._unchanged(inputs, before, who, when),
+            written=self.written if who == "the op" else None,
         )
 
     def _unchanged(self, inputs: tuple[Any, ...], before: list[torch.Tensor | None], who: str, when: str) -> None:
@@ -313,69 +411,7 @@ class _Run:
         return text
 
 
-@dataclass
-class _Evaluated:
-    outputs: list[Any]
-    values: dict[tuple[str, int], torch.Tensor | None]
-
-    def get(self, key: tuple[str, int]) -> torch.Tensor | None:
-        return self.values.get(key)
-
-
-def _evaluate(
-    fn: Callable[..., Any],
-    inputs: tuple[Any, ...],
-    diff: list[int],
-    cots: Callable[[list[Any]], list[torch.Tensor]],
-    want_vjp: bool,
-    tans: list[torch.Tensor] | Callable[[], list[torch.Tensor] | None] | None,
-    guard: Callable[[str], None] | None = None,
-) -> _Evaluated:
-    """The outputs of fn(*inputs), its VJP for cots(outputs) when want_vjp, its JVP for the
-    tangents when given; `guard` runs after each call of fn."""
-    __tracebackhide__ = True
-    xs = list(inputs)
-    for i in diff:
-        xs[i] = inputs[i].detach().requires_grad_(True)
-    outs = _outputs(fn(*xs))
-    if guard is not None:
-        guard("call")
-    cot = cots(outs)
-    values: dict[tuple[str, int], torch.Tensor | None] = {}
-    for i, o in enumerate(outs):
-        if isinstance(o, torch.Tensor) and _is_float(o):
-            values[(OUTPUT, i)] = o.detach()
-    pairs = [o for o in outs if _differentiable(o)]
-    if want_vjp and pairs:
-        grads = torch.autograd.grad(pairs, [xs[i] for i in diff], cot[: len(pairs)], allow_unused=True)
-        for k, g in enumerate(grads):
-            values[(VJP, k)] = None if g is None else g.detach()
-        if guard is not None:
-            guard("backward (VJP)")
-    tangents = tans() if callable(tans) else tans
-    if tangents is not None:
-        values.update(_jvp(fn, inputs, diff, tangents).values)
-        if guard is not None:
-            guard("forward-mode call (JVP)")
-    return _Evaluated(outs, values)
-
-
-def _jvp(fn: Callable[..., Any], inputs: tuple[Any, ...], diff: list[int], tans: list[torch.Tensor]) -> _Evaluated:
-    __tracebackhide__ = True
-    with fwAD.dual_level():
-        xs = list(inputs)
-        for i, t in zip(diff, tans):
-            xs[i] = make_dual(inputs[i].detach(), t)
-        outs = _outputs(fn(*xs))
-        values: dict[tuple[str, int], torch.Tensor | None] = {}
-        for i, o in enumerate(outs):
-            if isinstance(o, torch.Tensor) and _is_float(o):
-                tangent = unpack_dual(o)[1]
-                values[(JVP, i)] = None if tangent is None else tangent.detach()
-    return _Evaluated(outs, values)
-
-
-def _part_names(low: _Evaluated, parts: Sequence[str]) -> list[tuple[tuple[str, int], str]]:
+def _part_names(low: Evaluated, parts: Sequence[str]) -> list[tuple[tuple[str, int], str]]:
     names = []
     for key in low.values:
         path, k = key
@@ -384,6 +420,38 @@ def _part_names(low: _Evaluated, parts: Sequence[str]) -> list[tuple[tuple[str, 
         what = {OUTPUT: f"output {k}", VJP: f"VJP: gradient of input {k}", JVP: f"JVP: tangent of output {k}"}[path]
         names.append((key, what))
     return names
+
+
+def _totals(found: list[tuple[str, int, int]]) -> tuple[int, int]:
+    return sum(f[1] for f in found), sum(f[2] for f in found)
+
+
+def _written_text(written: list[str], declared: bool) -> str:
+    """What the op's backward or forward-AD rule wrote into, why it matters, and the key that declares it."""
+    what = "; ".join(written)
+    if declared:
+        return (
+            f"the op writes into what autograd hands it: {what}, declared intended "
+            "(writes_grad_outputs); every call here got its own copy, and the values compare as shown"
+        )
+    why = []
+    if any(w.startswith("the grad_output") for w in written):
+        why.append(
+            "autograd may hand the same gradient tensor to other consumers (both inputs of an add, the "
+            "grad_outputs a caller passed to backward), whose gradients the write then changes"
+        )
+    if any(w.startswith("the tangent") for w in written):
+        why.append(
+            "forward AD hands an input's tangent to every op that reads the input, and the caller keeps it "
+            "(the tangent given to make_dual), so the write changes their tangents"
+        )
+    reason = "; ".join(why)
+    return (
+        f"the op writes into what autograd hands it: {what}. {reason[0].upper()}{reason[1:]}. Every call here "
+        "got its own copy, so the values below compare as if it did not write.\nfix: write the result into a new "
+        "tensor (or clone the grad_output or tangent first), or, where no caller shares that gradient, "
+        "declare the write: `writes_grad_outputs: true` in the spec (writes_grad_outputs=True here)"
+    )
 
 
 def _constant(cots: list[torch.Tensor]) -> Callable[[list[Any]], list[torch.Tensor]]:

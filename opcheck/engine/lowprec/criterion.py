@@ -128,6 +128,14 @@ class LowPrecisionReport:
     notes: tuple[str, ...] = ()
     error: LowPrecisionError | None = field(default=None, compare=False)
     inputs_written: bool = False  # the op or its reference wrote into an input (error says which)
+    # What the op's backward or forward-AD rule wrote into: "the grad_output of output 0", "the
+    # tangent of input 1". A failure unless declared (writes_grad_outputs), then a finding.
+    grad_outputs_written: tuple[str, ...] = ()
+    reference_not_float64: bool = False  # the reference computes in float32 or narrower inside
+    findings: tuple[str, ...] = ()  # what a passing check reports all the same (a declared write, ...)
+    # What the error is about when it is not the values: "inputs", "grad_outputs" (an undeclared
+    # write into them) or "reference" (not a float64 one); "" for values (or no error).
+    failure: str = ""
 
     @property
     def passed(self) -> bool:

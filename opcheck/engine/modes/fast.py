@@ -29,6 +29,7 @@ from opcheck.engine.comparison.compare import BACKWARD, Block, Part, block_misma
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import fast_fail_slow_ok_note
 from opcheck.engine.evaluation.analytical import (
+    GRAD_OUTPUT_WRITTEN,
     analytical_jvp_jacobian,
     analytical_vjp_jacobian,
     fail_reentrancy,
@@ -129,8 +130,9 @@ def fast_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
             a = analytical[i][j] if part.forward else analytical[j][i]
             n = n.to(device=a.device)
             atol = _adjusted_atol(ctx.flags.atol, all_u[i], all_v[j] if all_v else None)
-            if not allclose_promoted(a, n, ctx.flags.rtol, atol):
-                _localize_fast_failure(ctx, call, part.block(j, i), a, n, atol)
+            block = part.block(j, i)
+            if not allclose_promoted(a, n, ctx.flags.rtol, atol, where=block.named(ctx, "vᵀJu, atol scaled")):
+                _localize_fast_failure(ctx, call, block, a, n, atol)
     return True
 
 
@@ -159,14 +161,17 @@ def _analytical_fast_backward(
         grads = torch.autograd.grad(output, diff_inputs, go, retain_graph=True, allow_unused=True)
         return [[g.clone() if isinstance(g, torch.Tensor) else None] for g in grads]
 
+    given = go.clone()  # torch hands go itself to both passes; this copy tells a write into it
     jac1, types_ok = stack_rows(once(), diff_inputs, 1)
+    written = not torch.equal(go, given)
     jac2, _ = stack_rows(once(), diff_inputs, 1)
     if not types_ok:
         ctx.fail_gradient_dtype()
     nondet_tol = ctx.flags.nondet_tol
     for k, (a, b) in enumerate(zip(jac1, jac2)):
         if a.numel() != 0 and (a - b).abs().max() > nondet_tol:
-            fail_reentrancy(ctx, nondet_tol, a.reshape(-1), b.reshape(-1), k, block=False)
+            cause = GRAD_OUTPUT_WRITTEN if written else None
+            fail_reentrancy(ctx, nondet_tol, a.reshape(-1), b.reshape(-1), k, block=False, cause=cause)
     return [j.t().squeeze(0) for j in jac1]
 
 

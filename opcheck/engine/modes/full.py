@@ -37,7 +37,7 @@ def full_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
 
     def compare(block: Block, a: torch.Tensor, n: torch.Tensor) -> None:
         n = settle_rows(ctx, func, inputs, func_out, a, n, block.output_idx, block.input_idx)
-        if not allclose_promoted(a, n.to(a.device), rtol, atol):
+        if not allclose_promoted(a, n.to(a.device), rtol, atol, where=block.named(ctx)):
             others = numerical[block.output_idx]
             raise_mismatch(ctx, block_mismatch(ctx, block, a, n, call, others), block.first_line())
 

@@ -15,9 +15,16 @@ import torch
 from torch import Tensor
 
 from opcheck.engine._util import allclose_promoted, unravel
+from opcheck.engine.reporting.float32 import float32_values
 from opcheck.engine.reporting.pattern_hints import index_hint, swapped_hint
 
 Shape = tuple[int, ...]
+
+FLOAT32_HINT = (
+    "the analytical derivatives at the failing entries are float32 values in a float64 check: {what} "
+    "seems to compute in float32, and float32 rounding divided by eps swamps float64 finite differences "
+    "(not a kink); check it at float32 and lower against a float64 reference instead"
+)
 
 PROBE_ENTRIES = 64
 """How many failing entries a hint's hypothesis is tried on before the whole block (hints_for)."""
@@ -67,6 +74,9 @@ def hints_for(
             if not torch.allclose(xs, ys if scale is None else scale * ys, rtol=rtol, atol=atol):
                 return False
         return allclose_promoted(x, y if scale is None else scale * y, rtol, atol)
+
+    if rows is not None and float32_values(a[rows, cols]):
+        return [FLOAT32_HINT.format(what="JVP" if forward else "backward")]
 
     swapped = swapped_hint(a, input_idx, numerical_of_inputs, close)
     if swapped:

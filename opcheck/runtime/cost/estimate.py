@@ -1,10 +1,12 @@
 """A generated test's cost before it runs: the calls of the op it will make, and its seconds.
 
 `estimate(spec, case)` builds the test's sample as the test does (same device, dtype and seed),
-probes the function the check differentiates (cost_probe.py: a forward and a backward timed, the
-best of three, and, where the plan needs them, one call of each batched evaluation the engine may
-use: which of its paths the op takes), plans the engine call the runtime makes, with the
-runtime's own flags, tolerances and policy (checks.engine_call; cost_model.plan_check), and prices
+probes the function the check differentiates (probe.py: a forward and a backward timed, the best of
+three for a quick call and once for one of probe.REPEAT_UNDER seconds or more, and, where the plan
+needs them, one call of each batched evaluation the engine may use: which of its paths the op
+takes; samples.py probes each sample once for every dtype and check that shares it), plans the
+engine call the runtime makes, with the runtime's own flags, tolerances and policy
+(checks.engine_call; model.plan_check), and prices
 each evaluation at the probe's times, plus what surrounds the evaluations (building the sample,
 the engine's bookkeeping and comparisons: FIXED, PER_EVALUATION, PER_STEP, measured on the catalog
 and scaled to this machine by `machine_factor`).
@@ -14,9 +16,9 @@ re-draws its sample, up to four runs), torch runs on one thread as the generated
 process is warm (its first test also pays imports, and a first large buffer its first touch).
 benchmarks/bench_cost.py compares the estimates with measured times on the catalog.
 
-A probe calls the op a few times whatever its test costs: estimating the catalog, whose tests take
-milliseconds, takes about twice as long as running it, and a test that would take minutes is known
-in milliseconds.
+A probe calls the op a few times per sample whatever its test costs (tests/runtime/test_cost_calls.py
+counts them): a test that would take minutes is known in a few of its op's calls. Advice never names
+a device this machine does not have (`_slow_op`).
 """
 
 from __future__ import annotations
@@ -225,8 +227,8 @@ def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProb
         path = ("low precision: the op at the dtype, the float64 reference, its rounded baselines",)
         # FIXED[LOWPREC] is per call of the sample (an OpInfo sample has several): the parts judged
         total = fixed * max(1, low.sample_calls) + low.seconds
-        device = _another_device(case, low.op_run, f"the op's run at {case.dtype}") if total > threshold else None
-        advice = (device,) if device else ()
+        slow = _slow_op(spec, case, low.op_run, f"the op's run at {case.dtype}") if total > threshold else None
+        advice = (slow,) if slow else ()
         return Estimate(case, low.calls, total, path + notes, advice=advice, evaluations=low.seconds)
     if check == LIBRARY_OPCHECK:
         seconds = sum(LIBRARY_OPCHECK_RUNS * (p.forward + (p.backward or 0.0)) for p in probes.first_order(case))
@@ -327,19 +329,27 @@ def _advice(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes
         advice.append(
             f"a smaller sample: the loops run once per output element ({rows} here) or input element ({columns})"
         )
-    device = _another_device(case, max((p.forward for p, _ in found), default=0.0), "one forward")
-    return advice + ([device] if device else [])
+    slow = _slow_op(spec, case, max((p.forward for p, _ in found), default=0.0), "one forward")
+    if slow and not (slow.startswith("a smaller sample") and any(a.startswith("a smaller sample") for a in advice)):
+        advice.append(slow)
+    return advice
 
 
-def _another_device(case: CaseId, seconds: float, what: str) -> str | None:
-    """Advice to run the test elsewhere, where one evaluation of the op takes more than 5 ms on the cpu."""
+def _slow_op(spec: OpSpec, case: CaseId, seconds: float, what: str) -> str | None:
+    """Advice where one evaluation of the op takes more than 5 ms on the cpu: another device the spec
+    lists and this machine has (never one it lacks), else a smaller sample."""
+    from opcheck.runtime.devices import unavailable_reason
+
     if case.device != "cpu" or seconds <= 5e-3:
         return None
     why = " (Triton runs its kernels in the interpreter there)" if os.environ.get("TRITON_INTERPRET") == "1" else ""
-    return (
-        f"another device: {what} takes {format_seconds(seconds)} on the cpu{why}; leave cpu out of `devices:`, "
-        "or run with `--opcheck-device cuda`"
-    )
+    here = [d for d in spec.devices if d != "cpu" and unavailable_reason(d) is None]
+    if here:
+        return (
+            f"another device: {what} takes {format_seconds(seconds)} on the cpu{why}; leave cpu out of `devices:`, "
+            f"or run with `--opcheck-device {here[0]}`"
+        )
+    return f"a smaller sample: {what} takes {format_seconds(seconds)} on the cpu{why}, the only listed device here"
 
 
 def _missing(p: Probe) -> list[str]:

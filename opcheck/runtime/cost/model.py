@@ -22,6 +22,7 @@ from opcheck.engine._util import legacy_vmap
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.fused_projected import columns_cost_less
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
+from opcheck.engine.auto.stepwise import CONFIRMING_ROWS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
 from opcheck.engine.context import full_check_first
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
@@ -370,6 +371,8 @@ class _Planner:
                     self.add(Kind.DOUBLE_BACKWARD, DIRECTIONS, rows=1)
             if p.double_backward == "ok":
                 return "the VJP of the VJP"
+            for m_o in p.output_sizes:  # stepwise._confirm_with_rows: backward's rows where it disagrees
+                self._vjp_batch(min(CONFIRMING_ROWS, m_o), probe=True)
         if p.double_backward == "raises":
             if self.batch["vjp"]:
                 self.add(Kind.DOUBLE_BACKWARD, rows=DIRECTIONS)

@@ -25,6 +25,10 @@ from opcheck.engine._util import legacy_vmap, unpack_dual
 
 REPEATS = 3
 """Timed repeats of the forward and the backward (the best counts: the others caught a busy machine)."""
+REPEAT_UNDER = 0.01
+"""A call that took this many seconds or more is timed once: a busy machine moves a slow call's time by
+a small share, and a repeat of it (a kernel in Triton's interpreter: seconds) is what makes estimating
+slow."""
 SMALL_BATCH = 3
 """Every batched evaluation is first tried on this many rows: whether it works, and its base cost (not
 2: a batching rule that confuses the batch with a dimension of size 2 of a sample works there)."""
@@ -78,12 +82,16 @@ def _sync(device: torch.device | None) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(f: Callable[[], Any], repeats: int = 1, device: torch.device | None = None) -> tuple[Any, float]:
-    """f's last result and its best seconds over `repeats` calls: the wall clock, or the calling
-    thread's CPU clock where less (time the machine gave to other processes is not the call's)."""
+def timed(
+    f: Callable[[], Any], repeats: int = 1, device: torch.device | None = None, at_least: int = 1
+) -> tuple[Any, float]:
+    """f's last result and its best seconds over up to `repeats` calls (no more once a call took
+    REPEAT_UNDER seconds or more, after `at_least` calls: 2 where the first may pay a warm-up, a Triton
+    kernel's first launch, a first rounding mode): the wall clock, or the calling thread's CPU clock
+    where less (time the machine gave to other processes is not the call's)."""
     best = float("inf")
     result = None
-    for _ in range(max(1, repeats)):
+    for done in range(1, max(1, repeats, at_least) + 1):
         _sync(device)
         wall, cpu = time.perf_counter(), time.thread_time()
         result = f()
@@ -92,6 +100,8 @@ def timed(f: Callable[[], Any], repeats: int = 1, device: torch.device | None = 
         if device is None or device.type == "cpu":
             elapsed = min(elapsed, time.thread_time() - cpu)
         best = min(best, elapsed)
+        if best >= REPEAT_UNDER and done >= at_least:
+            break
     return result, best
 
 
@@ -125,9 +135,19 @@ class Probe:
     The batched evaluations are probed on first use (None: it raises, or disagrees with a plain call).
     """
 
-    def __init__(self, fn: Callable[..., Any], inputs: Sequence[Any], repeats: int = REPEATS, masked: bool = False):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        inputs: Sequence[Any],
+        repeats: int = REPEATS,
+        masked: bool = False,
+        first: bool = False,
+    ):
+        """`first`: the first probe of its op in the process, whose first call may pay a warm-up
+        (its forward and backward are then timed at least twice)."""
         warm()
         self.fn, self.inputs, self.repeats = fn, tuple(inputs), repeats
+        self._at_least = 2 if first else 1
         self.diff = [i for i, x in enumerate(self.inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
         # Sparse inputs: the engine checks them through dense stand-ins (the function rebuilds the
         # layout), the numerical columns only at the positions its pattern perturbs, with loops.
@@ -145,7 +165,7 @@ class Probe:
         fn = self.fn
         tensors = [x for x in self.inputs if isinstance(x, torch.Tensor)]
         self.device = tensors[0].device if tensors else None
-        out, self.forward = timed(lambda: _quiet(lambda: fn(*self.inputs)), repeats, self.device)
+        out, self.forward = timed(lambda: _quiet(lambda: fn(*self.inputs)), repeats, self.device, self._at_least)
         self.func_out = _as_tuple(out)
         self.float_outs = [o for o in self.func_out if _is_float(o)]
         self.outputs = [o for o in self.func_out if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -201,7 +221,7 @@ class Probe:
             return None
         v = self.cotangents()
         try:
-            _, seconds = timed(lambda: self._grad(v), self.repeats, self.device)
+            _, seconds = timed(lambda: self._grad(v), self.repeats, self.device, self._at_least)
         except Exception:  # the check will say why; its cost is the forward's
             return None
         return seconds

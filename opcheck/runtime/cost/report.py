@@ -1,4 +1,5 @@
-"""`opcheck list --cost`: the estimates of every generated test (cost.py), as a report.
+"""`opcheck list --cost`: the estimates of every generated test (cost.py), as a report; and
+`opcheck generate --cost`'s warning of the tests estimated past the time budget.
 
 Per spec (costliest first): its tests estimated, their seconds and calls together, and its costliest
 test; then the costliest tests of all, with the engine's path for each; then every test estimated
@@ -46,6 +47,23 @@ def render(estimates: Sequence[Estimate], *, threshold: float = THRESHOLD, top: 
                 lines += [f"      - {a}" for a in e.advice] or ["      - nothing cheaper is known"]
     lines.append("")
     lines.append(_total(estimates, done, threshold))
+    return "\n".join(lines) + "\n"
+
+
+def render_over_budget(estimates: Sequence[Estimate], budget: float, where: str, out: str) -> str:
+    """`opcheck generate --cost`'s warning: the tests estimated past the time budget of `budget`
+    seconds (set in `where`), by their ids in the modules under `out`, each with what makes it
+    cheaper; "" when none is."""
+    over = sorted((e for e in estimates if e.over(budget)), key=lambda e: -e.seconds)
+    if not over:
+        return ""
+    lines = [
+        f"warning: {len(over)} generated test(s) estimated past the time budget of {format_seconds(budget)} "
+        f"({where}); each stops there and fails:"
+    ]
+    for e in over:
+        lines.append(f"  {out}/test_{e.case.spec}.py::{e.case.name}: ~{format_seconds(e.seconds)} ({_calls(e.calls)})")
+        lines += [f"    - {a}" for a in e.advice] or ["    - nothing cheaper is known: a longer time_budget"]
     return "\n".join(lines) + "\n"
 
 

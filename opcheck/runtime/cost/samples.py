@@ -1,6 +1,11 @@
 """The probes of one spec's samples, as its tests build them: the function each check differentiates
 (the op, or gradgradcheck's first derivative), shared by the checks of the same function, and the
-runs of the low-precision check, timed."""
+runs of the low-precision check, timed.
+
+Each is probed once per sample: the op's probe serves the first-order checks and, for the draw of
+their grad_outputs, the second-order ones; the low-precision runs are timed at the first dtype asked
+for and priced the same at the others (the same kernel at another element type: its time is the
+launch and the loop over elements, not the dtype; the float64 reference runs are the same runs)."""
 
 from __future__ import annotations
 
@@ -35,7 +40,14 @@ class SampleProbes:
 
     spec: OpSpec
     found: dict[tuple[str, str, str, bool], list[tuple[Probe, Probe | None]]] = field(default_factory=dict)
-    lowprec_found: dict[tuple[str, str, str], LowprecCost] = field(default_factory=dict)
+    lowprec_found: dict[tuple[str, str], list[_LowprecRuns]] = field(default_factory=dict)
+    warmed: set[str] = field(default_factory=set)  # what was timed once already: later runs pay no warm-up
+
+    def first(self, what: str) -> bool:
+        """Whether this is the first timing of `what` ("op", "low precision") for the spec."""
+        seen = what in self.warmed
+        self.warmed.add(what)
+        return not seen
 
     def calls(self, case: CaseId) -> list[Any]:
         """The sample's calls (opcheck.runtime.call.Call) as the test builds them."""
@@ -50,10 +62,14 @@ class SampleProbes:
         key = (case.device, case.dtype, case.sample, second_order)
         if key not in self.found:
             found: list[tuple[Probe, Probe | None]] = []
-            for call in self.calls(case):
+            ops = self.first_order(case) if second_order else [None] * len(self.calls(case))
+            for call, op in zip(self.calls(case), ops):
                 fn, inputs = call.as_function(), call.gradcheck_inputs()
-                op = Probe(fn, inputs, masked=self.spec.gradcheck.masked)
-                found.append((_first_derivative(fn, inputs, case, self.spec), op) if second_order else (op, None))
+                if op is None:
+                    probe = Probe(fn, inputs, masked=self.spec.gradcheck.masked, first=self.first(case.device))
+                    found.append((probe, None))
+                else:  # the op's probe is the first-order checks' own
+                    found.append((_first_derivative(fn, inputs, case, self.spec), op))
             self.found[key] = found
         return self.found[key]
 
@@ -61,10 +77,12 @@ class SampleProbes:
         return [p for p, _ in self.for_check(case, second_order=False)]
 
     def lowprec(self, case: CaseId) -> LowprecCost:
-        key = (case.device, case.dtype, case.sample)
+        """The low-precision test's runs, timed once per sample (at the first dtype asked for)."""
+        key = (case.device, case.sample)
         if key not in self.lowprec_found:
-            self.lowprec_found[key] = _lowprec_cost(self.spec, case, self.calls(case))
-        return self.lowprec_found[key]
+            warm_up = self.first(f"low precision {case.device}")
+            self.lowprec_found[key] = _lowprec_runs(self.spec, case, self.calls(case), warm_up)
+        return _lowprec_cost(self.spec, case, self.lowprec_found[key])
 
 
 def _first_derivative(fn: Callable[..., Any], inputs: tuple[Any, ...], case: CaseId, spec: OpSpec) -> Probe:
@@ -77,37 +95,65 @@ def _first_derivative(fn: Callable[..., Any], inputs: tuple[Any, ...], case: Cas
     return Probe(first.func, first.inputs)
 
 
-def _lowprec_cost(spec: OpSpec, case: CaseId, calls: list[Any]) -> LowprecCost:
-    """The low-precision check's runs (opcheck.engine.lowprec): the op at the dtype, its float64
-    reference, the reference with every step rounded (once per rounding dtype), and the reference at
-    four perturbed points; each run a forward, a backward and, with forward AD, a JVP."""
+PERTURBED = 4
+"""The float64 reference's runs at perturbed points (opcheck.engine.lowprec's DEFAULT_PERTURBATIONS)."""
+
+
+@dataclass(frozen=True)
+class _LowprecRuns:
+    """One call of a sample, as the low-precision check runs it: the seconds of the op's run at a low
+    dtype, of the float64 reference's, and of the reference's with every step rounded."""
+
+    low: float
+    reference: float
+    emulated: float
+
+
+def _forward_ad(spec: OpSpec) -> bool:
+    return spec.gradcheck.check_forward_ad and spec.supports_forward_ad
+
+
+def _lowprec_runs(spec: OpSpec, case: CaseId, calls: list[Any], warm_up: bool = False) -> list[_LowprecRuns]:
+    """Each run timed once per call (opcheck.engine.lowprec): the op at the dtype, its float64
+    reference, and the reference rounded to the dtype; each run a forward, a backward and, with
+    forward AD, a JVP. `warm_up`: the spec's first, timed twice (a kernel's first launch, the first
+    rounded run pay a warm-up the test does not)."""
     from opcheck.engine.lowprec.numbers import RoundedTo, upcast
     from opcheck.runtime.devices import reference_device
     from opcheck.spec.oppath import resolve_op
 
-    dtype = getattr(torch, case.dtype)
-    forward_ad = spec.gradcheck.check_forward_ad and spec.supports_forward_ad
+    forward_ad = _forward_ad(spec)
     reference = resolve_op(spec.reference, imports=spec.imports) if spec.reference else None
     ref_device = reference_device(case.device)
-    roundings = list(dict.fromkeys((dtype, torch.complex64 if dtype.is_complex else torch.float32)))
-    perturbed = 4  # opcheck.engine.lowprec's DEFAULT_PERTURBATIONS
-    total, op_run = 0.0, 0.0
-    for call in calls:
+    found = []
+    for k, call in enumerate(calls):
         ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
         if reference is not None:
             ref_call = replace(ref_call, op=reference)
-        low = _run_seconds(call.as_function(), call.gradcheck_inputs(), forward_ad)
-        ref = _run_seconds(ref_call.as_function(), ref_call.gradcheck_inputs(), forward_ad)
+        at_least = 2 if warm_up and k == 0 else 1
+        low = _run_seconds(call.as_function(), call.gradcheck_inputs(), forward_ad, at_least)
+        ref = _run_seconds(ref_call.as_function(), ref_call.gradcheck_inputs(), forward_ad, at_least)
         emulated = ref
-        with contextlib.suppress(Exception), RoundedTo(roundings[0]):
-            emulated = _run_seconds(ref_call.as_function(), ref_call.gradcheck_inputs(), forward_ad)
-        total += low + (1 + perturbed) * ref + len(roundings) * emulated
-        op_run = max(op_run, low)
-    runs = len(calls) * (2 + perturbed + len(roundings))
-    return LowprecCost(total, Calls(forward=runs, backward=runs, jvp=runs if forward_ad else 0), len(calls), op_run)
+        with contextlib.suppress(Exception), RoundedTo(getattr(torch, case.dtype)):
+            emulated = _run_seconds(ref_call.as_function(), ref_call.gradcheck_inputs(), forward_ad, at_least)
+        found.append(_LowprecRuns(low, ref, emulated))
+    return found
 
 
-def _run_seconds(fn: Callable[..., Any], inputs: Sequence[Any], forward_ad: bool) -> float:
+def _lowprec_cost(spec: OpSpec, case: CaseId, runs: list[_LowprecRuns]) -> LowprecCost:
+    """The low-precision check's runs at the case's dtype: the op at the dtype, its float64 reference,
+    the reference with every step rounded (once per rounding dtype), and the reference at PERTURBED
+    perturbed points."""
+    dtype = getattr(torch, case.dtype)
+    rounded = len(dict.fromkeys((dtype, torch.complex64 if dtype.is_complex else torch.float32)))
+    total = sum(r.low + (1 + PERTURBED) * r.reference + rounded * r.emulated for r in runs)
+    op_run = max((r.low for r in runs), default=0.0)
+    count = len(runs) * (2 + PERTURBED + rounded)
+    calls = Calls(forward=count, backward=count, jvp=count if _forward_ad(spec) else 0)
+    return LowprecCost(total, calls, len(runs), op_run)
+
+
+def _run_seconds(fn: Callable[..., Any], inputs: Sequence[Any], forward_ad: bool, at_least: int = 1) -> float:
     """Seconds of one run of the low-precision check: a forward, a backward, a JVP (the best of two)."""
     import torch.autograd.forward_ad as fwAD
 
@@ -124,5 +170,5 @@ def _run_seconds(fn: Callable[..., Any], inputs: Sequence[Any], forward_ad: bool
             with contextlib.suppress(Exception), fwAD.dual_level():
                 fn(*[fwAD.make_dual(x.detach(), torch.ones_like(x)) for x in xs])
 
-    _, seconds = timed(run, 2)
+    _, seconds = timed(run, 2, at_least=at_least)  # a second run only where the first was quick, or warmed up
     return seconds
