@@ -471,7 +471,7 @@ def account(watch: _Watch, now: float | None = None) -> str:
     case, meter, policy = watch.case, watch.meter, watch.policy
     where = f"{case.check} ({_path(case)}{', ' + policy if policy else ''})"
     running = meter.running()
-    parts = [_op_calls(meter, running)]
+    parts = [_op_calls(meter, running, _checks_forward_ad(case))]
     if meter.backward_passes or meter.backward_seconds:
         passes = meter.backward_passes
         parts.append(
@@ -495,11 +495,19 @@ def account(watch: _Watch, now: float | None = None) -> str:
     )
 
 
-def _op_calls(meter: OpMeter, running: tuple[str, float] | None) -> str:
+def _checks_forward_ad(case: Case) -> bool:
+    """Whether the check's forward-mode calls (JVPs) are among the op's calls: they run inside them."""
+    from opcheck.spec.model import FORWARD_AD, FWGRAD_BWGRAD, LOWPREC
+
+    return case.check in (FORWARD_AD, FWGRAD_BWGRAD, LOWPREC)
+
+
+def _op_calls(meter: OpMeter, running: tuple[str, float] | None, forward_ad: bool) -> str:
     if meter.calls == 0:
         return "the op was not called yet"
+    inside = " (forward AD runs inside them)" if forward_ad else ""
     return (
-        f"the op returned from {meter.calls} call{'s' if meter.calls != 1 else ''} (forward AD runs inside them), "
+        f"the op returned from {meter.calls} call{'s' if meter.calls != 1 else ''}{inside}, "
         f"{format_seconds(meter.seconds)} in all ({format_seconds(meter.seconds / meter.calls)} per call, "
         f"the slowest {format_seconds(meter.slowest)})"
     )
