@@ -699,21 +699,21 @@ def _import_opinfo(args) -> int:
 
     if importlib.util.find_spec("torch") is None:
         raise _Failure(f"opcheck import-opinfo: torch is not installed in this Python ({sys.executable})")
-    schema = Path(__file__).parent / "spec" / "op_spec.schema.json"
+    from opcheck.codegen.schema_copy import SCHEMA_COPY_NAME
+
     try:
         imported = import_opinfo(args.opinfo)
         path = args.spec_file if args.spec_file is not None else args.default_specs / f"{imported.name}.yaml"
-        relative_schema = Path(os.path.relpath(schema, os.path.abspath(path.parent))).as_posix()
         root = _use_root(project_root(path.parent))
         taken = _taken(path.parent, imported.name, imported.spec["op"], path, root)
-        write_spec(path, imported.text(schema=relative_schema), force=args.force)
+        write_spec(path, imported.text(schema=SCHEMA_COPY_NAME), force=args.force)
     except OpInfoImportError as e:
         raise _Failure(f"opcheck import-opinfo: {e}") from None
     print(
         f"wrote {_relative(path)}; next: opcheck validate && opcheck generate && "
         f"pytest {_relative(args.default_out)}/test_{imported.name}.py"
     )
-    for line in taken:
+    for line in taken + _keep_schema_copy(path.parent):
         print(f"warning: {line}", file=sys.stderr)
     return 0
 
@@ -723,6 +723,7 @@ def _capture(args) -> int:
     from opcheck.capture.run import CaptureError, Options, capture
     from opcheck.capture.summary import summary
     from opcheck.capture.targets import SelectionError, parse_selection
+    from opcheck.codegen.schema_copy import SCHEMA_COPY_NAME
 
     words = list(args.command)
     if words[:1] == ["--"]:
@@ -748,7 +749,7 @@ def _capture(args) -> int:
         force=args.force,
         cost=args.cost,
         imports=tuple(args.imports),
-        schema=Path(__file__).parent / "spec" / "op_spec.schema.json",
+        schema=args.specs / SCHEMA_COPY_NAME,  # a new spec refers to the copy beside it (opcheck.codegen.schema_copy)
     )
     if args.max_samples is not None:
         options.cap = args.max_samples
@@ -758,7 +759,17 @@ def _capture(args) -> int:
         raise _Failure(str(e)) from None
     text, status = summary(outcome, command, _relative(args.default_out))
     sys.stdout.write(text)
+    if _refers_to_schema_copy(args.specs):
+        for line in _keep_schema_copy(args.specs):
+            print(f"warning: {line}", file=sys.stderr)
     return status
+
+
+def _refers_to_schema_copy(folder: Path) -> bool:
+    """Whether a spec in `folder` refers to the schema copy beside it (as new specs do)."""
+    from opcheck.codegen.schema_copy import schema_copy, wanted
+
+    return wanted(folder, schema_copy(folder))
 
 
 def _report(args) -> int:

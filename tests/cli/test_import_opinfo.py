@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -138,6 +139,9 @@ def test_round_trip_import_validate_generate_run(project):
     assert fmod["skips"][0]["where"] == {"check": "gradcheck", "device": "cpu", "dtype": "float64"}
     ops = {yaml.safe_load(spec.read_text())["op"] for spec in specs}
     assert set(NO_PATH_OPS.values()) <= ops, sorted(ops)
+    # The schema reference travels with the project: a copy beside the specs, not opcheck's installation.
+    assert all(spec.read_text().startswith("# yaml-language-server: $schema=op_spec.schema.json\n") for spec in specs)
+    assert json.loads((project / "op_specs" / "op_spec.schema.json").read_text())["$comment"].startswith("@generated")
 
     validated = opcheck("validate", cwd=project)
     assert validated.returncode == 0, validated.stderr
