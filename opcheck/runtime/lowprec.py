@@ -37,6 +37,7 @@ from opcheck.engine.lowprec import (
 )
 from opcheck.runtime.call import Call
 from opcheck.runtime.devices import reference_device
+from opcheck.runtime.input_names import gradcheck_input_names, with_lowprec_spec_names
 from opcheck.runtime.margins import note_lowprec_margin
 from opcheck.runtime.samples import seeded_generator
 from opcheck.runtime.tolerances import Tolerances
@@ -154,7 +155,8 @@ def compare_lowprec(
     failing = report.first_failure
     if failing is None:  # outputs that do not pair up
         return LowPrecisionDiff("output", "the op", report.message)
-    return LowPrecisionDiff(failing.path, failing.what, report.message)
+    names = gradcheck_input_names(call.args, call.kwargs)
+    return LowPrecisionDiff(failing.path, failing.what, with_lowprec_spec_names(report.message, names))
 
 
 def case_report(

@@ -1,6 +1,8 @@
 """A failure names the input as the spec does (`args[3]`, `kwargs.weight`), after the engine's
 own words (input N among the tensors that require grad)."""
 
+from dataclasses import replace
+
 import named_ops  # noqa: F401  (the specs below name it)
 import pytest
 
@@ -58,3 +60,18 @@ def test_names_follow_gradchecks_order_and_only_differences_are_said():
         with_spec_names("first\nsecond input 1", names) == "first\n(input 1 is args[2][0] in the spec)\nsecond input 1"
     )
     assert with_spec_names("input 9 only", names) == "input 9 only"  # not one of these: left alone
+
+
+def test_a_low_precision_failure_names_the_gradient_s_input_as_the_spec_does():
+    sample = Sample(
+        "s", args=(TensorArg(shape=(4,)), None, 2.0, TensorArg(shape=(4,))), location=Location("op_specs/x.yaml", 3, 5)
+    )
+    lowprec = replace(
+        spec("named_ops:scaled_product", sample),
+        lowprec_dtypes=("float32",),
+        reference="named_ops:scaled_product_reference",
+    )
+    with pytest.raises(AssertionError) as info:
+        run_check(lowprec, "lowprec", "cpu", "float32", "s")
+    text = str(info.value)
+    assert "VJP: gradient of input 1" in text and "(input 0 is args[0], input 1 is args[3] in the spec)" in text, text
