@@ -379,12 +379,17 @@ def _announce_redraws(case: Case, history: list[str]) -> None:
 
 def _announce_parts(note: str) -> None:
     """A low-precision test that leaves parts out says so in its report (and on stdout)."""
-    print(f"opcheck lowprec: {note}")
+    _announce_lowprec(note, "opcheck_lowprec_parts", "opcheck lowprec parts")
+
+
+def _announce_lowprec(text: str, prop: str, section: str) -> None:
+    """`text` on stdout, in the test's user properties (`prop`) and as a report section."""
+    print(f"opcheck lowprec: {text}")
     item = current_item.get()
     if item is not None:
-        item.user_properties.append(("opcheck_lowprec_parts", note))
+        item.user_properties.append((prop, text))
         if item.add_report_section is not None:
-            item.add_report_section("call", "opcheck lowprec parts", note)
+            item.add_report_section("call", section, text)
 
 
 LOWPREC_FINDINGS = {
@@ -398,12 +403,7 @@ LOWPREC_FINDINGS = {
 def _announce_lowprec_finding(finding: str) -> None:
     """What a passing low-precision test found all the same (a declared write into grad_output, a
     float32 reference at float16) shows in its report (and on stdout)."""
-    print(f"opcheck lowprec: {finding}")
-    item = current_item.get()
-    if item is not None:
-        item.user_properties.append(("opcheck_lowprec_finding", finding))
-        if item.add_report_section is not None:
-            item.add_report_section("call", "opcheck lowprec", finding)
+    _announce_lowprec(finding, "opcheck_lowprec_finding", "opcheck lowprec")
 
 
 # ------------------------------------------------------------------------------------ runners
