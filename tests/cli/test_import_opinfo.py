@@ -210,6 +210,7 @@ def test_existing_file_needs_force_and_out_names_the_file(project):
     assert "Traceback" not in result.stderr
     assert result.stdout.splitlines() == [
         "wrote specs/my_sin.yaml; next: opcheck validate && opcheck generate && pytest generated_tests/test_sin.py",
+        "wrote specs/op_spec.schema.json (the spec format's schema, for editors)",  # the spec refers to it
         "0",
         "1",
         "# mine",
@@ -222,7 +223,8 @@ def test_existing_file_needs_force_and_out_names_the_file(project):
         "warning: spec name 'sin' is already taken by specs/trig.yaml:2:7 (torch.sin)"
     )
     assert yaml.safe_load(target.read_text())["samples"] == [{"name": "opinfo", "opinfo": "sin"}]
-    assert sorted(p.name for p in target.parent.iterdir()) == ["my_sin.yaml", "trig.yaml"]  # no temporary file
+    written = sorted(p.name for p in target.parent.iterdir())
+    assert written == ["my_sin.yaml", "op_spec.schema.json", "trig.yaml"]  # no temporary file
 
 
 # -- the mapping, on stand-ins for OpInfo entries ----------------------------------------------
