@@ -306,6 +306,7 @@ def test_values_saves_each_samples_tensors_beside_the_spec(tmp_path):
     assert _tree(tmp) - before == {  # nothing outside the specs folder
         "op_specs",
         "op_specs/gelu.yaml",
+        "op_specs/op_spec.schema.json",  # the schema copy the new spec refers to
         "op_specs/values",
         "op_specs/values/gelu",
         "op_specs/values/gelu/3x4.pt",
