@@ -89,6 +89,25 @@ class ProjectionEntry:
         )
 
 
+@dataclass(frozen=True)
+class PinnedEntry:
+    """A Jacobian entry out of tolerance, as the full check compares it."""
+
+    output_index: tuple[int, ...]
+    input_index: tuple[int, ...]
+    analytical: float
+    numerical: float
+    abs_error: float
+    allowed: float
+
+    def describe(self) -> str:
+        out, inp = (", ".join(map(str, ix)) for ix in (self.output_index, self.input_index))
+        return (
+            f"  output [{out}] / input [{inp}]: analytical {self.analytical:.6g}, numerical {self.numerical:.6g}, "
+            f"abs err {self.abs_error:.4g}, allowed {self.allowed:.4g}"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class ProjectionMismatch(BlockMismatch):
     """A failed projection comparison of a block too large to recompute in full.
@@ -101,6 +120,7 @@ class ProjectionMismatch(BlockMismatch):
     source: str  # where J·U came from
     worst: tuple[ProjectionEntry, ...]
     not_recomputed: str = "beyond the budget"  # why the block was not recomputed in full
+    pinned: tuple[PinnedEntry, ...] = ()  # Jacobian entries the full check fails (pinpoint.py)
 
     def describe(self) -> str:
         entries = self.input_shape and math.prod(self.input_shape) * math.prod(self.output_shape)
@@ -119,12 +139,20 @@ class ProjectionMismatch(BlockMismatch):
                 f"{self.mismatched} of {self.total} pairs v_iᵀ J u_l differ between the VJP and the "
                 f"JVP beyond the rounding bound {shapes}"
             )
-        lines.append(
-            f"the block has {entries} Jacobian entries, {self.not_recomputed}: not recomputed in full; "
-            "these are projection entries, not Jacobian entries"
-        )
+        if self.pinned:
+            lines.append(
+                f"the block has {entries} Jacobian entries, {self.not_recomputed}; the full check fails it: "
+                f"{len(self.pinned)} of its entries found out of tolerance, each as the full check compares it "
+                "(fast_mode=False computes every entry):"
+            )
+            lines += [e.describe() for e in self.pinned[:WORST]]
+        else:
+            lines.append(
+                f"the block has {entries} Jacobian entries, {self.not_recomputed}: not recomputed in full; "
+                "these are projection entries, not Jacobian entries"
+            )
         if self.worst:
-            lines.append("worst entries:")
+            lines.append("worst projection entries:" if self.pinned else "worst entries:")
             lines += [e.describe() for e in self.worst]
         lines += [f"hint: {h}" for h in self.hints]
         return "\n".join(lines)

@@ -246,19 +246,29 @@ def rows_along(p: Projection) -> PerInputOutput:
 def rows_at(p: Projection, elements: list[list[int]]) -> PerInputOutput:
     """(J U)[r] = (eᵣᵀ J) U at the output elements elements[i] of each output i alone (flat indices):
     per block a (k, len(elements[i])) tensor, from one batch of backward rows per output."""
-    diff_inputs = [p.call.inputs[j] for j in p.diff]
-    result: list[list[torch.Tensor]] = [[] for _ in p.diff]
-    for o, wanted in zip(p.call.outputs, elements):
-        b = len(wanted)
-        acc = [o.new_zeros((u.shape[0], b)) for u in p.U]
-        if b:
-            e = o.new_zeros((b, o.numel()))
-            e[torch.arange(b, device=o.device), torch.tensor(wanted, device=o.device)] = 1
-            grads = vjp_batch(p.ev, [o], diff_inputs, [e.view(b, *o.shape)])
-            for jj, g in enumerate(grads):
-                if g is not None:
-                    U = p.U[jj].reshape(p.U[jj].shape[0], -1)
-                    acc[jj] = (g.reshape(b, -1) @ U.t().to(g.dtype)).t()
-        for jj in range(len(p.diff)):
-            result[jj].append(acc[jj])
+    result: PerInputOutput = [[] for _ in p.diff]
+    for i, wanted in enumerate(elements):
+        for jj, rows in enumerate(backward_rows(p, i, wanted)):
+            result[jj].append(reduce_rows(p, jj, rows, len(wanted)))
     return result
+
+
+def backward_rows(p: Projection, i: int, wanted: list[int]) -> list[torch.Tensor | None]:
+    """Per differentiable input, backward's rows eᵣᵀJ at the flat elements `wanted` of output i,
+    (len(wanted), numel of the input), from one batch of VJPs; None where the input gets no gradient."""
+    o = p.call.outputs[i]
+    if not wanted:
+        return [None for _ in p.diff]
+    b = len(wanted)
+    e = o.new_zeros((b, o.numel()))
+    e[torch.arange(b, device=o.device), torch.tensor(wanted, device=o.device)] = 1
+    grads = vjp_batch(p.ev, [o], [p.call.inputs[j] for j in p.diff], [e.view(b, *o.shape)])
+    return [None if g is None else g.reshape(b, -1) for g in grads]
+
+
+def reduce_rows(p: Projection, jj: int, rows: torch.Tensor | None, count: int) -> torch.Tensor:
+    """`count` rows of input diff[jj]'s block (None: all zero) against its directions: (k, count) J·U."""
+    U = p.U[jj].reshape(p.U[jj].shape[0], -1)
+    if rows is None:
+        return U.new_zeros((U.shape[0], count))
+    return (rows @ U.t().to(rows.dtype)).t()

@@ -13,8 +13,13 @@ handful of calls whatever the size (fused_projected.py), where the full check's 
 (n + m)²: a scalar loss of a 64×64 input costs it 8,193 evaluations. Up to `jacobian_budget`
 entries (default 2**20) a call that the projections do not pass is decided by the full check:
 there `auto` fails exactly where the full check fails, and passes where the full check passes or
-the projections do. Beyond the budget the projection check's own verdict stands (this module,
-step by step, says what is wrong). A function that cannot be vmapped runs this module's
+the projections do. Where the failing block holds an entry that the full check fails too, found by
+bisection (pinpoint.py: a few calls per halving of the input), `auto` fails with those entries
+without running it, so a failure costs about what a pass does (at most twice its op calls on a
+LayerNorm kernel whose gradient is wrong in one row block, where the full check took 26 times);
+only an error that no single entry shows (spread thinly over many entries, each within tolerance)
+is left to the full check, which then passes it. Beyond the budget the projection check's own
+verdict stands (this module, step by step, says what is wrong). A function that cannot be vmapped runs this module's
 projection check first wherever the full check does not (its loops make 16 calls per input where
 the full check's make two per column), and within the budget a call it does not pass still goes
 to the full check. Per input j, with U_j a seeded Rademacher matrix of k = 8 directions (entries
@@ -110,11 +115,13 @@ from opcheck.engine._util import (
     is_float_or_complex,
     unravel,
 )
+from opcheck.engine.auto.pinpoint import Bisection, elements_out_of_tolerance, vjp_mismatch_element
 from opcheck.engine.auto.projections import (
     COTANGENTS,
     DIRECTIONS,
     JVP_STAGE,
     VJP_STAGE,
+    PinnedEntry,
     ProjectionEntry,
     ProjectionMismatch,
     vjp_jvp_pairs,
@@ -124,18 +131,19 @@ from opcheck.engine.auto.sources import (
     PerInputOutput,
     Projection,
     Unavailable,
+    backward_rows,
     double_backward,
     jvp_all,
     jvp_along,
     numerical_along,
+    reduce_rows,
     rows_along,
-    rows_at,
 )
 from opcheck.engine.batching import vjp_batch
 from opcheck.engine.comparison.compare import BACKWARD, Part, block_mismatch
 from opcheck.engine.comparison.complex_views import RealViews, real_views
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.errors import fast_fail_slow_ok_note
+from opcheck.engine.errors import GradcheckError, fast_fail_slow_ok_note
 from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian, fail_reentrancy
 from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
@@ -164,7 +172,8 @@ def jacobian_sides(inputs: Inputs, outputs: tuple[Any, ...]) -> tuple[int, int]:
 # ------------------------------------------------------------------------------- entry point
 def auto_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
     """Step by step, once the fused passes have not passed the call: the full check within
-    the Jacobian budget, the projection check beyond (see the module doc)."""
+    the Jacobian budget (unless the projections found entries it fails), the projection check
+    beyond (see the module doc)."""
     n, m = jacobian_sides(call.inputs, call.func_out)
     budget, stats = ctx.flags.jacobian_budget, ctx.evaluator.stats
 
@@ -178,7 +187,13 @@ def auto_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
         mark = len(stats.auto_paths)
         try:
             return _projected(ctx, call, part, full_decides=True)
-        except Exception as e:  # a GradcheckError, or what the full check will raise in its own words
+        except GradcheckError as e:
+            if isinstance(e.mismatch, ProjectionMismatch) and e.mismatch.pinned:
+                raise  # entries the full check compares are out of tolerance: it fails too
+            del stats.auto_paths[mark:]
+            stats.fallbacks.append(f"auto projections: {exception_line(e)}; the full check decides")
+            return full()
+        except Exception as e:  # what the full check will raise in its own words
             del stats.auto_paths[mark:]
             stats.fallbacks.append(f"auto projections: {exception_line(e)}; the full check decides")
             return full()
@@ -237,10 +252,12 @@ class _ProjectionCheck:
     def __init__(self, p: Projection, what: Part, views: RealViews | None, full_decides: bool):
         self.p, self.ctx, self.what, self.views = p, p.ctx, what, views
         self.full_decides = full_decides  # the caller runs the full check on a failure: no block recomputed
+        self._rows: dict[tuple[int, tuple[int, ...]], list[torch.Tensor | None]] = {}
 
     def run(self) -> bool:
         p, stats = self.p, self.p.ev.stats
         numerical = [numerical_along(p, jj) for jj in range(len(p.diff))]  # [input][output] (k, m)
+        self._numerical = numerical
         if not p.call.outputs:
             return self._no_differentiable_outputs(numerical)
         if self.what.forward:
@@ -305,9 +322,13 @@ class _ProjectionCheck:
         if not any(elements):
             return
         try:
-            rows = rows_at(self.p, elements)
+            raw = [self._backward_rows(i, wanted) for i, wanted in enumerate(elements)]
         except Exception:  # noqa: BLE001 - the rows' own source (every row) says what is wrong
             return
+        rows = [
+            [reduce_rows(self.p, jj, raw[i][jj], len(elements[i])) for i in range(len(outputs))]
+            for jj in range(len(self.p.diff))
+        ]
         found_rows = []
         for jj in range(len(self.p.diff)):
             blocks = []
@@ -333,6 +354,13 @@ class _ProjectionCheck:
         )
         self.p.ev.stats.auto_paths.append(f"projected (J·U from {source}{self._path_note})")  # as the rows' own
         self._jvp_stage(analytical if same else found_rows, numerical, source)
+
+    def _backward_rows(self, i: int, wanted: list[int]) -> list[torch.Tensor | None]:
+        """backward_rows, once per output and elements: the rows that confirm a failure pin it too."""
+        key = (i, tuple(wanted))
+        if key not in self._rows:
+            self._rows[key] = backward_rows(self.p, i, wanted)
+        return self._rows[key]
 
     def _jvp_stage(self, analytical: PerInputOutput, numerical: PerInputOutput, source: str) -> None:
         """Every J·U entry against its finite difference; raises at the first block out of tolerance."""
@@ -369,6 +397,7 @@ class _ProjectionCheck:
     def _vjp_stage(self, analytical: PerInputOutput, source: str) -> None:
         """(Jᵀv)·u against vᵀ(Ju) for every pair, per block; the VJP computed twice (reentrancy)."""
         p, ev = self.p, self.p.ev
+        self._ju = analytical
         diff_inputs = [p.call.inputs[j] for j in p.diff]
         for i, (o, V) in enumerate(zip(p.call.outputs, p.V)):
             first = vjp_batch(ev, [o], diff_inputs, [V])
@@ -420,8 +449,9 @@ class _ProjectionCheck:
         small = x.numel() + o.numel() <= FULL_BLOCK_ELEMENTS or batched
         if not self.full_decides and fits and small:
             self._fail_in_full(found, swapped)
+        pinned = self._pin(found) if self.full_decides else ()
         hints = found.hints if swapped is None else (swapped_message(found.jj, swapped),)
-        why = "beyond the budget"
+        why = "within the budget" if self.full_decides else "beyond the budget"
         if not self.full_decides and fits and not small:
             why = (
                 "within the budget, but the op cannot be batched, where recomputing it takes a backward per "
@@ -444,8 +474,46 @@ class _ProjectionCheck:
             source=found.source,
             worst=found.worst,
             not_recomputed=why,
+            pinned=pinned,
         )
         ctx.fail(f"{block.first_line()}\n{mismatch.describe()}", check=label.check, path=label.path, mismatch=mismatch)
+
+    def _pin(self, found: _Found) -> tuple[PinnedEntry, ...]:
+        """Entries of a block out of tolerance in the JVP stage that the full check fails too, by
+        bisection (pinpoint.py); () where none is found, and then the full check decides.
+
+        The stage's J·U there is backward's own rows (the VJP of the VJP only where backward's rows
+        match it) or, in the forward-AD check, forward AD: the analytical entries the full check
+        compares. Complex functions, seen through real views here, are compared by modulus there.
+        """
+        if self.views is not None:
+            return ()
+        i, jj, flags = found.i, found.jj, self.ctx.flags
+        rows: torch.Tensor | None
+        try:
+            if found.comparison == VJP_STAGE:  # first the output element whose backward row is off
+                worst = found.worst[0]
+                assert worst.cotangent is not None
+                pair = (worst.cotangent, worst.direction)
+                ju = self._ju[jj][i]
+                error = float(found.analytical[pair] - found.numerical[pair])
+                elements = [vjp_mismatch_element(self.p, i, jj, pair, ju[pair[1]], error)]
+                analytical, numerical = ju.clone(), self._numerical[jj][i]
+                rows = self._rows_of(i, jj, elements)
+                analytical[:, elements] = reduce_rows(self.p, jj, rows, 1).to(analytical)
+            else:
+                analytical, numerical = found.analytical, found.numerical
+                elements = elements_out_of_tolerance(analytical, numerical, flags.atol, flags.rtol)
+                rows = None if self.what.forward else self._rows_of(i, jj, elements)
+            return Bisection(self.p, i, jj, elements, rows).pin(analytical, numerical)
+        except Exception:  # noqa: BLE001 - the full check decides, and says what raised in its own words
+            return ()
+
+    def _rows_of(self, i: int, jj: int, elements: list[int]) -> torch.Tensor:
+        """Backward's rows at `elements` of output i for input diff[jj]; zero where it gets no gradient."""
+        x = self.p.call.inputs[self.p.diff[jj]]
+        rows = self._backward_rows(i, elements)[jj]
+        return x.new_zeros((len(elements), x.numel())) if rows is None else rows
 
     def _part(self, i: int) -> str | None:
         # The output's index decides, in the forward check too (where it names an input's part).

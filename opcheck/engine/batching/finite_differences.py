@@ -79,8 +79,9 @@ class Differences:
             columns.append(difference_quotient(a.detach(), b.detach(), self.eps).reshape(-1))
         return columns
 
-    def column(self, idx: int, k: int, p: complex = 1) -> list[torch.Tensor]:
-        """Every output's central difference along element k of input idx (torch's way).
+    def column(self, idx: int, k: int, p: complex = 1, positions: Sequence[int] | None = None) -> list[torch.Tensor]:
+        """Every output's (those at `positions`, else all) central difference along element k of
+        input idx (torch's way).
 
         p is the direction: 1 for a real input and the real part of a complex one, 1j for its
         imaginary part.
@@ -88,7 +89,7 @@ class Differences:
         data = self.inputs[idx].data
         entry = data.view(-1)[k] if data.is_contiguous() else data[unravel(k, data.shape)]
         delta = self.eps * p if p != 1 else self.eps
-        return self.along(entry, delta, idx=unravel(k, data.shape) if data.dim() else ())
+        return self.along(entry, delta, idx=unravel(k, data.shape) if data.dim() else (), positions=positions)
 
     def columns(self, idx: int, p: complex, positions: list[int] | None = None) -> list[torch.Tensor]:
         """Per output, the (numel_in, numel_out) central differences along every element of input idx.
