@@ -119,9 +119,16 @@ def setup_for_project(start: Path) -> TritonSetup | None:
 
 def all_patches() -> tuple[Patch, ...]:
     """Every patch, in the order setup() applies them (and the README lists them)."""
-    from opcheck.triton import autotune, bfloat16, devices, launches, loops
+    from opcheck.triton import autotune, bfloat16, constexprs, devices, launches, loops
 
-    return (*autotune.PATCHES, *bfloat16.PATCHES, *loops.PATCHES, *devices.PATCHES, *launches.PATCHES)
+    return (
+        *autotune.PATCHES,
+        *bfloat16.PATCHES,
+        *constexprs.PATCHES,
+        *loops.PATCHES,
+        *devices.PATCHES,
+        *launches.PATCHES,
+    )
 
 
 def triton_installed() -> bool:

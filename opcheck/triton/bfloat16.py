@@ -2,16 +2,17 @@
 
 numpy has no bfloat16, so the interpreter keeps bfloat16 values as their uint16 bit patterns and
 runs numpy on those: `a + b` adds bit patterns (values near 1e10, or NaN), comparisons compare
-them (wrong for negative values), `tl.sum`, `tl.max` and `tl.dot` reduce them, and a float32 ->
-bfloat16 cast drops the low 16 bits (rounds toward zero). A GPU computes bfloat16 arithmetic in
+them (wrong for negative values), `tl.sum`, `tl.max`, `tl.cumsum` and `tl.dot` reduce them, and a
+float32 -> bfloat16 cast drops the low 16 bits (rounds toward zero). A GPU computes bfloat16 arithmetic in
 float32 and rounds each result to nearest even. These patches do the same around the
 interpreter's own operations: bfloat16 operands are widened to float32 (exact), the operation runs
 as it does on float32, and a bfloat16 result is rounded to nearest even (NaN stays NaN, infinities
-stay infinite, values past the largest bfloat16 round to infinity).
+stay infinite, values past the largest bfloat16 round to infinity). `tl.atomic_add` on bfloat16,
+which the interpreter refused, adds the same way.
 
-A reduction of bfloat16 values accumulates in float32 and rounds once; a GPU rounds the partial
-sums of its reduction tree, so its result can differ from this one by the roundings of those
-partial sums (this one is the more accurate).
+A reduction or a cumulative sum/product of bfloat16 values accumulates in float32 and rounds each
+result once; a GPU rounds the partial sums of its reduction or scan tree, so its result can differ
+from this one by the roundings of those partial sums (this one is the more accurate).
 """
 
 from __future__ import annotations
@@ -208,8 +209,8 @@ def _reduction(original):
         if not _is_bf16(first.handle):
             return original(self, input, *rest, **kwargs)
         result = original(self, _float32_tensor(first), *rest, **kwargs)
-        if isinstance(result, tuple):
-            return tuple(_bfloat16_tensor(r) for r in result)
+        if isinstance(result, (tuple, list)):  # argmax's (value, index); a scan's [values]
+            return type(result)(_bfloat16_tensor(r) for r in result)
         return _bfloat16_tensor(result)
 
     return mark(reduce, wraps=original)
@@ -223,6 +224,70 @@ def _patch_reductions() -> None:
         _replace(reduce_ops, "sum", ["self", "input"], _reduction),
         _replace(reduce_ops, "min_max", ["self", "input", "val_reduce_op", "idx_reduce_op"], _reduction),
     )
+
+
+def _patch_scans() -> None:
+    interpreter = _interpreter()
+    require(hasattr(interpreter, "ScanOps"), "triton.runtime.interpreter has no ScanOps")
+    scan_ops = interpreter.ScanOps
+    _replace_all(
+        _replace(scan_ops, "cumsum", ["self", "input"], _reduction),
+        _replace(scan_ops, "cumprod", ["self", "input"], _reduction),
+    )
+
+
+def _atomic_add(original):
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+        import triton.language as tl
+        from triton._C.libtriton import ir
+
+        # Only the add: Triton's language refuses 16-bit floats for the other atomics, on a GPU too.
+        if rmwOp != ir.ATOMIC_OP.FADD or not _is_16_bit_float(val):
+            return original(self, rmwOp, ptr, val, mask, sem, scope)
+        if not _is_bf16(val):
+            try:  # triton 3.1's interpreter refuses float16 atomics; later ones add them themselves
+                return original(self, rmwOp, ptr, val, mask, sem, scope)
+            except ValueError as e:
+                if "Unsupported data type" not in str(e):
+                    raise
+        added = _add_in_place(ptr.data, val.data, mask.data, bf16=_is_bf16(val))
+        return _interpreter().TensorHandle(added, tl.bfloat16 if _is_bf16(val) else tl.float16)
+
+    return mark(create_atomic_rmw, wraps=original)
+
+
+def _is_16_bit_float(handle) -> bool:
+    import triton.language as tl
+
+    return getattr(getattr(handle, "dtype", None), "scalar", None) in (tl.bfloat16, tl.float16)
+
+
+def _add_in_place(addresses: np.ndarray, values: np.ndarray, mask: np.ndarray, bf16: bool) -> np.ndarray:
+    """`*address += value` for each unmasked lane, in lane order, each add in float32 rounded to
+    nearest even (bfloat16 bits, or float16 values); what each lane found, as an atomic returns it.
+    The interpreter runs one program at a time, so lane order is an order a GPU could take (lanes
+    adding to one address each see the sum before them)."""
+    import ctypes
+
+    shape = np.shape(addresses)
+    addresses = np.broadcast_to(addresses, shape).reshape(-1)
+    values = np.broadcast_to(values, shape).reshape(-1)
+    mask = np.broadcast_to(mask, shape).reshape(-1)
+    found = np.zeros(addresses.shape, dtype=np.uint16 if bf16 else np.float16)
+    for lane in np.flatnonzero(mask):
+        cell = np.ctypeslib.as_array((ctypes.c_uint16 * 1).from_address(int(addresses[lane]))).view(found.dtype)
+        found[lane] = cell[0]
+        if bf16:
+            cell[0] = to_bfloat16(to_float32(cell) + to_float32(values[lane : lane + 1]))[0]
+        else:
+            cell[0] = (cell.astype(np.float32) + np.float32(values[lane])).astype(np.float16)[0]
+    return found.reshape(shape)
+
+
+def _patch_atomics() -> None:
+    builder = _builder()
+    expected = ["self", "rmwOp", "ptr", "val", "mask", "sem", "scope"]
+    _replace_all(_replace(builder, "create_atomic_rmw", expected, _atomic_add))
 
 
 PATCHES = (
@@ -243,6 +308,18 @@ PATCHES = (
         "tl.sum, tl.max, tl.min, tl.argmax and tl.argmin of bfloat16 accumulate in float32 and round once "
         "(the interpreter reduced the bit patterns)",
         _patch_reductions,
+    ),
+    Patch(
+        "bfloat16 scans",
+        "tl.cumsum and tl.cumprod of bfloat16 accumulate in float32 and round each output once "
+        "(the interpreter scanned the bit patterns)",
+        _patch_scans,
+    ),
+    Patch(
+        "bfloat16 atomics",
+        "tl.atomic_add on bfloat16 (and on float16, which triton 3.1's interpreter refused too) adds in float32 "
+        "and rounds each sum to nearest even, as a GPU does (the interpreter refused it: 'Unsupported data type')",
+        _patch_atomics,
     ),
     Patch(
         "bfloat16 tl.dot",

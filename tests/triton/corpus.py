@@ -41,6 +41,7 @@ OPS = (
         "writes_grad_outputs: true  # as Liger-Kernel's rope: no caller shares that gradient\n",
     ),
     CorpusOp("softmax", ("float32",), "[{shape: [4, 30]}]", "float32 only"),
+    CorpusOp("cumsum", ("bfloat16",), "[{shape: [3, 50]}]", "tl.cumsum straight on bfloat16 loads"),
 )
 
 

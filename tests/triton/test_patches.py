@@ -15,7 +15,7 @@ from triton.runtime import autotuner, interpreter  # noqa: E402
 
 import opcheck.triton  # noqa: E402
 from opcheck.triton import autotune, bfloat16, devices, loops  # noqa: E402
-from opcheck.triton._patch import run_patch  # noqa: E402
+from opcheck.triton._patch import is_patched, run_patch  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("interpreting")
 
@@ -57,10 +57,15 @@ def _matmul_inputs():
 
 def test_autotuned_kernels_need_a_gpu_driver_without_the_patch(monkeypatch):
     k = _kernels()
-    _unpatch(monkeypatch, autotuner.Autotuner, "__init__", "prune_configs", "_bench")
+    # triton 3.1's Autotuner takes no benchmark function: its __init__ is left as it is
+    patched = [name for name in ("__init__", "prune_configs", "_bench") if is_patched(vars(autotuner.Autotuner)[name])]
+    _unpatch(monkeypatch, autotuner.Autotuner, *patched)
     tuned = k.matmul_kernel
-    with pytest.raises(RuntimeError, match="0 active drivers"):  # decorating (triton 3.2) or launching
-        again = triton.autotune(configs=tuned.configs, key=tuned.keys)(tuned.fn)
+    # decorating (triton 3.2) or launching; triton 3.1 benchmarks through torch.cuda itself
+    no_gpu = "0 active drivers|Found no NVIDIA driver|Torch not compiled with CUDA"
+    with pytest.raises((RuntimeError, AssertionError), match=no_gpu):
+        keys = getattr(tuned, "keys", None) or [tuned.arg_names[i] for i in tuned.key_idx]  # triton 3.1: key_idx
+        again = triton.autotune(configs=tuned.configs, key=keys)(tuned.fn)
         monkeypatch.setattr(k, "matmul_kernel", again)
         k.matmul(*_matmul_inputs())
 
@@ -138,6 +143,70 @@ def test_bfloat16_reductions_reduce_bit_patterns_without_the_patch(monkeypatch):
     assert not torch.equal(probes.sum_and_max(x), expected)
 
 
+def _scans_widen_bfloat16_themselves() -> bool:
+    """triton 3.1-3.2's tl.cumsum and tl.cumprod widen bfloat16 to float32 themselves: no bit
+    patterns reach the interpreter's scan there."""
+    import inspect
+
+    import triton.language as tl
+
+    return "_promote_bfloat16_to_float32" in inspect.getsource(tl.standard.cumsum.fn)
+
+
+def test_bfloat16_cumsum_scans_bit_patterns_without_the_patch(monkeypatch):
+    from tests.triton import probes
+
+    k = _kernels()
+    x = _bf16(3, 50).requires_grad_()
+    dy = _bf16(3, 50, seed=1)
+    y = k.cumsum(x)
+    (dx,) = torch.autograd.grad(y, x, dy)
+    assert torch.equal(y, x.detach().float().cumsum(-1).to(torch.bfloat16))  # float32, each output rounded once
+    assert torch.equal(dx, dy.float().flip(-1).cumsum(-1).flip(-1).to(torch.bfloat16))
+    factors = (torch.rand(20, generator=_gen()) + 0.5).to(torch.bfloat16)
+    assert torch.equal(probes.cumprod(factors), factors.float().cumprod(0).to(torch.bfloat16))
+    if _scans_widen_bfloat16_themselves():
+        return
+    _unpatch(monkeypatch, interpreter.ScanOps, "cumsum", "cumprod")
+    assert not torch.allclose(k.cumsum(x.detach()).float(), y.detach().float(), atol=1, rtol=0.1)
+    assert not torch.allclose(probes.cumprod(factors).float(), factors.float().cumprod(0), atol=1, rtol=0.1)
+
+
+def _added_in_program_order(indices: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """The weight gradient a GPU's atomics give when the programs add in launch order: each add in
+    float32, rounded to the dtype."""
+    dw = torch.zeros(int(indices.max()) + 1, dy.shape[1], dtype=dy.dtype)
+    for row, index in enumerate(indices.tolist()):
+        dw[index] = (dw[index].float() + dy[row].float()).to(dy.dtype)
+    return dw
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_atomic_adds_are_refused_without_the_patch(monkeypatch, dtype):
+    """Rows sharing an index add into one weight row. The interpreter refused bfloat16 atomics
+    ("Unsupported data type"), and float16 ones on triton 3.1; later ones add float16 themselves."""
+    k = _kernels()
+    indices = torch.tensor([0, 2, 0, 1, 2, 0, 3, 0])
+    weight = torch.randn(4, 24, generator=_gen()).to(dtype).requires_grad_()
+    dy = torch.randn(8, 24, generator=_gen(1)).to(dtype)
+    try:
+        (dw,) = torch.autograd.grad(k.embedding(indices, weight), weight, dy)
+    except Exception as e:
+        if "atomic_add does not support bf16" not in str(e):
+            raise
+        pytest.skip(f"triton {triton.__version__}'s language refuses a bfloat16 atomic_add, on a GPU too")
+    assert torch.equal(dw, _added_in_program_order(indices, dy))
+    (dw_bug,) = torch.autograd.grad(k.embedding_bug(indices, weight), weight, dy)
+    assert not torch.allclose(dw_bug.float(), dw.float(), atol=0.1)
+    _unpatch(monkeypatch, interpreter.InterpreterBuilder, "create_atomic_rmw")
+    try:
+        (unpatched,) = torch.autograd.grad(k.embedding(indices, weight), weight, dy)
+    except Exception as e:
+        assert "Unsupported data type" in str(e)
+        return
+    assert dtype is torch.float16 and torch.equal(unpatched, dw)
+
+
 def test_bfloat16_dot_multiplies_bit_patterns_without_the_patch(monkeypatch):
     k = _kernels()
     a, b = (t.to(torch.bfloat16) for t in _matmul_inputs())
@@ -155,13 +224,36 @@ def test_bfloat16_helpers_round_to_nearest_even():
     assert back[3] != back[3] and back[4] == float("inf") and back[5] == -2.5
 
 
+# ------------------------------------------------------------------------------------ constexpr annotations
+def test_string_constexpr_annotations_were_tensors_in_triton_3_1s_interpreter(monkeypatch):
+    """The corpus's module has `from __future__ import annotations`: `BLOCK: tl.constexpr` is a string."""
+    k = _kernels()
+    x, y = _bf16(100), _bf16(100, seed=1)
+    assert torch.equal(k.mul_add(x, y), x * y + x)
+    if not is_patched(interpreter.GridExecutor.__init__):
+        from triton.runtime import jit
+
+        assert jit._normalize_ty("tl.constexpr") == "constexpr"  # this interpreter reads the string itself
+        return
+    _unpatch(monkeypatch, interpreter.GridExecutor, "__init__")
+    if hasattr(interpreter, "ASTTransformer"):  # triton 3.2 compiles each kernel again, evaluating them
+        assert torch.equal(k.mul_add(x, y), x * y + x)
+        return
+    with pytest.raises(Exception, match="arange's arguments must be of type tl.constexpr"):
+        k.mul_add(x, y)
+
+
 # ------------------------------------------------------------------------------------ loops
 def test_loop_indices_are_python_ints_without_the_patch(monkeypatch):
     k = _kernels()
     x = torch.randn(3, 50, generator=_gen())
     torch.testing.assert_close(k.row_sumsq(x), (x * x).sum(-1))
-    monkeypatch.delattr(interpreter.ASTTransformer, "visit_For")
-    _fresh_rewrites(monkeypatch)
+    if hasattr(interpreter, "ASTTransformer"):
+        monkeypatch.delattr(interpreter.ASTTransformer, "visit_For")
+        _fresh_rewrites(monkeypatch)
+    else:  # triton 3.1: the kernels were compiled again from their source, their own functions kept
+        for kernel in (k._row_sumsq_fwd, k._row_sumsq_bwd):
+            monkeypatch.setattr(kernel, "fn", kernel.fn.__wrapped__)
     # triton 3.2 with numpy 2 fails one step earlier: a kernel's int argument as a range bound
     with pytest.raises(Exception, match="'int' object has no attribute 'to'|only 0-dimensional arrays"):
         k.row_sumsq(x)
@@ -171,7 +263,8 @@ def test_static_range_indices_stay_python_ints():
     import ast
 
     tree = ast.parse("for i in tl.static_range(3):\n    pass\nfor j in tl.range(3):\n    pass\n")
-    loops_seen = interpreter.ASTTransformer().visit(tree).body
+    rewriter = getattr(interpreter, "ASTTransformer", loops.LoopRewriter)  # triton 3.1 has none of its own
+    loops_seen = rewriter().visit(tree).body
     assert ast.unparse(loops_seen[0].iter) == "tl.static_range(3)"
     assert ast.unparse(loops_seen[1].iter) == f"{loops.INDICES}(tl.range({loops.BOUND}(3)))"
 
@@ -213,6 +306,76 @@ def test_several_programs_share_a_reduction_so_its_bug_shows(monkeypatch):
 
 def _one_sm(self, multi_processor_count=1, **kwargs):
     object.__setattr__(self, "multi_processor_count", 1)
+
+
+def _no_triton_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """triton.runtime.driver as Triton leaves it without a GPU: making the active driver raises."""
+    config = triton.runtime.driver
+    if isinstance(getattr(type(config), "active", None), property):  # triton 3.2 and later
+        monkeypatch.setattr(config, "_active", None)
+    else:  # triton 3.1: a proxy that makes the driver on first use
+        monkeypatch.setattr(config, "active", config.default)
+
+
+def _unpatch_torch_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    _unpatch(monkeypatch, torch.cuda, "get_device_properties", "current_device")
+
+
+@pytest.mark.parametrize("query", ["triton_driver", "current_triton_device", "current_torch_device", "cuda"])
+def test_the_sm_count_public_kernels_ask_for_raises_without_the_patches(monkeypatch, query):
+    """Each way public launchers ask the SM count (see SM_COUNT_QUERIES) is answered, SM_COUNT, so
+    the persistent kernel runs several programs and its bug twin's dropped tail rows show."""
+    k = _kernels()
+    x = torch.randn(10, 30, generator=_gen())
+    assert k.SM_COUNT_QUERIES[query](x) == devices.SM_COUNT
+    torch.testing.assert_close(k.softmax_persistent(x, query), torch.softmax(x, -1))
+    assert not torch.allclose(k.softmax_persistent_bug(x, query)[8:], torch.softmax(x, -1)[8:])
+    _no_triton_driver(monkeypatch)
+    _unpatch_torch_queries(monkeypatch)
+    # A CPU build raises AssertionError ("Torch not compiled with CUDA"), a CUDA build without a
+    # GPU RuntimeError; Triton raises RuntimeError ("0 active drivers").
+    with pytest.raises((AssertionError, RuntimeError)):
+        k.softmax_persistent(x, query)
+
+
+def test_only_the_interpreters_device_is_answered():
+    """ "cuda:1" or index 1 names a device that is not there: torch and the driver still say so."""
+    with pytest.raises((AssertionError, RuntimeError)):
+        torch.cuda.get_device_properties(1)
+    with pytest.raises((AssertionError, RuntimeError)):
+        torch.cuda.get_device_properties("cuda:1")
+    with pytest.raises(RuntimeError, match="no device 1: Triton's interpreter runs kernels on one device"):
+        triton.runtime.driver.active.utils.get_device_properties(1)
+    for device in (None, -1, 0, "cpu", "cuda", "cuda:0", torch.device("cuda"), torch.device("cpu")):
+        assert torch.cuda.get_device_properties(device).multi_processor_count == devices.SM_COUNT, device
+        assert triton.runtime.driver.active.utils.get_device_properties(device) == devices.driver_properties()
+    assert torch.cuda.current_device() == triton.runtime.driver.active.get_current_device() == 0
+    with torch.cuda.device(torch.cuda.current_device()), torch.cuda.device("cuda"):
+        pass
+
+
+def test_what_needs_a_gpu_driver_still_says_so(monkeypatch):
+    """The driver answers device queries only: the target, the benchmarker and a compiled launch
+    raise what they raised. Kernels asking `tl.target_info.is_cuda()` still get False (no target)."""
+    import triton.backends.driver as backend_driver
+    import triton.language as tl
+
+    active = triton.runtime.driver.active
+    with pytest.raises(RuntimeError, match="0 active drivers"):
+        active.get_current_target()
+    with pytest.raises(RuntimeError, match="0 active drivers"):
+        active.utils.load_binary  # noqa: B018
+    if hasattr(backend_driver.DriverBase, "get_active_torch_device"):  # triton 3.2 and later
+        assert active.get_active_torch_device() == torch.device("cpu")
+    else:
+        with pytest.raises(RuntimeError, match="0 active drivers"):
+            active.get_active_torch_device()
+    if hasattr(tl, "target_info"):  # it took "no driver" for no target; now a driver answers
+        assert tl.target_info.current_target() is None
+        assert not tl.target_info.is_cuda()
+        monkeypatch.setattr(tl.target_info, "current_target", tl.target_info.current_target.__wrapped__)
+        with pytest.raises(RuntimeError, match="0 active drivers"):
+            tl.target_info.is_cuda()
 
 
 # ------------------------------------------------------------------------------------ guards

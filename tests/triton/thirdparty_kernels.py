@@ -1,7 +1,10 @@
 """Triton kernels written the way public kernel libraries write them, for GPUs, not for opcheck:
 autotuned, bfloat16 arithmetic straight on the loads, `i.to(tl.int64)` on loop indices, grids
-sized from the SM count behind `with torch.cuda.device(...)`, a backward that writes its result
-into grad_output, and a kernel that refuses anything but float32. Nothing here sets
+sized from the SM count behind `with torch.cuda.device(...)`, `tl.cumsum` and `tl.atomic_add`
+straight on bfloat16, a backward that writes its result
+into grad_output, a kernel that refuses anything but float32, and a persistent kernel (one program
+per SM, rows strided by the program count) whose launcher asks the SM count as Triton's tutorials,
+flash-linear-attention and others do. Nothing here sets
 TRITON_INTERPRET or works around the interpreter: opcheck.triton does that.
 
 Each op has a float64 reference in plain torch ops (`*_reference`) and a twin with a planted bug
@@ -417,3 +420,178 @@ def softmax_bug(x):
 
 def softmax_reference(x):
     return torch.softmax(x, dim=-1)
+
+
+# ------------------------------------------------------------------------------------ softmax_persistent
+# The persistent softmax of Triton's fused-softmax tutorial: as many programs as the device has SMs
+# (or rows, where fewer), each taking every num_programs-th row. The launcher asks the SM count in
+# one of the ways public kernels do (SM_COUNT_QUERIES). Bug: a program's rows are counted as
+# n_rows // num_programs from its start, so with more than one program the tail rows are never
+# written (one "SM" hides it).
+@triton.jit
+def _softmax_persistent_fwd(X, Y, n_rows, n_cols, stride, BUG: tl.constexpr, BLOCK: tl.constexpr):
+    start = tl.program_id(0)
+    step = tl.num_programs(0)
+    end = n_rows
+    if BUG:
+        end = start + (n_rows // step) * step
+    for row in tl.range(start, end, step):
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(X + row * stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(Y + row * stride + cols, (e / tl.sum(e, axis=0)).to(Y.dtype.element_ty), mask=mask)
+
+
+def _sm_count_of_triton_driver(x: torch.Tensor) -> int:
+    """flash-linear-attention's get_multiprocessor_count(x.device.index)."""
+    return triton.runtime.driver.active.utils.get_device_properties(x.device.index)["multiprocessor_count"]
+
+
+def _sm_count_of_current_triton_device(x: torch.Tensor) -> int:
+    """Triton's fused-softmax tutorial (3.1's; later ones take get_active_torch_device().index)."""
+    driver = triton.runtime.driver.active
+    return driver.utils.get_device_properties(driver.get_current_device())["multiprocessor_count"]
+
+
+def _sm_count_of_current_torch_device(x: torch.Tensor) -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def _sm_count_of_cuda(x: torch.Tensor) -> int:
+    """Triton's persistent-matmul tutorial: "cuda", hard-coded."""
+    return torch.cuda.get_device_properties("cuda").multi_processor_count
+
+
+SM_COUNT_QUERIES = {
+    "triton_driver": _sm_count_of_triton_driver,
+    "current_triton_device": _sm_count_of_current_triton_device,
+    "current_torch_device": _sm_count_of_current_torch_device,
+    "cuda": _sm_count_of_cuda,
+}
+
+
+def _softmax_persistent(x: torch.Tensor, bug: bool, query: str) -> torch.Tensor:
+    x = x.contiguous()
+    n_rows, n_cols = x.shape
+    y = torch.zeros_like(x)  # rows left unwritten stay zero (empty_like could hand back the right values)
+    programs = min(SM_COUNT_QUERIES[query](x), n_rows)
+    with torch.cuda.device(torch.cuda.current_device()):
+        _softmax_persistent_fwd[(programs,)](
+            x, y, n_rows, n_cols, x.stride(0), BUG=bug, BLOCK=triton.next_power_of_2(n_cols)
+        )
+    return y
+
+
+def softmax_persistent(x, query="triton_driver"):
+    return _softmax_persistent(x, False, query)
+
+
+def softmax_persistent_bug(x, query="triton_driver"):
+    return _softmax_persistent(x, True, query)
+
+
+def softmax_persistent_reference(x):
+    return torch.softmax(x, dim=-1)
+
+
+# ------------------------------------------------------------------------------------ cumsum
+# A row-wise cumulative sum straight on the loads (flash-linear-attention's chunk cumsum without its
+# float32 upcast); the backward is the reversed cumulative sum of grad_output.
+# Bug: the backward scans forward.
+@triton.jit
+def _cumsum_kernel(X, Y, n_cols, stride, REVERSE: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(X + row * stride + cols, mask=mask, other=0.0)
+    tl.store(Y + row * stride + cols, tl.cumsum(x, axis=0, reverse=REVERSE), mask=mask)
+
+
+def _cumsum_rows(x: torch.Tensor, reverse: bool) -> torch.Tensor:
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    block = triton.next_power_of_2(x.shape[1])
+    _cumsum_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), REVERSE=reverse, BLOCK=block)
+    return y
+
+
+class _Cumsum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, bug):
+        ctx.bug = bug
+        return _cumsum_rows(x, reverse=False)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _cumsum_rows(dy, reverse=not ctx.bug), None
+
+
+def cumsum(x):
+    return _Cumsum.apply(x, False)
+
+
+def cumsum_bug(x):
+    return _Cumsum.apply(x, True)
+
+
+def cumsum_reference(x):
+    return x.cumsum(-1)
+
+
+# ------------------------------------------------------------------------------------ embedding
+# An embedding lookup whose backward adds each row's gradient into the weight's gradient with
+# tl.atomic_add, in the weight's dtype (as Liger-Kernel's embedding backward does), so that rows
+# sharing an index add up. Bug: a plain store, so the last row sharing an index wins.
+@triton.jit
+def _embedding_fwd(IDX, W, Y, dim, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    index = tl.load(IDX + row)
+    tl.store(Y + row * dim + cols, tl.load(W + index * dim + cols, mask=mask), mask=mask)
+
+
+@triton.jit
+def _embedding_bwd(IDX, DY, DW, dim, BUG: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    index = tl.load(IDX + row)
+    dy = tl.load(DY + row * dim + cols, mask=mask)
+    if BUG:
+        tl.store(DW + index * dim + cols, dy, mask=mask)
+    else:
+        tl.atomic_add(DW + index * dim + cols, dy, mask=mask)
+
+
+class _Embedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, indices, weight, bug):
+        indices, weight = indices.contiguous(), weight.contiguous()
+        y = torch.empty((indices.numel(), weight.shape[1]), device=weight.device, dtype=weight.dtype)
+        block = triton.next_power_of_2(weight.shape[1])
+        _embedding_fwd[(indices.numel(),)](indices, weight, y, weight.shape[1], BLOCK=block)
+        ctx.save_for_backward(indices, weight)
+        ctx.bug = bug
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        indices, weight = ctx.saved_tensors
+        dw = torch.zeros_like(weight)
+        block = triton.next_power_of_2(weight.shape[1])
+        _embedding_bwd[(indices.numel(),)](indices, dy.contiguous(), dw, weight.shape[1], BUG=ctx.bug, BLOCK=block)
+        return None, dw, None
+
+
+def embedding(indices, weight):
+    return _Embedding.apply(indices, weight, False)
+
+
+def embedding_bug(indices, weight):
+    return _Embedding.apply(indices, weight, True)
+
+
+def embedding_reference(indices, weight):
+    return weight[indices]
