@@ -196,17 +196,20 @@ def case_report(
         clone_inputs=clone_inputs,
         writes_grad_outputs=writes_grad_outputs,
         generator=seeded_generator(case.seed(attempt, stream="cotangent")),
-        dtype=_cast_to(call, case.dtype),
+        dtype=getattr(torch, case.dtype),
+        keep_dtype=_kept(call, case.dtype),
     )
 
 
-def _cast_to(call: Call, dtype: str) -> torch.dtype | None:
-    """The dtype the engine casts the inputs to: the test's, or None where an argument keeps its own
-    (`lowprec_dtype`), so that the inputs go in as built; the engine then judges at the first one's
-    dtype, which spec validation makes the test's (opcheck.spec.samples)."""
+def _kept(call: Call, dtype: str) -> tuple[int, ...]:
+    """The inputs built at a dtype of their own (`lowprec_dtype`, or a fixed `dtype`), which the
+    engine leaves as they are while it judges every entry at the test's dtype."""
     test = getattr(torch, dtype)
-    kept = any(x.dtype != test and (x.is_floating_point() or x.is_complex()) for x in call.gradcheck_inputs())
-    return None if kept else test
+    return tuple(
+        k
+        for k, x in enumerate(call.gradcheck_inputs())
+        if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()) and x.dtype != test
+    )
 
 
 def compare(low: torch.Tensor, ref: torch.Tensor, tol: Tolerances, what: str) -> str | None:

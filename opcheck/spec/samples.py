@@ -9,7 +9,6 @@ ranges).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 from opcheck.spec import model, values_file
 from opcheck.spec.checker import Checker
@@ -41,9 +40,6 @@ def build_sample(ctx: Checker, node: Node) -> Sample | None:
     every_argument = all(ctx.clean(fields[key]) for key in ("args", "kwargs") if key in fields)
     if one_source and every_argument and ("args" in fields or "kwargs" in fields):
         _check_something_requires_grad(ctx, node, list(args) + [value for _, value in kwargs])
-        _check_first_input_takes_test_dtype(
-            ctx, list(zip(positional, args)) + [(value, arg) for (_, value), (_, arg) in zip(named, kwargs)]
-        )
     if ctx.count() != before or not ctx.clean(node):
         return None
     return Sample(
@@ -89,31 +85,6 @@ def _check_something_requires_grad(ctx: Checker, node: Node, args: list[Arg]) ->
         ctx.report(
             node, "no argument requires grad: gradcheck needs at least one floating-point or complex tensor argument"
         )
-
-
-def _check_first_input_takes_test_dtype(ctx: Checker, arguments: list[tuple[Node, Arg]]) -> None:
-    """The low-precision check judges at the dtype of the first tensor that requires grad (args,
-    then kwargs), so that one cannot keep a dtype of its own (`lowprec_dtype`)."""
-    first = next(_differentiable_tensors(arguments), None)
-    if first is not None and first[1].lowprec_dtype is not None:
-        ctx.report(
-            first[0].value["lowprec_dtype"],
-            "the first tensor that requires grad takes the test's dtype (the low-precision check judges "
-            "at that dtype); give `lowprec_dtype` to a later argument, such as the gates or states beside "
-            "the activations",
-            at_key=True,
-        )
-
-
-def _differentiable_tensors(arguments: list[tuple[Node, Arg]]) -> Iterator[tuple[Node, TensorArg]]:
-    """The TensorArgs that require grad, with their nodes, in the order gradcheck is given them."""
-    for node, arg in arguments:
-        if isinstance(arg, TensorArg):
-            if _differentiable(arg):
-                yield node, arg
-        elif isinstance(arg, (TensorListArg, TupleArg)):
-            items = node.value["tuple"].value if isinstance(arg, TupleArg) else node.value
-            yield from _differentiable_tensors(list(zip(items, arg.items)))
 
 
 def build_arg(ctx: Checker, node: Node) -> Arg:

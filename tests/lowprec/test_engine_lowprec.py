@@ -53,6 +53,30 @@ def _spread():
     return torch.linspace(0.1, 1, 64, dtype=torch.float64).to(torch.float16).requires_grad_()
 
 
+def test_keep_dtype_leaves_an_input_as_it_is_and_judges_at_dtype():
+    # A float32 gate first, bfloat16 activations second: judged at the gate's dtype (the first
+    # input's), the kernel's bfloat16 output fails; kept and judged at bfloat16, it passes.
+    def gated(gate, x):
+        return (x.float() * torch.sigmoid(gate.float())).to(x.dtype)
+
+    def reference(gate, x):
+        return x * torch.sigmoid(gate)
+
+    gate = torch.randn(33, generator=_gen()).requires_grad_()
+    x = torch.randn(4, 33, generator=_gen(1), dtype=torch.float64).requires_grad_()
+    seen = []
+
+    def op(g, y):
+        seen.append((g.dtype, y.dtype))
+        return gated(g, y)
+
+    assert not lowprec_report(op, (gate, x.detach().bfloat16().requires_grad_()), reference=reference).passed
+    seen.clear()
+    report = lowprec_report(op, (gate, x), reference=reference, dtype=torch.bfloat16, keep_dtype=(0,))
+    assert report.passed, report.message
+    assert set(seen) == {(torch.float32, torch.bfloat16)}
+
+
 def test_a_relative_error_on_small_entries_fails_where_the_table_passes():
     # The table allows atol * max(1, max|ref|) = 6e-3 anywhere: a 1% error on the entries of 0.3-0.5
     # hides under it. The calibrated bound there is about 1.5e-3.

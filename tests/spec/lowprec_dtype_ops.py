@@ -31,3 +31,17 @@ class _WrongGateGrad(torch.autograd.Function):
 
 def gated_wrong_gate_grad(x, gate):
     return _WrongGateGrad.apply(x, gate)
+
+
+def gate_first(gate, x):
+    """gated with the float32 gate as the first argument: the first input that requires grad keeps
+    its own dtype."""
+    return gated(x, gate)
+
+
+def gate_first_reference(gate, x):
+    return gated_reference(x, gate)
+
+
+def gate_first_wrong_gate_grad(gate, x):
+    return _WrongGateGrad.apply(x, gate)

@@ -63,13 +63,29 @@ def sample(args: str) -> str:
     )
 
 
-def test_the_first_tensor_requiring_grad_takes_the_tests_dtype():
-    (found,) = problems(sample("{shape: [4, 33], lowprec_dtype: float32}, {shape: [33]}"))
-    assert found.startswith(
-        "op_specs/k.yaml:9:29: samples[0].args[0].lowprec_dtype: the first tensor that requires grad takes "
-        "the test's dtype"
-    ), found
-    load(sample("{shape: [4, 33], requires_grad: false, lowprec_dtype: float32}, {shape: [33]}"))  # not an input
+GATE_FIRST = """\
+op: lowprec_dtype_ops:{op}
+name: gate_first
+dtypes: [float64]
+lowprec_dtypes: [bfloat16, float16]
+reference: lowprec_dtype_ops:gate_first_reference
+devices: [cpu]
+samples:
+  - name: rows
+    args: [{{shape: [33], lowprec_dtype: float32}}, {{shape: [4, 33]}}]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_first_input_may_keep_its_dtype_and_entries_are_judged_at_the_tests(dtype):
+    # Judged at the gate's float32, the kernel's bfloat16/float16 output would fail; at the test's dtype
+    # it passes, and the wrong gate gradient (float32, 25% off) still fails.
+    spec = load(GATE_FIRST.format(op="gate_first"))
+    (low,) = build_calls(spec, spec.samples[0], "cpu", dtype, 0)
+    assert [t.dtype for t in low.args] == [torch.float32, getattr(torch, dtype)]
+    run_check(spec, "lowprec", "cpu", dtype, "rows")
+    with pytest.raises(LowPrecisionMismatch, match="VJP: gradient of input 0 differs"):
+        run_check(load(GATE_FIRST.format(op="gate_first_wrong_gate_grad")), "lowprec", "cpu", dtype, "rows")
 
 
 def test_a_fixed_dtype_and_a_bad_name_are_reported_where_they_are_written():

@@ -59,6 +59,7 @@ def lowprec_report(
     inputs: Any,
     *,
     dtype: torch.dtype | None = None,
+    keep_dtype: Sequence[int] = (),
     reference: Callable[..., Any] | None = None,
     plain: Callable[..., Any] | None | str = "reference",
     parts: Sequence[str] = PARTS,
@@ -77,8 +78,10 @@ def lowprec_report(
     """Compare fn at a low dtype with a float64 reference, part by part, entry by entry.
 
     fn: called as fn(*inputs), like torch.autograd.gradcheck's function. inputs: a tensor or a
-    tuple; floating tensors are cast to ``dtype`` when given (else used as they are), and the
-    VJP/JVP are taken with respect to those that require grad. reference: the float64 implementation,
+    tuple; floating tensors are cast to ``dtype`` when given (else used as they are), but for the
+    positions in ``keep_dtype`` (float32 gates or states beside bfloat16 activations), and the
+    VJP/JVP are taken with respect to those that require grad. Every entry is judged at ``dtype``
+    (default: the first floating input's). reference: the float64 implementation,
     called with the float64/complex128 copies (default: fn itself); when given, it is also run at the
     dtype where that dtype is the one kernels compute in (float32, complex64). plain: what is run
     there instead (the same math in plain PyTorch, called with the low-precision inputs), or None
@@ -92,7 +95,7 @@ def lowprec_report(
     crit = _criterion(criterion, factor=factor, floor=floor, atol=atol, rtol=rtol)
     low_inputs = _as_tuple(inputs)
     if dtype is not None:
-        low_inputs = tuple(_cast(x, dtype) for x in low_inputs)
+        low_inputs = tuple(x if k in keep_dtype else _cast(x, dtype) for k, x in enumerate(low_inputs))
     low_dtype = dtype or _low_dtype(low_inputs)
     if low_dtype is None:
         raise ValueError("lowprec_report needs a floating tensor input or dtype=")
