@@ -182,9 +182,7 @@ class ValueDifferences(Differences):
     values: dict[int, tuple[torch.Tensor, dict[int, int]]] = field(default_factory=dict)
     """Per sparse input index: its values, flat, and which of them holds each dense position."""
 
-    def column(
-        self, idx: int, k: int, p: complex = 1, positions: Sequence[int] | None = None
-    ) -> list[torch.Tensor]:
+    def column(self, idx: int, k: int, p: complex = 1, positions: Sequence[int] | None = None) -> list[torch.Tensor]:
         if idx not in self.values:
             return super().column(idx, k, p, positions)
         flat, where = self.values[idx]

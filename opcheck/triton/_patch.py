@@ -84,3 +84,13 @@ def mark(fn: _F, wraps: Callable | None = None) -> _F:
 
 def is_patched(fn: object) -> bool:
     return getattr(fn, PATCHED, False) is True
+
+
+def source_of(fn) -> str:
+    """fn's source text, or "" where it cannot be read (a builtin, a function made at run time)."""
+    import inspect
+
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""

@@ -10,7 +10,7 @@ evaluated then), so only a kernel it does not rewrite meets it. Later interprete
 
 from __future__ import annotations
 
-from opcheck.triton._patch import Patch, is_patched, mark, parameters, require
+from opcheck.triton._patch import Patch, is_patched, mark, parameters, require, source_of
 
 
 def _names_constexpr(annotation: object) -> bool:
@@ -40,18 +40,9 @@ def _apply() -> None:
     if is_patched(init):
         return
     require(parameters(init)[:4] == ["self", "fn", "arg_names", "grid"], "GridExecutor(fn, arg_names, grid) changed")
-    source = _source(init)
+    source = source_of(init)
     require("self.constexprs" in source, "GridExecutor.__init__ sets no constexprs")
     executor.__init__ = _init(init)  # type: ignore[misc]
-
-
-def _source(fn) -> str:
-    import inspect
-
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
-        return ""
 
 
 PATCHES = (

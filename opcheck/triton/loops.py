@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from opcheck.triton._patch import Patch, is_patched, mark, parameters, require
+from opcheck.triton._patch import Patch, is_patched, mark, parameters, require, source_of
 
 INDICES = "_opcheck_loop_indices"
 BOUND = "_opcheck_loop_bound"
@@ -185,17 +185,8 @@ def _apply_by_recompiling(interpreter) -> None:
     if is_patched(init):
         return
     require(parameters(init)[:2] == ["self", "fn"], "InterpretedFunction(fn) changed")
-    require("self.fn" in _source(init), "InterpretedFunction.__init__ keeps no self.fn")
+    require("self.fn" in source_of(init), "InterpretedFunction.__init__ keeps no self.fn")
     function.__init__ = _recompiling(init, _indices(_to_tensor(interpreter)))
-
-
-def _source(fn) -> str:
-    import inspect
-
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):
-        return ""
 
 
 PATCHES = (
