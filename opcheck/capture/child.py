@@ -53,8 +53,17 @@ def main(config_path: str) -> int:
         traceback.print_exc()
         status, error = 1, f"{type(e).__name__}: {e}"
     finally:
+        _ignore_interrupts()  # a second Ctrl-C is the parent's: it ends this process, or this dump ends first
         recorder.dump(records, status, error, registering_modules(recorder.ops, _main_module(config)))
     return status or 0
+
+
+def _ignore_interrupts() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _main_module(config: dict[str, Any]) -> str | None:

@@ -317,7 +317,9 @@ class Recorder:
                 for path, c in self.ops.items()
             },
         }
-        file.write_text(json.dumps(data, allow_nan=False), encoding="utf-8")
+        part = file.with_name(f".{file.name}.part")  # whole or absent: the parent reads it after the command
+        part.write_text(json.dumps(data, allow_nan=False), encoding="utf-8")
+        os.replace(part, file)
 
 
 def _flat(descs: list[dict[str, Any]]) -> list[dict[str, Any]]:

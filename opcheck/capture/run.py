@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,7 @@ class Outcome:
 
 def capture(options: Options) -> Outcome:
     """Run the command recorded, then write the specs (see the module docstring)."""
+    _readable_specs(options)  # before the command runs: a long run's records are not lost to a typo
     with tempfile.TemporaryDirectory(prefix="opcheck-capture-") as tmp:
         run = _run_child(options, Path(tmp))
         if run.get("error") and run.get("exit") == 2 and not run.get("ops"):
@@ -112,7 +114,11 @@ def _run_child(options: Options, tmp: Path) -> dict[str, Any]:
     # The child imports opcheck as this process does, wherever the command runs.
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
-    proc = subprocess.run([sys.executable, "-m", "opcheck.capture.child", str(tmp / "config.json")], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "opcheck.capture.child", str(tmp / "config.json")], env=env)
+    with _interrupts_wait_for(proc) as interrupts:
+        proc.wait()
+        if len(interrupts) > 1:
+            raise CaptureError("opcheck capture: interrupted twice; the command was ended and nothing was written")
     if not records.exists():
         raise CaptureError(
             f"opcheck capture: the command ended (exit status {proc.returncode}) before anything was recorded "
@@ -121,6 +127,60 @@ def _run_child(options: Options, tmp: Path) -> dict[str, Any]:
     run: dict[str, Any] = json.loads(records.read_text(encoding="utf-8"))
     run.setdefault("exit", proc.returncode)
     return run
+
+
+@contextlib.contextmanager
+def _interrupts_wait_for(proc: subprocess.Popen[bytes]) -> Iterator[list[int]]:
+    """While the command runs: a first Ctrl-C (which the command gets too, from the terminal) lets
+    it stop and write what it recorded, which capture then writes; a second one ends it, and
+    capture writes nothing. Yields the interrupts seen."""
+    import signal
+    import threading
+
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        if len(seen) == 1:
+            print(
+                "opcheck capture: interrupted; writing what the command recorded once it stops "
+                "(Ctrl-C again to end it, writing nothing)",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            proc.kill()  # the wait it interrupted then returns
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _readable_specs(options: Options) -> None:
+    """Every spec file in the specs folder reads as YAML: capture decides from each file's `op:`
+    whether it tests an op, and writes a second spec beside one it cannot read."""
+    import yaml
+
+    for file in sorted([*options.specs.glob("*.yaml"), *options.specs.glob("*.yml")]):
+        try:
+            yaml.safe_load(file.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise CaptureError(f"opcheck capture: {_shown(file)}: not UTF-8 text ({e.reason}); fix it first") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"{_shown(file)}:{mark.line + 1}:{mark.column + 1}" if mark is not None else _shown(file)
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise CaptureError(
+                f"opcheck capture: {where}: not readable YAML ({problem}); capture cannot tell which op it tests, "
+                "so it ran nothing: fix it first"
+            ) from None
+        except OSError as e:
+            raise CaptureError(f"opcheck capture: {_shown(file)}: cannot be read ({e.strerror})") from None
 
 
 # ------------------------------------------------------------------------------ one op
@@ -147,6 +207,11 @@ def _write_op(
     imports = tuple(dict.fromkeys([*options.imports, *([module] if module else [])]))
     if existing is not None:
         file, text, spec_name = existing
+        if not os.access(file, os.W_OK) or not file.stat().st_mode & stat.S_IWUSR:  # root's access() says yes
+            raise CaptureError(
+                f"opcheck capture: {_shown(file)} is read-only; capture does not replace it: make it writable "
+                "(chmod u+w) and run again, or give another --specs folder; nothing written for this op"
+            )
     else:
         spec_name = _free_name(options, derive_name(path))
         file, text = options.specs / f"{spec_name}.yaml", None
@@ -412,7 +477,10 @@ def _existing_spec(options: Options, path: str) -> tuple[Path, str, str] | None:
             text = file.read_bytes().decode("utf-8")
             data = yaml.safe_load(text)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            continue
+            raise CaptureError(
+                f"opcheck capture: {_shown(file)} no longer reads as YAML (it did before the command ran); "
+                f"capture cannot tell whether it tests {path}; nothing written for this op"
+            ) from None
         if isinstance(data, dict) and data.get("op") == path:
             name = data.get("name")
             return file, text, name if isinstance(name, str) else derive_name(path)

@@ -1,5 +1,7 @@
 """What `opcheck capture` prints after the command: per op, what was recorded, kept, dropped and
-written where, and what to run next; and its exit status (1 when nothing was written)."""
+written where, and what to run next; and its exit status: the command's where it failed (what it
+recorded before is written all the same), else 1 where an op's spec could not be written or
+nothing was written, else 0."""
 
 from __future__ import annotations
 
@@ -44,7 +46,17 @@ def summary(outcome: Outcome, command: Command, out_folder: str) -> tuple[str, i
         )
     else:
         lines.append("nothing written")
-    return "\n".join(lines) + "\n", 0 if written_any else 1
+    failed = [op.path for op in outcome.ops if op.error]
+    status = 0 if written_any and not failed else 1
+    if failed:
+        lines.append(f"exit status 1: the spec of {', '.join(failed)} could not be written (above)")
+    if outcome.exit_status:  # what it recorded up to then is written all the same
+        status = outcome.exit_status if 0 < outcome.exit_status < 256 else 1
+        lines.append(
+            f"exit status {status}: the command failed (status {outcome.exit_status}); "
+            + ("the calls it made before are written above" if written_any else "nothing was written")
+        )
+    return "\n".join(lines) + "\n", status
 
 
 def _shown(path: Path) -> str:

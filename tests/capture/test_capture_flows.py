@@ -425,3 +425,69 @@ def test_usage_errors(tmp_path, ops, options, command, says):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp / "op_specs").exists() and not (tmp / "some.yaml").exists()
+
+
+# ------------------------------------------------------------------------------ Ctrl-C
+INTERRUPTED_RUN = """
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    F.gelu(torch.randn(4, 7))
+    print("recorded", flush=True)
+    time.sleep(120)  # a long training run, stopped with Ctrl-C
+"""
+
+
+def _interrupted_capture(tmp: Path, presses: int) -> tuple[int, str, str]:
+    """capture over INTERRUPTED_RUN in a session of its own, its process group sent SIGINT `presses`
+    times once the run has made its call (as a terminal's Ctrl-C reaches the command and capture)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    argv = [sys.executable, "-m", "opcheck", "capture", "--op", "torch.nn.functional.gelu", "--no-cost", "--"]
+    proc = subprocess.Popen(
+        [*argv, "python", "run.py"],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "recorded"
+    for _ in range(presses):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_to_the_process_group_writes_what_was_recorded(tmp_path):
+    tmp = project(tmp_path, {"run.py": INTERRUPTED_RUN})
+    status, out, err = _interrupted_capture(tmp, presses=1)
+    assert status == 130, (status, out, err)
+    assert "wrote op_specs/gelu.yaml: 4x7" in out, (out, err)
+    assert "exit status 130: the command failed (status 130)" in out
+    assert "interrupted; writing what the command recorded once it stops" in err
+    assert sample_names(tmp, "gelu") == ["4x7"]
+
+
+def test_a_second_ctrl_c_ends_the_command_and_writes_nothing(tmp_path):
+    slow_to_stop = INTERRUPTED_RUN.replace(
+        '    print("recorded", flush=True)\n    time.sleep(120)  # a long training run, stopped with Ctrl-C\n',
+        '    try:\n        print("recorded", flush=True)\n        time.sleep(120)\n'
+        "    except KeyboardInterrupt:\n        time.sleep(120)  # slow to stop\n",
+    )
+    assert "slow to stop" in slow_to_stop
+    tmp = project(tmp_path, {"run.py": slow_to_stop})
+    status, out, err = _interrupted_capture(tmp, presses=2)
+    assert status == 1, (status, out, err)
+    assert "interrupted twice; the command was ended and nothing was written" in err
+    assert not (tmp / "op_specs" / "gelu.yaml").exists()

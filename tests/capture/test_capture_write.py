@@ -158,6 +158,52 @@ def test_a_file_name_taken_by_another_ops_spec_gets_a_new_name(tmp_path):
     assert names(tmp) == {"silu": ["a"], new.stem: ["4x7", "2x13x96"]}
 
 
+# ------------------------------------------------------------------------------ nothing hidden
+def test_a_failing_command_s_calls_are_written_and_its_status_is_capture_s(tmp_path):
+    failing = GELU_ONE_SHAPE + "    raise SystemExit(3)\n"
+    tmp = project(tmp_path, {"fails.py": failing})
+    result = capture(tmp, ["python", "fails.py"])
+    assert result.returncode == 3, shown(result)
+    assert "wrote op_specs/gelu.yaml: 4x7" in result.stdout
+    assert "exit status 3: the command failed (status 3); the calls it made before are written above" in result.stdout
+    assert names(tmp) == {"gelu": ["4x7"]}
+
+
+def test_a_spec_capture_cannot_write_makes_its_status_non_zero(tmp_path):
+    # gelu's spec cannot be extended (a flow list); silu's is written: exit 1, and both are said.
+    flow = "op: torch.nn.functional.gelu\nsamples: [{name: a, args: [{shape: [2]}]}]\n"
+    model = GELU_ONE_SHAPE + "    F.silu(torch.randn(3))\n"
+    tmp = project(tmp_path, {"model.py": model, "op_specs/gelu.yaml": flow})
+    result = scratch.capture(tmp, ["torch.nn.functional.gelu", "torch.nn.functional.silu"], ["python", "model.py"])
+    assert result.returncode == 1, shown(result)
+    assert "wrote op_specs/silu.yaml: 3" in result.stdout
+    assert "exit status 1: the spec of torch.nn.functional.gelu could not be written (above)" in result.stdout
+
+
+def test_a_malformed_spec_stops_capture_before_the_command_runs_and_nothing_is_written(tmp_path):
+    broken = "op: torch.nn.functional.gelu\nsamples:\n  - name: a\n    args: [{shape: [2]}\n"
+    model = GELU_ONE_SHAPE + "    open('RAN', 'w').close()\n"
+    tmp = project(tmp_path, {"model.py": model, "op_specs/gelu.yaml": broken})
+    before = _tree(tmp)
+    result = capture(tmp, ["python", "model.py"])
+    assert result.returncode == 1, shown(result)
+    assert "opcheck capture: op_specs/gelu.yaml:5:1: not readable YAML" in result.stderr, shown(result)
+    assert "fix it first" in result.stderr and "Traceback" not in result.stderr
+    assert _tree(tmp) == before  # no duplicate spec beside it, and the command never ran (no RAN)
+    assert (tmp / "op_specs" / "gelu.yaml").read_text(encoding="utf-8") == broken
+
+
+def test_a_read_only_spec_is_refused_and_left_as_it_is(tmp_path):
+    tmp = project(tmp_path, {"one.py": GELU_ONE_SHAPE, "op_specs/gelu.yaml": HAND_WRITTEN})
+    spec = tmp / "op_specs" / "gelu.yaml"
+    spec.chmod(0o444)  # refused by its mode, for root too
+    result = capture(tmp, ["python", "one.py"])
+    assert result.returncode == 1, shown(result)
+    assert "op_specs/gelu.yaml is read-only; capture does not replace it" in result.stdout
+    assert spec.read_text(encoding="utf-8") == HAND_WRITTEN and oct(spec.stat().st_mode & 0o777) == "0o444"
+    assert sorted(p.name for p in spec.parent.iterdir()) == ["gelu.yaml"]
+
+
 def _tree(tmp: Path) -> set[str]:
     return {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if "__pycache__" not in p.parts}
 
