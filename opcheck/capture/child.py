@@ -102,11 +102,17 @@ def registering_modules(paths: Any, main: str | None) -> dict[str, str]:
     return out
 
 
+_REWRITE_WARNING = "Module already imported so cannot be rewritten; opcheck"
+
+
 def _run(mode: str, target: str) -> int:
     if mode == "pytest":
         import pytest
 
-        return int(pytest.main(sys.argv[1:]))
+        # This process imported opcheck (its plugin's package) before pytest could rewrite it: pytest's
+        # warning about that is about capture, not the user's run.
+        quiet = ["-W", f"ignore:{_REWRITE_WARNING}:pytest.PytestAssertRewriteWarning"]
+        return int(pytest.main([*quiet, *sys.argv[1:]]))
     if mode == "module":
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     elif mode == "code":

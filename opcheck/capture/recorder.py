@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -188,6 +189,29 @@ def _merge_described(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return a
 
 
+# ------------------------------------------------------------------------------ gradient checks
+_CHECKS = (
+    (os.path.join(os.path.dirname(torch.__file__), "autograd", "gradcheck.py"), "torch.autograd.gradcheck"),
+    (os.path.join(os.path.dirname(torch.__file__), "testing", "_internal", "optests"), "torch.library.opcheck"),
+    (os.path.join(os.path.dirname(os.path.dirname(__file__)), "engine"), "opcheck's checks"),
+    (os.path.join(os.path.dirname(os.path.dirname(__file__)), "runtime"), "opcheck's checks"),
+)
+"""Files whose frames on the stack make a call one of a gradient check's: path prefix -> its name."""
+
+
+def gradient_check_running() -> str | None:
+    """The gradient check (torch's gradcheck, torch.library.opcheck, opcheck's engine) that this call
+    is made inside, found on the stack; None for a call of the run itself."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        for prefix, check in _CHECKS:
+            if name.startswith(prefix):
+                return check
+        frame = frame.f_back
+    return None
+
+
 # ------------------------------------------------------------------------------ records
 @dataclass
 class Record:
@@ -215,6 +239,7 @@ class OpCalls:
     calls: int = 0
     dropped: int = 0  # calls of signatures past MAX_SIGNATURES
     backward: int = 0  # calls made by autograd's backward pass (an aten op in a derivative), not recorded
+    in_checks: dict[str, int] = field(default_factory=dict)  # calls a gradient check made -> count, by check
     unsupported: dict[str, int] = field(default_factory=dict)  # why a call could not be a sample -> count
 
 
@@ -238,6 +263,11 @@ class Recorder:
         if torch._C._current_graph_task_id() != -1:  # autograd's backward pass: a derivative, not a call
             calls = self.ops.setdefault(path, OpCalls())
             calls.backward += 1
+            return fn(*args, **kwargs)
+        check = gradient_check_running()
+        if check is not None:  # the perturbed float64 calls of a test's own gradcheck: not the run's
+            calls = self.ops.setdefault(path, OpCalls())
+            calls.in_checks[check] = calls.in_checks.get(check, 0) + 1
             return fn(*args, **kwargs)
         self._local.depth = 1
         try:
@@ -312,6 +342,7 @@ class Recorder:
                     "dropped": c.dropped,
                     "backward": c.backward,
                     "unsupported": c.unsupported,
+                    "in_checks": c.in_checks,
                     "records": [r.as_json() for r in c.records.values()],
                 }
                 for path, c in self.ops.items()

@@ -195,6 +195,8 @@ def _write_op(
         result.notes.append(f"{n} call(s) not recorded: {reason}")
     if info.get("backward"):
         result.notes.append(f"{info['backward']} call(s) inside backward passes (derivatives) not recorded")
+    for check, n in info.get("in_checks", {}).items():
+        result.notes.append(f"{n} call(s) made inside {check} (its perturbed inputs) not recorded")
     if info.get("dropped"):
         result.notes.append(f"{info['dropped']} call(s) past {len(found)} distinct signatures were counted, not kept")
     if not found:
@@ -249,6 +251,16 @@ def _write_op(
     try:
         build = _Builder(options, file, text, imports, path, None if existing else spec_name)
         spec = build.validated(pending)
+        copies = _copies(spec, taken, {r.name for r, _ in pending})
+        if copies:
+            result.dropped += [f"{new}: the same sample as the spec's {old!r}" for new, old in copies.items()]
+            for f in [f for f in result.values_files if f.stem in copies]:
+                f.unlink(missing_ok=True)
+                result.values_files.remove(f)
+            pending = [(r, c) for r, c in pending if r.name not in copies]
+            if not pending:
+                return result
+            spec = build.validated(pending)
         with _quiet_vmap():
             if text is None:
                 build.declared = _probe_flags(spec)
@@ -263,6 +275,16 @@ def _write_op(
         raise
     result.written = [r.name for r, _ in pending]
     return result
+
+
+def _copies(spec: Any, existing: set[str], new: set[str]) -> dict[str, str]:
+    """The new samples equal in content (everything but the name) to one the spec had: new -> old."""
+    from dataclasses import replace
+
+    kept = existing - new  # a sample --force replaces is new, not one the spec keeps
+    before = {replace(s, name=""): s.name for s in spec.samples if s.name in kept}
+    found = {s.name: replace(s, name="") for s in spec.samples if s.name in new}
+    return {name: before[content] for name, content in found.items() if content in before}
 
 
 def _rendered(

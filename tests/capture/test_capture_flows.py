@@ -140,6 +140,36 @@ def test_pytest_mode_records_the_tests_calls(tmp_path):
     assert f"test_x.py:{line_of(tmp, 'test_x.py', 'F.gelu')} (test_gelu)" in text
 
 
+def test_a_pytest_run_records_the_tests_own_calls_not_their_gradchecks_and_warns_of_nothing(tmp_path):
+    # The user's test calls gelu once at 4x7 and then checks it with torch's gradcheck (its float64
+    # calls at perturbed inputs) and with opcheck's.
+    tmp = project(
+        tmp_path,
+        {
+            "test_x.py": """
+                import torch
+                import torch.nn.functional as F
+
+                import opcheck
+
+
+                def test_gelu():
+                    x = torch.randn(4, 7, dtype=torch.float64, requires_grad=True)
+                    F.gelu(x)
+                    assert torch.autograd.gradcheck(F.gelu, (x,))
+                    assert opcheck.gradcheck(F.gelu, (torch.randn(3, 5, dtype=torch.float64, requires_grad=True),))
+            """
+        },
+    )
+    result = capture(tmp, ["torch.nn.functional.gelu"], ["pytest", "test_x.py", "-p", "no:cacheprovider"])
+    assert result.returncode == 0, shown(result)
+    assert "torch.nn.functional.gelu: 1 call(s), 1 distinct" in result.stdout
+    assert "call(s) made inside torch.autograd.gradcheck (its perturbed inputs) not recorded" in result.stdout
+    assert "call(s) made inside opcheck's checks (its perturbed inputs) not recorded" in result.stdout
+    assert sample_names(tmp, "gelu") == ["4x7"]
+    assert "Warning" not in result.stdout + result.stderr, shown(result)
+
+
 def test_pytest_with_xdist_is_refused(tmp_path):
     tmp = project(tmp_path, {"test_x.py": "def test_nothing():\n    pass\n"})
     result = capture(tmp, ["torch.nn.functional.gelu"], ["pytest", "-n", "2", "test_x.py"])

@@ -204,6 +204,17 @@ def test_a_read_only_spec_is_refused_and_left_as_it_is(tmp_path):
     assert sorted(p.name for p in spec.parent.iterdir()) == ["gelu.yaml"]
 
 
+def test_a_sample_equal_in_content_to_the_specs_own_is_dropped_with_a_note(tmp_path):
+    # The run's one call renders as {shape: [4, 7], low: -1.0, high: 1.8}: the spec has it, named mine.
+    same = "op: torch.nn.functional.gelu\nsamples:\n  - name: mine\n    args: [{shape: [4, 7], low: -1.0, high: 1.8}]\n"
+    tmp = project(tmp_path, {"one.py": GELU_ONE_SHAPE, "op_specs/gelu.yaml": same})
+    result = capture(tmp, ["python", "one.py"])
+    assert result.returncode == 1, shown(result)
+    assert "dropped: 4x7: the same sample as the spec's 'mine'" in result.stdout
+    assert "nothing written" in result.stdout
+    assert (tmp / "op_specs" / "gelu.yaml").read_text(encoding="utf-8") == same
+
+
 def _tree(tmp: Path) -> set[str]:
     return {p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if "__pycache__" not in p.parts}
 
