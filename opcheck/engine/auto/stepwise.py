@@ -484,9 +484,11 @@ class _ProjectionCheck:
 
         The stage's J·U there is backward's own rows (the VJP of the VJP only where backward's rows
         match it) or, in the forward-AD check, forward AD: the analytical entries the full check
-        compares. Complex functions, seen through real views here, are compared by modulus there.
+        compares. Not for complex functions, seen through real views here and compared by modulus
+        there, nor for sparse and MKLDNN inputs, whose full check moves only their specified values
+        and takes its rows from the call as given (layouts.py): there the full check decides.
         """
-        if self.views is not None:
+        if self.views is not None or (self.ctx.layouts is not None and self.ctx.layouts.stand_ins):
             return ()
         i, jj, flags = found.i, found.jj, self.ctx.flags
         rows: torch.Tensor | None
