@@ -400,6 +400,9 @@ class _Builder:
         low = sorted(d for d in dtypes if d in render.LOWPREC)
         if low:
             lines.append(f"lowprec_dtypes: {render.dump(low)}")
+        if self.path.startswith("torch.ops.") and not self.path.startswith("torch.ops.aten."):
+            # as `opcheck new` writes for an operator the user registered
+            lines.append("library_opcheck: true  # torch.library.opcheck: schema, autograd and fake registrations")
         lines += self.declared
         lines.append("samples:")
         return "\n".join(lines) + "\n" + "".join(render.sample_text(r, 2) for r, _ in pending)

@@ -262,6 +262,7 @@ def test_custom_op_by_namespace(tmp_path):
     assert data["op"] == "torch.ops.capt.scale"
     assert data["imports"] == ["mypkg.lib"]
     assert sorted(s["name"] for s in data["samples"]) == ["2x5", "3x8"]
+    assert data["library_opcheck"] is True  # as `opcheck new` writes for a torch.library op
 
 
 def test_aten_op_records_forward_calls_and_counts_the_backward_ones(tmp_path):
