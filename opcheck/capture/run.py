@@ -225,6 +225,7 @@ def _write_op(
         result.notes.append("the run never asked for a gradient: every floating-point input is checked")
     taken = set(write.find_samples(text, _shown(file)).names) if text is not None else set()
     pending: list[tuple[render.Rendered, select.Candidate]] = []
+    twins: dict[str, str] = {}  # a reduced twin's name -> the name of the sample it reduces
     for c, why in choice.kept:
         name = render.sample_name(c, {r.name for r, _ in pending})
         grad = render.grad_wanted([c])  # else every floating-point input is checked
@@ -238,6 +239,7 @@ def _write_op(
                     f"remainder mod {render.REDUCE_TO}"
                 )
                 pending.append((_rendered(options, small, twin_name, [words], grad, file, values=False), small))
+                twins[twin_name] = name
     if text is not None:
         already = [r for r, _ in pending if r.name in taken]
         if already and not options.force:
@@ -265,8 +267,13 @@ def _write_op(
             if text is None:
                 build.declared = _probe_flags(spec)
                 spec = build.validated(pending)
-            if options.cost:
-                pending = _with_costs(spec, pending)
+            if options.cost or twins:
+                estimates = _estimates(spec, {r.name for r, _ in pending})
+                costlier = _costlier_twins(twins, estimates)
+                result.dropped += [f"{t}: {why}" for t, why in costlier.items()]
+                pending = [(r, c) for r, c in pending if r.name not in costlier]
+                if options.cost:
+                    pending = _with_costs(pending, estimates)
                 build.validated(pending)
         _store(file, text, build.text)
     except BaseException:
@@ -447,28 +454,61 @@ def _probe_flags(spec: Any) -> list[str]:
     return lines
 
 
-def _with_costs(
-    spec: Any, pending: list[tuple[render.Rendered, select.Candidate]]
-) -> list[tuple[render.Rendered, select.Candidate]]:
-    """Each new sample with its estimated test cost on this machine's cpu as a comment."""
+_Estimates = dict[str, list[tuple[str, str, Any]]]
+"""Per sample name: (check, dtype, its Estimate) for each of its cpu tests."""
+
+
+def _estimates(spec: Any, names: set[str]) -> _Estimates:
+    """The estimated cost on this machine's cpu of each test of the samples `names`."""
     from opcheck.runtime.context import Settings
-    from opcheck.runtime.cost.estimate import estimate, format_seconds
+    from opcheck.runtime.cost.estimate import estimate
     from opcheck.runtime.cost.samples import SampleProbes
     from opcheck.spec.case import cases_of
 
     settings = Settings.from_env()
     probes = SampleProbes(spec)
-    names = {r.name for r, _ in pending}
-    by_sample: dict[str, list[str]] = {}
+    out: _Estimates = {}
     for case in cases_of(spec):
-        if case.sample not in names or case.device != "cpu":
-            continue
-        est = estimate(spec, case, settings, probes)
-        what = format_seconds(est.seconds) if est.skipped is None else "not estimated"
-        by_sample.setdefault(case.sample, []).append(f"{case.check} {case.dtype} {what}")
+        if case.sample in names and case.device == "cpu":
+            out.setdefault(case.sample, []).append((case.check, case.dtype, estimate(spec, case, settings, probes)))
+    return out
+
+
+def _costlier_twins(twins: dict[str, str], estimates: _Estimates) -> dict[str, str]:
+    """The reduced twins whose tests are estimated to cost more than their sample's (a twin that falls
+    within the Jacobian budget gets the full check where its sample got projections): name -> why."""
+    from opcheck.runtime.cost.estimate import format_seconds
+
+    out = {}
+    for twin, original in twins.items():
+        small, big = _total(estimates.get(twin, [])), _total(estimates.get(original, []))
+        if small is not None and big is not None and small > big:
+            out[twin] = (
+                f"the reduced twin of {original} would cost more to test ({format_seconds(small)} against "
+                f"{format_seconds(big)}, estimated: a smaller Jacobian gets the full check), so it is not written"
+            )
+    return out
+
+
+def _total(tests: list[tuple[str, str, Any]]) -> float | None:
+    """The estimated seconds of a sample's tests together; None if any has no estimate."""
+    if not tests or any(est.skipped is not None for _, _, est in tests):
+        return None
+    return sum(est.seconds for _, _, est in tests)
+
+
+def _with_costs(
+    pending: list[tuple[render.Rendered, select.Candidate]], estimates: _Estimates
+) -> list[tuple[render.Rendered, select.Candidate]]:
+    """Each new sample with its estimated test cost on this machine's cpu as a comment."""
+    from opcheck.runtime.cost.estimate import format_seconds
+
     out = []
     for r, c in pending:
-        words = by_sample.get(r.name)
+        words = [
+            f"{check} {dtype} {format_seconds(est.seconds) if est.skipped is None else 'not estimated'}"
+            for check, dtype, est in estimates.get(r.name, [])
+        ]
         if words:
             comment = "estimated cost on this cpu: " + ", ".join(words)
             r = render.Rendered(r.name, r.item, (*r.comments, comment), r.values_keys)

@@ -407,6 +407,53 @@ def test_reduce_writes_a_twin_with_tails_kept(tmp_path):
     assert any("reduced twin of 3x300" in c for c in comments_of(text, "3x172"))
 
 
+SLOW_CUSTOM_OP = """
+    import time
+
+    import torch
+
+
+    @torch.library.custom_op("capt_slow::scale", mutates_args=())
+    def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
+        time.sleep(0.002)  # a kernel launch: every call costs, vmapped ones (a loop over the batch) too
+        return x * factor
+
+
+    @scale.register_fake
+    def _(x, factor):
+        return torch.empty_like(x)
+
+
+    def _setup(ctx, inputs, output):
+        ctx.factor = inputs[1]
+
+
+    def _backward(ctx, grad):
+        return scale(grad, ctx.factor), None
+
+
+    scale.register_autograd(_backward, setup_context=_setup)
+"""
+
+
+def test_reduce_writes_no_twin_that_would_cost_more_than_its_sample(tmp_path):
+    # 1x300x5 has 1,500 elements: its Jacobian (2.25M entries) is past the budget, and projections check
+    # it in a few calls; the twin 1x172x5 (860) is within it, where the full check takes every column,
+    # each a call of a custom op vmapped by a loop.
+    tmp = project(
+        tmp_path,
+        {
+            "mypkg/__init__.py": "",
+            "mypkg/slow.py": SLOW_CUSTOM_OP,
+            "run.py": "import torch\nfrom mypkg.slow import scale\n\nscale(torch.randn(1, 300, 5), 2.0)\n",
+        },
+    )
+    result = capture(tmp, ["torch.ops.capt_slow"], ["python", "run.py"], "--reduce")
+    assert result.returncode == 0, shown(result)
+    assert "dropped: 1x172x5: the reduced twin of 1x300x5 would cost more to test" in result.stdout, shown(result)
+    assert [s["name"] for s in spec_data(tmp, "scale")["samples"]] == ["1x300x5"]
+
+
 def test_max_samples_keeps_one_and_names_the_dropped(tmp_path):
     tmp = project(tmp_path, {"model.py": GELU_TWO_SHAPES})
     result = capture(tmp, ["torch.nn.functional.gelu"], ["python", "model.py"], "--max-samples", "1")
