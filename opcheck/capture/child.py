@@ -54,8 +54,22 @@ def main(config_path: str) -> int:
         status, error = 1, f"{type(e).__name__}: {e}"
     finally:
         _ignore_interrupts()  # a second Ctrl-C is the parent's: it ends this process, or this dump ends first
-        recorder.dump(records, status, error, registering_modules(recorder.ops, _main_module(config)))
+        recorder.dump(
+            records, status, error, registering_modules(recorder.ops, _main_module(config)), _compiled_frames()
+        )
     return status or 0
+
+
+def _compiled_frames() -> int:
+    """The frames torch.compile compiled in this process (0 where it never ran)."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["frames"]["ok"])
+    except Exception:  # noqa: BLE001 - a torch whose counters differ: the summary's hint is only left out
+        return 0
 
 
 def _ignore_interrupts() -> None:

@@ -189,6 +189,19 @@ def _merge_described(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return a
 
 
+def autocast_dtype(args: list[dict[str, Any]], kwargs: dict[str, dict[str, Any]]) -> str | None:
+    """The dtype autocast computes in where this call's floating tensors are (their device's autocast
+    is on), which their own float32 dtype does not show; None where it is off."""
+    devices = {d["device"] for d in _flat([*args, *kwargs.values()]) if d["kind"] == "tensor"}
+    for device in sorted(devices):
+        try:
+            if torch.is_autocast_enabled(device):
+                return str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        except (TypeError, RuntimeError, AttributeError):  # a torch or device without per-device autocast
+            continue
+    return None
+
+
 # ------------------------------------------------------------------------------ gradient checks
 _CHECKS = (
     (os.path.join(os.path.dirname(torch.__file__), "autograd", "gradcheck.py"), "torch.autograd.gradcheck"),
@@ -222,6 +235,7 @@ class Record:
     count: int = 0
     sites: list[str] = field(default_factory=list)
     values: str | None = None  # the first call's tensors, saved (a file name in the values folder)
+    autocast: list[str] = field(default_factory=list)  # the dtypes autocast computed its calls in
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -230,6 +244,7 @@ class Record:
             "count": self.count,
             "sites": self.sites,
             "values": self.values,
+            "autocast": self.autocast,
         }
 
 
@@ -312,6 +327,9 @@ class Recorder:
                 record.args = [_merge_described(a, b) for a, b in zip(record.args, with_stats_args)]
                 record.kwargs = {k: _merge_described(record.kwargs[k], with_stats_kwargs[k]) for k in record.kwargs}
         record.count += 1
+        cast = autocast_dtype(described_args, described_kwargs)
+        if cast is not None and cast not in record.autocast:
+            record.autocast.append(cast)
         if site and site not in record.sites and len(record.sites) < MAX_SITES:
             record.sites.append(site)
 
@@ -330,12 +348,15 @@ class Recorder:
             )
         return name
 
-    def dump(self, file: Path, exit_status: int | None, error: str | None, imports: dict[str, str]) -> None:
+    def dump(
+        self, file: Path, exit_status: int | None, error: str | None, imports: dict[str, str], compiled: int = 0
+    ) -> None:
         data = {
             "pid": os.getpid(),
             "exit": exit_status,
             "error": error,
             "imports": imports,
+            "compiled": compiled,  # frames torch.compile compiled in the run
             "ops": {
                 path: {
                     "calls": c.calls,

@@ -91,7 +91,8 @@ def render_sample(
     where = f", first at {c.sites[0]}" if c.sites else ""
     devices = sorted({d["device"] for d in tensors(c.args, c.kwargs)})
     dtypes = sorted({d["dtype"] for d in tensors(c.args, c.kwargs)})
-    comments = [f"{calls}{where}; {', '.join(dtypes)} on {', '.join(devices)} in the run"]
+    cast = f" (computed in {', '.join(c.autocast)} under autocast)" if c.autocast else ""
+    comments = [f"{calls}{where}; {', '.join(dtypes)} on {', '.join(devices)} in the run{cast}"]
     comments.append("kept: " + "; ".join(why))
     comments += notes
     if cost:

@@ -69,6 +69,8 @@ class Outcome:
     exit_status: int | None
     ops: list[OpResult]
     unseen: list[str]
+    hidden_by_compile: list[str] = field(default_factory=list)  # of unseen: targets compiled code may call unseen
+    compiled: int = 0  # frames torch.compile compiled in the run
 
 
 def capture(options: Options) -> Outcome:
@@ -87,8 +89,12 @@ def capture(options: Options) -> Outcome:
                 results.append(
                     OpResult(path, calls=run["ops"][path].get("calls", 0), distinct=len(found), error=str(e))
                 )
-        unseen = [s.text for s in options.selections if not any(_selected(s, p) for p in candidates)]
-        return Outcome(run.get("exit"), results, unseen)
+        missing = [s for s in options.selections if not any(_selected(s, p) for p in candidates)]
+        compiled = int(run.get("compiled") or 0)
+        # torch.ops and aten calls reach the recorder from compiled graphs too; Python callables and
+        # autograd.Functions traced into a graph run as its ops, never as the callable capture replaced.
+        hidden = [s.text for s in missing if compiled and s.kind in ("function", "patch")]
+        return Outcome(run.get("exit"), results, [s.text for s in missing], hidden, compiled)
 
 
 def _selected(sel: targets.Selection, path: str) -> bool:
@@ -221,6 +227,13 @@ def _write_op(
     if not write.inside(file, options.specs):
         raise CaptureError(f"opcheck capture: {file} lies outside the specs folder {options.specs}; nothing written")
     result.file, result.created, result.spec_name = file, existing is None, spec_name
+    autocast = sorted({d for c, _ in choice.kept for d in c.autocast})
+    missing = [d for d in autocast if existing is None or d not in _lowprec_dtypes(existing[1])]
+    if missing:
+        result.notes.append(
+            f"calls ran under autocast, computing in {', '.join(missing)}: "
+            + ("the new spec's lowprec_dtypes has it" if existing is None else "add it to the spec's lowprec_dtypes")
+        )
     if not any(render.grad_wanted([c]) for c, _ in choice.kept):
         result.notes.append("the run never asked for a gradient: every floating-point input is checked")
     taken = set(write.find_samples(text, _shown(file)).names) if text is not None else set()
@@ -282,6 +295,15 @@ def _write_op(
         raise
     result.written = [r.name for r, _ in pending]
     return result
+
+
+def _lowprec_dtypes(text: str) -> list[str]:
+    """The `lowprec_dtypes` an existing spec's text lists (it read as YAML before the command ran)."""
+    import yaml
+
+    data = yaml.safe_load(text)
+    listed = data.get("lowprec_dtypes") if isinstance(data, dict) else None
+    return [d for d in listed if isinstance(d, str)] if isinstance(listed, list) else []
 
 
 def _copies(spec: Any, existing: set[str], new: set[str]) -> dict[str, str]:
@@ -404,7 +426,7 @@ class _Builder:
             lines.append(f"imports: {render.dump(list(self.imports))}")
         dtypes = {d["dtype"] for _, c in pending for d in select.tensors(c.args, c.kwargs)}
         lines.append(f"dtypes: [{'complex128' if any(d.startswith('complex') for d in dtypes) else 'float64'}]")
-        low = sorted(d for d in dtypes if d in render.LOWPREC)
+        low = sorted({d for d in dtypes if d in render.LOWPREC} | {d for _, c in pending for d in c.autocast})
         if low:
             lines.append(f"lowprec_dtypes: {render.dump(low)}")
         if self.path.startswith("torch.ops.") and not self.path.startswith("torch.ops.aten."):

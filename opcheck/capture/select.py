@@ -42,6 +42,7 @@ class Candidate:
     sites: list[str]
     values: str | None  # the saved values of its first call (a file in the run's values folder)
     features: dict[str, str] = field(default_factory=dict)  # feature -> what it says, in words
+    autocast: list[str] = field(default_factory=list)  # the dtypes autocast computed its calls in
 
     @property
     def numel(self) -> int:
@@ -87,8 +88,10 @@ def merge_runs(runs: Iterable[dict[str, Any]]) -> dict[str, list[Candidate]]:
                     c.args = [_merge(a, b) for a, b in zip(c.args, r["args"])]
                     c.kwargs = {k: _merge(c.kwargs[k], r["kwargs"][k]) for k in c.kwargs}
                     c.values = c.values or r.get("values")
+                    c.autocast += [d for d in r.get("autocast", []) if d not in c.autocast]
                 else:
                     found[key] = Candidate(r["args"], r["kwargs"], r["count"], list(r["sites"]), r.get("values"))
+                    found[key].autocast = list(r.get("autocast", []))
     return {path: list(found.values()) for path, found in out.items()}
 
 

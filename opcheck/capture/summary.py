@@ -40,6 +40,11 @@ def summary(outcome: Outcome, command: Command, out_folder: str) -> tuple[str, i
             lines.append(f"  dropped: {d}")
     for text in outcome.unseen:
         lines.append(f"{text}: no call recorded")
+        if text in outcome.hidden_by_compile:
+            lines.append(
+                f"  the run compiled {outcome.compiled} frame(s) with torch.compile, whose graphs run what "
+                f"{text} does without calling it: rerun with TORCHDYNAMO_DISABLE=1 (compile off) to record its calls"
+            )
     if written_any:
         lines.append(
             "next: review the samples, then opcheck validate && opcheck generate && pytest " + " ".join(next_tests)

@@ -170,6 +170,38 @@ def test_a_pytest_run_records_the_tests_own_calls_not_their_gradchecks_and_warns
     assert "Warning" not in result.stdout + result.stderr, shown(result)
 
 
+AUTOCAST_RUN = """
+    import torch
+    import torch.nn.functional as F
+
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        F.linear(x, w)  # float32 tensors, computed in bfloat16
+"""
+
+
+def test_calls_under_autocast_add_its_dtype_to_lowprec_dtypes(tmp_path):
+    tmp = project(tmp_path, {"run.py": AUTOCAST_RUN})
+    result = capture(tmp, ["torch.nn.functional.linear"], ["python", "run.py"])
+    assert result.returncode == 0, shown(result)
+    assert (
+        "note: calls ran under autocast, computing in bfloat16: the new spec's lowprec_dtypes has it" in result.stdout
+    )
+    data = spec_data(tmp, "linear")
+    assert data["lowprec_dtypes"] == ["bfloat16", "float32"]
+    text = (tmp / "op_specs" / "linear.yaml").read_text(encoding="utf-8")
+    assert "float32 on cpu in the run (computed in bfloat16 under autocast)" in comments_of(text, "4x16_8x16")[0]
+    # An existing spec is not rewritten: the note says what to add.
+    (tmp / "op_specs" / "linear.yaml").write_text(
+        "op: torch.nn.functional.linear\nlowprec_dtypes: [float32]\nsamples:\n  - name: a\n"
+        "    args: [{shape: [2, 3]}, {shape: [5, 3]}]\n",
+        encoding="utf-8",
+    )
+    again = capture(tmp, ["torch.nn.functional.linear"], ["python", "run.py"])
+    assert again.returncode == 0, shown(again)
+    assert "calls ran under autocast, computing in bfloat16: add it to the spec's lowprec_dtypes" in again.stdout
+
+
 def test_pytest_with_xdist_is_refused(tmp_path):
     tmp = project(tmp_path, {"test_x.py": "def test_nothing():\n    pass\n"})
     result = capture(tmp, ["torch.nn.functional.gelu"], ["pytest", "-n", "2", "test_x.py"])
@@ -220,6 +252,39 @@ def test_python_callable_and_autograd_function_by_path(tmp_path):
     assert "mypkg.mod:fn: 1 call(s), 1 distinct" in result.stdout
     assert "mypkg.mod:Square.apply: 1 call(s), 1 distinct" in result.stdout
     assert "FutureWarning" not in result.stderr  # the patching scans modules without tripping their warnings
+
+
+COMPILED_RUN = """
+    import torch
+    from mypkg.mod import Square
+
+
+    def loss(x):
+        return Square.apply(x).sum()
+
+
+    x = torch.randn(4, 5, requires_grad=True)
+    torch.compile(loss, backend="aot_eager")(x).backward()
+"""
+
+
+def test_an_autograd_function_under_torch_compile_is_named_with_how_to_record_it(tmp_path):
+    tmp = project(tmp_path, {**MODULES, "run.py": COMPILED_RUN})
+    result = capture(tmp, ["mypkg.mod:Square.apply"], ["python", "run.py"])
+    assert result.returncode == 1, shown(result)
+    assert "mypkg.mod:Square.apply: no call recorded" in result.stdout
+    assert "frame(s) with torch.compile" in result.stdout
+    assert "rerun with TORCHDYNAMO_DISABLE=1 (compile off) to record its calls" in result.stdout
+    # What the hint says works.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {"TORCHDYNAMO_DISABLE": "1"}
+    argv = [sys.executable, "-m", "opcheck", "capture", "--op", "mypkg.mod:Square.apply", "--no-cost", "--"]
+    again = subprocess.run([*argv, "python", "run.py"], cwd=tmp, env=env, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, shown(again)
+    assert sample_names(tmp, "square_apply") == ["4x5"]
 
 
 def test_custom_op_by_namespace(tmp_path):
