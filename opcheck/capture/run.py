@@ -170,23 +170,21 @@ def _interrupts_wait_for(proc: subprocess.Popen[bytes]) -> Iterator[list[int]]:
 def _readable_specs(options: Options) -> None:
     """Every spec file in the specs folder reads as YAML: capture decides from each file's `op:`
     whether it tests an op, and writes a second spec beside one it cannot read."""
-    import yaml
+    from opcheck.spec.yamlload import load_yaml
 
     for file in sorted([*options.specs.glob("*.yaml"), *options.specs.glob("*.yml")]):
         try:
-            yaml.safe_load(file.read_bytes().decode("utf-8"))
+            text = file.read_bytes().decode("utf-8")
         except UnicodeDecodeError as e:
             raise CaptureError(f"opcheck capture: {_shown(file)}: not UTF-8 text ({e.reason}); fix it first") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"{_shown(file)}:{mark.line + 1}:{mark.column + 1}" if mark is not None else _shown(file)
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise CaptureError(
-                f"opcheck capture: {where}: not readable YAML ({problem}); capture cannot tell which op it tests, "
-                "so it ran nothing: fix it first"
-            ) from None
         except OSError as e:
             raise CaptureError(f"opcheck capture: {_shown(file)}: cannot be read ({e.strerror})") from None
+        document = load_yaml(text, _shown(file))
+        if document.root is None and text.strip() and document.problems:  # an empty file tests no op
+            raise CaptureError(
+                f"opcheck capture: {document.problems[0]}; capture cannot tell which op it tests, so it ran "
+                "nothing: fix it first"
+            )
 
 
 # ------------------------------------------------------------------------------ one op

@@ -187,7 +187,7 @@ def test_a_malformed_spec_stops_capture_before_the_command_runs_and_nothing_is_w
     before = _tree(tmp)
     result = capture(tmp, ["python", "model.py"])
     assert result.returncode == 1, shown(result)
-    assert "opcheck capture: op_specs/gelu.yaml:5:1: not readable YAML" in result.stderr, shown(result)
+    assert "opcheck capture: op_specs/gelu.yaml:5:1: malformed YAML" in result.stderr, shown(result)
     assert "fix it first" in result.stderr and "Traceback" not in result.stderr
     assert _tree(tmp) == before  # no duplicate spec beside it, and the command never ran (no RAN)
     assert (tmp / "op_specs" / "gelu.yaml").read_text(encoding="utf-8") == broken
