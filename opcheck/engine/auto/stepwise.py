@@ -253,6 +253,10 @@ class _ProjectionCheck:
         self.p, self.ctx, self.what, self.views = p, p.ctx, what, views
         self.full_decides = full_decides  # the caller runs the full check on a failure: no block recomputed
         self._rows: dict[tuple[int, tuple[int, ...]], list[torch.Tensor | None]] = {}
+        # What a failure's bisection (pinpoint.py) starts from: the finite differences along U, and
+        # the J·U the VJP stage compared backward with.
+        self._numerical: PerInputOutput = []
+        self._ju: PerInputOutput = []
 
     def run(self) -> bool:
         p, stats = self.p, self.p.ev.stats
