@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opcheck.capture import render, select, targets, write
+from opcheck.capture import cost, render, select, targets, write
 from opcheck.capture.command import Command
 
 
@@ -274,17 +274,17 @@ def _write_op(
             if not pending:
                 return result
             spec = build.validated(pending)
-        with _quiet_vmap():
+        with cost.quiet_vmap():
             if text is None:
-                build.declared = _probe_flags(spec)
+                build.declared = cost.probe_flags(spec)
                 spec = build.validated(pending)
             if options.cost or twins:
-                estimates = _estimates(spec, {r.name for r, _ in pending})
-                costlier = _costlier_twins(twins, estimates)
+                estimates = cost.estimates(spec, {r.name for r, _ in pending})
+                costlier = cost.costlier_twins(twins, estimates)
                 result.dropped += [f"{t}: {why}" for t, why in costlier.items()]
                 pending = [(r, c) for r, c in pending if r.name not in costlier]
                 if options.cost:
-                    pending = _with_costs(pending, estimates)
+                    pending = cost.with_costs(pending, estimates)
                 build.validated(pending)
         _store(file, text, build.text)
     except BaseException:
@@ -433,107 +433,6 @@ class _Builder:
         lines += self.declared
         lines.append("samples:")
         return "\n".join(lines) + "\n" + "".join(render.sample_text(r, 2) for r, _ in pending)
-
-
-@contextlib.contextmanager
-def _quiet_vmap() -> Iterator[None]:
-    """torch.func.vmap's C++ warning for every operator without a batching rule (a custom op's),
-    off while the probes run: the spec's flags say it once."""
-    from torch._C import _functorch
-
-    switch = getattr(_functorch, "_set_vmap_fallback_warning_enabled", None)  # private: absent, nothing to quiet
-    if switch is None:
-        yield
-        return
-    switch(False)
-    try:
-        yield
-    finally:
-        switch(True)
-
-
-def _probe_flags(spec: Any) -> list[str]:
-    """What one probe of the first sample (float64, cpu) says the op lacks, as spec lines."""
-    from opcheck.runtime.cost.samples import SampleProbes
-    from opcheck.spec.case import CaseId
-
-    first = spec.samples[0].name
-    case = CaseId(spec.name, "gradcheck", "cpu", spec.dtypes[0] if spec.dtypes else "float64", first)
-    try:
-        probe = SampleProbes(spec).first_order(case)[0]
-        lines = []
-        if probe.batched_backward is None:
-            lines.append("gradcheck: {check_batched_grad: false}  # the probe's vmapped backward raised: no vmap rule")
-        if probe.double_backward != "ok":
-            lines.append("supports_gradgrad: false  # the probe's double backward raised or was not differentiable")
-        if probe.jvp is None or not probe.jvp_right:
-            lines.append("supports_forward_ad: false  # the probe's forward AD raised or gave no tangent")
-    except Exception as e:  # the generated tests will say the same; the user reviews the spec
-        first_line = (str(e).strip().splitlines() or [""])[0]
-        lines = [f"# the probe of sample {first} raised {type(e).__name__}: {render._one_line(first_line)}"]
-    return lines
-
-
-_Estimates = dict[str, list[tuple[str, str, Any]]]
-"""Per sample name: (check, dtype, its Estimate) for each of its cpu tests."""
-
-
-def _estimates(spec: Any, names: set[str]) -> _Estimates:
-    """The estimated cost on this machine's cpu of each test of the samples `names`."""
-    from opcheck.runtime.context import Settings
-    from opcheck.runtime.cost.estimate import estimate
-    from opcheck.runtime.cost.samples import SampleProbes
-    from opcheck.spec.case import cases_of
-
-    settings = Settings.from_env()
-    probes = SampleProbes(spec)
-    out: _Estimates = {}
-    for case in cases_of(spec):
-        if case.sample in names and case.device == "cpu":
-            out.setdefault(case.sample, []).append((case.check, case.dtype, estimate(spec, case, settings, probes)))
-    return out
-
-
-def _costlier_twins(twins: dict[str, str], estimates: _Estimates) -> dict[str, str]:
-    """The reduced twins whose tests are estimated to cost more than their sample's (a twin that falls
-    within the Jacobian budget gets the full check where its sample got projections): name -> why."""
-    from opcheck.runtime.cost.estimate import format_seconds
-
-    out = {}
-    for twin, original in twins.items():
-        small, big = _total(estimates.get(twin, [])), _total(estimates.get(original, []))
-        if small is not None and big is not None and small > big:
-            out[twin] = (
-                f"the reduced twin of {original} would cost more to test ({format_seconds(small)} against "
-                f"{format_seconds(big)}, estimated: a smaller Jacobian gets the full check), so it is not written"
-            )
-    return out
-
-
-def _total(tests: list[tuple[str, str, Any]]) -> float | None:
-    """The estimated seconds of a sample's tests together; None if any has no estimate."""
-    if not tests or any(est.skipped is not None for _, _, est in tests):
-        return None
-    return sum(est.seconds for _, _, est in tests)
-
-
-def _with_costs(
-    pending: list[tuple[render.Rendered, select.Candidate]], estimates: _Estimates
-) -> list[tuple[render.Rendered, select.Candidate]]:
-    """Each new sample with its estimated test cost on this machine's cpu as a comment."""
-    from opcheck.runtime.cost.estimate import format_seconds
-
-    out = []
-    for r, c in pending:
-        words = [
-            f"{check} {dtype} {format_seconds(est.seconds) if est.skipped is None else 'not estimated'}"
-            for check, dtype, est in estimates.get(r.name, [])
-        ]
-        if words:
-            comment = "estimated cost on this cpu: " + ", ".join(words)
-            r = render.Rendered(r.name, r.item, (*r.comments, comment), r.values_keys)
-        out.append((r, c))
-    return out
 
 
 def _store(file: Path, before: str | None, text: str) -> None:

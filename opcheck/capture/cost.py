@@ -1,0 +1,112 @@
+"""What capture learns by running a new sample before writing it: the flags one probe of the first
+sample says the op lacks, and each sample's estimated test cost on this machine's cpu (the cost
+model `opcheck list --cost` uses)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from opcheck.capture import render, select
+
+
+@contextlib.contextmanager
+def quiet_vmap() -> Iterator[None]:
+    """torch.func.vmap's C++ warning for every operator without a batching rule (a custom op's),
+    off while the probes run: the spec's flags say it once."""
+    from torch._C import _functorch
+
+    switch = getattr(_functorch, "_set_vmap_fallback_warning_enabled", None)  # private: absent, nothing to quiet
+    if switch is None:
+        yield
+        return
+    switch(False)
+    try:
+        yield
+    finally:
+        switch(True)
+
+
+def probe_flags(spec: Any) -> list[str]:
+    """What one probe of the first sample (float64, cpu) says the op lacks, as spec lines."""
+    from opcheck.runtime.cost.samples import SampleProbes
+    from opcheck.spec.case import CaseId
+
+    first = spec.samples[0].name
+    case = CaseId(spec.name, "gradcheck", "cpu", spec.dtypes[0] if spec.dtypes else "float64", first)
+    try:
+        probe = SampleProbes(spec).first_order(case)[0]
+        lines = []
+        if probe.batched_backward is None:
+            lines.append("gradcheck: {check_batched_grad: false}  # the probe's vmapped backward raised: no vmap rule")
+        if probe.double_backward != "ok":
+            lines.append("supports_gradgrad: false  # the probe's double backward raised or was not differentiable")
+        if probe.jvp is None or not probe.jvp_right:
+            lines.append("supports_forward_ad: false  # the probe's forward AD raised or gave no tangent")
+    except Exception as e:  # the generated tests will say the same; the user reviews the spec
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        lines = [f"# the probe of sample {first} raised {type(e).__name__}: {render._one_line(first_line)}"]
+    return lines
+
+
+Estimates = dict[str, list[tuple[str, str, Any]]]
+"""Per sample name: (check, dtype, its Estimate) for each of its cpu tests."""
+
+
+def estimates(spec: Any, names: set[str]) -> Estimates:
+    """The estimated cost on this machine's cpu of each test of the samples `names`."""
+    from opcheck.runtime.context import Settings
+    from opcheck.runtime.cost.estimate import estimate
+    from opcheck.runtime.cost.samples import SampleProbes
+    from opcheck.spec.case import cases_of
+
+    settings = Settings.from_env()
+    probes = SampleProbes(spec)
+    out: Estimates = {}
+    for case in cases_of(spec):
+        if case.sample in names and case.device == "cpu":
+            out.setdefault(case.sample, []).append((case.check, case.dtype, estimate(spec, case, settings, probes)))
+    return out
+
+
+def costlier_twins(twins: dict[str, str], estimates: Estimates) -> dict[str, str]:
+    """The reduced twins whose tests are estimated to cost more than their sample's (a twin that falls
+    within the Jacobian budget gets the full check where its sample got projections): name -> why."""
+    from opcheck.runtime.cost.estimate import format_seconds
+
+    out = {}
+    for twin, original in twins.items():
+        small, big = total(estimates.get(twin, [])), total(estimates.get(original, []))
+        if small is not None and big is not None and small > big:
+            out[twin] = (
+                f"the reduced twin of {original} would cost more to test ({format_seconds(small)} against "
+                f"{format_seconds(big)}, estimated: a smaller Jacobian gets the full check), so it is not written"
+            )
+    return out
+
+
+def total(tests: list[tuple[str, str, Any]]) -> float | None:
+    """The estimated seconds of a sample's tests together; None if any has no estimate."""
+    if not tests or any(est.skipped is not None for _, _, est in tests):
+        return None
+    return sum(est.seconds for _, _, est in tests)
+
+
+def with_costs(
+    pending: list[tuple[render.Rendered, select.Candidate]], estimates: Estimates
+) -> list[tuple[render.Rendered, select.Candidate]]:
+    """Each new sample with its estimated test cost on this machine's cpu as a comment."""
+    from opcheck.runtime.cost.estimate import format_seconds
+
+    out = []
+    for r, c in pending:
+        words = [
+            f"{check} {dtype} {format_seconds(est.seconds) if est.skipped is None else 'not estimated'}"
+            for check, dtype, est in estimates.get(r.name, [])
+        ]
+        if words:
+            comment = "estimated cost on this cpu: " + ", ".join(words)
+            r = render.Rendered(r.name, r.item, (*r.comments, comment), r.values_keys)
+        out.append((r, c))
+    return out
