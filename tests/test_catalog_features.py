@@ -174,6 +174,8 @@ def test_explicit_values_are_used_for_floats_indices_and_masks(specs):
 
 def test_layout_and_shape_variants_are_used(specs):
     assert users(specs, lambda s: any(t.noncontiguous for t in tensors(s))), "noncontiguous"
+    assert users(specs, lambda s: any(t.strides for t in tensors(s))), "strides"
+    assert users(specs, lambda s: any(t.mask_values and -math.inf in t.mask_values for t in tensors(s))), "-inf mask"
     assert users(specs, lambda s: any(t.shape == () for t in tensors(s))), "zero-dim"
     assert users(specs, lambda s: any(0 in t.shape for t in tensors(s))), "empty"
     assert users(specs, lambda s: any(len(t.shape) >= 3 for t in tensors(s))), "batched"

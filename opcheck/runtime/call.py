@@ -104,8 +104,10 @@ def describe_value(v, arg=None) -> str:
         elif not v.is_contiguous():
             notes.append("noncontiguous")
         if isinstance(arg, TensorArg):
+            if arg.strides is not None:
+                notes.append(f"strides={list(arg.strides)}")
             if arg.maker:
-                notes.append(f"maker={arg.maker}")
+                notes.append(f"maker={arg.maker}" + _maker_details(arg))
             if arg.low is not None or arg.high is not None:
                 notes.append(f"range=[{arg.low}, {arg.high})")
             if arg.avoid:
@@ -122,6 +124,23 @@ def describe_value(v, arg=None) -> str:
     if isinstance(v, tuple):
         return "(" + ", ".join(describe_value(x) for x in v) + ("," if len(v) == 1 else "") + ")"
     return repr(v)
+
+
+def _maker_details(arg: TensorArg) -> str:
+    """A structure maker's settings that shape the values: `(rows_off=1, mask_values=[-inf, 0.0])`."""
+    settings = [
+        f"{key}={value}"
+        for key, value in (
+            ("share_on", arg.share_on),
+            ("rows_off", arg.rows_off or None),
+            ("rows_on", arg.rows_on or None),
+            ("mask_values", list(arg.mask_values) if arg.mask_values else None),
+            ("fill", arg.fill),
+            ("gap", arg.gap),
+        )
+        if value is not None
+    ]
+    return f"({', '.join(settings)})" if settings else ""
 
 
 def describe_call(args, kwargs, sample: Sample | None = None) -> str:

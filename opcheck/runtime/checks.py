@@ -43,6 +43,7 @@ from opcheck.runtime.context import Settings, current_item, current_settings
 from opcheck.runtime.declared import Tolerance as DeclaredTolerance
 from opcheck.runtime.declared import UnsupportedCase, UnsupportedOutcome, forward_ad_outcome, gradgrad_outcome
 from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
+from opcheck.runtime.gaps import fill_gaps, gaps_note, lowprec_gaps_note, nan_gaps, nonfinite
 from opcheck.runtime.input_names import gradcheck_input_names, with_spec_names
 from opcheck.runtime.lowprec import compare_lowprec, resolve_parts
 from opcheck.runtime.makers import SampleError
@@ -106,6 +107,11 @@ class CheckCrashed(AssertionError):
 
 class OpcheckRedrawWarning(UserWarning):
     """A sample was re-drawn because an earlier draw landed next to a kink."""
+
+
+class OpcheckGapsWarning(UserWarning):
+    """An op read the memory between a strided input's elements, though what it read there did not
+    reach the result (the check passed with 0 there)."""
 
 
 def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) -> None:
@@ -300,6 +306,7 @@ class _Outcome:
     policy: Policy
     kink: str | None  # why the failure looks like a kink, or None
     float32: str | None = None  # why the op seems to compute in float32 (then no kink is looked for)
+    gaps: str | None = None  # what NaN in a strided input's gaps showed (gaps.gaps_note)
 
 
 def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> _Outcome | None:
@@ -324,11 +331,23 @@ def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> 
         raise _crash(case, call, e, "the check", tol, policy) from e
     if report.error is None:  # passed
         return None
+    gaps_seen = None
+    filled = nan_gaps(call.args, call.kwargs)
+    mismatch = report.mismatch
+    if filled and mismatch is not None and nonfinite(mismatch.analytical, mismatch.numerical):
+        # the NaN the sample maker put between the elements, not the op's own: the verdict is that
+        # of the check with 0 there
+        fill_gaps(filled)
+        report = check_fn(fn, inputs, **kwargs)
+        gaps_seen = gaps_note([name for name, _ in filled], rerun_failed=report.error is not None)
+        if report.error is None:
+            warnings.warn(OpcheckGapsWarning(gaps_seen), stacklevel=2)
+            return None
     float32 = float32_evidence(fn, inputs)
     if float32 is not None:  # float32 rounding, not a kink: eps/2 and re-draws would only repeat it
-        return _Outcome(call, report, report.error, policy, None, float32=float32)
+        return _Outcome(call, report, report.error, policy, None, float32=float32, gaps=gaps_seen)
     kink = _kink_evidence(check_fn, fn, inputs, kwargs, report) if report.mismatch is not None else None
-    return _Outcome(call, report, report.error, policy, kink)
+    return _Outcome(call, report, report.error, policy, kink, gaps=gaps_seen)
 
 
 def _block_key(m):
@@ -423,6 +442,7 @@ def _gradient_check(case: Case, settings: Settings) -> None:
             return
         if failure.kink is None or attempt == redraws:
             noted = _float32_note(_kink_note(drawn, failure.kink, history, redraws), failure.float32)
+            noted = noted.with_note(failure.gaps) if failure.gaps else noted
             raise _gradient_failure(noted, failure, tol, settings)
         history.append(f"seed {drawn.seed}" + (f" (re-draw {attempt})" if attempt else "") + f": {failure.kink}")
 
@@ -629,21 +649,36 @@ def _lowprec(case: Case, settings: Settings) -> None:
         case = case.with_note(note)
     switches = case.spec.reduced_precision
     for call in _calls(case):
-        try:
-            with reduced_precision(switches):
-                diff = compare_lowprec(
-                    call,
-                    case.id,
-                    attempt=case.attempt,
-                    criterion=resolved.criterion,
-                    check_forward_ad=forward,
-                    reference_op=reference,
-                    parts=parts.parts,
-                    writes_grad_outputs=case.spec.writes_grad_outputs,
-                    on_finding=_announce_lowprec_finding,
-                )
-        except Exception as e:
-            raise _crash(case, call, e, "the low-precision run", tolerances=resolved.describe(case.dtype)) from e
+
+        def compare(call: Call = call) -> Any:
+            try:
+                with reduced_precision(switches):
+                    return compare_lowprec(
+                        call,
+                        case.id,
+                        attempt=case.attempt,
+                        criterion=resolved.criterion,
+                        check_forward_ad=forward,
+                        reference_op=reference,
+                        parts=parts.parts,
+                        writes_grad_outputs=case.spec.writes_grad_outputs,
+                        on_finding=_announce_lowprec_finding,
+                    )
+            except Exception as e:
+                raise _crash(case, call, e, "the low-precision run", tolerances=resolved.describe(case.dtype)) from e
+
+        diff, gaps = compare(), None
+        filled = nan_gaps(call.args, call.kwargs) if diff is not None else []
+        if filled:  # the sample maker's NaN between the elements may be what differs: 0 there decides
+            fill_gaps(filled)
+            first, diff = diff, compare()
+            if diff is None:
+                warnings.warn(OpcheckGapsWarning(lowprec_gaps_note([n for n, _ in filled], first.what)), stacklevel=2)
+                continue
+            gaps = (
+                f"run with 0 in the memory between the elements of {', '.join(n for n, _ in filled)}; with NaN "
+                f"there (the sample maker's fill) it failed too ({first.what})"
+            )
         if diff is not None:
             against = f"reference {case.spec.reference}" if case.spec.reference else "run"
             headline = (
@@ -653,7 +688,7 @@ def _lowprec(case: Case, settings: Settings) -> None:
             )
             raise LowPrecisionMismatch(
                 format_failure(
-                    case,
+                    case.with_note(gaps) if gaps else case,
                     headline=headline,
                     body=diff.text,
                     call=call,

@@ -16,6 +16,18 @@ Makers (a matrix maker needs at least 2 dims; batch dims in front are allowed):
 - unit_norm: a uniform draw divided by its 2-norm over the last dim.
 - orthogonal: Q of the QR of a uniform matrix, sign-fixed by diag(R) (orthonormal columns for
   tall m×n, orthonormal rows for wide; unitary for complex dtypes).
+
+Structure makers (what a run's values looked like; rows are along the last dim):
+
+- mask: each entry on with probability `share_on` (default 0.5), then `rows_off` rows, chosen at random,
+  all off and `rows_on` others all on; off and on are `mask_values` (default 0 and 1, false and
+  true for bool).
+- dominant: uniform in [low, high), then one entry per row, at a random position, raised to the
+  row's largest plus `gap` (default 4).
+- integer: integers uniform in [ceil(low), ceil(high)), as floats.
+- constant: every entry `fill`.
+
+A tensor with expanded (stride 0) dims draws its values with those dims of size 1 (draw_shape).
 """
 
 from __future__ import annotations
@@ -24,9 +36,11 @@ import math
 
 import torch
 
-from opcheck.spec.model import TensorArg
+from opcheck.spec.model import STRUCTURE_MAKERS, TensorArg
 
 ELEMENTWISE_MAKERS = (None, "positive")
+DOMINANT_GAP = 4.0
+"""maker dominant's default: the row's largest entry exceeds the rest by this (e**4 ≈ 55x after a softmax)."""
 AVOID_ROUNDS = 100
 
 
@@ -61,13 +75,15 @@ def draw_values(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> tor
     Explicit values (`values`, `values_file`) draw nothing from `gen`: the sample's other tensors
     get the same values whichever of the two gives them.
     """
-    shape = tuple(arg.shape)
+    shape = draw_shape(arg)
     if arg.values is not None:
-        return _explicit(arg, dtype)
+        return _compact(arg, _explicit(arg, dtype))
     if arg.values_file is not None:
         from opcheck.runtime.file_values import file_values  # which imports this module
 
-        return file_values(arg, dtype)
+        return _compact(arg, file_values(arg, dtype))
+    if arg.maker in STRUCTURE_MAKERS:
+        return _structure(arg, shape, dtype, gen)
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=gen).to(torch.bool)
     if not (dtype.is_floating_point or dtype.is_complex):
@@ -87,6 +103,69 @@ def draw_values(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> tor
         return make(arg.maker, shape, low, high, gen, is_complex).to(dtype)
 
     return _with_avoid(arg, dtype, draw)
+
+
+def expanded_dims(arg: TensorArg) -> tuple[int, ...]:
+    """The dims `strides` expands (stride 0, size above 1)."""
+    if arg.strides is None:
+        return ()
+    return tuple(d for d, (n, st) in enumerate(zip(arg.shape, arg.strides)) if st == 0 and n > 1)
+
+
+def draw_shape(arg: TensorArg) -> tuple[int, ...]:
+    """The shape whose values are drawn: `shape`, with each expanded dim of size 1."""
+    dims = expanded_dims(arg)
+    return tuple(1 if d in dims else n for d, n in enumerate(arg.shape))
+
+
+def _compact(arg: TensorArg, values: torch.Tensor) -> torch.Tensor:
+    """Explicit values at draw_shape: those at index 0 of each expanded dim, which must repeat them."""
+    compact = values
+    for d in expanded_dims(arg):
+        compact = compact.narrow(d, 0, 1)
+    if compact.shape != values.shape and not torch.equal(compact.expand(values.shape), values):
+        dims = ", ".join(map(str, expanded_dims(arg)))
+        raise SampleError(f"strides expand dim {dims}, but the values differ along it: an expanded dim repeats a slice")
+    return compact
+
+
+def _structure(arg: TensorArg, shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """The values of a structure maker (mask, dominant, integer, constant), at `dtype`."""
+    if arg.maker == "constant":
+        fill = 0.0 if arg.fill is None else arg.fill
+        return torch.full(shape, fill, dtype=torch.float64).to(dtype)
+    if arg.maker == "integer":
+        first = math.ceil(-2.0 if arg.low is None else arg.low)
+        end = math.ceil(2.0 if arg.high is None else arg.high)
+        if end <= first:
+            raise SampleError(f"maker 'integer': no integer in [low, high) = [{arg.low}, {arg.high})")
+        return torch.randint(first, end, shape, generator=gen).to(torch.float64).to(dtype)
+    width = shape[-1] if shape else 1
+    rows = math.prod(shape[:-1]) if shape else 1
+    if arg.maker == "dominant":
+        low = -2.0 if arg.low is None else arg.low
+        high = 2.0 if arg.high is None else arg.high
+        if not high > low:
+            raise SampleError(f"low={low} must be below high={high}")
+        values = uniform((rows, width), low, high, gen, False)
+        at = torch.randint(0, max(width, 1), (rows,), generator=gen)
+        if width and rows:
+            top = values.max(dim=-1).values
+            values[torch.arange(rows), at] = top + (DOMINANT_GAP if arg.gap is None else arg.gap)
+        return values.reshape(shape).to(dtype)
+    on = torch.rand((rows, width), generator=gen, dtype=torch.float64) < (0.5 if arg.share_on is None else arg.share_on)
+    order = torch.randperm(rows, generator=gen)
+    if arg.rows_off + arg.rows_on > rows:
+        raise SampleError(f"rows_off + rows_on = {arg.rows_off + arg.rows_on}, but the tensor has {rows} row(s)")
+    on[order[: arg.rows_off]] = False
+    on[order[arg.rows_off : arg.rows_off + arg.rows_on]] = True
+    on = on.reshape(shape)
+    if dtype == torch.bool:
+        return on
+    off_value, on_value = arg.mask_values if arg.mask_values is not None else (0.0, 1.0)
+    wide = torch.int64 if not (dtype.is_floating_point or dtype.is_complex) else torch.float64
+    values = torch.where(on, torch.tensor(on_value, dtype=wide), torch.tensor(off_value, dtype=wide))
+    return values.to(dtype)
 
 
 def _explicit(arg: TensorArg, dtype: torch.dtype) -> torch.Tensor:

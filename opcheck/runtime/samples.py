@@ -5,7 +5,9 @@ Seeds: a case's seed is opcheck.spec.case.CaseId.seed, the sha256 of its spec an
 torch.Generator seeded with it draws every tensor of the sample in argument order (args, then
 kwargs); values are made on the CPU, cast to the dtype and then moved, so a seed gives identical
 values on every device. `noncontiguous: true` tensors are every other element of a buffer twice as long in the
-last dim (the gaps hold NaN for floating dtypes, so a kernel that ignores strides shows up).
+last dim (the gaps hold NaN for floating dtypes, so a kernel that ignores strides shows up); a
+tensor with `strides` is a view of a buffer that spans them (gaps hold NaN too; an expanded dim
+repeats the values drawn at size 1).
 A sparse `layout` draws its pattern right after its values, from the same generator (sparse.py).
 `values` and `values_file` (read from the project root, file_values.py) draw nothing.
 
@@ -127,11 +129,31 @@ def build_tensor(arg: TensorArg, device: str, dtype: str, gen: torch.Generator) 
         raise SampleError(f"requires_grad: true needs a floating-point or complex dtype, got {tdtype}")
     if arg.is_sparse:
         t = sparsify(values, arg, gen).to(device)
+    elif arg.strides is not None:
+        t = laid_out(values, arg.shape, arg.strides, device)
     elif arg.noncontiguous and values.numel() > 1:
         t = _noncontiguous(values).to(device)[..., ::2]
     else:
         t = values.to(device)
     return t.requires_grad_(requires_grad)
+
+
+def laid_out(values: torch.Tensor, shape: tuple[int, ...], strides: tuple[int, ...], device: str) -> torch.Tensor:
+    """`values` (at `shape`, or with each expanded dim of size 1) in a tensor of `shape` with
+    `strides` on `device`: a view of a buffer that spans the layout, its gaps filled as _gap_fill says."""
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
+    buf = torch.full((span,), _gap_fill(values.dtype), dtype=values.dtype)
+    if span:
+        buf.as_strided(tuple(values.shape), strides).copy_(values)
+    return buf.to(device).as_strided(shape, strides)
+
+
+def _gap_fill(dtype: torch.dtype) -> float | bool:
+    """What the memory between a layout's elements holds: NaN for floating dtypes, so that a kernel
+    reading outside the tensor's elements shows; 0 (false) otherwise."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    return False if dtype == torch.bool else 0
 
 
 def _noncontiguous(values: torch.Tensor) -> torch.Tensor:

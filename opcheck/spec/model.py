@@ -179,8 +179,13 @@ INDEX_DTYPE_RANGES = {
     "uint8": (0, 2**8 - 1),
 }
 
-MAKERS = ("positive", "symmetric", "spd", "lower_triangular", "upper_triangular", "unit_norm", "orthogonal")
-"""Structured tensor makers; see opcheck.runtime.samples for what each produces."""
+MATRIX_MAKERS = ("positive", "symmetric", "spd", "lower_triangular", "upper_triangular", "unit_norm", "orthogonal")
+STRUCTURE_MAKERS = ("mask", "dominant", "integer", "constant")
+"""The makers of what a run's values looked like (what `opcheck capture` records)."""
+MAKERS = MATRIX_MAKERS + STRUCTURE_MAKERS
+"""Structured tensor makers; see opcheck.runtime.makers for what each produces."""
+MAX_STORAGE_ELEMENTS = 2**26
+"""The most elements a tensor's memory may span with `strides` (its gaps included)."""
 
 STRIDED = "strided"
 COO = "sparse_coo"
@@ -218,8 +223,9 @@ class TensorArg:
     low-precision dtype for lowprec, or `lowprec_dtype` there when given). requires_grad None
     means: True for floating/complex dtypes.
     Values are uniform in [low, high) (defaults -2, 2; for integer dtypes 0, 10) unless `values`
-    gives them, `values_file` loads them, or `maker` structures them; `avoid` keeps every value at
-    least `margin` away from the listed points (kinks, poles).
+    gives them, `values_file` loads them, or `maker` structures them (the structure makers `mask`,
+    `dominant`, `integer` and `constant` reproduce what a run's values looked like); `avoid` keeps
+    every value at least `margin` away from the listed points (kinks, poles).
 
     `values_file` is a file torch.save wrote, as a path relative to the project root (posix,
     normalized; the spec writes it relative to its own folder), holding this tensor or a dict of
@@ -250,6 +256,17 @@ class TensorArg:
     # The dtype in low-precision tests (float32 gates or states beside bfloat16 activations); the
     # gradient checks and the float64 reference take the test's dtype as usual. Only without `dtype`.
     lowprec_dtype: str | None = None
+    # The layout as the run had it: torch's strides, one per dim (a transpose, a permutation, a
+    # slice step, a stride-0 expanded dim, channels-last). Gaps between the elements hold NaN.
+    strides: tuple[int, ...] | None = None
+    # maker "mask": the share of entries on, rows (along the last dim) all off and all on, and the
+    # values off and on (default 0 and 1; an additive mask is (-inf, 0)).
+    share_on: float | None = None
+    rows_off: int = 0
+    rows_on: int = 0
+    mask_values: tuple[float, float] | None = None
+    fill: float | None = None  # maker "constant": every entry
+    gap: float | None = None  # maker "dominant": by how much each row's largest entry exceeds the rest
 
     @property
     def is_sparse(self) -> bool:

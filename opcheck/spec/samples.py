@@ -116,6 +116,8 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
     _check_grad_dtype(ctx, f, dtype, requires_grad)
     _check_range(ctx, f, dtype, low, high)
     _check_maker(ctx, f, shape, dtype)
+    mask_values = _check_structure(ctx, f, shape, dtype, requires_grad)
+    strides = _check_strides(ctx, f, shape, dtype, requires_grad)
     values = _check_values(ctx, f, shape, dtype)
     file_path = _check_values_file(ctx, f, shape, dtype)
     check_sparse(ctx, f, shape, values if values is not None and _nested_shape(f["values"]) == shape else None)
@@ -139,6 +141,13 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
         blocksize=blocksize,  # the schema says: two items
         dense_dim=f["dense_dim"].value if "dense_dim" in f else 0,
         lowprec_dtype=_lowprec_dtype(ctx, f, dtype),
+        strides=strides,
+        share_on=ctx.finite(f.get("share_on")),
+        rows_off=f["rows_off"].value if "rows_off" in f else 0,
+        rows_on=f["rows_on"].value if "rows_on" in f else 0,
+        mask_values=mask_values,
+        fill=_number(f.get("fill")),
+        gap=ctx.finite(f.get("gap")),
     )
 
 
@@ -220,10 +229,151 @@ def _check_maker(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype
         )
     elif maker == "unit_norm" and not shape:
         ctx.report(at, f"maker 'unit_norm' needs at least 1 dim, got shape {list(shape)}")
-    if dtype in model.INDEX_DTYPES and not (maker == "positive" and dtype != "bool"):
+    if dtype in model.INDEX_DTYPES and maker in model.MATRIX_MAKERS and not (maker == "positive" and dtype != "bool"):
         ctx.report(at, f"maker {maker!r} needs a floating-point or complex dtype, got {dtype}")
     if "values" in f:
         ctx.report(at, "`maker` and `values` both set the values; keep one")
+
+
+_STRUCTURE_KEYS = {
+    "share_on": "mask",
+    "rows_off": "mask",
+    "rows_on": "mask",
+    "mask_values": "mask",
+    "fill": "constant",
+    "gap": "dominant",
+}
+
+
+def _check_structure(
+    ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None, requires_grad: bool | None
+) -> tuple[float, float] | None:
+    """The keys of the structure makers (mask, dominant, integer, constant); mask_values when clean."""
+    maker = _text(f.get("maker"))
+    for key, owner in _STRUCTURE_KEYS.items():
+        if key in f and maker != owner:
+            ctx.report(f[key], f"`{key}` belongs to maker {owner!r}; add `maker: {owner}` or drop `{key}`", at_key=True)
+    if maker not in model.STRUCTURE_MAKERS:
+        return None
+    at = f["maker"]
+    if "avoid" in f:
+        ctx.report(f["avoid"], f"`avoid` has no effect with maker {maker!r}, which places the values", at_key=True)
+    floating = dtype is None or dtype not in model.INDEX_DTYPES
+    if maker in ("dominant", "integer") and not floating:
+        ctx.report(at, f"maker {maker!r} makes floating-point values; this tensor is {dtype}")
+    if maker in ("mask", "constant"):
+        for key in ("low", "high"):
+            if key in f:
+                ctx.report(f[key], f"`{key}` has no effect with maker {maker!r}", at_key=True)
+    if maker == "constant" and "fill" not in f:
+        ctx.report(at, "maker 'constant' needs `fill`, the value of every entry")
+    if maker == "constant" and "fill" in f:
+        _check_entry(ctx, f["fill"], dtype, requires_grad)
+    if maker == "dominant" and not shape:
+        ctx.report(at, "maker 'dominant' makes one entry per row (the last dim) dominant; shape [] has no rows")
+    if maker != "mask":
+        return None
+    rows = math.prod(shape[:-1]) if shape else 1
+    fixed = (f["rows_off"].value if "rows_off" in f else 0) + (f["rows_on"].value if "rows_on" in f else 0)
+    if fixed > rows:
+        ctx.report(
+            f["rows_off"] if "rows_off" in f else f["rows_on"],
+            f"expected rows_off + rows_on at most the tensor's {rows} row(s) along its last dim, got {fixed}",
+        )
+    node = f.get("mask_values")
+    if node is None:
+        return None
+    if dtype == "bool":
+        ctx.report(node, "a bool mask's entries are false and true; `mask_values` is for numeric masks", at_key=True)
+        return None
+    pair = [item for item in node.value]
+    clean = all(_check_entry(ctx, item, dtype, requires_grad) for item in pair)
+    return (float(pair[0].value), float(pair[1].value)) if clean else None
+
+
+def _check_entry(ctx: Checker, node: Node, dtype: str | None, requires_grad: bool | None) -> bool:
+    """A value a structure maker puts in the tensor (`fill`, an item of `mask_values`): an integer
+    within an integer dtype's range; for floats, ±inf only where the tensor does not require grad."""
+    value = node.value
+    if dtype in model.INDEX_DTYPE_RANGES or dtype == "bool":
+        low, high = model.INDEX_DTYPE_RANGES.get(dtype, (0, 1))
+        if not (isinstance(value, int) and not isinstance(value, bool) and low <= value <= high):
+            ctx.report(node, f"expected an integer in [{low}, {high}] for a tensor of dtype {dtype}, got {show(value)}")
+            return False
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        ctx.report(node, "expected a number, got .nan: a NaN entry makes every comparison of the output fail")
+        return False
+    if not _is_finite(value) and requires_grad is not False:
+        ctx.report(
+            node,
+            f"an entry of {show(value)} cannot be perturbed by a gradient check: add `requires_grad: false` "
+            "(an additive mask takes no gradient)",
+        )
+        return False
+    return True
+
+
+def _check_strides(
+    ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None, requires_grad: bool | None
+) -> tuple[int, ...] | None:
+    """`strides`, when it lays out `shape` without two elements sharing memory (but along expanded
+    dims, stride 0, which need requires_grad: false)."""
+    node = f.get("strides")
+    if node is None:
+        return None
+    strides = tuple(item.value for item in node.value)
+    if "noncontiguous" in f and f["noncontiguous"].value:
+        ctx.report(f["noncontiguous"], "`strides` gives the layout; drop `noncontiguous`", at_key=True)
+    if "layout" in f and f["layout"].value != model.STRIDED:
+        layout = f["layout"].value
+        ctx.report(node, f"a {layout} tensor has no strides; `strides` applies to strided tensors", at_key=True)
+        return None
+    if len(strides) != len(shape):
+        ctx.report(node, f"expected {len(shape)} strides, one per dim of shape {list(shape)}, got {len(strides)}")
+        return None
+    if 0 in shape:
+        return strides
+    expanded = [d for d, (n, st) in enumerate(zip(shape, strides)) if st == 0 and n > 1]
+    differentiable = requires_grad if requires_grad is not None else dtype is None or dtype not in model.INDEX_DTYPES
+    if expanded and differentiable:
+        ctx.report(
+            node,
+            f"dim {', '.join(map(str, expanded))} has stride 0 (expanded), so its elements share memory, which a "
+            "gradient check cannot perturb one by one (torch.autograd.gradcheck refuses such inputs): add "
+            "`requires_grad: false`, or give the dim a stride",
+        )
+    overlap = _overlap(shape, strides)
+    if overlap is not None:
+        ctx.report(node, overlap)
+        return None
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    if span > model.MAX_STORAGE_ELEMENTS:
+        ctx.report(
+            node, f"expected a layout spanning at most {model.MAX_STORAGE_ELEMENTS} elements (2**26), got {span}"
+        )
+        return None
+    return strides
+
+
+def _overlap(shape: tuple[int, ...], strides: tuple[int, ...]) -> str | None:
+    """Why two elements of the layout share memory, outside expanded dims; None when none do.
+
+    With the dims ordered by stride, each stride must pass the span of the dims below it (what
+    torch's own non-overlapping test asks)."""
+    dims = sorted((st, n, d) for d, (n, st) in enumerate(zip(shape, strides)) if n > 1 and st > 0)
+    span = 1
+    below: list[int] = []
+    for st, n, d in dims:
+        if st < span:
+            return (
+                f"dim {d} (stride {st}) steps inside the span of dim(s) {', '.join(map(str, below))} "
+                f"({span} elements), so two elements share memory: a layout overlaps only along expanded "
+                "(stride 0) dims"
+            )
+        span = st * (n - 1) + span
+        below.append(d)
+    return None
 
 
 def _check_values(ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None) -> Values | None:
@@ -343,6 +493,10 @@ def _differentiable(arg: Arg) -> bool:
 
 def _items(node: Node | None) -> list[Node]:
     return node.value if node is not None else []
+
+
+def _number(node: Node | None) -> float | None:
+    return float(node.value) if node is not None else None
 
 
 def _text(node: Node | None) -> str | None:

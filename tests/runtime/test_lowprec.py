@@ -310,3 +310,18 @@ def test_torchs_jit_script_deprecation_stays_out_of_a_low_precision_test():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "torch.jit.script" not in done.stderr, done.stderr[-3000:]
+
+
+def test_the_float64_copy_of_an_expanded_input_stays_expanded():
+    from opcheck.engine.lowprec.numbers import upcast
+
+    mask = (torch.arange(6) < 4)[None, :].expand(3, 6)  # stride 0 along dim 0: one row in memory
+    copy = upcast(mask)
+    assert copy.stride() == (0, 1) and torch.equal(copy, mask)
+    scale = torch.rand(6, dtype=torch.float32)[:, None].expand(6, 4)
+    copy = upcast(scale)
+    assert copy.dtype == torch.float64 and copy.stride() == (1, 0) and torch.equal(copy, scale.double())
+    # an input to differentiate is a leaf: its copy is dense
+    leaf = scale.detach().requires_grad_()
+    copy = upcast(leaf)
+    assert copy.is_leaf and copy.requires_grad and copy.is_contiguous() and torch.equal(copy, scale.double())

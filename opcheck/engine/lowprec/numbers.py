@@ -76,11 +76,19 @@ def _tree_map(fn: Callable[[Any], Any], out: Any) -> Any:
 # ------------------------------------------------------------------------------------ numbers
 def upcast(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
     """The float64/complex128 copy of t (on `device`), same strides (a sparse t: the same layout
-    and pattern), same requires_grad."""
+    and pattern; an expanded t differentiated: dense), same requires_grad."""
     dtype = HIGH.get(t.dtype, t.dtype)
     device = t.device if device is None else device
     if t.layout != torch.strided:
         return t.detach().to(device=device, dtype=dtype, copy=True).requires_grad_(t.requires_grad)
+    expanded = [d for d, (n, st) in enumerate(zip(t.shape, t.stride())) if st == 0 and n > 1]
+    if expanded and not t.requires_grad:  # an expanded (stride 0) dim stays one: elements share memory
+        base = t
+        for d in expanded:
+            base = base.narrow(d, 0, 1)
+        return upcast(base, device).expand(t.shape)
+    if expanded:  # a leaf to differentiate cannot be a view; its copy is dense
+        return t.detach().to(device=device, dtype=dtype, copy=True).requires_grad_()
     out = torch.empty_strided(t.size(), t.stride(), dtype=dtype, device=device)
     with torch.no_grad():
         out.copy_(t.detach())
