@@ -184,3 +184,5 @@ def test_format_md_states_every_limit():
     assert rows["digits of an integer"] == str(MAX_INT_DIGITS)
     assert rows["tensor rank (`shape` length)"] == str(model.MAX_TENSOR_RANK)
     assert rows["one dim, and elements of one tensor"] == f"2**24 = {model.MAX_TENSOR_ELEMENTS:,}"
+    spanned = rows["the memory a `strides` layout spans, gaps included"]
+    assert spanned == f"2**26 = {model.MAX_STORAGE_ELEMENTS:,} elements"
