@@ -3,10 +3,10 @@
 Each recorded call is described as data (describe_value): a tensor by its shape, dtype, device,
 layout, strides and requires_grad, and a few statistics of its values that are cheap to take and
 change what a sample must look like (its range; whether it is non-negative, integer-valued, a 0/1
-mask, a mask with whole rows off, a row-wise dominant entry, non-finite). Calls whose descriptions
-differ only in the statistics share a signature and collapse into one record: a count, the first
-few call sites, the statistics merged over the first STAT_CALLS calls, and (with values kept) the
-tensors of its first call.
+or additive (-inf/0) mask and the shares of its rows all off and all on, a row-wise dominant entry,
+non-finite). Calls whose descriptions differ only in the statistics share a signature and collapse
+into one record (opcheck.capture.records): a count, the first few call sites, the statistics
+merged over the first STAT_CALLS calls, and (with values kept) the tensors of its first call.
 
 Nothing here changes what the user's code computes: statistics are taken under no_grad on detached
 tensors, and no random number is drawn.
@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from opcheck.capture.records import merge_described, signature
+
 MAX_SIGNATURES = 512
 """Distinct signatures kept per op; more are counted, not kept."""
 STAT_CALLS = 16
@@ -41,7 +43,8 @@ DOMINANT_GAP = 4.0
 """A row's largest entry exceeding its second by this much (e**4 ≈ 55x after a softmax)."""
 
 _SPARSE = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
-_OWN_FILES = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+_TORCH_FILES = os.path.dirname(torch.__file__)
+_OWN_FILES = (_TORCH_FILES, os.path.dirname(os.path.dirname(__file__)))
 
 
 # ------------------------------------------------------------------------------ descriptions
@@ -122,9 +125,14 @@ def tensor_stats(t: torch.Tensor) -> dict[str, Any]:
         low, high = values.min().item(), values.max().item()
         integer = bool(torch.equal(values, values.round())) if values.is_floating_point() else True
         out.update(min=low, max=high, nonneg=low >= 0, integer=integer)
-        out["binary"] = bool(low == 0 and high == 1 and integer and x.is_floating_point())
+        out["binary"] = bool(low == 0 and high == 1 and integer)
         if out["binary"]:
             out.update(_mask_stats(x != 0))
+        elif out["nonfinite"] and low == high:
+            # an additive mask: one finite value where on, one non-finite one (-inf) where off
+            off = x[~finite].unique()
+            if off.numel() == 1 and not bool(off.isnan().item()):
+                out.update(_mask_stats(finite), mask_values=[float(off.item()), low])
         if x.is_floating_point() and x.dim() >= 1 and x.shape[-1] >= 2 and not out["nonfinite"]:
             top = x.reshape(-1, x.shape[-1]).topk(2, dim=-1).values
             out["dominant"] = bool((top[:, 0] - top[:, 1] >= DOMINANT_GAP).all().item())
@@ -132,61 +140,13 @@ def tensor_stats(t: torch.Tensor) -> dict[str, Any]:
 
 
 def _mask_stats(mask: torch.Tensor) -> dict[str, Any]:
-    """A 0/1 tensor: the fraction on, and whether some row (last dim) is all off or all on."""
+    """A 0/1 tensor: the share on, and the shares of its rows (along the last dim) all off and all on."""
     out: dict[str, Any] = {"mask": True, "on": float(mask.float().mean().item())}
     if mask.dim() >= 1 and mask.shape[-1] >= 1:
         rows = mask.reshape(-1, mask.shape[-1])
-        out["rows_off"] = bool((~rows.any(dim=-1)).any().item())
-        out["rows_on"] = bool(rows.all(dim=-1).any().item())
+        out["rows_off"] = float((~rows.any(dim=-1)).float().mean().item())
+        out["rows_on"] = float(rows.all(dim=-1).float().mean().item())
     return out
-
-
-def merge_stats(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The statistics of two calls' values of one argument, as if they were one call's."""
-    if not a:
-        return dict(b)
-    if not b:
-        return dict(a)
-    out = dict(a)
-    for key in ("min",):
-        if key in a and key in b:
-            out[key] = min(a[key], b[key])
-    for key in ("max",):
-        if key in a and key in b:
-            out[key] = max(a[key], b[key])
-    for key in ("nonneg", "integer", "binary", "mask", "dominant"):  # true of every call
-        out[key] = bool(a.get(key)) and bool(b.get(key))
-    for key in ("nonfinite", "rows_off", "rows_on"):  # true of some call
-        out[key] = bool(a.get(key)) or bool(b.get(key))
-    if "on" in a and "on" in b:
-        out["on"] = (a["on"] + b["on"]) / 2
-    return out
-
-
-def signature(desc: dict[str, Any]) -> Any:
-    """What makes two calls different samples: everything in a description but the statistics and
-    requires_grad (merged: a tensor some call differentiates is differentiated in the sample)."""
-    if desc["kind"] == "tensor":
-        return tuple((k, _hashable(v)) for k, v in sorted(desc.items()) if k not in ("stats", "requires_grad"))
-    if desc["kind"] in ("list", "tuple"):
-        return (desc["kind"], tuple(signature(item) for item in desc["items"]))
-    return tuple((k, _hashable(v)) for k, v in sorted(desc.items()))
-
-
-def _hashable(v: Any) -> Any:
-    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
-
-
-def _merge_described(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two descriptions of one signature: the first, its statistics merged with the second's."""
-    if a["kind"] == "tensor":
-        out = dict(a)
-        out["stats"] = merge_stats(a.get("stats", {}), b.get("stats", {}))
-        out["requires_grad"] = bool(a["requires_grad"] or b["requires_grad"])
-        return out
-    if a["kind"] in ("list", "tuple"):
-        return {**a, "items": [_merge_described(x, y) for x, y in zip(a["items"], b["items"])]}
-    return a
 
 
 def autocast_dtype(args: list[dict[str, Any]], kwargs: dict[str, dict[str, Any]]) -> str | None:
@@ -204,8 +164,8 @@ def autocast_dtype(args: list[dict[str, Any]], kwargs: dict[str, dict[str, Any]]
 
 # ------------------------------------------------------------------------------ gradient checks
 _CHECKS = (
-    (os.path.join(os.path.dirname(torch.__file__), "autograd", "gradcheck.py"), "torch.autograd.gradcheck"),
-    (os.path.join(os.path.dirname(torch.__file__), "testing", "_internal", "optests"), "torch.library.opcheck"),
+    (os.path.join(_TORCH_FILES, "autograd", "gradcheck.py"), "torch.autograd.gradcheck"),
+    (os.path.join(_TORCH_FILES, "testing", "_internal", "optests"), "torch.library.opcheck"),
     (os.path.join(os.path.dirname(os.path.dirname(__file__)), "engine"), "opcheck's checks"),
     (os.path.join(os.path.dirname(os.path.dirname(__file__)), "runtime"), "opcheck's checks"),
 )
@@ -324,8 +284,8 @@ class Recorder:
                 if self.values is not None:
                     record.values = self._save_values(path, len(calls.records), args, kwargs)
             else:
-                record.args = [_merge_described(a, b) for a, b in zip(record.args, with_stats_args)]
-                record.kwargs = {k: _merge_described(record.kwargs[k], with_stats_kwargs[k]) for k in record.kwargs}
+                record.args = [merge_described(a, b) for a, b in zip(record.args, with_stats_args)]
+                record.kwargs = {k: merge_described(record.kwargs[k], with_stats_kwargs[k]) for k in record.kwargs}
         record.count += 1
         cast = autocast_dtype(described_args, described_kwargs)
         if cast is not None and cast not in record.autocast:

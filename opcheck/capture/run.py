@@ -56,6 +56,7 @@ class OpResult:
     calls: int = 0
     distinct: int = 0
     written: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # of written: capture's own earlier samples it replaced
     skipped: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -234,7 +235,9 @@ def _write_op(
         )
     if not any(render.grad_wanted([c]) for c, _ in choice.kept):
         result.notes.append("the run never asked for a gradient: every floating-point input is checked")
-    taken = set(write.find_samples(text, _shown(file)).names) if text is not None else set()
+    found_samples = write.find_samples(text, _shown(file)) if text is not None else None
+    taken = set(found_samples.names) if found_samples is not None else set()
+    own = set(found_samples.own) if found_samples is not None else set()
     pending: list[tuple[render.Rendered, select.Candidate]] = []
     twins: dict[str, str] = {}  # a reduced twin's name -> the name of the sample it reduces
     for c, why in choice.kept:
@@ -252,15 +255,16 @@ def _write_op(
                 pending.append((_rendered(options, small, twin_name, [words], grad, file, values=False), small))
                 twins[twin_name] = name
     if text is not None:
-        already = [r for r, _ in pending if r.name in taken]
-        if already and not options.force:
+        theirs = [r for r, _ in pending if r.name in taken - own]
+        if theirs and not options.force:
             result.skipped += [
-                f"{r.name}: the spec has a sample of that name; kept yours (--force replaces it)" for r in already
+                f"{r.name}: the spec has a sample of that name; kept yours (--force replaces it)" for r in theirs
             ]
-            pending = [(r, c) for r, c in pending if r.name not in taken]
+            pending = [(r, c) for r, c in pending if r.name not in taken - own]
+        result.replaced = [r.name for r, _ in pending if r.name in own]
     if not pending:
         return result
-    result.values_files = _write_values(options, file, pending, values_tmp)
+    result.values_files = _write_values(options, file, pending, values_tmp, set(result.replaced))
     try:
         build = _Builder(options, file, text, imports, path, None if existing else spec_name)
         spec = build.validated(pending)
@@ -332,14 +336,19 @@ def _rendered(
 
 
 def _write_values(
-    options: Options, file: Path, pending: list[tuple[render.Rendered, select.Candidate]], tmp: Path
+    options: Options,
+    file: Path,
+    pending: list[tuple[render.Rendered, select.Candidate]],
+    tmp: Path,
+    own: set[str],
 ) -> list[Path]:
-    """Each sample's values file: the entries its arguments read, from the recorded first call."""
+    """Each sample's values file: the entries its arguments read, from the recorded first call (one
+    replacing capture's own sample replaces that sample's file)."""
     written: list[Path] = []
     try:
         for r, c in pending:
             if r.values_keys and c.values:
-                written.append(_write_values_file(options, file, r, tmp / c.values))
+                written.append(_write_values_file(options, file, r, tmp / c.values, r.name in own))
     except BaseException:  # all of this op's values files, or none
         for f in written:
             f.unlink(missing_ok=True)
@@ -352,7 +361,7 @@ def _values_path(spec: Path, sample: str) -> Path:
     return spec.parent / "values" / spec.stem / f"{sample}.pt"
 
 
-def _write_values_file(options: Options, file: Path, r: render.Rendered, recorded: Path) -> Path:
+def _write_values_file(options: Options, file: Path, r: render.Rendered, recorded: Path, own: bool) -> Path:
     import torch
 
     target = _values_path(file, r.name)
@@ -363,7 +372,7 @@ def _write_values_file(options: Options, file: Path, r: render.Rendered, recorde
             f"opcheck capture: {_shown(target)} lies outside the specs folder {options.specs} "
             f"({_shown(present)} leads to {os.path.realpath(present)}); nothing written"
         )
-    if os.path.lexists(target) and not options.force:
+    if os.path.lexists(target) and not (options.force or own):
         raise CaptureError(f"opcheck capture: {_shown(target)} already exists; pass --force to replace it")
     saved = torch.load(recorded, map_location="cpu", weights_only=True)
     target.parent.mkdir(parents=True, exist_ok=True)

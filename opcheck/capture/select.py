@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opcheck.capture.recorder import merge_stats, signature
+from opcheck.capture.records import merge_stats, signature
 
 DEFAULT_CAP = 8
 BIG_DIM = 64  # a dim past one 64-wide tile

@@ -31,6 +31,9 @@ def summary(outcome: Outcome, command: Command, out_folder: str) -> tuple[str, i
             written_any = True
             verb = "wrote" if op.created else "added to"
             lines.append(f"  {verb} {_shown(op.file)}: {', '.join(op.written)}")
+            replaced = [name for name in op.replaced if name in op.written]
+            if replaced:
+                lines.append(f"  replaced capture's own earlier sample(s), unedited since: {', '.join(replaced)}")
             next_tests.append(f"{out_folder}/test_{op.spec_name}.py")
         for f in op.values_files:
             lines.append(f"  values: {_shown(f)}")

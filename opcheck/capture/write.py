@@ -2,13 +2,15 @@
 `samples:` list, every other byte of that file kept (its comments too).
 
 A sample whose name the spec already has is left as the user wrote it unless `--force`, which
-replaces that item's lines. Writes are atomic (a temporary file beside the target, then a rename);
-an existing file is replaced only when its bytes are still those read, and only inside the specs
-folder capture was given.
+replaces that item's lines; one capture wrote and nobody has edited since (its comment holds the
+digest of its lines) is capture's own, and a later capture replaces it. Writes are atomic (a
+temporary file beside the target, then a rename); an existing file is replaced only when its bytes
+are still those read, and only inside the specs folder capture was given.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -32,6 +34,9 @@ class SamplesList:
     # Per item capture wrote: the first line of the comments capture wrote above it, which a
     # replacement (--force) replaces too.
     comments: tuple[tuple[str, int], ...] = ()
+    # The items capture wrote that are still as it wrote them (their lines hash to the digest its
+    # comment holds): capture's own, which a later capture may replace.
+    own: frozenset[str] = frozenset()
 
 
 def find_samples(text: str, source: str) -> SamplesList:
@@ -67,22 +72,36 @@ def find_samples(text: str, source: str) -> SamplesList:
             stop -= 1
         items.append((name, starts[i], stop))
     indent = _dash_column(lines[starts[0]], seq.start_mark.column)
-    comments = []
-    for name, start, _ in items:
-        line, first = start, None
+    comments, own = [], set()
+    for name, start, stop in items:
+        line, first, digest = start, None, None
         while line - 1 >= 0 and lines[line - 1].lstrip().startswith("#"):
             line -= 1
+            mark = _DIGEST.match(lines[line])
+            if mark and digest is None:
+                digest = mark.group(1)
             if _CAPTURED.match(lines[line]):  # capture's block starts here; the user's comments above stay
                 first = line
                 break
         if name is not None and first is not None:
             comments.append((name, first))
+            if digest is not None and digest == item_digest(lines[start:stop]):
+                own.add(name)
     names = frozenset(n for n, _, _ in items if n is not None)
-    return SamplesList(indent, tuple(items), end, names, tuple(comments))
+    return SamplesList(indent, tuple(items), end, names, tuple(comments), frozenset(own))
 
 
 _CAPTURED = re.compile(r"^\s*# \d+ calls?(, first at .*)?; ")
 """The first comment line capture writes above a sample it wrote (render.render_sample)."""
+_DIGEST = re.compile(r"^\s*# captured as ([0-9a-f]{12})\b")
+"""The last comment line capture writes above a sample: the digest of the item's lines as written."""
+
+
+def item_digest(lines: list[str]) -> str:
+    """The digest of a sample item's lines, blind to indentation, line ends and blank lines (a spec
+    re-indented stays capture's own; any other edit makes the sample the user's)."""
+    text = "\n".join(line.strip() for line in lines if line.strip())
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 def _dash_column(line: str, fallback: int) -> int:
