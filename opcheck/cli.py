@@ -530,40 +530,15 @@ def _listed_paths(args) -> list[Path]:
 
 
 def _cost_settings(args, command: str):
-    """The settings an estimate runs under, as pytest takes them (the option where the command has
-    it, else `[tool.opcheck]`, else the default): (Settings, device types or None for all)."""
-    from opcheck.runtime.context import Settings, parse_budget
+    """The settings an estimate runs under, as pytest takes them (opcheck.runtime.cost.settings, which
+    capture's cost comments read too): (Settings, device types or None for all)."""
+    from opcheck.runtime.cost.settings import cost_settings
 
-    project = args.project
     given = {o: getattr(args, o, None) for o in ("policy", "budget", "device")}
     try:
-        policy = given["policy"] or _configured(
-            project, "policy", lambda s: project_config.check_policy(s.text, s.where)
-        )
-        budget = (
-            parse_budget(given["budget"], where="--budget")
-            if given["budget"] is not None
-            else _configured(project, "budget", lambda s: project_config.check_budget(s.value, s.where))
-        )
-        devices = (
-            project_config.check_devices(project_config.split_names([given["device"]]), "--device")
-            if given["device"] is not None
-            else _configured(project, "device", lambda s: project_config.check_devices(s.names, s.where))
-        )
-        threads = _configured(project, "threads", lambda s: project_config.check_threads(s.value, s.where), 1)
-        if threads is None:  # `keep`: torch's own setting
-            import torch
-
-            threads = torch.get_num_threads()
+        return cost_settings(args.project, **given)
     except (project_config.ConfigError, ValueError) as e:
         raise _Usage(f"opcheck {command}: {e}") from None
-    settings = Settings(policy=policy, threads=threads)
-    if budget is not None:
-        source = "--budget" if given["budget"] is not None else "[tool.opcheck] budget"
-        settings = Settings(policy=policy, budget=budget, budget_source=source, threads=threads)
-    if devices == [project_config.ALL_DEVICES]:
-        devices = None  # every device type; an unavailable one's tests are counted as not estimated
-    return settings, devices
 
 
 def _warn_past_time_budget(specs, args) -> None:
@@ -604,12 +579,6 @@ def _list_cost(specs, args) -> int:
     estimates = estimate_specs(specs, settings, devices, threshold)
     sys.stdout.write(render(estimates, threshold=threshold, top=args.top, settings=settings))
     return 0
-
-
-def _configured(project, key: str, check, default=None):
-    """A `[tool.opcheck]` setting, checked (check(setting)), or `default` where it is not set."""
-    setting = project.get(key)
-    return default if setting is None else check(setting)
 
 
 def _new(args) -> int:

@@ -1,11 +1,13 @@
 """What capture learns by running a new sample before writing it: the flags one probe of the first
 sample says the op lacks, and each sample's estimated test cost on this machine's cpu (the cost
-model `opcheck list --cost` uses)."""
+model `opcheck list --cost` uses, under the same settings: opcheck.runtime.cost.settings). What
+those need (torch, the probes' warm-up) is prepared while the command runs (prepared_meanwhile)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from opcheck.capture import render, select
@@ -26,6 +28,38 @@ def quiet_vmap() -> Iterator[None]:
         yield
     finally:
         switch(True)
+
+
+@contextlib.contextmanager
+def prepared_meanwhile(estimating: bool) -> Iterator[None]:
+    """While the command runs (in a child process, on a core of its own where the machine has two),
+    a thread of this process imports what validating the spec and probing its samples need, torch
+    first, and warms torch.func's transforms (`estimating`: those the cost estimates probe too): work
+    the user otherwise waits for after the command. Joined on the way out, so that no other import
+    of this process runs beside it."""
+    import threading
+
+    thread = threading.Thread(target=_prepare, args=(estimating,), name="opcheck-capture-prepare", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def _prepare(estimating: bool) -> None:
+    try:
+        from opcheck.engine.batching import warm_functorch
+        from opcheck.runtime.checks import _load_forward_ad_decompositions
+        from opcheck.runtime.cost import estimate, probe  # noqa: F401 - the probes' modules, the runtime's with them
+        from opcheck.spec import loader  # noqa: F401 - validation's modules
+
+        probe.warm()
+        _load_forward_ad_decompositions()  # as an estimate does before it probes
+        if estimating:
+            warm_functorch("vjp")  # gradgradcheck's function, which the estimates probe: imports torch._dynamo
+    except BaseException:  # noqa: BLE001 - what fails here fails again where it is needed, and is reported there
+        pass
 
 
 def probe_flags(spec: Any) -> list[str]:
@@ -54,20 +88,33 @@ Estimates = dict[str, list[tuple[str, str, Any]]]
 """Per sample name: (check, dtype, its Estimate) for each of its cpu tests."""
 
 
-def estimates(spec: Any, names: set[str]) -> Estimates:
-    """The estimated cost on this machine's cpu of each test of the samples `names`."""
-    from opcheck.runtime.context import Settings
+def estimates(spec: Any, names: set[str], settings: Any = None) -> Estimates:
+    """The estimated cost on this machine's cpu of each test of the samples `names`, under `settings`
+    (default: the project's, as `opcheck list --cost` takes them, so that the two say the same)."""
     from opcheck.runtime.cost.estimate import estimate
     from opcheck.runtime.cost.samples import SampleProbes
     from opcheck.spec.case import cases_of
 
-    settings = Settings.from_env()
+    settings = settings or project_settings()
     probes = SampleProbes(spec)
     out: Estimates = {}
     for case in cases_of(spec):
         if case.sample in names and case.device == "cpu":
             out.setdefault(case.sample, []).append((case.check, case.dtype, estimate(spec, case, settings, probes)))
     return out
+
+
+def project_settings() -> Any:
+    """The Settings `opcheck list --cost` estimates under, from the working directory's project (its
+    `[tool.opcheck]` policy, budget and threads)."""
+    from opcheck import config as project_config
+    from opcheck.capture.run import CaptureError
+    from opcheck.runtime.cost.settings import cost_settings
+
+    try:  # read and checked before the command ran; the command may have changed it since
+        return cost_settings(project_config.load(Path.cwd()))[0]
+    except ValueError as e:
+        raise CaptureError(f"opcheck capture: {e}") from None
 
 
 def costlier_twins(twins: dict[str, str], estimates: Estimates) -> dict[str, str]:

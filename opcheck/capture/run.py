@@ -122,7 +122,7 @@ def _run_child(options: Options, tmp: Path) -> dict[str, Any]:
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
     proc = subprocess.Popen([sys.executable, "-m", "opcheck.capture.child", str(tmp / "config.json")], env=env)
-    with _interrupts_wait_for(proc) as interrupts:
+    with _interrupts_wait_for(proc) as interrupts, cost.prepared_meanwhile(options.cost or options.reduce):
         proc.wait()
         if len(interrupts) > 1:
             raise CaptureError("opcheck capture: interrupted twice; the command was ended and nothing was written")

@@ -22,6 +22,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from opcheck.engine._util import legacy_vmap, unpack_dual
+from opcheck.engine.batching import warm_functorch
 
 REPEATS = 3
 """Timed repeats of the forward and the backward (the best counts: the others caught a busy machine)."""
@@ -269,6 +270,8 @@ class Probe:
 
     def _of_diff(self) -> Callable[..., tuple[Any, ...]]:
         form = getattr(self.fn, "vmap_form", self.fn)
+        if form is not self.fn:
+            warm_functorch("vjp")  # as first_derivative does, where batching is on: before its batches are timed
         base = [x.detach() if isinstance(x, torch.Tensor) else x for x in self.inputs]
 
         def call(*xs: Any) -> tuple[Any, ...]:
@@ -480,13 +483,18 @@ def _agree(analytical: Sequence[torch.Tensor], numerical: Sequence[torch.Tensor]
 
 @functools.cache
 def warm() -> None:
-    """torch.func's transforms once, before anything is timed: their first call imports much of
-    torch._functorch (the engine warms them likewise before it times a batch)."""
-    z = torch.zeros(2, 1, dtype=torch.float64)
-    with contextlib.suppress(Exception), warnings.catch_warnings():
+    """A first backward, and torch.func's vmap and jvp, once, before anything is timed: their first
+    calls import much of torch (a backward given its cotangents: sympy, 0.3 s; the transforms:
+    torch._functorch, as the engine warms them before it times a batch). torch.func.vjp, whose first
+    call imports torch._dynamo (over a second), is warmed only where a probe calls it (`_of_diff`:
+    gradgradcheck's function in its vmap form): `opcheck capture`'s probe of a new spec's flags never
+    does."""
+    x = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    with contextlib.suppress(Exception), warnings.catch_warnings():  # one that cannot run fails where timed
         warnings.simplefilter("ignore")
-        torch.func.vmap(lambda a: torch.func.vjp(torch.sin, a)[1](a)[0])(z)
-        torch.func.vmap(lambda a: torch.func.jvp(torch.sin, (a,), (a,))[1])(z)
+        y = torch.sin(x)
+        torch.autograd.grad(y, x, torch.ones_like(y))  # given cotangents, as the probes give them
+    warm_functorch("jvp")
 
 
 def _vmap(f: Callable[..., Any]) -> Callable[..., Any]:
