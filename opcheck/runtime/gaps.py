@@ -16,8 +16,16 @@ import torch
 
 
 def nan_gaps(args: Any, kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
-    """The call's tensors (by argument name) whose memory between elements holds NaN."""
-    return [(name, t) for name, t in _tensors(args, kwargs) if _gap_values(t).isnan().any()]
+    """The call's tensors (by argument name) whose memory between elements holds NaN; a tensor that
+    shares its memory with another of the call's (an OpInfo sample's views of one buffer) is left
+    out, since its gaps may be the other's elements."""
+    tensors = list(_tensors(args, kwargs))
+    buffers = [t.untyped_storage().data_ptr() for _, t in tensors]
+    return [
+        (name, t)
+        for (name, t), buffer in zip(tensors, buffers)
+        if buffers.count(buffer) == 1 and bool(_gap_values(t).isnan().any())
+    ]
 
 
 def fill_gaps(tensors: list[tuple[str, torch.Tensor]], value: float = 0.0) -> None:

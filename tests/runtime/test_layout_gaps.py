@@ -77,3 +77,14 @@ def test_the_low_precision_check_decides_with_0_between_the_elements_too():
     with pytest.raises(LowPrecisionMismatch) as info:
         run_check(strided, "lowprec", "cpu", "float32", "s")
     assert "run with 0 in the memory between the elements of args[0]" in str(info.value)
+
+
+def test_views_of_one_buffer_are_not_taken_for_gaps():
+    from opcheck.runtime.gaps import nan_gaps
+
+    stepped = build_tensor(STEPPED, "cpu", "float64", torch.Generator().manual_seed(0))
+    assert [name for name, _ in nan_gaps([stepped], {})] == ["args[0]"]
+    buffer = torch.randn(8, dtype=torch.float64)
+    buffer[1::2] = float("nan")  # the other view's elements, not memory between elements
+    assert nan_gaps([buffer[::2], buffer[1::2]], {}) == []
+    assert nan_gaps([torch.randn(3, 4).t()], {}) == []  # a transpose has no gaps
