@@ -672,13 +672,10 @@ def _lowprec(case: Case, settings: Settings) -> None:
         if filled:  # the sample maker's NaN between the elements may be what differs: 0 there decides
             fill_gaps(filled)
             first, diff = diff, compare()
+            gaps = lowprec_gaps_note([n for n, _ in filled], first.what, rerun_failed=diff is not None)
             if diff is None:
-                warnings.warn(OpcheckGapsWarning(lowprec_gaps_note([n for n, _ in filled], first.what)), stacklevel=2)
+                warnings.warn(OpcheckGapsWarning(gaps), stacklevel=2)
                 continue
-            gaps = (
-                f"run with 0 in the memory between the elements of {', '.join(n for n, _ in filled)}; with NaN "
-                f"there (the sample maker's fill) it failed too ({first.what})"
-            )
         if diff is not None:
             against = f"reference {case.spec.reference}" if case.spec.reference else "run"
             headline = (

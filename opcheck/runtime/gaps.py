@@ -1,7 +1,7 @@
 """The memory between a strided sample's elements: the sample makers fill it with NaN, so that an op
 reading outside its input's elements shows. A failure made of that NaN is the fill's, not the op's:
 the check runs again with the gaps holding 0, and its verdict is the test's, with a note saying what
-the NaN showed (gaps_rerun).
+the NaN showed (gaps_note, lowprec_gaps_note).
 
 A layout with gaps is one with a slice step (`strides: [8, 2]`) or `noncontiguous: true`; a
 permutation or an expanded dim has none.
@@ -53,8 +53,14 @@ def gaps_note(names: list[str], rerun_failed: bool) -> str:
     return head + "; run again with 0 there, the check passes, so the values it reads there do not reach the result"
 
 
-def lowprec_gaps_note(names: list[str], what: str) -> str:
-    """A low-precision check that failed with NaN between the elements of `names` and passed with 0."""
+def lowprec_gaps_note(names: list[str], what: str, rerun_failed: bool) -> str:
+    """A low-precision check that failed (`what` differed) with NaN between the elements of `names`,
+    and failed again (rerun_failed) or passed with 0 there."""
+    if rerun_failed:
+        return (
+            f"run with 0 in the memory between the elements of {', '.join(names)}; with NaN there (the sample "
+            f"maker's fill) it failed too ({what})"
+        )
     return (
         f"with NaN in the memory between the elements of {', '.join(names)} (the sample maker's fill), "
         f"{what} differed from the float64 reference; run again with 0 there, the check passes: the op reads "
