@@ -17,6 +17,7 @@ import yaml
 
 from opcheck.capture.select import Candidate, tensors
 from opcheck.capture.write import item_digest
+from opcheck.spec.model import draw_shape
 
 MAX_NAME = 60
 REDUCE_ABOVE = 256
@@ -169,9 +170,7 @@ def _mask(d: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
     """maker mask with the run's share on and its shares of rows all off and all on, as counts of
     the sample's rows (at least one where the run had any)."""
     out: dict[str, Any] = {"maker": "mask"}
-    shape = d["shape"]
-    dims = set(d.get("expanded") or ())
-    drawn = [1 if i in dims else n for i, n in enumerate(shape)]
+    drawn = draw_shape(d["shape"], d.get("stride"))
     rows = math.prod(drawn[:-1]) if drawn else 1
     out["share_on"] = round(float(s.get("on", 0.5)), 2)
     off = _row_count(float(s.get("rows_off", 0.0)), rows)

@@ -27,7 +27,7 @@ Structure makers (what a run's values looked like; rows are along the last dim):
 - integer: integers uniform in [ceil(low), ceil(high)), as floats.
 - constant: every entry `fill`.
 
-A tensor with expanded (stride 0) dims draws its values with those dims of size 1 (draw_shape).
+A tensor with expanded (stride 0) dims draws its values with those dims of size 1 (TensorArg.draw_shape).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def draw_values(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> tor
     Explicit values (`values`, `values_file`) draw nothing from `gen`: the sample's other tensors
     get the same values whichever of the two gives them.
     """
-    shape = draw_shape(arg)
+    shape = arg.draw_shape
     if arg.values is not None:
         return _compact(arg, _explicit(arg, dtype))
     if arg.values_file is not None:
@@ -105,26 +105,13 @@ def draw_values(arg: TensorArg, dtype: torch.dtype, gen: torch.Generator) -> tor
     return _with_avoid(arg, dtype, draw)
 
 
-def expanded_dims(arg: TensorArg) -> tuple[int, ...]:
-    """The dims `strides` expands (stride 0, size above 1)."""
-    if arg.strides is None:
-        return ()
-    return tuple(d for d, (n, st) in enumerate(zip(arg.shape, arg.strides)) if st == 0 and n > 1)
-
-
-def draw_shape(arg: TensorArg) -> tuple[int, ...]:
-    """The shape whose values are drawn: `shape`, with each expanded dim of size 1."""
-    dims = expanded_dims(arg)
-    return tuple(1 if d in dims else n for d, n in enumerate(arg.shape))
-
-
 def _compact(arg: TensorArg, values: torch.Tensor) -> torch.Tensor:
     """Explicit values at draw_shape: those at index 0 of each expanded dim, which must repeat them."""
     compact = values
-    for d in expanded_dims(arg):
+    for d in arg.expanded_dims:
         compact = compact.narrow(d, 0, 1)
     if compact.shape != values.shape and not torch.equal(compact.expand(values.shape), values):
-        dims = ", ".join(map(str, expanded_dims(arg)))
+        dims = ", ".join(map(str, arg.expanded_dims))
         raise SampleError(f"strides expand dim {dims}, but the values differ along it: an expanded dim repeats a slice")
     return compact
 

@@ -215,6 +215,20 @@ Values = bool | int | float | tuple[Any, ...]
 """A tensor's `values:` a number (zero-dim), or nested tuples of numbers."""
 
 
+def expanded_dims(shape: tuple[int, ...] | list[int], strides: tuple[int, ...] | list[int] | None) -> tuple[int, ...]:
+    """The dims `strides` expands (stride 0, size above 1)."""
+    if strides is None:
+        return ()
+    return tuple(d for d, (n, st) in enumerate(zip(shape, strides)) if st == 0 and n > 1)
+
+
+def draw_shape(shape: tuple[int, ...] | list[int], strides: tuple[int, ...] | list[int] | None) -> tuple[int, ...]:
+    """The shape whose values a sample maker draws: `shape`, each expanded dim of size 1 (it repeats
+    the values at index 0); a mask's rows are counted at this shape."""
+    dims = expanded_dims(shape, strides)
+    return tuple(1 if d in dims else n for d, n in enumerate(shape))
+
+
 @dataclass(frozen=True)
 class TensorArg:
     """A tensor to build for a sample.
@@ -271,6 +285,14 @@ class TensorArg:
     @property
     def is_sparse(self) -> bool:
         return self.layout != STRIDED
+
+    @property
+    def expanded_dims(self) -> tuple[int, ...]:
+        return expanded_dims(self.shape, self.strides)
+
+    @property
+    def draw_shape(self) -> tuple[int, ...]:
+        return draw_shape(self.shape, self.strides)
 
     def geometry(self) -> SparseGeometry:
         return SparseGeometry.of(self.shape, self.layout, self.blocksize, self.dense_dim)

@@ -116,8 +116,9 @@ def build_tensor(ctx: Checker, node: Node) -> TensorArg:
     _check_grad_dtype(ctx, f, dtype, requires_grad)
     _check_range(ctx, f, dtype, low, high)
     _check_maker(ctx, f, shape, dtype)
-    mask_values = _check_structure(ctx, f, shape, dtype, requires_grad)
     strides = _check_strides(ctx, f, shape, dtype, requires_grad)
+    drawn = model.draw_shape(shape, strides)
+    mask_values = _check_structure(ctx, f, drawn, dtype, requires_grad, expanded=drawn != shape)
     values = _check_values(ctx, f, shape, dtype)
     file_path = _check_values_file(ctx, f, shape, dtype)
     check_sparse(ctx, f, shape, values if values is not None and _nested_shape(f["values"]) == shape else None)
@@ -246,9 +247,15 @@ _STRUCTURE_KEYS = {
 
 
 def _check_structure(
-    ctx: Checker, f: dict[str, Node], shape: tuple[int, ...], dtype: str | None, requires_grad: bool | None
+    ctx: Checker,
+    f: dict[str, Node],
+    shape: tuple[int, ...],
+    dtype: str | None,
+    requires_grad: bool | None,
+    expanded: bool = False,
 ) -> tuple[float, float] | None:
-    """The keys of the structure makers (mask, dominant, integer, constant); mask_values when clean."""
+    """The keys of the structure makers (mask, dominant, integer, constant) for a tensor whose values
+    are drawn at `shape` (model.draw_shape); mask_values when clean."""
     maker = _text(f.get("maker"))
     for key, owner in _STRUCTURE_KEYS.items():
         if key in f and maker != owner:
@@ -278,7 +285,9 @@ def _check_structure(
     if fixed > rows:
         ctx.report(
             f["rows_off"] if "rows_off" in f else f["rows_on"],
-            f"expected rows_off + rows_on at most the tensor's {rows} row(s) along its last dim, got {fixed}",
+            f"expected rows_off + rows_on at most the {rows} row(s) along the last dim"
+            + (" that are drawn (its expanded dims repeat them)" if expanded else "")
+            + f", got {fixed}",
         )
     node = f.get("mask_values")
     if node is None:
