@@ -27,6 +27,7 @@ MODEL_CLASSES = {
         model.DtypeArg,
         model.GradcheckFlags,
         model.GradgradcheckFlags,
+        model.CompileFlags,
         model.ReducedPrecision,
         model.Where,
         model.ToleranceRule,

@@ -59,10 +59,45 @@ class Call:
 
         return fn
 
+    def tensor_slots(self) -> tuple[tuple[list, dict], list[torch.Tensor]]:
+        """(args, kwargs) with every tensor replaced by a slot marker, and the tensors in order:
+        what a compiled function takes, so that calls differing only in their tensors share it."""
+        found: list[torch.Tensor] = []
+        _walk((self.args, self.kwargs), found.append)
+        args, kwargs = _map_tensors((self.args, self.kwargs), lambda t: TENSOR_SLOT)
+        return (args, kwargs), found
+
+    def with_tensors(self, skeleton: tuple[list, dict], tensors) -> Call:
+        """The call whose arguments are `skeleton` (tensor_slots) with its slots filled, in order."""
+        it = iter(tensors)
+        args, kwargs = _fill_slots(skeleton, it)
+        return replace(self, args=args, kwargs=kwargs)
+
     def map_tensors(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Call:
         """The same call with every tensor argument replaced by fn(tensor)."""
         args, kwargs = _map_tensors((self.args, self.kwargs), fn)
         return replace(self, args=args, kwargs=kwargs)
+
+
+class _TensorSlot:
+    def __repr__(self) -> str:
+        return "<tensor>"
+
+
+TENSOR_SLOT = _TensorSlot()
+"""Where a tensor goes in Call.tensor_slots' skeleton."""
+
+
+def _fill_slots(obj, it):
+    if obj is TENSOR_SLOT:
+        return next(it)
+    if isinstance(obj, list):
+        return [_fill_slots(x, it) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_fill_slots(x, it) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _fill_slots(v, it) for k, v in obj.items()}
+    return obj
 
 
 def _walk(obj, visit) -> None:

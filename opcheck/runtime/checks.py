@@ -15,6 +15,7 @@ fast_mode from policy.py: True, False, or "auto" with the run's jacobian_budget;
   with finite differences otherwise; each passes and the test's report says which held. Only a
   derivative that passes the check fails the test
 - library_opcheck: torch.library.opcheck on torch.ops.* overloads and torch.library custom ops
+- compile: compiled.py (the op under torch.compile against eager)
 - lowprec: lowprec.py
 
 A failing finite-difference check whose numerical Jacobian changes when eps is halved sat next
@@ -57,6 +58,7 @@ from opcheck.runtime.samples import Call, build_calls, is_random
 from opcheck.runtime.tolerances import Tolerances, resolve_lowprec_criterion, resolve_tolerances
 from opcheck.spec.model import (
     CHECKS,
+    COMPILE,
     FORWARD_AD,
     FORWARD_AD_UNSUPPORTED,
     FWGRAD_BWGRAD,
@@ -739,6 +741,13 @@ def _library_opcheck(case: Case, settings: Settings) -> None:
             )
 
 
+def _compile(case: Case, settings: Settings) -> None:
+    __tracebackhide__ = True
+    from opcheck.runtime.compiled import run_compile  # torch._dynamo loads with the first compile test
+
+    run_compile(case, settings)
+
+
 RUNNERS: dict[str, Callable[[Case, Settings], None]] = {
     GRADCHECK: _gradient_check,
     FORWARD_AD: _gradient_check,
@@ -748,4 +757,5 @@ RUNNERS: dict[str, Callable[[Case, Settings], None]] = {
     FORWARD_AD_UNSUPPORTED: _expect_unsupported,
     LOWPREC: _lowprec_margined,
     LIBRARY_OPCHECK: _library_opcheck,
+    COMPILE: _compile,
 }

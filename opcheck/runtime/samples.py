@@ -42,6 +42,7 @@ __all__ = [
     "describe_value",
     "is_random",
     "op_callable",
+    "unmetered_op",
     "seeded_generator",
 ]
 
@@ -59,6 +60,12 @@ def op_callable(spec: OpSpec) -> Callable:
     wrap = OP_WRAPPER.get()
     op = _op(spec)
     return wrap(op) if wrap is not None else op
+
+
+def unmetered_op(spec: OpSpec) -> Callable:
+    """The op itself, without the time budget's meter (which reads the clock: code torch.compile
+    must not trace)."""
+    return _op(spec)
 
 
 def _op(spec: OpSpec) -> Callable:

@@ -16,6 +16,7 @@ from opcheck.spec import model
 from opcheck.spec.checker import Checker, strings
 from opcheck.spec.flagrules import check_flags
 from opcheck.spec.model import (
+    CompileFlags,
     FastMode,
     GradcheckFlags,
     GradgradcheckFlags,
@@ -206,6 +207,7 @@ def _build_op(
         supports_forward_ad=_value(ctx, fields, "supports_forward_ad", True),
         supports_gradgrad=_value(ctx, fields, "supports_gradgrad", True),
         library_opcheck=_value(ctx, fields, "library_opcheck", False),
+        compile=_compile(ctx, fields),
         requires=requires or (),
         imports=imports or (),
         reference=reference,
@@ -621,6 +623,33 @@ def _gradcheck(ctx: Checker, node: Node | None) -> GradcheckFlags:
         atol=atol,
         rtol=rtol,
         nondet_tol=flags.nondet_tol if nondet_tol is None else nondet_tol,
+    )
+
+
+def _compile(ctx: Checker, spec: dict[str, Node]) -> CompileFlags | None:
+    """The `compile:` block; `true`/`false` are the defaults switched on/off; None without the key.
+    Its `dtypes` are the spec's own: the op runs at them (eagerly, the compiled run's reference)."""
+    node = spec.get("compile")
+    if node is None or not ctx.clean(node):
+        return None
+    if not node.is_map:
+        return CompileFlags(enabled=bool(node.value))
+    fields = node.value
+    off = fields.get("cases_off")
+    dtypes = _strings(ctx, fields, "dtypes", ())
+    declared = _strings(ctx, spec, "dtypes", ("float64",)) + _strings(ctx, spec, "lowprec_dtypes", ())
+    for item, dtype in zip(fields["dtypes"].value if dtypes else (), dtypes):
+        if dtype not in declared:
+            ctx.report(
+                item,
+                f"{dtype} is not one of the spec's dtypes or lowprec_dtypes ({', '.join(declared) or 'none'}): "
+                "the compile check runs the op at the dtypes the spec declares it runs at",
+            )
+    return CompileFlags(
+        backends=_strings(ctx, fields, "backends", CompileFlags.backends),
+        dtypes=dtypes,
+        fullgraph=_value(ctx, fields, "fullgraph", False),
+        cases_off=tuple((key, reason.value) for key, reason in off.value.items()) if off is not None else (),
     )
 
 

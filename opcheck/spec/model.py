@@ -78,6 +78,7 @@ class Check(NameEnum):
         "opcheck: the spec declares supports_forward_ad: false; forward AD must raise, give no tangent, or fail",
     )
     LIBRARY_OPCHECK = "library_opcheck", "opcheck: torch.library.opcheck registration checks for torch.ops.* operators"
+    COMPILE = "compile", "opcheck: outputs and gradients under torch.compile against eager"
 
 
 class FastMode(NameEnum):
@@ -127,6 +128,36 @@ class LowprecPart(NameEnum):
         return self._value_ if self is LowprecPart.OUTPUT else self._value_.upper()
 
 
+class CompileBackend(NameEnum):
+    """The torch.compile backends the compile check runs (`compile.backends`)."""
+
+    AOT_EAGER = "aot_eager"  # dynamo and AOTAutograd, eager kernels: held to eager up to rounding order
+    INDUCTOR = "inductor"  # generated kernels (a C++ compiler on CPU): the low-precision criterion below float64
+
+
+class CompileCase(NameEnum):
+    """What the compile check tries beyond the sample as written (each on unless `compile.cases_off`)."""
+
+    ALIASED = "aliased"  # the same tensor for two inputs of the same shape and dtype
+    NONCONTIGUOUS = "noncontiguous"  # every tensor a strided view, values unchanged
+    WRITTEN = "written"  # the inputs the op writes into, compared with eager's
+    DYNAMIC = "dynamic"  # dynamic shapes: the sample, then another sample of another size, one compiled function
+    PARTIAL_GRAD = "partial_grad"  # only the first of several inputs requires grad
+
+    @property
+    def words(self) -> str:
+        return _CASE_WORDS[self._value_]
+
+
+_CASE_WORDS = {
+    "aliased": "the same tensor for two inputs",
+    "noncontiguous": "non-contiguous views of the inputs",
+    "written": "the inputs the op writes into",
+    "dynamic": "dynamic shapes",
+    "partial_grad": "requires_grad on the first input only",
+}
+
+
 class LowprecCriterion(NameEnum):
     """How the low-precision check judges each entry's error (a `tolerances:` rule's `criterion`;
     FORMAT.md, "The low-precision criterion")."""
@@ -144,6 +175,7 @@ LOWPREC = Check.LOWPREC
 GRADGRAD_UNSUPPORTED = Check.GRADGRAD_UNSUPPORTED
 FORWARD_AD_UNSUPPORTED = Check.FORWARD_AD_UNSUPPORTED
 LIBRARY_OPCHECK = Check.LIBRARY_OPCHECK
+COMPILE = Check.COMPILE
 
 
 def _values(*members: NameEnum) -> tuple[str, ...]:
@@ -158,6 +190,8 @@ LOWPREC_DTYPES = _values(Dtype.FLOAT32, Dtype.FLOAT16, Dtype.BFLOAT16, Dtype.COM
 """The low-precision check's dtypes (`lowprec_dtypes:`)."""
 LOWPREC_PARTS = LowprecPart.values()
 """The parts of the low-precision check, in the order it compares them; all by default."""
+COMPILE_BACKENDS = CompileBackend.values()
+COMPILE_CASES = CompileCase.values()
 LOWPREC_CRITERIA = LowprecCriterion.values()
 """The low-precision check's criteria (a `tolerances:` rule's `criterion`)."""
 INDEX_DTYPES = _values(Dtype.INT64, Dtype.INT32, Dtype.INT16, Dtype.INT8, Dtype.UINT8, Dtype.BOOL)
@@ -422,6 +456,21 @@ class GradgradcheckFlags:
 
 
 @dataclass(frozen=True)
+class CompileFlags:
+    """The `compile:` block: the op under torch.compile against eager (opcheck.runtime.compiled).
+
+    `compile: true` is this block with its defaults; without the key, the project's `[tool.opcheck]
+    compile` decides (off by default).
+    """
+
+    enabled: bool = True
+    backends: tuple[str, ...] = (CompileBackend.AOT_EAGER.value,)  # of COMPILE_BACKENDS
+    dtypes: tuple[str, ...] = ()  # empty: the spec's dtypes, then its lowprec_dtypes
+    fullgraph: bool = False  # a graph break fails the test
+    cases_off: tuple[tuple[str, str], ...] = ()  # (case, reason): the cases not tried, and why
+
+
+@dataclass(frozen=True)
 class ReducedPrecision:
     """The `reduced_precision:` block: torch switches set while the spec's low-precision tests
     run, and restored after. Off by default: the strict setting."""
@@ -541,6 +590,7 @@ class OpSpec:
     supports_forward_ad: bool = True
     supports_gradgrad: bool = True
     library_opcheck: bool = False  # also run torch.library.opcheck (torch.ops.* ops and custom ops)
+    compile: CompileFlags | None = None  # None: not in the spec (the project's setting decides)
     # A float64-capable implementation of the same math: the low-precision check's reference for
     # kernels that have no float64 path (then `dtypes` may be empty).
     reference: str | None = None
@@ -576,6 +626,8 @@ class OpSpec:
             out.append(LOWPREC)
         if self.library_opcheck:
             out.append(LIBRARY_OPCHECK)
+        if self.compile is not None and self.compile.enabled:
+            out.append(COMPILE)
         return tuple(check.value for check in out)
 
     def dtypes_for(self, check: str) -> tuple[str, ...]:
@@ -583,6 +635,10 @@ class OpSpec:
             return self.lowprec_dtypes
         if check == LIBRARY_OPCHECK:  # registration checks need a dtype the kernel has
             return self.dtypes or self.lowprec_dtypes[:1]
+        if check == COMPILE:
+            if self.compile is not None and self.compile.dtypes:
+                return self.compile.dtypes
+            return self.dtypes + self.lowprec_dtypes
         return self.dtypes
 
     def sample(self, name: str) -> Sample:

@@ -22,7 +22,10 @@ def test_the_sets_keep_their_names_and_order():
         "gradgrad_unsupported",
         "forward_ad_unsupported",
         "library_opcheck",
+        "compile",
     )
+    assert model.COMPILE_BACKENDS == ("aot_eager", "inductor")
+    assert model.COMPILE_CASES == ("aliased", "noncontiguous", "written", "dynamic", "partial_grad")
     assert model.FAST_MODES == ("auto", "true", "false")
     assert model.KNOWN_DEVICES == ("cpu", "cuda", "mps", "xpu")
     assert model.GRAD_DTYPES == ("float64", "complex128")
@@ -44,6 +47,8 @@ def test_the_tuples_hold_plain_strings():
         model.LOWPREC_DTYPES,
         model.LOWPREC_PARTS,
         model.LOWPREC_CRITERIA,
+        model.COMPILE_BACKENDS,
+        model.COMPILE_CASES,
         model.INDEX_DTYPES,
     ):
         assert all(type(name) is str for name in names), names
@@ -74,6 +79,7 @@ def test_the_old_constants_are_the_members():
         model.GRADGRAD_UNSUPPORTED,
         model.FORWARD_AD_UNSUPPORTED,
         model.LIBRARY_OPCHECK,
+        model.COMPILE,
     ] == list(Check)
 
 

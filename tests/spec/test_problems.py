@@ -279,8 +279,8 @@ def test_a_key_problem_is_reported_even_when_its_value_could_not_be_read():
     assert [str(p) for p in _problems(f"{GOOD}bogus: !custom 1\n")] == [
         "op_specs/x.yaml:3:1: bogus: unknown key 'bogus' (expected one of: op, name, variant, requires, imports, "
         "dtypes, lowprec_dtypes, devices, samples, gradcheck, gradgradcheck, supports_forward_ad, supports_gradgrad, "
-        "library_opcheck, reference, clone_inputs, writes_grad_outputs, reduced_precision, tolerances, lowprec_parts, "
-        "skips, expected_failures)",
+        "library_opcheck, compile, reference, clone_inputs, writes_grad_outputs, reduced_precision, tolerances, "
+        "lowprec_parts, skips, expected_failures)",
         "op_specs/x.yaml:3:8: bogus: unsupported YAML tag '!custom'",
     ]
 

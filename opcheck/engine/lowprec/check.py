@@ -102,7 +102,7 @@ def lowprec_report(
     if generator is None:
         generator = torch.Generator().manual_seed(0)
     device = reference_device if reference_device is not None else _device_of(low_inputs)
-    ref_inputs = tuple(upcast(x, device) if _is_float(x) else x for x in low_inputs)
+    ref_inputs = _upcast_all(low_inputs, device)
     ref_fn = reference if reference is not None else fn
     # Where kernels have no wider type to compute in (float32, complex64), plain PyTorch at the
     # dtype is a baseline too (FlashAttention's rule): a separate reference, run at the dtype.
@@ -113,6 +113,16 @@ def lowprec_report(
         raise ValueError(f"plain must be a callable, None or 'reference', got {plain!r}")
     run = _Run(crit, low_dtype, clone_inputs, writes_grad_outputs)
     return run.compare(fn, ref_fn, base_fn, low_inputs, ref_inputs, parts, check_forward_ad, generator, perturbations)
+
+
+def _upcast_all(inputs: tuple[Any, ...], device: torch.device | str) -> tuple[Any, ...]:
+    """The float64 copies of the floating inputs; the same tensor passed twice stays one tensor in
+    the reference's call, as it is in the op's."""
+    done: dict[int, Any] = {}
+    for x in inputs:
+        if _is_float(x) and id(x) not in done:
+            done[id(x)] = upcast(x, device)
+    return tuple(done.get(id(x), x) for x in inputs)
 
 
 def judge(

@@ -40,6 +40,7 @@ from opcheck.runtime.cost.probe import Probe, timed
 from opcheck.runtime.cost.samples import SampleProbes
 from opcheck.spec.case import CaseId, cases_of
 from opcheck.spec.model import (
+    COMPILE,
     FORWARD_AD,
     FORWARD_AD_UNSUPPORTED,
     FWGRAD_BWGRAD,
@@ -48,6 +49,9 @@ from opcheck.spec.model import (
     GRADGRADCHECK,
     LIBRARY_OPCHECK,
     LOWPREC,
+    CompileBackend,
+    CompileCase,
+    CompileFlags,
     OpSpec,
 )
 
@@ -85,6 +89,17 @@ PER_EVALUATION = {
 PER_STEP = {"fused pass": 90e-6, "comparison": 130e-6, "failed batch": 490e-6}
 LIBRARY_OPCHECK_RUNS = 6
 """torch.library.opcheck's tests run the op about this many times (forward and backward) besides FIXED."""
+# What torch.compile spends on one new graph of a small op (dynamo's trace, AOTAutograd's forward
+# and backward graphs, and inductor's kernels), in a process already warm: measured on the project's
+# 2-core x86, torch 2.13, one thread, by compiling `(sin(x) * w + k).sum(-1)` at 8x16 float64 with
+# a new constant k after each torch._dynamo.reset() and timing its first forward and backward:
+# aot_eager 0.07 s per graph (the FX graph cache cold or warm alike); inductor 1.0 s with a cold
+# TORCHINDUCTOR_CACHE_DIR (0.05 s from a warm one: an estimate assumes the cold cache of a fresh
+# CI machine). A process's first compile pays about 0.8 s more (aot_eager), 10 s (inductor, cold),
+# which no one test is charged.
+COMPILE_SECONDS_PER_GRAPH = {"aot_eager": 0.07, "inductor": 1.0}
+COMPILE_RUNS = 2
+"""A comparison under torch.compile runs the op eagerly and compiled, each a forward and a backward."""
 REFERENCE_SECONDS = 2.76e-4
 """What machine_factor's workload took on the machine that measured FIXED."""
 
@@ -218,10 +233,12 @@ def _expected_failure(spec: OpSpec, case: CaseId) -> bool:
 
 def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, threshold: float) -> Estimate:
     factor, check = machine_factor(), case.check
-    fixed = FIXED[check] * factor
     notes: tuple[str, ...] = (
         ("expected to fail: it stops at the failure, sooner",) if _expected_failure(spec, case) else ()
     )
+    if check == COMPILE:
+        return _compile_estimate(spec, case, probes, factor, notes, threshold)
+    fixed = FIXED[check] * factor
     if check == LOWPREC:
         low = probes.lowprec(case)
         path = ("low precision: the op at the dtype, the float64 reference, its rounded baselines",)
@@ -252,6 +269,43 @@ def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProb
     if seconds <= threshold:
         return est
     return replace(est, advice=tuple(_advice(spec, case, settings, probes, est)))
+
+
+def _compile_estimate(
+    spec: OpSpec, case: CaseId, probes: SampleProbes, factor: float, notes: tuple[str, ...], threshold: float
+) -> Estimate:
+    """opcheck.runtime.compiled: under each backend, every comparison the sample makes (the sample as
+    written, then each case it can make) compiles a graph and runs the op eagerly and compiled; the
+    dynamic case runs a second sample too."""
+    from opcheck.runtime.compiled import comparisons
+    from opcheck.runtime.report import Case
+
+    backends = (spec.compile or CompileFlags()).backends
+    made = Case.of(spec, case.check, case.device, case.dtype, case.sample)
+    graphs, runs, evaluations = 0, 0, 0.0
+    for call, p in zip(probes.calls(case), probes.first_order(case)):
+        planned, _ = comparisons(made, call)
+        each = sum(2 if which is CompileCase.DYNAMIC else 1 for which, _ in planned)
+        graphs += len(planned)
+        runs += COMPILE_RUNS * each
+        evaluations += COMPILE_RUNS * each * (p.forward + (p.backward or 0.0))
+
+    def priced(under: tuple[str, ...]) -> float:
+        return sum(graphs * COMPILE_SECONDS_PER_GRAPH[b] * factor + evaluations for b in under)
+
+    seconds = priced(backends)
+    path = (f"torch.compile ({', '.join(backends)}) against eager", f"torch.compile: {graphs} graph(s) per backend")
+    calls = Calls(forward=runs * len(backends), backward=runs * len(backends))
+    advice: tuple[str, ...] = ()
+    inductor = CompileBackend.INDUCTOR.value
+    if seconds > threshold and inductor in backends:
+        rest = tuple(b for b in backends if b != inductor) or (CompileBackend.AOT_EAGER.value,)
+        advice = (
+            f"`compile: {{backends: [{', '.join(rest)}]}}`: ~{format_seconds(priced(rest))} (inductor compiles "
+            f"each new graph, about {COMPILE_SECONDS_PER_GRAPH[inductor]:g} s with a cold "
+            "TORCHINDUCTOR_CACHE_DIR)",
+        )
+    return Estimate(case, calls, seconds, path + notes, advice=advice, evaluations=len(backends) * evaluations)
 
 
 def _plans(
