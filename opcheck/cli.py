@@ -353,7 +353,16 @@ def _load_paths(paths: list[Path], root: Path):
         raise _Failure(f"{e}\n{len(e.problems)} problem(s) found{where}.") from None
     for note in validation_notes(loaded):  # a note, not a problem: the exit status stays
         print(note, file=sys.stderr)
-    return loaded
+    return project_config.with_compile_default(loaded, _root_project(root))
+
+
+def _root_project(root: Path) -> project_config.ProjectConfig:
+    """The `[tool.opcheck]` table of the project at `root`: the one that shapes its specs (`compile`)
+    and names its folders in generated headers, wherever the command runs."""
+    try:
+        return project_config.load(root)
+    except project_config.ConfigError as e:
+        raise _Usage(f"opcheck: {e}") from None
 
 
 def _interpret_triton(root: Path) -> None:
@@ -403,12 +412,16 @@ def _generate(args) -> int:
     # The header's command is run from the project root; the hints below, from here.
     regenerate = _generate_command(args, root)
     cache_file = root / cache.CACHE_FILE
+    # The project's `compile` setting changes the modules as a spec would: a run under another
+    # setting is not the one the cache recorded.
+    compile_default = project_config.compile_default(_root_project(root))
+    generator = f"{regenerate}\n[tool.opcheck] compile = {str(compile_default).lower()}"
     if not args.check:
         remove_stale_temp_files(args.out)  # leftovers of a run that was killed mid-write
         _refresh_schema_copy(args.specs)
     # --cost estimates the specs, so it loads them even when the cache says nothing changed
     cached = not args.check and not args.no_cache and not args.cost
-    if cached and cache.is_fresh(args.specs, args.out, regenerate, cache_file, root=root):
+    if cached and cache.is_fresh(args.specs, args.out, generator, cache_file, root=root):
         print(f"0 written: specs and generator unchanged since the last run ({_relative(args.out)})")
         return 0
     specs = _load(args.specs, root)
@@ -434,7 +447,7 @@ def _generate(args) -> int:
         apply_plan(plan)
     except GenerationError as e:
         raise _Failure(str(e)) from None
-    cache.record(args.specs, args.out, regenerate, cache_file, root=root)
+    cache.record(args.specs, args.out, generator, cache_file, root=root)
     print(
         f"{len(plan.write)} written, {len(plan.unchanged)} unchanged, {len(plan.delete)} deleted "
         f"({_relative(args.out)})"

@@ -12,12 +12,19 @@
     time_budget = 600                       # pytest --opcheck-time-budget: seconds a generated test may take
     isolation = "process"                   # pytest --opcheck-isolation: a crash fails its test only
     triton_interpret = false                # leave Triton alone (default: its interpreter where there is no GPU)
+    compile = true                          # `compile` tests for every spec without a `compile:` key (default: false)
 
 Paths are relative to the folder of that pyproject.toml, wherever a command runs. The table is the
 one of the nearest pyproject.toml at or above the starting folder that has it (the working directory
 for `opcheck`, pytest's rootdir for the plugin). A command-line option overrides its key; pytest's
 own ini keys (`opcheck_device`, ...) say the same as these, so a project sets a key in one of the two
 places, not both.
+
+`compile` is read by `opcheck generate`, `list` and `validate` (not by pytest: the generated modules
+hold each spec's `compile:` as it was when they were written): true gives every spec that has no
+`compile:` key of its own the block's defaults (`compile: true`), false (the default) leaves those
+specs without `compile` tests; a spec's own `compile:`, true or false, always wins. Changing it
+makes `opcheck generate --check` report the modules it changes as stale.
 
 Every setting is validated here, from whichever source it comes (command line, pytest ini, this
 table), so the plugin and the CLI accept the same values and word their errors alike: each names
@@ -33,11 +40,15 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from opcheck.spec.model import OpSpec
 
 PYPROJECT = "pyproject.toml"
 TABLE = "[tool.opcheck]"
@@ -55,7 +66,8 @@ on a 2-core CPU; ten minutes ends a hung test well within a CI job and never a s
 
 PATH_KEYS = ("specs", "out", "results")
 LIST_KEYS = ("device", "dtype")
-KEYS = (*PATH_KEYS, *LIST_KEYS, "policy", "budget", "threads", "time_budget", "isolation", "triton_interpret")
+BOOL_KEYS = ("triton_interpret", "compile")
+KEYS = (*PATH_KEYS, *LIST_KEYS, "policy", "budget", "threads", "time_budget", "isolation", *BOOL_KEYS)
 
 
 class ConfigError(ValueError):
@@ -206,6 +218,24 @@ def check_budget(raw: object, where: str) -> int:
         raise ConfigError(str(e)) from None
 
 
+def compile_default(project: ProjectConfig) -> bool:
+    """`compile`: whether a spec without a `compile:` key gets `compile` tests (validated by `read`)."""
+    setting = project.get("compile")
+    return setting is not None and setting.value is True
+
+
+def with_compile_default(specs: Iterable[OpSpec], project: ProjectConfig) -> list[OpSpec]:
+    """The specs as the project's `compile` setting makes them: with it true, each spec without a
+    `compile:` key (OpSpec.compile None) gets the block's defaults; a spec's own key always wins."""
+    from dataclasses import replace
+
+    from opcheck.spec.model import CompileFlags
+
+    if not compile_default(project):
+        return list(specs)
+    return [spec if spec.compile is not None else replace(spec, compile=CompileFlags()) for spec in specs]
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above `start` that has a `[tool.opcheck]` table."""
     folder = Path(os.path.abspath(start))
@@ -294,7 +324,7 @@ def _check(setting: Setting) -> None:
         check_time_budget(value, where)
     elif key == "isolation":
         check_isolation(value, where)
-    elif key == "triton_interpret" and not isinstance(value, bool):
+    elif key in BOOL_KEYS and not isinstance(value, bool):
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
 
 

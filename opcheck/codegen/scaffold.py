@@ -75,8 +75,18 @@ def scaffold_spec(
             found_dtypes=written.get("dtypes", ""),
             found_flags=written.get("flags", ""),
             batched=written.get("batched", ""),
+            compile=library_op or _autograd_function(fn),
         )
     )
+
+
+def _autograd_function(fn: object) -> bool:
+    """Whether the op is a torch.autograd.Function's `apply` (`mypkg.ops:MyOp.apply`): like a custom
+    op, code of its own that torch.compile traces, where eager alone shows nothing wrong."""
+    import torch
+
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, type) and issubclass(owner, torch.autograd.Function)
 
 
 def parse_shape(text: str) -> Shape:

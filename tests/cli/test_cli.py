@@ -75,6 +75,8 @@ def test_new_scaffolds_a_spec_that_validates_generates_and_runs(tmp_path):
     text = (tmp_path / "op_specs" / "hypot.yaml").read_text()
     assert "op: torch.hypot" in text and "{shape: [3, 3]}, {shape: [3, 3]}" in text  # arity probed
     assert "$schema=" in text and text.count("\n#") > 5  # commented
+    # a torch op: the compile check is suggested, not on
+    assert "\n# compile: true " in text and "\ncompile:" not in text
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
     run = subprocess.run(
@@ -126,6 +128,7 @@ def test_new_reads_a_custom_ops_schema_and_says_what_torch_library_implies(tmp_p
     assert "could not call" not in text
     assert "\nlibrary_opcheck: true" in text and "\nsupports_forward_ad: false" in text
     assert "  check_batched_grad: false" in text and "# check_forward_ad: true" not in text
+    assert "\ncompile: true " in text  # a custom op: its fake registration under torch.compile
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
     run = subprocess.run(
@@ -137,7 +140,7 @@ def test_new_reads_a_custom_ops_schema_and_says_what_torch_library_implies(tmp_p
         text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    for check in ("gradcheck", "gradgradcheck", "forward_ad_unsupported", "library_opcheck"):
+    for check in ("gradcheck", "gradgradcheck", "forward_ad_unsupported", "library_opcheck", "compile"):
         assert f"PASSED generated_tests/test_scaled_sin.py::test_{check}[cpu-float64-small]" in run.stdout
 
 

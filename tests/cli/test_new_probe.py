@@ -137,6 +137,7 @@ def test_a_function_without_vmap_rule_or_double_backward_says_so_and_its_tests_p
     assert "  check_batched_grad: false" in keys(text)
     assert re.search(r"check_batched_grad: false +# vmap over its backward raises: no vmap rule", text)
     assert "supports_gradgrad: false" in keys(text) and "supports_forward_ad: false" in keys(text)
+    assert "compile: true" in keys(text)  # an autograd.Function: the compile check is on
     assert cli.main(["generate"]) == 0
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated_tests", "--opcheck-device", "cpu"],
