@@ -4,25 +4,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from opcheck import cli
 from opcheck import config as project_config
+from tests.cli.test_project_config import run
 
 TANH = "op: torch.tanh\ndevices: [cpu]\nsamples:\n  - name: v\n    args: [{shape: [4]}]\n"
 PYPROJECT = '[project]\nname = "kernels"\n\n[tool.opcheck]\nspecs = "specs"\nout = "generated"\n'
-
-
-def run(*args: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
-    """`opcheck ARGS` in-process from `cwd`: (exit status, stdout, stderr)."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # main() puts the working directory on it
-    status = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def project(folder: Path, setting: str | None, spec: str = TANH) -> Path:
