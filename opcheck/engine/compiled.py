@@ -34,6 +34,7 @@ import torch
 
 from opcheck.engine._util import make_dual, unpack_dual
 from opcheck.engine.lowprec.criterion import Criterion
+from opcheck.engine.lowprec.numbers import _is_float, _num, _outputs, _random_like, _scalar, _unravel
 
 ROUNDING_ULPS = 16
 """How many units of the dtype's epsilon (times the entry's size plus its tensor's largest) a
@@ -146,14 +147,6 @@ def _copy(x: torch.Tensor) -> torch.Tensor:
     return t.requires_grad_(x.requires_grad)
 
 
-def _outputs(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def _float(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
-
-
 def _differentiable(inputs: Sequence[Any]) -> list[torch.Tensor]:
     seen: dict[int, torch.Tensor] = {}
     for x in inputs:
@@ -173,7 +166,7 @@ def evaluate(
     xs = copies(inputs)
     outs = _outputs(fn(*xs))
     leaves = _differentiable(xs)
-    diff_outs = [o for o in outs if _float(o) and o.requires_grad]
+    diff_outs = [o for o in outs if _is_float(o) and o.requires_grad]
     vjp: list[torch.Tensor | None] = []
     cots = cotangents(outs)
     if leaves and diff_outs:
@@ -203,7 +196,7 @@ def _jvp(fn: Callable[..., Any], inputs: Sequence[Any], tangents: list[torch.Ten
         outs = _outputs(fn(*args))
         found: list[torch.Tensor | None] = []
         for o in outs:
-            if _float(o):
+            if _is_float(o):
                 tangent = unpack_dual(o)[1]
                 found.append(None if tangent is None else tangent.detach().clone())
         return found
@@ -275,7 +268,7 @@ class _Bound:
 
 
 def _test_dtype(inputs: Sequence[Any]) -> torch.dtype | None:
-    return next((x.dtype for x in inputs if _float(x)), None)
+    return next((x.dtype for x in inputs if _is_float(x)), None)
 
 
 def _against_eager(
@@ -291,7 +284,7 @@ def _against_eager(
 
     def cotangents(outs: list[Any]) -> list[torch.Tensor]:
         if not drawn:
-            drawn.extend(_random_like(o, gen) for o in outs if _float(o) and o.requires_grad)
+            drawn.extend(_random_like(o, gen) for o in outs if _is_float(o) and o.requires_grad)
         return drawn
 
     leaves = _differentiable(inputs)
@@ -400,33 +393,13 @@ def _worst(e: torch.Tensor, g: torch.Tensor, err: torch.Tensor, allowed: torch.T
     k = min(WORST_SHOWN, int((flat > 0).sum()))
     lines = []
     for idx in torch.topk(flat, k).indices.tolist():
-        at = list(_unravel(idx, tuple(e.shape)))
+        at = list(_unravel(idx, e.shape))
         gi, ei = g.reshape(-1)[idx], e.reshape(-1)[idx]
-        line = f"  {at}: compiled {_num(gi)}, eagerly {_num(ei)}"
+        line = f"  {at}: compiled {_num(_scalar(gi))}, eagerly {_num(_scalar(ei))}"
         if allowed is not None:
             line += f", abs err {float((gi - ei).abs()):.4g}, allowed {float(allowed.reshape(-1)[idx]):.4g}"
         lines.append(line)
     return ":\n" + "\n".join(lines) if lines else ""
-
-
-def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    for n in reversed(shape):
-        out.append(flat % n if n else 0)
-        flat = flat // n if n else 0
-    return tuple(reversed(out))
-
-
-def _num(t: torch.Tensor) -> str:
-    v = t.item()
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
-
-
-def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    real = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
-    if t.is_complex():
-        real = torch.complex(real, torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1)
-    return real.to(t.dtype).to(t.device)
 
 
 def _against_float64(
