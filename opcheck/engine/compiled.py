@@ -10,6 +10,12 @@ passed twice stays one tensor), and compares, part by part:
 - the JVP for one random tangent, where the op supports forward AD (`check_forward_ad`);
 - the inputs the op wrote into, eagerly and compiled.
 
+A backward may also read Python numbers (a module's global, an object's attribute, a dict's item)
+that its forward does not. dynamo traces the backward while it compiles the forward and binds what
+it read then; eagerly, autograd reads them when the backward runs. backward_reads finds them from
+dynamo's own guards (those of a trace with grad, less those of a trace without), and
+compile_report's `between` changes them between the forward and the backward of both runs.
+
 How values are judged depends on what compile may change. A backend that runs the same kernels
 (`aot_eager`), and any backend at float64, may only reorder rounding: each entry is held to
 ROUNDING_ULPS units of the dtype's epsilon, scaled by the entry and by the largest entry of its
@@ -23,10 +29,11 @@ graph breaks with dynamo's reasons: a report says whether the op ran compiled at
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -160,8 +167,22 @@ def evaluate(
     inputs: Sequence[Any],
     cotangents: Callable[[list[Any]], list[torch.Tensor]],
     tangents: list[torch.Tensor] | None,
+    around: Between | None = None,
+    between: Between | None = None,
 ) -> Evaluation:
-    """fn's outputs, VJP and (with tangents) JVP on copies of `inputs`."""
+    """fn's outputs, VJP and (with tangents) JVP on copies of `inputs`; the forward and the VJP
+    inside `around()`, the VJP inside `between()` too, where given."""
+    with around() if around is not None else contextlib.nullcontext():
+        return _evaluate(fn, inputs, cotangents, tangents, between)
+
+
+def _evaluate(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    cotangents: Callable[[list[Any]], list[torch.Tensor]],
+    tangents: list[torch.Tensor] | None,
+    between: Between | None,
+) -> Evaluation:
     __tracebackhide__ = True
     xs = copies(inputs)
     outs = _outputs(fn(*xs))
@@ -170,7 +191,8 @@ def evaluate(
     vjp: list[torch.Tensor | None] = []
     cots = cotangents(outs)
     if leaves and diff_outs:
-        grads = torch.autograd.grad(diff_outs, leaves, [c.clone() for c in cots], allow_unused=True)
+        with between() if between is not None else contextlib.nullcontext():
+            grads = torch.autograd.grad(diff_outs, leaves, [c.clone() for c in cots], allow_unused=True)
         vjp = [None if g is None else g.detach() for g in grads]
     after = [None if not isinstance(x, torch.Tensor) or x.requires_grad else x.detach() for x in xs]
     jvp: list[torch.Tensor | None] = []
@@ -200,6 +222,214 @@ def _jvp(fn: Callable[..., Any], inputs: Sequence[Any], tangents: list[torch.Ten
                 tangent = unpack_dual(o)[1]
                 found.append(None if tangent is None else tangent.detach().clone())
         return found
+
+
+# ------------------------------------------------------------------------------------ Python state
+Between = Callable[[], contextlib.AbstractContextManager[None]]
+"""A context that evaluate runs a part of the call in (see evaluate)."""
+
+_VALUE_GUARDS = ("CONSTANT_MATCH", "EQUALS_MATCH")  # dynamo's guards on a Python value
+
+
+@dataclass(frozen=True)
+class StateRead:
+    """A Python number that the op's backward reads, where it lives: `holder[key]` (a dict's item,
+    a module's globals) or `holder.key` (an attribute)."""
+
+    name: str  # as the user spells it: corpus.reversal_weight, config.CFG['scale']
+    value: Any  # an int or float (while a source is walked: the module, object or dict on the way)
+    holder: Any
+    key: Any
+    attribute: bool
+
+    def changed(self, step: int) -> int | float:
+        """The value moved `step` times: by one for an int, by half its size (at least 0.5) for a float."""
+        if isinstance(self.value, int):
+            return int(self.value) + step
+        return float(self.value) + 0.5 * step * max(abs(float(self.value)), 1.0)
+
+    def set(self, value: int | float) -> None:
+        if self.attribute:
+            setattr(self.holder, self.key, value)
+        else:
+            self.holder[self.key] = value
+
+
+@contextlib.contextmanager
+def state_changed(reads: Sequence[StateRead], step: int) -> Iterator[None]:
+    """Each read's value moved `step` times, then put back."""
+    before = [getattr(r.holder, r.key) if r.attribute else r.holder[r.key] for r in reads]
+    try:
+        for r in reads:
+            r.set(r.changed(step))
+        yield
+    finally:
+        for r, value in zip(reads, before):
+            r.set(value)
+
+
+def backward_reads(fn: Callable[..., Any], inputs: Sequence[Any]) -> list[StateRead]:
+    """The Python numbers (not bools, not UPPER_CASE constants) that fn's backward reads and
+    compile binds when it compiles:
+
+    - where dynamo traces the backward (an autograd.Function's), those its guards name with grad
+      and not without: read by the backward or setup_context, not by the forward;
+    - where AOTAutograd traces it without guards (a torch.library.custom_op's registered backward
+      and setup_context), the globals, their attributes and items those functions read."""
+    root, forward = _guards(fn, inputs, grad=False)
+    _, both = _guards(fn, inputs, grad=True)
+    seen = {g.name for g in forward}
+    reads: dict[str, StateRead] = {}
+    for guard in both:
+        if guard.name in seen or guard.create_fn_name() not in _VALUE_GUARDS:
+            continue
+        read = _where(guard.originating_source, root)
+        if read is not None:
+            reads.setdefault(read.name, read)
+    for f in _registered_backwards(fn, inputs):
+        for read in _globals_read(f):
+            reads.setdefault(read.name, read)
+    return [r for r in reads.values() if _is_state(r)]
+
+
+def _is_state(read: StateRead) -> bool:
+    constant = isinstance(read.key, str) and read.key.isupper()  # PEP 8's spelling of a constant
+    return type(read.value) in (int, float) and math.isfinite(read.value) and not constant
+
+
+def _guards(fn: Callable[..., Any], inputs: Sequence[Any], *, grad: bool) -> tuple[dict[str, Any], list[Any]]:
+    found: list[Any] = []
+    traced = _own_code(fn)
+    run = torch._dynamo.optimize("eager", guard_export_fn=found.extend)(traced)
+    with torch.set_grad_enabled(grad):
+        run(*copies(inputs))
+    return traced.__globals__, found
+
+
+_MISSING = object()
+
+
+def _where(source: Any, root: dict[str, Any]) -> StateRead | None:
+    """Where a guard's source lives, from the traced frame's globals down: a global, an attribute,
+    a dict's item; None for anything else (a local, a closure cell, a tensor's property)."""
+    kind = type(source).__name__
+    if kind == "GlobalSource":
+        return _read(root, source.global_name, False, source.global_name)
+    base = getattr(source, "base", None)
+    outer = _where(base, root) if base is not None else None
+    if outer is None:
+        return None
+    if kind == "AttrSource":
+        return _read(outer.value, source.member, True, f"{outer.name}.{source.member}")
+    if kind == "DictGetItemSource" and isinstance(outer.value, dict):
+        return _read(outer.value, source.index, False, f"{outer.name}[{source.index!r}]")
+    return None
+
+
+def _read(holder: Any, key: Any, attribute: bool, name: str) -> StateRead | None:
+    try:
+        value = getattr(holder, key, _MISSING) if attribute else holder.get(key, _MISSING)
+    except Exception:  # a holder that is not what the source says (a dict subclass, a property raising)
+        return None
+    if value is _MISSING:
+        return None
+    if isinstance(value, types.ModuleType):
+        name = value.__name__  # dynamo's alias of an imported module (G['__import_corpus']) as its name
+    return StateRead(name, value, holder, key, attribute)
+
+
+def _registered_backwards(fn: Callable[..., Any], inputs: Sequence[Any]) -> list[types.FunctionType]:
+    """The backward and setup_context functions of the torch.library.custom_ops that fn(*inputs)
+    calls, as registered with register_autograd."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    opdefs = getattr(getattr(torch._library, "custom_ops", None), "OPDEFS", {})
+    called: dict[str, None] = {}
+
+    class Called(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            called[func._schema.name] = None
+            return func(*args, **(kwargs or {}))
+
+    if not opdefs:
+        return []
+    with torch.no_grad(), Called():  # type: ignore[no-untyped-call]
+        fn(*copies(inputs))
+    found = []
+    for name in called:
+        opdef = opdefs.get(name)
+        for f in (getattr(opdef, "_backward_fn", None), getattr(opdef, "_setup_context_fn", None)):
+            if isinstance(f, types.FunctionType):
+                found.append(f)
+    return found
+
+
+def _globals_read(f: types.FunctionType) -> list[StateRead]:
+    """The globals f's own code reads, and the attributes (`g.x`) and constant-keyed items
+    (`g["x"]`) it reads of them."""
+    import dis
+
+    module = f.__module__ or "?"
+    ins = list(dis.get_instructions(f))
+    reads = []
+    for i, op in enumerate(ins):
+        if op.opname != "LOAD_GLOBAL" or op.argval not in f.__globals__:
+            continue
+        read = _read(f.__globals__, op.argval, False, f"{module}.{op.argval}")
+        nxt = ins[i + 1 : i + 3]
+        if read is not None and nxt and nxt[0].opname == "LOAD_ATTR":
+            read = _read(read.value, nxt[0].argval, True, f"{read.name}.{nxt[0].argval}")
+        elif read is not None and len(nxt) == 2 and nxt[0].opname == "LOAD_CONST" and nxt[1].opname == "BINARY_SUBSCR":
+            if isinstance(read.value, dict):
+                read = _read(read.value, nxt[0].argval, False, f"{read.name}[{nxt[0].argval!r}]")
+        if read is not None:
+            reads.append(read)
+    return reads
+
+
+def state_report(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    compiled: CompiledFunction,
+    reads: Sequence[StateRead],
+    leading: tuple[Any, ...] = (),
+    generator: torch.Generator | None = None,
+) -> CompileReport:
+    """fn's outputs and VJP eagerly and through `compiled`, with the Python numbers its backward
+    reads changed: `compiled` runs once as they are, then each run takes its forward with every
+    read moved once and its backward with every read moved twice, as a schedule that steps a
+    value before a forward, or between a forward and its backward, would. Held to eager up to
+    rounding order: eagerly the backward reads what is there when it runs; compile binds what it
+    saw when it compiled."""
+    __tracebackhide__ = True
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    run = _Bound(compiled, leading)
+    warm = copies(inputs)
+    outs = [o for o in _outputs(run(*warm)) if _is_float(o) and o.requires_grad]
+    if outs and _differentiable(warm):
+        torch.autograd.grad(outs, _differentiable(warm), [torch.ones_like(o) for o in outs], allow_unused=True)
+    report = _against_eager(
+        fn,
+        inputs,
+        run,
+        False,
+        gen,
+        False,
+        around=lambda: state_changed(reads, 1),
+        between=lambda: state_changed(reads, 2),
+    )
+    if report.passed:
+        return report
+    moved = ", ".join(f"{r.name} {r.value!r} -> {r.changed(1)!r} -> {r.changed(2)!r}" for r in reads)
+    why = (
+        f"with {moved} (before the forward, then between the forward and the backward), {report.error}\n"
+        "Eagerly, the backward reads these values when it runs; under torch.compile it uses the ones "
+        "seen when it was compiled. Read them in the forward and pass them to the op as arguments "
+        "(or, in an autograd.Function, keep them on ctx in setup_context) so both see the same. A value "
+        "that never changes while the model trains is a constant: spell it in UPPER_CASE, and it is left alone."
+    )
+    return replace(report, error=why)
 
 
 # ------------------------------------------------------------------------------------ comparing
@@ -278,6 +508,8 @@ def _against_eager(
     check_forward_ad: bool,
     gen: torch.Generator,
     compare_written: bool,
+    around: Between | None = None,
+    between: Between | None = None,
 ) -> CompileReport:
     __tracebackhide__ = True
     drawn: list[torch.Tensor] = []
@@ -289,10 +521,10 @@ def _against_eager(
 
     leaves = _differentiable(inputs)
     tangents = [_random_like(x, gen) for x in leaves] if check_forward_ad and leaves else None
-    eager = evaluate(fn, inputs, cotangents, tangents)
+    eager = evaluate(fn, inputs, cotangents, tangents, around, between)
     ran_before = compiled.graphs.ran
     try:
-        got = evaluate(compiled, inputs, cotangents, None)
+        got = evaluate(compiled, inputs, cotangents, None, around, between)
     except Exception as e:
         return _raised(compiled, e, "the compiled call raised, eagerly it did not")
     if compiled.graphs.ran == ran_before:

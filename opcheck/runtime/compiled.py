@@ -9,7 +9,10 @@ compile is known to go wrong, each on unless `compile.cases_off` says why not:
 - written: the inputs the op writes into, after the call, against eager's;
 - dynamic: one function compiled with dynamic shapes, run on the sample and then on the next
   sample of another size (a recompile there is reported; a wrong result fails);
-- partial_grad: only the first of several inputs requiring grad keeps requires_grad.
+- partial_grad: only the first of several inputs requiring grad keeps requires_grad;
+- backward_state: the Python numbers the backward reads and compile binds (found from dynamo's
+  guards and a custom op's registered backward), changed before the forward and again before the
+  backward; once, under aot_eager, since dynamo and AOTAutograd bind them whatever the backend.
 
 A case a sample cannot make (one tensor input: nothing to alias) is left out and listed in the
 test's report. The compiled function of each (backend, case) is kept across the tests of a spec
@@ -30,7 +33,7 @@ from typing import Any
 
 import torch
 
-from opcheck.engine.compiled import CompiledFunction, CompileReport, compile_report
+from opcheck.engine.compiled import CompiledFunction, CompileReport, backward_reads, compile_report, state_report
 from opcheck.runtime.context import Settings, current_item
 from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.runtime.report import Case, format_failure
@@ -100,13 +103,11 @@ def _run(case: Case) -> None:
         for backend in flags.backends:
             _skip_unrunnable(backend, case.device)
             for which, made in planned:
+                if which is CompileCase.BACKWARD_STATE:
+                    continue
                 compiled = _compiled(case, call, backend, which, flags.fullgraph)
                 try:
-                    with warnings.catch_warnings():
-                        # torch.jit's deprecation, met by inductor's imports; AOTAutograd traces the
-                        # backward in anomaly mode, which repeats as a warning an error the report holds
-                        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
-                        warnings.filterwarnings("ignore", message="Error detected in ", category=UserWarning)
+                    with _quiet_warnings():
                         report = _compare(case, call, compiled, made)
                 except _FullgraphBreak as e:
                     raise CompiledUnsupported(
@@ -117,7 +118,60 @@ def _run(case: Case) -> None:
                 tried.append(Tried(backend, which, report))
                 if not report.passed:
                     raise CompiledMismatch(_mismatch(case, call, tried[-1]))
+        for which, made in planned:
+            if which is CompileCase.BACKWARD_STATE:
+                state = _backward_state(case, call, made, flags.fullgraph)
+                if isinstance(state, str):
+                    not_tried.append(f"{which.words}: {state}")
+                    continue
+                tried.append(state)
+                if not state.report.passed:
+                    raise CompiledMismatch(_mismatch(case, call, state))
     _announce(case, tried, list(dict.fromkeys(not_tried)))
+
+
+@contextlib.contextmanager
+def _quiet_warnings() -> Iterator[None]:
+    with warnings.catch_warnings():
+        # torch.jit's deprecation, met by inductor's imports; AOTAutograd traces the backward in
+        # anomaly mode, which repeats as a warning an error the report holds
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+        warnings.filterwarnings("ignore", message="Error detected in ", category=UserWarning)
+        yield
+
+
+STATE_BACKEND = "aot_eager"
+"""The backend of the backward_state case: dynamo and AOTAutograd bind what the backward reads,
+before any backend sees the graph."""
+
+
+def _backward_state(case: Case, call: Call, made: _Inputs, fullgraph: bool) -> Tried | str:
+    """The backward_state comparison, or why it was not made."""
+    __tracebackhide__ = True
+    skeleton, tensors, _ = made
+    eager = functools.partial(_eager, call, skeleton)
+    try:
+        with _quiet_warnings():
+            reads = backward_reads(eager, tensors)
+    except Exception as e:
+        return f"dynamo's trace of the op raised {type(e).__name__}"
+    if not reads:
+        return "the backward reads no Python number the forward does not (bools and UPPER_CASE constants aside)"
+    compiled = _compiled(case, call, STATE_BACKEND, CompileCase.BACKWARD_STATE, fullgraph)
+    try:
+        with _quiet_warnings():
+            report = state_report(
+                eager,
+                tensors,
+                compiled=compiled,
+                reads=reads,
+                leading=(skeleton,),
+                generator=torch.Generator().manual_seed(case.seed),
+            )
+    except Exception as e:  # a value the op cannot take (a size moved by one): not the op's fault
+        names = ", ".join(r.name for r in reads)
+        return f"with {names} changed, a run raised {type(e).__name__}: {e}"
+    return Tried(STATE_BACKEND, CompileCase.BACKWARD_STATE, report)
 
 
 def comparisons(case: Case, call: Call) -> tuple[list[tuple[CompileCase | None, _Inputs]], list[str]]:
@@ -185,6 +239,8 @@ def _case_inputs(case: Case, call: Call, which: CompileCase | None) -> _Inputs |
         if len(grad) < 2:
             return "fewer than two inputs require grad"
         return skeleton, [t.detach() if k in grad[1:] else t for k, t in enumerate(tensors)], None
+    if which is CompileCase.BACKWARD_STATE:
+        return skeleton, tensors, None
     partner = _partner(case, call)
     return skeleton, tensors, partner
 

@@ -143,6 +143,7 @@ class CompileCase(NameEnum):
     WRITTEN = "written"  # the inputs the op writes into, compared with eager's
     DYNAMIC = "dynamic"  # dynamic shapes: the sample, then another sample of another size, one compiled function
     PARTIAL_GRAD = "partial_grad"  # only the first of several inputs requires grad
+    BACKWARD_STATE = "backward_state"  # Python numbers the backward reads, changed after the forward
 
     @property
     def words(self) -> str:
@@ -155,6 +156,7 @@ _CASE_WORDS = {
     "written": "the inputs the op writes into",
     "dynamic": "dynamic shapes",
     "partial_grad": "requires_grad on the first input only",
+    "backward_state": "Python numbers the backward reads, changed between forward and backward",
 }
 
 

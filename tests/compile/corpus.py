@@ -310,10 +310,10 @@ class GradReversalOk(torch.autograd.Function):
 def reversed_grad_bug(x: Tensor) -> Tensor:
     """Gradient reversal whose backward reads the module-level weight when the backward runs.
 
-    Compile traces the backward while it compiles the forward and bakes in the weight it saw then.
+    dynamo traces the backward while it compiles the forward and binds the weight it saw then.
     When the weight changes after the forward and before the backward, eager's gradient uses the new
-    weight and the compiled one the old: silently wrong on both backends. (Between two calls dynamo
-    guards on the weight and recompiles, so only this order shows it.)
+    weight and the compiled one the old: silently wrong on both backends. (Before a forward, dynamo
+    guards on the weight and recompiles.)
     """
     return GradReversalBug.apply(x)
 
@@ -323,14 +323,59 @@ def reversed_grad_ok(x: Tensor) -> Tensor:
     return GradReversalOk.apply(x)
 
 
-def _reset_reversal_weight() -> None:
-    global reversal_weight
-    reversal_weight = 1.0
+# The same layer as a torch.library custom op, as a kernel author registers one.
+@torch.library.custom_op("opcheck_compile_corpus::reverse_grad", mutates_args=())
+def _reverse_grad(x: Tensor) -> Tensor:
+    return x.clone()
 
 
-def _step_reversal_weight() -> None:
-    global reversal_weight
-    reversal_weight = 0.5
+@_reverse_grad.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+def _reverse_grad_backward(ctx: Any, grad: Tensor) -> Tensor:
+    return -reversal_weight * grad  # BUG: a registered backward reads the global
+
+
+_reverse_grad.register_autograd(_reverse_grad_backward)
+
+
+@torch.library.custom_op("opcheck_compile_corpus::reverse_grad_weighted", mutates_args=())
+def _reverse_grad_weighted(x: Tensor, weight: float) -> Tensor:
+    return x.clone()
+
+
+@_reverse_grad_weighted.register_fake
+def _(x: Tensor, weight: float) -> Tensor:
+    return torch.empty_like(x)
+
+
+def _keep_weight(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    ctx.weight = inputs[1]
+
+
+def _reverse_grad_weighted_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+    return -ctx.weight * grad, None
+
+
+_reverse_grad_weighted.register_autograd(_reverse_grad_weighted_backward, setup_context=_keep_weight)
+
+
+def reversed_grad_op_bug(x: Tensor) -> Tensor:
+    """Gradient reversal as a custom op whose registered backward reads the module-level weight.
+
+    AOTAutograd traces a custom op's backward when it compiles, without guards: the weight is
+    frozen at its value then, for every later call, while eager reads it each time the backward
+    runs. Silently wrong on both backends once the schedule moves the weight.
+    """
+    return _reverse_grad(x)
+
+
+def reversed_grad_op_ok(x: Tensor) -> Tensor:
+    """Twin of reversed_grad_op_bug: the weight is passed to the op, which keeps it on ctx (dynamo
+    guards the read here and recompiles when it changes)."""
+    return _reverse_grad_weighted(x, reversal_weight)
 
 
 # ------------------------------------------------------------------------ the table
@@ -338,11 +383,9 @@ def _step_reversal_weight() -> None:
 class Case:
     """One mutant and its twin, and what a compile check must do to tell them apart.
 
-    `how` says it in words; `sizes`, `dynamic`, `reset_state` and `before_backward` are the same
-    plan as data: call the compiled callable once per size (torch.compile(..., dynamic=dynamic)),
-    run `reset_state` before every forward and `before_backward` between a forward and its backward.
-    `reproduces` lists the backends where the mutant differs from eager (or raises) while the twin
-    matches, on torch 2.13 and 2.14 alike.
+    `how` says it in words. `reproduces` lists the backends where the mutant differs from eager (or
+    raises) while the twin matches, on torch 2.13 and 2.14 alike. `case`: the compile check's case
+    that shows it (a `compile.cases_off` key), where the sample as written does not.
     """
 
     name: str
@@ -351,10 +394,7 @@ class Case:
     make_inputs: Callable[[int, torch.dtype, torch.device | str], tuple[Tensor, ...]]
     how: str
     reproduces: tuple[str, ...] = BACKENDS
-    sizes: tuple[int, ...] = (4,)
-    dynamic: bool | None = None
-    reset_state: Callable[[], None] | None = None
-    before_backward: Callable[[], None] | None = None
+    case: str | None = None
 
     @property
     def why(self) -> str:
@@ -390,9 +430,16 @@ CASES = [
         reversed_grad_bug,
         reversed_grad_ok,
         one_matrix,
-        "vjp with Python state changed between forward and backward",
-        reset_state=_reset_reversal_weight,
-        before_backward=_step_reversal_weight,
+        "vjp with the global changed between forward and backward",
+        case="backward_state",
+    ),
+    Case(
+        "registered_backward_reads_global",
+        reversed_grad_op_bug,
+        reversed_grad_op_ok,
+        one_matrix,
+        "vjp with the global changed after the first compiled call",
+        case="backward_state",
     ),
 ]
 

@@ -117,7 +117,7 @@ def test_two_inputs_of_one_shape_are_aliased_and_only_the_first_keeps_requires_g
     planned, not_tried = _planned(spec)
     made = dict(planned)
     assert list(made) == [None, CompileCase.ALIASED, CompileCase.NONCONTIGUOUS, CompileCase.DYNAMIC,
-                          CompileCase.PARTIAL_GRAD]  # fmt: skip
+                          CompileCase.PARTIAL_GRAD, CompileCase.BACKWARD_STATE]  # fmt: skip
     _, (a, b), _ = made[CompileCase.ALIASED]
     assert a is b
     _, views, _ = made[CompileCase.NONCONTIGUOUS]
@@ -137,7 +137,7 @@ def test_a_case_the_sample_cannot_make_is_said_and_a_case_turned_off_keeps_its_r
         "  - name: m\n    args: [{shape: [4, 6]}]\n  - name: n\n    args: [{shape: [5, 7]}]\n",
     )
     planned, not_tried = _planned(spec)
-    assert [which for which, _ in planned] == [None, CompileCase.DYNAMIC]
+    assert [which for which, _ in planned] == [None, CompileCase.DYNAMIC, CompileCase.BACKWARD_STATE]
     _, _, partner = dict(planned)[CompileCase.DYNAMIC]
     assert [tuple(t.shape) for t in partner[1]] == [(5, 7)]  # the next sample, another size
     assert not_tried == [

@@ -3,7 +3,8 @@ its bug shows, and every twin passes it under both backends, on the installed to
 
 The specs are built as the model (no YAML): a corpus op may take no input that requires grad (the
 quantizer's `activations_and_amax`), which a spec's gradient checks would refuse. Only the sample
-as written is compared here; the cases beyond it are tested in test_compile_cases.py.
+as written is compared here, and the case that shows a mutant where it names one; the cases
+beyond it are tested in test_compile_cases.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import shutil
 import pytest
 
 from opcheck.runtime import run_check
-from opcheck.runtime.compiled import CompiledMismatch
+from opcheck.runtime.compiled import STATE_BACKEND, CompiledMismatch
 from opcheck.spec.model import COMPILE_CASES, CompileFlags, OpSpec, Sample, TensorArg
 from tests.compile import corpus
 
@@ -31,27 +32,24 @@ SAMPLES = {
         TensorArg(shape=(), values=0.25, requires_grad=False),
     ),
 }
-ONLY_THE_SAMPLE = tuple(
-    (case, "the corpus compares the sample as written") for case in COMPILE_CASES if case != "written"
-)
-SEEN = [c for c in corpus.CASES if c.before_backward is None]
-"""The cases the check can see: what changes state between a forward and its backward is outside any call."""
 
 
 def _spec(case: corpus.Case | corpus.TorchBug, fn, backend: str) -> OpSpec:
+    shows = getattr(case, "case", None)
+    off = tuple((c, "the corpus compares the sample as written") for c in COMPILE_CASES if c not in ("written", shows))
     return OpSpec(
         name=f"{case.name}_{fn.__name__}",
         op=f"tests.compile.corpus:{fn.__name__}",
         source="tests/compile/corpus.py",
         sha256="0" * 64,
         samples=(Sample("m", args=SAMPLES[case.make_inputs]),),
-        compile=CompileFlags(backends=(backend,), cases_off=ONLY_THE_SAMPLE),
+        compile=CompileFlags(backends=(backend,), cases_off=off),
     )
 
 
 def _params(backends_of):
     out = []
-    for case in SEEN:
+    for case in corpus.CASES:
         for backend in backends_of(case):
             marks = [NEEDS_CXX] if backend == "inductor" else []
             out.append(pytest.param(case, backend, id=f"{case.name}-{backend}", marks=marks))
@@ -63,7 +61,9 @@ def test_the_mutant_fails_the_compile_check(case, backend):
     with pytest.raises(CompiledMismatch) as failed:
         run_check(_spec(case, case.mutant, backend), "compile", "cpu", "float64", "m")
     message = str(failed.value)
-    assert f"torch.compile(backend={backend!r})" in message
+    # what the backward reads is bound by dynamo and AOTAutograd, so that case runs under aot_eager
+    shown = STATE_BACKEND if case.case == "backward_state" else backend
+    assert f"torch.compile(backend={shown!r})" in message
     assert "rerun:" in message and "test_compile[cpu-float64-m]" in message
 
 
@@ -72,16 +72,15 @@ def test_the_twin_passes_it(case, backend):
     run_check(_spec(case, case.twin, backend), "compile", "cpu", "float64", "m")
 
 
-def test_what_the_check_cannot_see_is_documented():
-    # A backward that reads a global the training loop steps between forward and backward: no call
-    # of the op changes it, so the compiled and eager runs agree. FORMAT.md says so.
-    unseen = [c for c in corpus.CASES if c not in SEEN]
-    assert [c.name for c in unseen] == ["backward_reads_global"]
-    run_check(_spec(unseen[0], unseen[0].mutant, "aot_eager"), "compile", "cpu", "float64", "m")
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "opcheck" / "spec" / "FORMAT.md").read_text()
-    assert "Python state that changes between a forward and its backward" in text
+def test_a_backward_that_reads_a_global_fails_naming_it_and_leaves_it_as_it_was():
+    case = next(c for c in corpus.CASES if c.name == "registered_backward_reads_global")
+    with pytest.raises(CompiledMismatch) as failed:
+        run_check(_spec(case, case.mutant, "aot_eager"), "compile", "cpu", "float64", "m")
+    message = str(failed.value)
+    assert "Python numbers the backward reads, changed between forward and backward" in message
+    assert "tests.compile.corpus.reversal_weight 1.0 -> 1.5 -> 2.0" in message
+    assert "pass them to the op as arguments" in message
+    assert corpus.reversal_weight == 1.0
 
 
 def _torch_bugs(twin: bool):

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from opcheck.runtime.context import Settings
-from opcheck.runtime.cost.estimate import COMPILE_RUNS, COMPILE_SECONDS_PER_GRAPH, estimate_spec, machine_factor
+from opcheck.runtime.cost.estimate import (
+    COMPILE_RUNS,
+    COMPILE_SECONDS_PER_GRAPH,
+    STATE_GRAPHS,
+    STATE_RUNS,
+    estimate_spec,
+    machine_factor,
+)
 from opcheck.spec.model import CompileFlags, Location, OpSpec, Sample, TensorArg
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -46,17 +53,20 @@ def test_two_inputs_of_one_shape_add_the_aliased_and_partial_grad_comparisons():
     two = _compile_estimate(_spec("torch.mul", 2))
     assert "torch.compile: 3 graph(s) per backend" in one.path
     assert "torch.compile: 5 graph(s) per backend" in two.path
-    # each comparison runs the op eagerly and compiled; the dynamic case runs a second sample too
-    assert one.calls.forward == one.calls.backward == COMPILE_RUNS * 4
-    assert two.calls.forward == COMPILE_RUNS * 6
+    # each comparison runs the op eagerly and compiled; the dynamic case runs a second sample too;
+    # the backward_state case runs once whatever the backends
+    assert one.calls.forward == one.calls.backward == COMPILE_RUNS * 4 + STATE_RUNS
+    assert two.calls.forward == COMPILE_RUNS * 6 + STATE_RUNS
 
 
 def test_each_backend_compiles_its_own_graphs():
     both = CompileFlags(backends=("aot_eager", "inductor"))
     est = _compile_estimate(_spec("torch.sin", 1, compile=both))
     assert "torch.compile (aot_eager, inductor) against eager" in est.path
-    assert est.calls.forward == 2 * COMPILE_RUNS * 4
+    assert est.calls.forward == 2 * COMPILE_RUNS * 4 + STATE_RUNS
     compiling = 3 * (COMPILE_SECONDS_PER_GRAPH["aot_eager"] + COMPILE_SECONDS_PER_GRAPH["inductor"])
+    compiling += STATE_GRAPHS * COMPILE_SECONDS_PER_GRAPH["aot_eager"]  # backward_state: aot_eager only
+    assert "torch.compile: 3 graph(s) for the Python numbers the backward reads" in est.path
     assert est.seconds == pytest.approx(compiling * machine_factor() + est.evaluations)
 
 
@@ -64,6 +74,10 @@ def test_a_case_turned_off_is_no_comparison():
     off = CompileFlags(cases_off=(("noncontiguous", "the kernel takes contiguous buffers only"),))
     est = _compile_estimate(_spec("torch.sin", 1, compile=off))
     assert "torch.compile: 2 graph(s) per backend" in est.path
+    no_state = CompileFlags(cases_off=(("backward_state", "the backward reads nothing of Python's"),))
+    est = _compile_estimate(_spec("torch.sin", 1, compile=no_state))
+    assert not any("the backward reads" in p for p in est.path)
+    assert est.calls.forward == COMPILE_RUNS * 4
 
 
 def test_an_expensive_compile_test_under_inductor_is_told_of_aot_eager_alone():

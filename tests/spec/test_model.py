@@ -25,7 +25,7 @@ def test_the_sets_keep_their_names_and_order():
         "compile",
     )
     assert model.COMPILE_BACKENDS == ("aot_eager", "inductor")
-    assert model.COMPILE_CASES == ("aliased", "noncontiguous", "written", "dynamic", "partial_grad")
+    assert model.COMPILE_CASES == ("aliased", "noncontiguous", "written", "dynamic", "partial_grad", "backward_state")
     assert model.FAST_MODES == ("auto", "true", "false")
     assert model.KNOWN_DEVICES == ("cpu", "cuda", "mps", "xpu")
     assert model.GRAD_DTYPES == ("float64", "complex128")

@@ -100,6 +100,12 @@ LIBRARY_OPCHECK_RUNS = 6
 COMPILE_SECONDS_PER_GRAPH = {"aot_eager": 0.07, "inductor": 1.0}
 COMPILE_RUNS = 2
 """A comparison under torch.compile runs the op eagerly and compiled, each a forward and a backward."""
+STATE = CompileCase.BACKWARD_STATE
+STATE_GRAPHS = 3
+"""The backward_state case: dynamo traces the op without grad and with it, then compiles it once."""
+STATE_RUNS = 6
+"""Its runs of the op: one in each trace, one that finds the custom ops called, one compiled with
+the values as they are, then one eagerly and one compiled with the values changed."""
 REFERENCE_SECONDS = 2.76e-4
 """What machine_factor's workload took on the machine that measured FIXED."""
 
@@ -276,26 +282,40 @@ def _compile_estimate(
 ) -> Estimate:
     """opcheck.runtime.compiled: under each backend, every comparison the sample makes (the sample as
     written, then each case it can make) compiles a graph and runs the op eagerly and compiled; the
-    dynamic case runs a second sample too."""
-    from opcheck.runtime.compiled import comparisons
+    dynamic case runs a second sample too. The backward_state case runs once, under aot_eager: two
+    traces to find what the backward reads, a compile, and three runs of each."""
+    from opcheck.runtime.compiled import STATE_BACKEND, comparisons
     from opcheck.runtime.report import Case
 
     backends = (spec.compile or CompileFlags()).backends
     made = Case.of(spec, case.check, case.device, case.dtype, case.sample)
     graphs, runs, evaluations = 0, 0, 0.0
+    state_graphs, state_runs, state_evaluations = 0, 0, 0.0
     for call, p in zip(probes.calls(case), probes.first_order(case)):
         planned, _ = comparisons(made, call)
-        each = sum(2 if which is CompileCase.DYNAMIC else 1 for which, _ in planned)
-        graphs += len(planned)
+        per_backend = [which for which, _ in planned if which is not STATE]
+        each = sum(2 if which is CompileCase.DYNAMIC else 1 for which in per_backend)
+        graphs += len(per_backend)
         runs += COMPILE_RUNS * each
         evaluations += COMPILE_RUNS * each * (p.forward + (p.backward or 0.0))
+        if len(per_backend) < len(planned):
+            state_graphs += STATE_GRAPHS
+            state_runs += STATE_RUNS
+            state_evaluations += STATE_RUNS * (p.forward + (p.backward or 0.0))
+    state = state_graphs * COMPILE_SECONDS_PER_GRAPH[STATE_BACKEND] * factor + state_evaluations
 
     def priced(under: tuple[str, ...]) -> float:
-        return sum(graphs * COMPILE_SECONDS_PER_GRAPH[b] * factor + evaluations for b in under)
+        return sum(graphs * COMPILE_SECONDS_PER_GRAPH[b] * factor + evaluations for b in under) + state
 
     seconds = priced(backends)
-    path = (f"torch.compile ({', '.join(backends)}) against eager", f"torch.compile: {graphs} graph(s) per backend")
-    calls = Calls(forward=runs * len(backends), backward=runs * len(backends))
+    path: tuple[str, ...] = (
+        f"torch.compile ({', '.join(backends)}) against eager",
+        f"torch.compile: {graphs} graph(s) per backend",
+    )
+    if state_graphs:
+        path += (f"torch.compile: {state_graphs} graph(s) for the Python numbers the backward reads",)
+    runs_in_all = runs * len(backends) + state_runs
+    calls = Calls(forward=runs_in_all, backward=runs_in_all)
     advice: tuple[str, ...] = ()
     inductor = CompileBackend.INDUCTOR.value
     if seconds > threshold and inductor in backends:
@@ -305,7 +325,8 @@ def _compile_estimate(
             f"each new graph, about {COMPILE_SECONDS_PER_GRAPH[inductor]:g} s with a cold "
             "TORCHINDUCTOR_CACHE_DIR)",
         )
-    return Estimate(case, calls, seconds, path + notes, advice=advice, evaluations=len(backends) * evaluations)
+    evaluated = len(backends) * evaluations + state_evaluations
+    return Estimate(case, calls, seconds, path + notes, advice=advice, evaluations=evaluated)
 
 
 def _plans(
