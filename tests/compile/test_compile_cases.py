@@ -87,6 +87,26 @@ rows_bug.register_autograd(_rows_backward, setup_context=_rows_setup)
 rows_ok.register_autograd(_rows_backward, setup_context=_rows_setup)
 
 
+class RowMean(torch.autograd.Function):
+    """The mean of each column, its backward dividing by a row count kept on ctx as a Python int."""
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        return x.mean(dim=0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.rows = int(inputs[0].shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.expand(ctx.rows, -1) / ctx.rows
+
+
+def row_mean(x: Tensor) -> Tensor:
+    return RowMean.apply(x)
+
+
 def with_break(x: Tensor) -> Tensor:
     y = x.sin()
     torch._dynamo.graph_break()
@@ -163,6 +183,14 @@ def test_a_fake_right_at_one_size_fails_at_the_second_size_under_dynamic_shapes(
     with pytest.raises(CompiledMismatch, match=r"\(dynamic shapes\)"):
         run_check(_spec(f"torch.ops.{NAMESPACE}.rows_bug", block, two_sizes), "compile", "cpu", "float64", "m")
     run_check(_spec(f"torch.ops.{NAMESPACE}.rows_ok", block, two_sizes), "compile", "cpu", "float64", "m")
+
+
+def test_a_ctx_attribute_computed_from_a_shape_passes_at_a_second_size():
+    # dynamo guards the size an int() of it reads and recompiles, so the compiled gradient is right
+    # at both sizes (on the torches in range): the check must not call it wrong
+    two_sizes = "  - name: m\n    args: [{shape: [4, 6]}]\n  - name: n\n    args: [{shape: [7, 6]}]\n"
+    run_check(_spec(f"{HERE}:row_mean", "{cases_off: {noncontiguous: not this test}}", two_sizes), "compile",
+              "cpu", "float64", "m")  # fmt: skip
 
 
 # -- graph breaks ------------------------------------------------------------------------------
