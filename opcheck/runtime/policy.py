@@ -17,7 +17,6 @@ input gradients, so its size is (Σ numel_in + Σ numel_out) * Σ numel_in.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -30,7 +29,6 @@ from opcheck.spec.model import Check, FastMode
 _OVERRIDES = {"full": FastMode.FALSE, "fast": FastMode.TRUE, "auto": FastMode.AUTO}
 SECOND_ORDER = (Check.GRADGRADCHECK, Check.FWGRAD_BWGRAD, Check.GRADGRAD_UNSUPPORTED)
 AUTO = "auto"  # the engine's fast_mode="auto"
-_RECOMPUTED = re.compile(r"auto: .+? \(J·U from (.+?)\) found a mismatch; the block fits the budget")
 
 Entries = int | Callable[[], int] | None
 
@@ -63,7 +61,7 @@ class Policy:
         n = self._count()
         size = f"{n} entries" if n is not None else "entries"
         budget = self.budget
-        paths = _auto_paths(report, n is not None and budget is not None and n > budget) if report is not None else []
+        paths = _auto_paths(report) if report is not None else []
         if not paths:  # no comparison ran (the check raised first): the plan, not what happened
             return (
                 f"{self.reason}: full Jacobian up to {core.FULL_CHECK_ELEMENTS} input and output elements, "
@@ -92,18 +90,14 @@ class Policy:
             return None
 
 
-def _auto_paths(report: GradcheckReport, beyond_budget: bool) -> list[str]:
+def _auto_paths(report: GradcheckReport) -> list[str]:
     """The engine's auto_paths, with the comparison that failed (recorded only once it passes)."""
     paths = list(report.stats.auto_paths)
     mismatch = report.mismatch
     if isinstance(mismatch, ProjectionMismatch):
         paths.append(f"projected (J·U from {mismatch.source})")
-    elif beyond_budget and not any(p.startswith("projected") for p in paths) and report.error is not None:
-        # A projection failure whose block fits the budget is recomputed in full: the mismatch is
-        # then a Jacobian block, and only the engine's message names the comparison.
-        found = _RECOMPUTED.search(str(report.error))
-        if found:
-            paths.append(f"projected (J·U from {found.group(1)})")
+    elif report.stats.failed_path is not None:  # a projection failure whose block was recomputed in full
+        paths.append(report.stats.failed_path)
     return paths
 
 

@@ -74,6 +74,38 @@ def test_a_failing_projection_names_its_source_in_the_policy_row():
     )
 
 
+class _SmallInputWrong(torch.autograd.Function):
+    """Two inputs: the small one's gradient takes a neighbour's cotangent, the large one's is right."""
+
+    @staticmethod
+    def forward(ctx, y, x):
+        ctx.save_for_backward(x)
+        return y * 2, x.sin()
+
+    @staticmethod
+    def backward(ctx, gy, gx):
+        (x,) = ctx.saved_tensors
+        g = gy * 2
+        g[0] += gy[1]
+        return g, gx * x.cos()
+
+
+def test_a_block_recomputed_in_full_names_the_comparison_that_found_it_from_the_report():
+    # beyond the budget as a whole, the failing block fits it: the mismatch is the full block, and
+    # the engine's stats, not its message, say which projection found it
+    y = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(20, 20, dtype=torch.float64, requires_grad=True)
+    report = engine.gradcheck_report(
+        _SmallInputWrong.apply, (y, x), fast_mode="auto", jacobian_budget=10_000, check_batched_grad=False
+    )
+    assert not report.passed and "recomputed in full" in report.message
+    found = report.stats.failed_path
+    assert found is not None and found.startswith("projected (J·U from ")
+    report.stats.auto_paths.clear()  # as when no other comparison passed before it
+    description = choose_policy("auto", Settings(budget=10_000), 404 * 404).describe(report)
+    assert description == f"auto: {found.replace('projected', 'projections', 1)}, 163216 entries > budget 10000"
+
+
 def test_spec_forces_and_options_override():
     never = lambda: pytest.fail("entries are only counted for auto")  # noqa: E731
     assert choose_policy("true", Settings(), never).fast_mode is True

@@ -56,6 +56,7 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
             stats.fallbacks.append(f"{'fused' if attempt is fused_check else 'projected'}: {e}")
             ctx.evaluator.stop(*e.distrust)
             stats.auto_paths.clear()
+            stats.failed_path = None
             ctx.numerical_cache.clear()
             call = Call.of(call.func, call.inputs)
             viewed = viewed and real_inputs_call(call)

@@ -555,6 +555,7 @@ class _ProjectionCheck:
                 extra += " The VJP disagrees with the JVP beyond rounding: one of them is slightly off."
         views = "".join(f"\nhint: {h}" for h in self._view_hints(found))
         head = f"auto: {found.comparison} (J·U from {found.source}) found a mismatch"
+        self.p.ev.stats.failed_path = f"projected (J·U from {found.source})"
         ctx.fail(
             f"{self.what.block(found.i, found.jj).first_line()}\n{head}; the block fits the budget, recomputed in "
             f"full:\n{mismatch.describe()}{views}{extra}",

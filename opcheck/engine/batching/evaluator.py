@@ -70,6 +70,9 @@ class EvalStats:
     batched_jvp_calls: int = 0
     fallbacks: list[str] = field(default_factory=list)
     auto_paths: list[str] = field(default_factory=list)  # fast_mode="auto": "full" or "projected (...)" per comparison
+    # fast_mode="auto": the comparison that found a mismatch whose block was then recomputed in full
+    # (the report's mismatch is that block, so only this says which comparison it was)
+    failed_path: str | None = None
     fused: bool = False  # fast_mode="auto": the fused pass (auto/fused.py) passed every check of the call
 
 
