@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import re
 import shlex
 import sys
 import warnings
@@ -544,25 +543,12 @@ class StaleModulesWarning(UserWarning):
     """Generated modules whose spec changed (or is gone) since they were generated."""
 
 
-_SHA_LINE = re.compile(r"# spec sha256: (?P<sha>[0-9a-f]{64})")
-_REGENERATE_LINE = re.compile(r"# regenerate: (?P<command>.+)")
-DEFAULT_REGENERATE = "opcheck generate"
-
-
 @dataclass(frozen=True)
 class StaleModule:
     module: str  # as pytest names it: relative to the rootdir
     source: str  # the spec file the header names
     missing: bool  # the spec file is gone, rather than changed
     regenerate: str
-
-
-def _header_lines(path: Path, count: int = 3) -> list[str]:
-    try:
-        with path.open("r", encoding="utf-8", errors="replace") as f:
-            return [f.readline().rstrip("\n") for _ in range(count)]
-    except OSError:
-        return []
 
 
 def _spec_path(source: str, module: Path, root: Path) -> Path | None:
@@ -586,17 +572,16 @@ def stale_modules(config: pytest.Config, modules: Iterable[Path]) -> list[StaleM
 
     if _suite.missing():
         return []
-    from opcheck.codegen.write import generated_source
+    from opcheck import module_header
     from opcheck.spec.loader import spec_sha256
 
     hashes = config.stash.setdefault(SPEC_HASHES_KEY, {})
     stale = []
     for module in modules:
-        source = generated_source(module)
-        lines = _header_lines(module) if source else []
-        sha = _SHA_LINE.fullmatch(lines[1]) if len(lines) > 1 else None
-        if source is None or sha is None:
+        header = module_header.read(module)
+        if header is None or header.source is None or header.sha256 is None:
             continue
+        source = header.source
         spec = _spec_path(source, module, config.rootpath)
         if spec is not None and spec not in hashes:
             try:
@@ -604,15 +589,14 @@ def stale_modules(config: pytest.Config, modules: Iterable[Path]) -> list[StaleM
             except OSError:
                 hashes[spec] = None
         current = hashes.get(spec) if spec is not None else None
-        if current == sha["sha"]:
+        if current == header.sha256:
             continue
-        command = _REGENERATE_LINE.fullmatch(lines[2]) if len(lines) > 2 else None
         stale.append(
             StaleModule(
                 module=_relative(module, config.rootpath),
                 source=source,
                 missing=current is None,
-                regenerate=command["command"] if command else DEFAULT_REGENERATE,
+                regenerate=header.regenerate,
             )
         )
     return stale

@@ -1,8 +1,9 @@
 """Model → generated pytest modules, written only when they change."""
 
 from opcheck.codegen import cache
-from opcheck.codegen.render import GENERATED_MARKER, module_name, render_module
+from opcheck.codegen.render import module_name, render_module
 from opcheck.codegen.write import GenerationError, Plan, apply_plan, plan_generation, stale_diff
+from opcheck.module_header import MARKER as GENERATED_MARKER
 
 __all__ = [
     "GENERATED_MARKER",

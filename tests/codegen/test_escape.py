@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opcheck.codegen.escape import identifier, literal, text
-from opcheck.codegen.render import GENERATED_MARKER
+from opcheck.module_header import MARKER as GENERATED_MARKER
 
 LINE_SEPARATORS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 

@@ -11,12 +11,12 @@ import pytest
 from plugin_helpers import generated_module, param, spec_source
 
 from opcheck import config as project_config
-from opcheck.codegen.render import GENERATED_MARKER
 from opcheck.config import ConfigError
 from opcheck.isolation import crash, supervisor
 from opcheck.isolation.progress import ProgressWriter, read_progress
 from opcheck.isolation.rundir import Crash, RunDir
 from opcheck.isolation.watcher import Watcher, grace
+from opcheck.module_header import MARKER as GENERATED_MARKER
 
 SLOW_OPS = """
 import time
@@ -127,16 +127,12 @@ def test_an_in_process_run_is_not_supervised(pytester):
     assert seen == [False, False]
 
 
-def test_the_generated_marker_is_the_generator_s():
-    assert supervisor.GENERATED_MARKER == GENERATED_MARKER
-
-
 def test_a_generated_module_is_found_in_the_folders_given(tmp_path):
     (tmp_path / "gen" / "deep").mkdir(parents=True)
     (tmp_path / "gen" / "deep" / "test_x.py").write_text(GENERATED_MARKER + " from op_specs/x.yaml.\n")
     (tmp_path / "gen" / "test_plain.py").write_text("def test(): pass\n")
-    assert supervisor._is_generated(tmp_path / "gen" / "deep" / "test_x.py")
-    assert not supervisor._is_generated(tmp_path / "gen" / "test_plain.py")
+    assert supervisor.starts_generated(tmp_path / "gen" / "deep" / "test_x.py")
+    assert not supervisor.starts_generated(tmp_path / "gen" / "test_plain.py")
 
 
 # ------------------------------------------------------------------------------------ a dead process
