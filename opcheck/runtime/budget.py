@@ -434,14 +434,10 @@ def format_seconds(seconds: float) -> str:
 
 
 def _path(case: Case) -> str:
-    from opcheck.runtime.checks import PATHS
-    from opcheck.spec.model import LIBRARY_OPCHECK, LOWPREC
+    from opcheck.spec.model import LOWPREC, Check
 
-    if case.check == LOWPREC:
-        return f"outputs, VJP and JVP at {case.dtype} against the float64 reference"
-    if case.check == LIBRARY_OPCHECK:
-        return "torch.library.opcheck"
-    return PATHS.get(case.check, case.check)
+    check = Check.parse(case.check)
+    return f"{check.path}, at {case.dtype}" if check is LOWPREC else check.path
 
 
 def _policy(case: Case) -> str | None:
@@ -497,9 +493,9 @@ def account(watch: _Watch, now: float | None = None) -> str:
 
 def _checks_forward_ad(case: Case) -> bool:
     """Whether the check's forward-mode calls (JVPs) are among the op's calls: they run inside them."""
-    from opcheck.spec.model import FORWARD_AD, FWGRAD_BWGRAD, LOWPREC
+    from opcheck.spec.model import Check
 
-    return case.check in (FORWARD_AD, FWGRAD_BWGRAD, LOWPREC)
+    return Check.parse(case.check).forward_ad
 
 
 def _op_calls(meter: OpMeter, running: tuple[str, float] | None, forward_ad: bool) -> str:

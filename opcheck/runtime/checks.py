@@ -67,6 +67,7 @@ from opcheck.spec.model import (
     GRADGRADCHECK,
     LIBRARY_OPCHECK,
     LOWPREC,
+    Check,
     OpSpec,
     Sample,
 )
@@ -76,15 +77,6 @@ from opcheck.spec.requires import not_installed_reason
 from opcheck.spec.sparse import has_sparse
 
 MAX_REDRAWS = 3
-
-PATHS: dict[str, str] = {
-    GRADCHECK: "VJP",
-    FORWARD_AD: "JVP",
-    GRADGRADCHECK: "VJP of VJP",
-    FWGRAD_BWGRAD: "JVP of VJP",
-    GRADGRAD_UNSUPPORTED: "VJP of VJP",
-    FORWARD_AD_UNSUPPORTED: "JVP",
-}
 
 
 class CheckFailed(GradcheckError):
@@ -126,7 +118,7 @@ def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) ->
         raise CheckSkipped(reason)
     case = Case.of(spec, check, device, dtype, sample)
     # A sparse input goes through the engine's loop, whose auto projections use forward AD too.
-    if check in (FORWARD_AD, FWGRAD_BWGRAD, FORWARD_AD_UNSUPPORTED, LOWPREC) or _has_sparse(case.sample):
+    if Check.parse(check).forward_ad or _has_sparse(case.sample):
         _load_forward_ad_decompositions()
     # torch warns once that sparse invariant checks are off unless a program opts in or out; a
     # test opts in: a backward that builds an invalid sparse gradient then raises, never crashes.
@@ -196,7 +188,7 @@ def _crash(
             f"{case.device}/{case.dtype}, sample {case.sample.name!r}",
             body=text,
             call=call,
-            path=PATHS.get(case.check),
+            path=Check.parse(case.check).path,
             tolerances=tolerances or (tol.describe() if tol else None),
             policy=policy.describe() if policy else None,
         )
@@ -497,7 +489,7 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
                 plot = f"not written: {type(e).__name__}: {e}"
         else:
             plot = f"not written: this failure ({err.check or 'check'}) has no Jacobian block to plot"
-    path = err.path or PATHS.get(case.check, "")
+    path = err.path or Check.parse(case.check).path
     if err.check:
         path = f"{path} ({err.check})"
     message = format_failure(
@@ -595,7 +587,7 @@ def _expect_unsupported(case: Case, settings: Settings) -> None:
                 body=f"On this sample {what} neither raised nor {absent}, and it agrees with finite "
                 f"differences ({how}).",
                 call=call,
-                path=PATHS[case.check],
+                path=Check.parse(case.check).path,
                 tolerances=tol.describe(),
                 policy=how,
             )
@@ -622,7 +614,7 @@ def _declared_outcome(case: Case, tol: Tolerances, fn: Callable, inputs: tuple) 
         return probe(fn, inputs, DeclaredTolerance(tol.eps, tol.atol, tol.rtol), generator), how
     policy = Policy(True, "only whether the derivative raises, is zero or passes matters")
     check_fn, kwargs = engine_call(case, tol, policy)
-    outcome = unsupported_outcome(functools.partial(check_fn, fn, inputs, **kwargs), PATHS[case.check])
+    outcome = unsupported_outcome(functools.partial(check_fn, fn, inputs, **kwargs), Check.parse(case.check).path)
     return outcome, f"{check_fn.__name__}, {policy.describe()}"
 
 

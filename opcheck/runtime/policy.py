@@ -27,7 +27,6 @@ from opcheck.spec.model import Check, FastMode
 
 # --opcheck-policy → the fast_mode it puts in place of every spec's.
 _OVERRIDES = {"full": FastMode.FALSE, "fast": FastMode.TRUE, "auto": FastMode.AUTO}
-SECOND_ORDER = (Check.GRADGRADCHECK, Check.FWGRAD_BWGRAD, Check.GRADGRAD_UNSUPPORTED)
 AUTO = "auto"  # the engine's fast_mode="auto"
 
 Entries = int | Callable[[], int] | None
@@ -103,7 +102,7 @@ def _auto_paths(report: GradcheckReport) -> list[str]:
 
 def jacobian_entries(check: str, in_numels: Iterable[int], out_numels: Iterable[int]) -> int:
     n_in, n_out = sum(in_numels), sum(out_numels)
-    if check in SECOND_ORDER:
+    if Check.parse(check).second_order:
         return (n_in + n_out) * n_in
     return n_in * n_out
 

@@ -49,36 +49,113 @@ class NameEnum(str, Enum):
             raise ValueError(f"unknown {cls.__name__} {text!r}; expected one of {', '.join(cls.values())}") from None
 
 
+@dataclass(frozen=True)
+class CheckFacts:
+    """What is true of a check kind wherever it is run, counted or reported."""
+
+    description: str  # the pytest marker's description (`pytest --markers`, pyproject's `markers`)
+    path: str  # what the check compares, in a failure's `check path:` and a timeout's words
+    second_order: bool = False  # checks (inputs, grad_outputs) -> input gradients, a double backward
+    forward_ad: bool = False  # runs forward-mode AD itself (and so loads torch's forward-AD decompositions)
+    declared: bool = False  # the spec declares this derivative unsupported; the check wants it absent
+
+
 class Check(NameEnum):
-    """Check kinds: one generated test function each, and a pytest marker of the same name.
+    """Check kinds: one generated test function each, and a pytest marker of the same name; each
+    member carries its CheckFacts (`Check.GRADCHECK.path`, `.description`, ...)."""
 
-    `description` is the marker's description as `pytest --markers` and pyproject's `markers`
-    list show it (`<name>: <description>`).
-    """
+    facts: CheckFacts
 
-    description: str
-
-    def __new__(cls, value: str, description: str) -> Check:
+    def __new__(cls, value: str, facts: CheckFacts) -> Check:
         member = str.__new__(cls, value)
         member._value_ = value
-        member.description = description
+        member.facts = facts
         return member
 
-    GRADCHECK = "gradcheck", "opcheck: reverse-mode first derivative (VJP) against finite differences"
-    FORWARD_AD = "forward_ad", "opcheck: forward-mode first derivative (JVP) against finite differences"
-    GRADGRADCHECK = "gradgradcheck", "opcheck: second derivative, reverse over reverse (VJP of VJP)"
-    FWGRAD_BWGRAD = "fwgrad_bwgrad", "opcheck: second derivative, forward over reverse (JVP of VJP)"
-    LOWPREC = "lowprec", "opcheck: float32/float16/bfloat16/complex64 outputs, VJP and JVP against the float64 run"
+    @property
+    def description(self) -> str:
+        return self.facts.description
+
+    @property
+    def path(self) -> str:
+        return self.facts.path
+
+    @property
+    def second_order(self) -> bool:
+        return self.facts.second_order
+
+    @property
+    def forward_ad(self) -> bool:
+        return self.facts.forward_ad
+
+    @property
+    def declared(self) -> bool:
+        return self.facts.declared
+
+    GRADCHECK = (
+        "gradcheck",
+        CheckFacts("opcheck: reverse-mode first derivative (VJP) against finite differences", path="VJP"),
+    )
+    FORWARD_AD = (
+        "forward_ad",
+        CheckFacts(
+            "opcheck: forward-mode first derivative (JVP) against finite differences", path="JVP", forward_ad=True
+        ),
+    )
+    GRADGRADCHECK = (
+        "gradgradcheck",
+        CheckFacts(
+            "opcheck: second derivative, reverse over reverse (VJP of VJP)", path="VJP of VJP", second_order=True
+        ),
+    )
+    FWGRAD_BWGRAD = (
+        "fwgrad_bwgrad",
+        CheckFacts(
+            "opcheck: second derivative, forward over reverse (JVP of VJP)",
+            path="JVP of VJP",
+            second_order=True,
+            forward_ad=True,
+        ),
+    )
+    LOWPREC = (
+        "lowprec",
+        CheckFacts(
+            "opcheck: float32/float16/bfloat16/complex64 outputs, VJP and JVP against the float64 run",
+            path="outputs, VJP and JVP against the float64 reference",
+            forward_ad=True,
+        ),
+    )
     GRADGRAD_UNSUPPORTED = (
         "gradgrad_unsupported",
-        "opcheck: the spec declares supports_gradgrad: false; the second derivative must raise or fail",
+        CheckFacts(
+            "opcheck: the spec declares supports_gradgrad: false; the second derivative must raise or fail",
+            path="VJP of VJP",
+            second_order=True,
+            declared=True,
+        ),
     )
     FORWARD_AD_UNSUPPORTED = (
         "forward_ad_unsupported",
-        "opcheck: the spec declares supports_forward_ad: false; forward AD must raise, give no tangent, or fail",
+        CheckFacts(
+            "opcheck: the spec declares supports_forward_ad: false; forward AD must raise, give no tangent, or fail",
+            path="JVP",
+            forward_ad=True,
+            declared=True,
+        ),
     )
-    LIBRARY_OPCHECK = "library_opcheck", "opcheck: torch.library.opcheck registration checks for torch.ops.* operators"
-    COMPILE = "compile", "opcheck: outputs and gradients under torch.compile against eager"
+    LIBRARY_OPCHECK = (
+        "library_opcheck",
+        CheckFacts(
+            "opcheck: torch.library.opcheck registration checks for torch.ops.* operators", path="torch.library.opcheck"
+        ),
+    )
+    COMPILE = (
+        "compile",
+        CheckFacts(
+            "opcheck: outputs and gradients under torch.compile against eager",
+            path="outputs and gradients under torch.compile against eager",
+        ),
+    )
 
 
 class FastMode(NameEnum):

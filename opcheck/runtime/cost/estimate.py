@@ -49,6 +49,7 @@ from opcheck.spec.model import (
     GRADGRADCHECK,
     LIBRARY_OPCHECK,
     LOWPREC,
+    Check,
     CompileBackend,
     CompileCase,
     CompileFlags,
@@ -108,9 +109,6 @@ STATE_RUNS = 6
 the values as they are, then one eagerly and one compiled with the values changed."""
 REFERENCE_SECONDS = 2.76e-4
 """What machine_factor's workload took on the machine that measured FIXED."""
-
-SECOND_ORDER = (GRADGRADCHECK, FWGRAD_BWGRAD)
-DECLARED = (FORWARD_AD_UNSUPPORTED, GRADGRAD_UNSUPPORTED)
 
 
 @dataclass(frozen=True)
@@ -334,11 +332,11 @@ def _plans(
 ) -> list[Plan]:
     """The plans of the test's engine calls, one per call of its sample (and, before a second-order
     check, the op's call that draws its grad_outputs)."""
-    if case.check in DECLARED:
+    if Check.parse(case.check).declared:
         return [_declared_plan(case.check, p) for p in probes.first_order(case)]
     flags = flags or _flags(spec, case, settings)
     plans = []
-    for p, op in probes.for_check(case, second_order=case.check in SECOND_ORDER):
+    for p, op in probes.for_check(case, second_order=Check.parse(case.check).second_order):
         if op is not None:
             draw = Plan()
             draw.add(Kind.FORWARD, each=op.forward)
@@ -375,16 +373,16 @@ def _flags(spec: OpSpec, case: CaseId, settings: Settings) -> Flags:
     tol = resolve_tolerances(spec, case.check, case.device, case.dtype, case.sample)
     policy = choose_policy(spec.gradcheck.fast_mode, settings)
     _, kwargs = engine_call(Case.of(spec, case.check, case.device, case.dtype, case.sample), tol, policy)
-    return Flags.of(kwargs, second_order=case.check in SECOND_ORDER)
+    return Flags.of(kwargs, second_order=Check.parse(case.check).second_order)
 
 
 # ------------------------------------------------------------------------------ advice
 def _advice(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, est: Estimate) -> list[str]:
     """What would make an expensive test cheaper, each with what it would cost where that is known."""
-    if case.check in DECLARED:
+    if Check.parse(case.check).declared:
         return []
     advice = []
-    found = probes.for_check(case, second_order=case.check in SECOND_ORDER)
+    found = probes.for_check(case, second_order=Check.parse(case.check).second_order)
     missing = sorted({what for p, _ in found for what in _missing(p)})
     loops = est.calls.forward + est.calls.backward + est.calls.jvp > 64
     if loops and missing:
