@@ -25,7 +25,7 @@ from opcheck.codegen.layout import Atom, Call, Dict, Expr, Seq, Str, import_from
 from opcheck.codegen.source import to_expr, used_classes
 from opcheck.module_header import lines as header_lines
 from opcheck.spec import model
-from opcheck.spec.case import NEVER_RUNS, CaseId, cases_of
+from opcheck.spec.case import NEVER_RUNS, CaseId, cases_of, deciding_rules
 
 _MODULE_STEM = re.compile(r"[A-Za-z0-9_]+")  # fullmatch: `$` would also accept a final newline
 
@@ -33,7 +33,11 @@ _MODULE_STEM = re.compile(r"[A-Za-z0-9_]+")  # fullmatch: `$` would also accept 
 SOURCE_NAME = "SOURCE"
 SPEC_NAME = "SPEC"
 MARKED_NAME = "MARKED"
-_RULE_KINDS = (("skips", "skip", "SKIP"), ("expected_failures", "xfail", "XFAIL"))  # field, helper, constant
+SKIP_CONSTANT, XFAIL_CONSTANT = "SKIP", "XFAIL"
+_RULE_KINDS = (
+    ("skips", "skip", SKIP_CONSTANT),
+    ("expected_failures", "xfail", XFAIL_CONSTANT),
+)  # field, helper, constant
 
 
 @dataclass(frozen=True)
@@ -58,32 +62,20 @@ def module_name(spec: model.OpSpec) -> str:
 
 def marked_cases(spec: model.OpSpec) -> dict[CaseId, tuple[str, ...]]:
     """The cases a rule marks → the constants naming those rules' marks (`SKIP_0`, `XFAIL_1`), in
-    collection order. A skip wins over an expected failure; the first matching rule of each wins.
-
-    A rule with a torch condition is decided when the module is collected, so its mark is kept with
-    the rules after it, up to the first that has none: pytest skips if any skip mark's condition
-    holds, and takes the first expected failure whose condition holds.
-    """
+    collection order: the rules opcheck.spec.case.deciding_rules says can decide the case, each a
+    mark pytest evaluates when the module is collected (it skips if any skip mark's condition
+    holds, and takes the first expected failure whose condition holds)."""
     marked = {}
     for case in cases_of(spec):
         if not case.is_clean():  # the spec validator guarantees this; a bug if it ever fires
             raise ValueError(f"test id {case.param_id!r} has characters outside [A-Za-z0-9_.-]")
-        where = dict(device=case.device, dtype=case.dtype, check=case.check, sample=case.sample)
-        marks = _case_marks(spec, where)
-        if marks:
-            marked[case] = marks
+        rules = deciding_rules(spec, case)
+        if rules:
+            marked[case] = tuple(
+                [f"{SKIP_CONSTANT}_{index}" for index, _ in rules.skips]
+                + [f"{XFAIL_CONSTANT}_{index}" for index, _ in rules.expected_failures]
+            )
     return marked
-
-
-def _case_marks(spec: model.OpSpec, where: dict[str, str]) -> tuple[str, ...]:
-    marks = []
-    for field, _, constant in _RULE_KINDS:
-        for index, rule in enumerate(getattr(spec, field)):
-            if rule.where.matches_case(**where):
-                marks.append(f"{constant}_{index}")
-                if rule.where.torch is None:  # it applies on every torch: no later rule decides
-                    return tuple(marks)
-    return tuple(marks)
 
 
 def generated_functions(spec: model.OpSpec, marked: dict[CaseId, tuple[str, ...]]) -> list[GeneratedFunction]:

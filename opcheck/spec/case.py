@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from opcheck.spec.model import CHECKS, TENSOR_DTYPES, OpSpec
+from opcheck.spec.model import CHECKS, TENSOR_DTYPES, OpSpec, Rule
 
 ID_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
 """What a parametrize id may hold (used with fullmatch: `$` would also accept a final newline)."""
@@ -107,3 +107,49 @@ def cases_of(spec: OpSpec) -> Iterator[CaseId]:
                     continue
                 for sample in spec.samples:
                     yield CaseId(spec.name, check, device, dtype, sample.name)
+
+
+# ------------------------------------------------------------------------ skips and expected failures
+@dataclass(frozen=True)
+class DecidingRules:
+    """The spec's `skips` and `expected_failures` rules that can decide one case, as (index in its
+    list, rule), in the order they are looked at: the generated module marks the case with each (a
+    rule with a torch condition is decided when the module is collected), and `opcheck list` asks
+    the installed torch with `skip` and `expected_failure`.
+
+    A skip wins over an expected failure, and the first rule of each kind that applies wins: the
+    rules that match are kept up to the first without a torch condition, which applies on every
+    torch, so no later rule decides; expected failures only where no skip is certain.
+    """
+
+    skips: tuple[tuple[int, Rule], ...] = ()
+    expected_failures: tuple[tuple[int, Rule], ...] = ()
+
+    def skip(self) -> Rule | None:
+        """The skip rule that applies on the installed torch (imports torch for a torch condition)."""
+        return next((rule for _, rule in self.skips if rule.where.matches_torch()), None)
+
+    def expected_failure(self) -> Rule | None:
+        """The expected failure that applies on the installed torch, where no skip does."""
+        if self.skip() is not None:
+            return None
+        return next((rule for _, rule in self.expected_failures if rule.where.matches_torch()), None)
+
+    def __bool__(self) -> bool:
+        return bool(self.skips or self.expected_failures)
+
+
+def deciding_rules(spec: OpSpec, case: CaseId) -> DecidingRules:
+    """The rules of `spec` that can decide `case` (see DecidingRules)."""
+    found: dict[str, tuple[tuple[int, Rule], ...]] = {}
+    for kind in ("skips", "expected_failures"):
+        chain: list[tuple[int, Rule]] = []
+        for index, rule in enumerate(getattr(spec, kind)):
+            if rule.where.matches_case(device=case.device, dtype=case.dtype, check=case.check, sample=case.sample):
+                chain.append((index, rule))
+                if rule.where.torch is None:
+                    break
+        found[kind] = tuple(chain)
+        if chain and chain[-1][1].where.torch is None:
+            break  # a certain skip: no expected failure decides
+    return DecidingRules(found.get("skips", ()), found.get("expected_failures", ()))

@@ -351,3 +351,21 @@ def test_a_slow_op_on_the_cpu_is_told_of_another_device_only_one_this_machine_ha
     said = _slow_op(spec, cpu, 0.25, "the op's run at float32")
     assert said is not None and said.startswith("a smaller sample: the op's run at float32 takes 250 ms on the cpu")
     assert "cuda" not in said and "mps" not in said and "device:" not in said
+
+
+def test_the_estimate_decides_skips_and_expected_failures_as_the_generated_marks_do():
+    # One implementation (opcheck.spec.case.deciding_rules) for both: the marks pytest evaluates
+    # (tests/codegen/test_parametrize.py runs them: b and c skip, a runs) and `opcheck list`.
+    from opcheck.spec.loader import load_spec_text
+    from tests.codegen.test_parametrize import TORCH_CONDITIONS
+
+    (spec,) = load_spec_text(TORCH_CONDITIONS, source="op_specs/demo.yaml")
+    found = estimate_spec(spec, Settings())
+    assert {e.case.sample for e in found if e.not_estimated == "spec"} == {"b", "c"}
+    assert not any("expected to fail" in " ".join(e.path) for e in found)
+    holds = TORCH_CONDITIONS.replace(
+        '{sample: a, torch: ">=999.0"}\n    reason: never expected', "{sample: a}\n    reason: never expected"
+    )
+    (spec,) = load_spec_text(holds, source="op_specs/demo.yaml")
+    found = estimate_spec(spec, Settings())
+    assert {e.case.sample for e in found if "expected to fail" in " ".join(e.path)} == {"a"}

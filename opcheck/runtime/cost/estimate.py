@@ -38,7 +38,7 @@ from opcheck.runtime.cost.model import plan_check, unit_seconds
 from opcheck.runtime.cost.plan import Calls, Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe, timed
 from opcheck.runtime.cost.samples import SampleProbes
-from opcheck.spec.case import CaseId, cases_of
+from opcheck.spec.case import CaseId, cases_of, deciding_rules
 from opcheck.spec.model import (
     COMPILE,
     FORWARD_AD,
@@ -222,17 +222,12 @@ def estimate(
 
 
 def _skip_reason(spec: OpSpec, case: CaseId) -> str | None:
-    for rule in spec.skips:
-        if rule.where.matches(device=case.device, dtype=case.dtype, check=case.check, sample=case.sample):
-            return f"skipped by the spec: {rule.reason}"
-    return None
+    rule = deciding_rules(spec, case).skip()
+    return f"skipped by the spec: {rule.reason}" if rule is not None else None
 
 
 def _expected_failure(spec: OpSpec, case: CaseId) -> bool:
-    return any(
-        rule.where.matches(device=case.device, dtype=case.dtype, check=case.check, sample=case.sample)
-        for rule in spec.expected_failures
-    )
+    return deciding_rules(spec, case).expected_failure() is not None
 
 
 def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, threshold: float) -> Estimate:
