@@ -254,9 +254,37 @@ def make_duals(inputs: Sequence[Any]) -> tuple[list[Any], dict[int, torch.Tensor
 
 # torch.autograd.forward_ad has no annotations: these are its two calls, typed.
 def make_dual(primal: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
-    """fwAD.make_dual: a dual tensor of this primal and tangent (inside fwAD.dual_level())."""
-    dual: torch.Tensor = fwAD.make_dual(primal, tangent)  # type: ignore[no-untyped-call]
-    return dual
+    """fwAD.make_dual: a dual tensor of this primal and tangent (inside fwAD.dual_level()).
+
+    Without what fwAD.make_dual does first: load torch's forward-AD decompositions, TorchScript
+    compiled on first use (about 0.2 s, once per process), which only a few ops' forward AD needs
+    (trace, log_sigmoid, the backward ops of the norms and losses, for forward over reverse). A
+    check of forward AD loads them first (load_forward_ad_decompositions), as torch's gradcheck
+    does; the engine's own use of forward AD in other checks does without, and where an op's
+    forward AD then raises, goes the way it goes for an op without forward AD.
+    """
+    level = fwAD._current_level
+    if level < 0 or not _floating(primal) or not _floating(tangent):
+        dual: torch.Tensor = fwAD.make_dual(primal, tangent)  # type: ignore[no-untyped-call]
+        return dual  # or torch's own error, in its words
+    made: torch.Tensor = torch._make_dual(primal, tangent, level=level)
+    return made
+
+
+def _floating(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def load_forward_ad_decompositions() -> None:
+    """What fwAD.make_dual loads on its first call (see make_dual), loaded now. torch scripts them
+    with one warning per function (torch.jit.script is deprecated: a DeprecationWarning, a
+    FutureWarning from torch 2.14), noise that is not the user's code."""
+    load = getattr(fwAD, "_maybe_load_decompositions", None)
+    if load is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            load()
 
 
 def unpack_dual(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -11,7 +11,14 @@ from typing import Any
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
 from opcheck.engine import auto, aux_checks
-from opcheck.engine._util import Func, Inputs, as_tuple, check_inputs, check_outputs
+from opcheck.engine._util import (
+    Func,
+    Inputs,
+    as_tuple,
+    check_inputs,
+    check_outputs,
+    load_forward_ad_decompositions,
+)
 from opcheck.engine.batching import (
     DEFAULT_MEMORY_BUDGET,
     EvalStats,
@@ -187,6 +194,8 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
     """One gradcheck call: the Jacobian comparisons (fused where fast_mode="auto" allows), then the
     checks beside them, in torch's order."""
     flags = ctx.flags
+    if flags.check_forward_ad or flags.check_batched_forward_grad:
+        load_forward_ad_decompositions()  # as torch's gradcheck loads them (see _util.make_dual)
     check_inputs(inputs)
     call = Call.of(func, inputs)
     check_outputs(call.outputs)

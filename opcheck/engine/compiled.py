@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from opcheck.engine._util import make_dual, unpack_dual
+from opcheck.engine._util import load_forward_ad_decompositions, make_dual, unpack_dual
 from opcheck.engine.lowprec.criterion import Criterion
 from opcheck.engine.lowprec.numbers import _is_float, _num, _outputs, _random_like, _scalar, _unravel
 
@@ -203,6 +203,7 @@ def _evaluate(
 
 def _jvp(fn: Callable[..., Any], inputs: Sequence[Any], tangents: list[torch.Tensor]) -> list[torch.Tensor | None]:
     __tracebackhide__ = True
+    load_forward_ad_decompositions()  # this checks the op's forward AD (see _util.make_dual)
     xs = copies(inputs)
     leaves = {id(x): t.clone() for x, t in zip(_differentiable(xs), tangents)}
     with torch.autograd.forward_ad.dual_level():

@@ -36,6 +36,7 @@ from typing import Any, cast
 import torch
 
 import opcheck.engine as engine
+from opcheck.engine._util import load_forward_ad_decompositions
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.margins import recording_margins
 from opcheck.engine.reporting.float32 import float32_evidence
@@ -69,12 +70,10 @@ from opcheck.spec.model import (
     LOWPREC,
     Check,
     OpSpec,
-    Sample,
 )
 from opcheck.spec.opinfo_db import OpInfoUnavailable
 from opcheck.spec.oppath import OpPathError, resolve_op
 from opcheck.spec.requires import not_installed_reason
-from opcheck.spec.sparse import has_sparse
 
 MAX_REDRAWS = 3
 
@@ -117,30 +116,18 @@ def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) ->
     if reason:
         raise CheckSkipped(reason)
     case = Case.of(spec, check, device, dtype, sample)
-    # A sparse input goes through the engine's loop, whose auto projections use forward AD too.
-    if Check.parse(check).forward_ad or _has_sparse(case.sample):
-        _load_forward_ad_decompositions()
+    _load_forward_ad_decompositions()
     # torch warns once that sparse invariant checks are off unless a program opts in or out; a
     # test opts in: a backward that builds an invalid sparse gradient then raises, never crashes.
     with within_time_budget(case), torch.sparse.check_sparse_tensor_invariants(enable=True):
         RUNNERS[check](case, current_settings())
 
 
-def _has_sparse(sample: Sample) -> bool:
-    return any(has_sparse(arg) for arg in list(sample.args) + [value for _, value in sample.kwargs])
-
-
 @functools.cache
 def _load_forward_ad_decompositions() -> None:
-    """torch scripts its forward-AD decompositions on first use, with one warning per function
-    (torch.jit.script is deprecated: a DeprecationWarning, a FutureWarning from torch 2.14): noise
-    in every test report, not the user's code. Once per process (functools.cache)."""
-    load = getattr(torch.autograd.forward_ad, "_maybe_load_decompositions", None)
-    if load is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", FutureWarning)
-            load()
+    """torch's forward-AD decompositions (opcheck.engine._util.make_dual), loaded before every
+    check: the first check of a worker takes the way the later ones take, wherever it falls."""
+    load_forward_ad_decompositions()
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import make_dual, unpack_dual
+from opcheck.engine._util import load_forward_ad_decompositions, make_dual, unpack_dual
 from opcheck.engine.lowprec.criterion import JVP, OUTPUT, VJP
 from opcheck.engine.lowprec.numbers import _differentiable, _is_float, _outputs
 
@@ -91,6 +91,7 @@ def jvp(
     written: list[str] | None = None,
 ) -> Evaluated:
     __tracebackhide__ = True
+    load_forward_ad_decompositions()  # this checks the op's forward AD (see _util.make_dual)
     given = [t.clone() for t in tans]
     with fwAD.dual_level():
         xs = list(inputs)
