@@ -5,7 +5,8 @@ allowed among its comparisons, and which comparison: opcheck.runtime.margins). W
 the end of the run lists every passing test whose margin is at least FRACTION, closest first: a
 pass at 0.97 of its bound is one rounding change away from a failure. The reports are read where
 pytest's terminal summary is written (the xdist controller, the supervised child that replays the
-earlier ones), so the list covers the whole run. opcheck.plugin adds the option and configures it.
+earlier ones), so the list covers the whole run. opcheck.plugins.settings adds the option; this
+plugin's pytest_configure registers the list.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def parse_fraction(raw: str) -> float:
             f"{OPTION}: expected a fraction of the bound greater than 0 and at most 1 (e.g. 0.5), got {raw!r}"
         )
     return value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    configure(config)
 
 
 def configure(config: pytest.Config) -> None:

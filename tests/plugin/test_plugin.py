@@ -15,7 +15,7 @@ except ImportError:  # Python 3.10: pytest itself depends on tomli there
 
 from plugin_helpers import generated_module, param, spec_source
 
-from opcheck.plugin import MARKERS, marker_lines
+from opcheck.plugins.settings import MARKERS, marker_lines
 from opcheck.spec.model import CHECKS, Check
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -549,3 +549,13 @@ def test_a_bad_ini_thread_count_is_a_usage_error(pytester):
     result.stderr.fnmatch_lines(
         ["ERROR: ini opcheck_threads (*tox.ini): expected a positive number of threads or 'keep', got '-1'"]
     )
+
+
+def test_each_of_the_plugins_is_registered_under_its_module(pytester):
+    import opcheck.plugin
+
+    config = pytester.parseconfigure()
+    for name in opcheck.plugin.pytest_plugins:
+        module = config.pluginmanager.get_plugin(name)
+        assert module is not None and module.__name__ == name
+        assert any(attr.startswith("pytest_") for attr in vars(module)), f"{name} holds no hook"

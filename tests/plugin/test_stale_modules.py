@@ -4,7 +4,7 @@ import pytest
 from plugin_helpers import generated_module, param, spec_source
 
 import opcheck.spec.loader
-from opcheck.plugin import StaleModule, stale_message
+from opcheck.plugins.stale import StaleModule, stale_message
 from opcheck.spec.loader import spec_sha256
 
 SPEC_TEXT = "op: torch.sin\nsamples:\n  - name: vec\n    args: [{shape: [4]}]\n"

@@ -1,0 +1,1 @@
+"""opcheck's pytest plugins, one per module, registered by opcheck.plugin (the entry point)."""
