@@ -18,7 +18,8 @@ SHA = "ab" * 32
 
 
 def _spec(source: str):
-    spec = load_spec_text("op: torch.sin\nsamples:\n  - name: m\n    args: [{shape: [3]}]\n", source="op_specs/x.yaml")[0]
+    text = "op: torch.sin\nsamples:\n  - name: m\n    args: [{shape: [3]}]\n"
+    spec = load_spec_text(text, source="op_specs/x.yaml")[0]
     return replace(spec, source=source, sha256=SHA)
 
 
