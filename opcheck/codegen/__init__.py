@@ -2,14 +2,14 @@
 
 from opcheck.codegen import cache
 from opcheck.codegen.render import module_name, render_module
-from opcheck.codegen.write import GenerationError, Plan, apply_plan, plan_generation, stale_diff
+from opcheck.codegen.write import GenerationError, WritePlan, apply_plan, plan_generation, stale_diff
 from opcheck.module_header import MARKER as GENERATED_MARKER
 
 __all__ = [
     "GENERATED_MARKER",
     "cache",
     "GenerationError",
-    "Plan",
+    "WritePlan",
     "apply_plan",
     "module_name",
     "plan_generation",

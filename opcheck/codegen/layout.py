@@ -53,7 +53,7 @@ class Str:
 
 
 @dataclass(frozen=True)
-class Call:
+class CallExpr:
     """`func(args)`; an argument is (keyword or None, value)."""
 
     func: str
@@ -90,7 +90,7 @@ class Dict:
         return "{" + ", ".join(f"{k.flat}: {v.flat}" for k, v in self.items) + "}"
 
 
-Expr = Atom | Str | Call | Seq | Dict
+Expr = Atom | Str | CallExpr | Seq | Dict
 
 
 def lines(expr: Expr, *, level: int = 0, prefix: str = "", suffix: str = "") -> list[str]:
@@ -100,7 +100,7 @@ def lines(expr: Expr, *, level: int = 0, prefix: str = "", suffix: str = "") -> 
     if width(one) <= WIDTH:
         return [one]
     inner = INDENT * (level + 1)
-    if isinstance(expr, Call) and expr.args:
+    if isinstance(expr, CallExpr) and expr.args:
         head, tail = f"{pad}{prefix}{expr.func}(", f"{pad}){suffix}"
         hugged = f"{inner}{_joined(expr.args)}"
         if width(hugged) <= WIDTH:

@@ -21,7 +21,7 @@ from pathlib import Path
 import jinja2
 
 from opcheck.codegen.escape import identifier, literal, text
-from opcheck.codegen.layout import Atom, Call, Dict, Expr, Seq, Str, import_from, lines
+from opcheck.codegen.layout import Atom, CallExpr, Dict, Expr, Seq, Str, import_from, lines
 from opcheck.codegen.source import to_expr, used_classes
 from opcheck.module_header import lines as header_lines
 from opcheck.spec import model
@@ -101,7 +101,7 @@ def generated_functions(spec: model.OpSpec, marked: dict[CaseId, tuple[str, ...]
                 name=identifier(f"test_{name}"),
                 marker=identifier(name),
                 check_literal=literal(name),
-                decorator="\n".join(lines(Call("grid", tuple(args)), prefix="@")),
+                decorator="\n".join(lines(CallExpr("grid", tuple(args)), prefix="@")),
             )
         )
     return out

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from opcheck.codegen.escape import identifier, literal
-from opcheck.codegen.layout import Atom, Call, Expr, Seq, Str
+from opcheck.codegen.layout import Atom, CallExpr, Expr, Seq, Str
 from opcheck.spec import model
 
 # Classes the generated module imports; anything else in a model value is a bug here.
@@ -53,7 +53,7 @@ class _Builder:
     def expr(self, value: object) -> Expr:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             name = _check_class(value)
-            return Call(
+            return CallExpr(
                 name,
                 tuple(
                     (None if positional else field, self._field(value, field, v))

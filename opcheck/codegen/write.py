@@ -33,7 +33,7 @@ class GenerationError(Exception):
 
 
 @dataclass
-class Plan:
+class WritePlan:
     out_dir: Path
     write: dict[Path, str] = field(default_factory=dict)  # new or changed files → new text
     unchanged: list[Path] = field(default_factory=list)
@@ -80,13 +80,13 @@ def generated_source(path: Path) -> str | None:
 
 def plan_generation(
     specs: list[model.OpSpec], out_dir: Path, *, regenerate: str = "opcheck generate", root: Path | None = None
-) -> Plan:
+) -> WritePlan:
     """What generating `specs` into `out_dir` writes and deletes; raises GenerationError instead of
     touching a file it must not. Spec sources are relative to `root` (default: the working directory).
     """
     root = Path.cwd() if root is None else root
     given = {spec.source for spec in specs}
-    plan = Plan(out_dir=out_dir)
+    plan = WritePlan(out_dir=out_dir)
     _check_folder(out_dir)
     wanted: set[str] = set()
     for spec in sorted(specs, key=lambda s: s.name):
@@ -115,7 +115,7 @@ def plan_generation(
     return plan
 
 
-def stale_diff(plan: Plan, base: Path | None = None) -> str:
+def stale_diff(plan: WritePlan, base: Path | None = None) -> str:
     """A unified diff from what is on disk to what generation would write, its paths relative to
     `base` (default: the current directory) as `git apply` reads them there; a path outside `base`
     is written whole."""
@@ -142,7 +142,7 @@ def _diff_name(path: Path, base: Path) -> str:
         return resolved.as_posix().lstrip("/")
 
 
-def apply_plan(plan: Plan) -> None:
+def apply_plan(plan: WritePlan) -> None:
     """Write and delete what `plan` says; GenerationError names the module and the reason if that fails."""
     try:
         plan.out_dir.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ _NAMES = {
     "Policy": "opcheck.runtime.policy",
     "choose_policy": "opcheck.runtime.policy",
     "jacobian_entries": "opcheck.runtime.policy",
-    "Call": "opcheck.runtime.samples",
+    "SampleCall": "opcheck.runtime.samples",
     "build_calls": "opcheck.runtime.samples",
     "GRADIENT_TOLERANCES": "opcheck.runtime.tolerances",
     "LOWPREC_TOLERANCES": "opcheck.runtime.tolerances",

@@ -1,6 +1,6 @@
 """One call of an op: the op, its built arguments, and the views gradcheck and a failure need of it.
 
-`Call` turns a call into gradcheck's f(*tensors requiring grad) and back; `describe_call` is the
+`SampleCall` turns a call into gradcheck's f(*tensors requiring grad) and back; `describe_call` is the
 line a failure prints for it (`(Tensor[3, 5] float64 (requires_grad), dim=-1)`). Spec samples
 (samples.py) and OpInfo samples (opinfo.py) are both built into calls.
 """
@@ -17,7 +17,7 @@ from opcheck.spec.model import Sample, TensorArg, TensorListArg
 
 
 @dataclass
-class Call:
+class SampleCall:
     """The op, its arguments, and how to turn it into gradcheck's f(*tensors requiring grad)."""
 
     op: Callable
@@ -67,13 +67,13 @@ class Call:
         args, kwargs = _map_tensors((self.args, self.kwargs), lambda t: TENSOR_SLOT)
         return (args, kwargs), found
 
-    def with_tensors(self, skeleton: tuple[list, dict], tensors) -> Call:
+    def with_tensors(self, skeleton: tuple[list, dict], tensors) -> SampleCall:
         """The call whose arguments are `skeleton` (tensor_slots) with its slots filled, in order."""
         it = iter(tensors)
         args, kwargs = _fill_slots(skeleton, it)
         return replace(self, args=args, kwargs=kwargs)
 
-    def map_tensors(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Call:
+    def map_tensors(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> SampleCall:
         """The same call with every tensor argument replaced by fn(tensor)."""
         args, kwargs = _map_tensors((self.args, self.kwargs), fn)
         return replace(self, args=args, kwargs=kwargs)
@@ -85,7 +85,7 @@ class _TensorSlot:
 
 
 TENSOR_SLOT = _TensorSlot()
-"""Where a tensor goes in Call.tensor_slots' skeleton."""
+"""Where a tensor goes in SampleCall.tensor_slots' skeleton."""
 
 
 def _fill_slots(obj, it):

@@ -55,7 +55,7 @@ from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
 from opcheck.runtime.precision import describe as describe_precision
 from opcheck.runtime.precision import reduced_precision
 from opcheck.runtime.report import Case, format_failure, write_heatmap
-from opcheck.runtime.samples import Call, build_calls, is_random
+from opcheck.runtime.samples import SampleCall, build_calls, is_random
 from opcheck.runtime.tolerances import Tolerances, resolve_lowprec_criterion, resolve_tolerances
 from opcheck.spec.model import (
     CHECKS,
@@ -131,7 +131,7 @@ def _load_forward_ad_decompositions() -> None:
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _calls(case: Case) -> list[Call]:
+def _calls(case: Case) -> list[SampleCall]:
     """The calls of this draw of the case's sample (its seed: the case's id and attempt)."""
     __tracebackhide__ = True
     try:
@@ -160,7 +160,7 @@ def _build_failure(case: Case, e: Exception) -> str:
 
 def _crash(
     case: Case,
-    call: Call | None,
+    call: SampleCall | None,
     e: BaseException,
     what: str,
     tol: Tolerances | None = None,
@@ -281,7 +281,7 @@ def _seeded(check_fn, case: Case):
 class _Outcome:
     """A call that failed the check: the engine's report and its error, and whether it looks like a kink."""
 
-    call: Call
+    call: SampleCall
     report: engine.GradcheckReport
     error: GradcheckError
     policy: Policy
@@ -290,7 +290,7 @@ class _Outcome:
     gaps: str | None = None  # what NaN in a strided input's gaps showed (gaps.gaps_note)
 
 
-def _run_engine(case: Case, call: Call, tol: Tolerances, settings: Settings) -> _Outcome | None:
+def _run_engine(case: Case, call: SampleCall, tol: Tolerances, settings: Settings) -> _Outcome | None:
     __tracebackhide__ = True
     fn, inputs = call.as_function(), call.gradcheck_inputs()
     if not inputs:
@@ -493,7 +493,7 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
     return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
 
 
-def _input_names(call: Call) -> list[str]:
+def _input_names(call: SampleCall) -> list[str]:
     """The spec's name of each input the engine numbers (opcheck.runtime.input_names)."""
     return gradcheck_input_names(call.args, call.kwargs)
 
@@ -631,7 +631,7 @@ def _lowprec(case: Case, settings: Settings) -> None:
     switches = case.spec.reduced_precision
     for call in _calls(case):
 
-        def compare(call: Call = call) -> Any:
+        def compare(call: SampleCall = call) -> Any:
             try:
                 with reduced_precision(switches):
                     return compare_lowprec(

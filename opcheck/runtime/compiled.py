@@ -37,7 +37,7 @@ from opcheck.engine.compiled import CompiledFunction, CompileReport, backward_re
 from opcheck.runtime.context import Settings, current_item
 from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.runtime.report import Case, format_failure
-from opcheck.runtime.samples import Call, build_calls, unmetered_op
+from opcheck.runtime.samples import SampleCall, build_calls, unmetered_op
 from opcheck.runtime.tolerances import resolve_lowprec_criterion
 from opcheck.spec.model import GRAD_DTYPES, CompileCase, CompileFlags, OpSpec
 from opcheck.spec.oppath import resolve_op
@@ -145,7 +145,7 @@ STATE_BACKEND = "aot_eager"
 before any backend sees the graph."""
 
 
-def _backward_state(case: Case, call: Call, made: _Inputs, fullgraph: bool) -> Tried | str:
+def _backward_state(case: Case, call: SampleCall, made: _Inputs, fullgraph: bool) -> Tried | str:
     """The backward_state comparison, or why it was not made."""
     __tracebackhide__ = True
     skeleton, tensors, _ = made
@@ -174,7 +174,7 @@ def _backward_state(case: Case, call: Call, made: _Inputs, fullgraph: bool) -> T
     return Tried(STATE_BACKEND, CompileCase.BACKWARD_STATE, report)
 
 
-def comparisons(case: Case, call: Call) -> tuple[list[tuple[CompileCase | None, _Inputs]], list[str]]:
+def comparisons(case: Case, call: SampleCall) -> tuple[list[tuple[CompileCase | None, _Inputs]], list[str]]:
     """What each backend compares for this call: (case, the compiled function's arguments), the
     sample as written first; and the cases not tried, each with why."""
     off = dict((case.spec.compile or CompileFlags()).cases_off)
@@ -218,7 +218,7 @@ def _quiet_torch_trace() -> Iterator[None]:
 _Inputs = tuple[Any, list[torch.Tensor], Any]  # (skeleton, tensors, partner: (skeleton, tensors) or None)
 
 
-def _case_inputs(case: Case, call: Call, which: CompileCase | None) -> _Inputs | str:
+def _case_inputs(case: Case, call: SampleCall, which: CompileCase | None) -> _Inputs | str:
     """The compiled function's arguments for one case, or why the sample cannot make the case."""
     skeleton, tensors = call.tensor_slots()
     if which is None:
@@ -275,7 +275,7 @@ def _strided_view(t: torch.Tensor) -> torch.Tensor:
     return view.requires_grad_(t.requires_grad)
 
 
-def _partner(case: Case, call: Call) -> tuple[Any, list[torch.Tensor]] | None:
+def _partner(case: Case, call: SampleCall) -> tuple[Any, list[torch.Tensor]] | None:
     """The first other sample of the spec whose call has the same arguments but for the tensors'
     sizes (same count, ranks and dtypes), built at this test's device and dtype."""
     _, tensors = call.tensor_slots()
@@ -300,7 +300,9 @@ _CACHE: dict[tuple[Any, ...], CompiledFunction] = {}
 _CACHE_SPEC: list[tuple[str, str]] = []
 
 
-def _compiled(case: Case, call: Call, backend: str, which: CompileCase | None, fullgraph: bool) -> CompiledFunction:
+def _compiled(
+    case: Case, call: SampleCall, backend: str, which: CompileCase | None, fullgraph: bool
+) -> CompiledFunction:
     """The compiled function of this spec, device, dtype, backend and case: kept while the spec's
     tests run (the next spec's first test drops them and dynamo's caches)."""
     spec = (case.spec.name, case.spec.sha256)
@@ -315,7 +317,7 @@ def _compiled(case: Case, call: Call, backend: str, which: CompileCase | None, f
     return _CACHE[key]
 
 
-def _invoke(call: Call) -> Callable[..., Any]:
+def _invoke(call: SampleCall) -> Callable[..., Any]:
     """f(skeleton, *tensors): _eager's outputs, compiled."""
 
     def invoke(skeleton: Any, *tensors: torch.Tensor) -> Any:
@@ -324,7 +326,7 @@ def _invoke(call: Call) -> Callable[..., Any]:
     return invoke
 
 
-def _eager(call: Call, skeleton: Any, *tensors: torch.Tensor) -> tuple[Any, ...]:
+def _eager(call: SampleCall, skeleton: Any, *tensors: torch.Tensor) -> tuple[Any, ...]:
     """The op's outputs, then for each floating one its entries weighted by their position and
     summed: in a compiled graph, the reading of the output by the next kernel, which a wrong
     `register_fake` layout or size sends to the wrong entries."""
@@ -347,7 +349,7 @@ class _FullgraphBreak(Exception):
         self.text = text
 
 
-def _compare(case: Case, call: Call, compiled: CompiledFunction, made: _Inputs) -> CompileReport:
+def _compare(case: Case, call: SampleCall, compiled: CompiledFunction, made: _Inputs) -> CompileReport:
     __tracebackhide__ = True
     skeleton, tensors, partner = made
     flags = case.spec.compile or CompileFlags()
@@ -450,7 +452,7 @@ def _cpp_compiler() -> bool:
 
 
 # ------------------------------------------------------------------------------------ reporting
-def _mismatch(case: Case, call: Call, tried: Tried) -> str:
+def _mismatch(case: Case, call: SampleCall, tried: Tried) -> str:
     report = tried.report
     found = (
         f"the compiled call raised {type(report.raised).__name__}"
@@ -467,7 +469,7 @@ def _mismatch(case: Case, call: Call, tried: Tried) -> str:
 
 def _failure(
     case: Case,
-    call: Call,
+    call: SampleCall,
     backend: str,
     which: CompileCase | None,
     text: str,

@@ -17,7 +17,7 @@ _INPUT = re.compile(r"\binputs? (\d+)\b")
 
 def gradcheck_input_names(args: list[Any], kwargs: dict[str, Any]) -> list[str]:
     """The spec's name of each tensor requiring grad, in the order gradcheck is given them
-    (opcheck.runtime.call.Call.gradcheck_inputs: args, then kwargs, inside lists and tuples)."""
+    (opcheck.runtime.call.SampleCall.gradcheck_inputs: args, then kwargs, inside lists and tuples)."""
     names: list[str] = []
 
     def visit(name: str, value: Any) -> None:

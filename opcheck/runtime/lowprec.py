@@ -35,7 +35,7 @@ from opcheck.engine.lowprec import (
     narrower_dtype_hint,
     upcast,
 )
-from opcheck.runtime.call import Call
+from opcheck.runtime.call import SampleCall
 from opcheck.runtime.devices import reference_device
 from opcheck.runtime.input_names import gradcheck_input_names, with_lowprec_spec_names
 from opcheck.runtime.margins import note_lowprec_margin
@@ -109,7 +109,7 @@ ENGINE_PARTS = {LowprecPart.OUTPUT.value: "output", LowprecPart.VJP.value: "VJP"
 
 
 def compare_lowprec(
-    call: Call,
+    call: SampleCall,
     case: CaseId,
     *,
     attempt: int = 0,
@@ -160,7 +160,7 @@ def compare_lowprec(
 
 
 def case_report(
-    call: Call,
+    call: SampleCall,
     case: CaseId,
     criterion: Criterion,
     *,
@@ -201,7 +201,7 @@ def case_report(
     )
 
 
-def _kept(call: Call, dtype: str) -> tuple[int, ...]:
+def _kept(call: SampleCall, dtype: str) -> tuple[int, ...]:
     """The inputs built at a dtype of their own (`lowprec_dtype`, or a fixed `dtype`), which the
     engine leaves as they are while it judges every entry at the test's dtype."""
     test = getattr(torch, dtype)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from opcheck.runtime.call import Call, describe_call
+from opcheck.runtime.call import SampleCall, describe_call
 from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.spec.opinfo_db import EXPECTTEST_MISSING, OpInfoUnavailable, UnknownOpInfo, find_entry
 
@@ -34,7 +34,7 @@ def find_opinfo(ref: str):
         raise LookupError(f"opinfo: {e}") from None
 
 
-def opinfo_calls(ref: str, op: Callable, device: str, dtype: torch.dtype, seed: int) -> list[Call]:
+def opinfo_calls(ref: str, op: Callable, device: str, dtype: torch.dtype, seed: int) -> list[SampleCall]:
     info = find_opinfo(ref)
     devices: list[int] | None = [] if device == "cpu" else None
     kwargs = {"device_type": device} if device not in ("cpu", "cuda") else {}
@@ -46,7 +46,7 @@ def opinfo_calls(ref: str, op: Callable, device: str, dtype: torch.dtype, seed: 
         args = [s.input, *s.args]
         wrapped = _wrapper(info, op)
         calls.append(
-            Call(
+            SampleCall(
                 wrapped,
                 args,
                 dict(s.kwargs),

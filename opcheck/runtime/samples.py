@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from opcheck.runtime.call import Call, describe_call, describe_value
+from opcheck.runtime.call import SampleCall, describe_call, describe_value
 from opcheck.runtime.devices import torch_dtype
 from opcheck.runtime.makers import SampleError, draw_values
 from opcheck.runtime.opinfo import opinfo_calls
@@ -34,7 +34,7 @@ from opcheck.spec.model import DtypeArg, OpSpec, Sample, TensorArg, TensorListAr
 from opcheck.spec.oppath import resolve_op
 
 __all__ = [
-    "Call",
+    "SampleCall",
     "build_arg",
     "build_calls",
     "build_tensor",
@@ -82,7 +82,7 @@ def _op(spec: OpSpec) -> Callable:
 
 
 # ------------------------------------------------------------------------------------ building
-def build_calls(spec: OpSpec, sample: Sample, device: str, dtype: str, seed: int) -> list[Call]:
+def build_calls(spec: OpSpec, sample: Sample, device: str, dtype: str, seed: int) -> list[SampleCall]:
     """The calls one test runs: one, or one per OpInfo sample."""
     op = op_callable(spec)
     if sample.opinfo:
@@ -90,10 +90,10 @@ def build_calls(spec: OpSpec, sample: Sample, device: str, dtype: str, seed: int
     gen = seeded_generator(seed)
     if sample.generator:
         args, kwargs = _from_generator(sample.generator, device, torch_dtype(dtype), gen)
-        return [Call(op, args, kwargs, description=describe_call(args, kwargs))]
+        return [SampleCall(op, args, kwargs, description=describe_call(args, kwargs))]
     args = [build_arg(a, device, dtype, gen, f"args[{i}]") for i, a in enumerate(sample.args)]
     kwargs = {k: build_arg(v, device, dtype, gen, f"kwargs.{k}") for k, v in sample.kwargs}
-    return [Call(op, args, kwargs, description=describe_call(args, kwargs, sample))]
+    return [SampleCall(op, args, kwargs, description=describe_call(args, kwargs, sample))]
 
 
 def build_arg(arg, device: str, dtype: str, gen: torch.Generator, where: str = "arg") -> Any:
@@ -185,7 +185,7 @@ def _from_generator(path: str, device: str, dtype: torch.dtype, gen: torch.Gener
         args, kwargs = list(result), {}
     else:
         args, kwargs = [result], {}
-    call = Call(lambda: None, args, kwargs)
+    call = SampleCall(lambda: None, args, kwargs)
     if not call.gradcheck_inputs():
         # The generator chose no inputs: differentiate with respect to every floating leaf tensor.
         def mark(t):

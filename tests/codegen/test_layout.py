@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opcheck.codegen.layout import WIDTH, Atom, Call, Dict, Seq, Str, import_from, lines, split_words, width
+from opcheck.codegen.layout import WIDTH, Atom, CallExpr, Dict, Seq, Str, import_from, lines, split_words, width
 
 REPO = Path(__file__).resolve().parents[2]
 # The project's settings, with trailing commas no longer keeping a bracket broken: then ruff itself
@@ -27,29 +27,31 @@ STRICT_FORMAT = [
 
 
 def test_what_fits_stays_on_one_line():
-    expr = Call("Sample", ((None, Str("rows")), ("args", Seq((Call("TensorArg", (("shape", Seq((Atom("3"),))),)),)))))
+    expr = CallExpr(
+        "Sample", ((None, Str("rows")), ("args", Seq((CallExpr("TensorArg", (("shape", Seq((Atom("3"),))),)),))))
+    )
     assert lines(expr, prefix="x = ") == ['x = Sample("rows", args=(TensorArg(shape=(3,)),))']
 
 
 def test_a_call_puts_its_arguments_on_one_line_then_one_per_line():
     args = tuple((f"k{i}", Atom("v" * 24)) for i in range(4))  # 121 columns flat, 118 on a line of their own
-    assert lines(Call("f", args), prefix="x = ") == [
+    assert lines(CallExpr("f", args), prefix="x = ") == [
         "x = f(",
         "    " + ", ".join(f"k{i}={'v' * 24}" for i in range(4)),
         ")",
     ]
     many = tuple((f"k{i}", Atom("v" * 20)) for i in range(6))
-    assert lines(Call("f", many), prefix="x = ") == ["x = f(", *(f"    k{i}={'v' * 20}," for i in range(6)), ")"]
+    assert lines(CallExpr("f", many), prefix="x = ") == ["x = f(", *(f"    k{i}={'v' * 20}," for i in range(6)), ")"]
 
 
 def test_a_sole_item_is_broken_on_its_own_line_without_a_comma():
-    inner = Call("TensorArg", (("shape", Atom("(3,)")), ("values", Atom("v" * 120))))
-    assert lines(Call("TensorListArg", (("items", Seq((inner, inner))),)))[:3] == [
+    inner = CallExpr("TensorArg", (("shape", Atom("(3,)")), ("values", Atom("v" * 120))))
+    assert lines(CallExpr("TensorListArg", (("items", Seq((inner, inner))),)))[:3] == [
         "TensorListArg(",
         "    items=(",
         "        TensorArg(",
     ]
-    assert lines(Call("TensorListArg", (("items", Seq((inner, inner))),)))[-2:] == ["    )", ")"]
+    assert lines(CallExpr("TensorListArg", (("items", Seq((inner, inner))),)))[-2:] == ["    )", ")"]
     assert lines(Seq((Atom("a" * 130),), brackets="[]")) == ["[", "    " + "a" * 130, "]"]
 
 
@@ -68,7 +70,7 @@ def test_collections_that_do_not_fit_have_one_item_per_line():
 
 def test_a_long_string_becomes_parts_that_join_back():
     value = "a reason " * 30 + "that ends"
-    out = lines(Call("Rule", (("reason", Str(value)),)), level=1, prefix="", suffix=",")
+    out = lines(CallExpr("Rule", (("reason", Str(value)),)), level=1, prefix="", suffix=",")
     assert out[0] == "    Rule(" and out[1] == "        reason=(" and out[-2] == "        )" and out[-1] == "    ),"
     assert all(width(line) <= WIDTH for line in out)
     assert ast.literal_eval("(" + "\n".join(out[2:-2]) + ")") == value
@@ -107,11 +109,13 @@ def test_imports_that_do_not_fit_have_one_name_per_line():
     ]
 
 
-def _edge_call(rng: random.Random) -> Call:
+def _edge_call(rng: random.Random) -> CallExpr:
     """A call whose one-line form is about a line long: where hugging its arguments decides."""
     n = rng.randint(1, 5)
     size = max(1, (rng.randint(90, 125) - 12 - 2 * n) // n)
-    return Call("Sample", tuple((rng.choice([None, "k"]) if i == 0 else f"k{i}", Atom("v" * size)) for i in range(n)))
+    return CallExpr(
+        "Sample", tuple((rng.choice([None, "k"]) if i == 0 else f"k{i}", Atom("v" * size)) for i in range(n))
+    )
 
 
 def _random_expr(rng: random.Random, depth: int = 0):
@@ -126,7 +130,7 @@ def _random_expr(rng: random.Random, depth: int = 0):
         return Str(" ".join(rng.choice(words) for _ in range(rng.choice([0, 1, 2, 3, 5, 30]))))
     n = rng.randint(0, 6)
     if kind == "call":
-        return Call(
+        return CallExpr(
             rng.choice(["Sample", "TensorArg", "f"]),
             tuple((rng.choice([None, "shape", "reason", "location"]), _random_expr(rng, depth + 1)) for _ in range(n)),
         )
@@ -136,7 +140,7 @@ def _random_expr(rng: random.Random, depth: int = 0):
 
 
 def _keywords_after_positionals(expr) -> bool:
-    if isinstance(expr, Call):
+    if isinstance(expr, CallExpr):
         keys = [k for k, _ in expr.args]
         return (
             keys == sorted(keys, key=lambda k: k is not None)

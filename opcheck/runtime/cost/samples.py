@@ -50,7 +50,7 @@ class SampleProbes:
         return not seen
 
     def calls(self, case: CaseId) -> list[Any]:
-        """The sample's calls (opcheck.runtime.call.Call) as the test builds them."""
+        """The sample's calls (opcheck.runtime.call.SampleCall) as the test builds them."""
         from opcheck.runtime.samples import build_calls
 
         calls = build_calls(self.spec, self.spec.sample(case.sample), case.device, case.dtype, case.seed())
