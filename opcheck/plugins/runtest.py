@@ -4,7 +4,6 @@ armed, and the runtime's own skip (CheckSkipped) becomes pytest's, with its reas
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ import pytest
 
 from opcheck.plugins.items import is_generated_item, rerun_command, spec_path
 from opcheck.plugins.settings import SETTINGS_KEY, TIME_BUDGET_KEY
+from opcheck.runtime.threads import torch_threads
 
 if TYPE_CHECKING:
     from opcheck.runtime.outcomes import CheckSkipped
@@ -39,7 +39,7 @@ def pytest_runtest_call(item: pytest.Item):
         _import_from_project_root(item)
     threads = settings.threads if generated else None
     budget_token = current_budget.set(item.config.stash.get(TIME_BUDGET_KEY, None) if generated else None)
-    with _torch_threads(threads):
+    with torch_threads(threads):
         try:
             return (yield)
         except CheckSkipped as e:
@@ -79,21 +79,3 @@ def as_pytest_skip(skipped: CheckSkipped) -> BaseException:
     run_check line, or the line of the runtime that decided (opinfo.py, which does not hide its frame).
     """
     return pytest.skip.Exception(skipped.reason).with_traceback(skipped.__traceback__)
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None):
-    """torch's intra-op thread count set to `threads` for the block (None: left alone), then restored."""
-    if threads is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    if before != threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)

@@ -28,7 +28,7 @@ import functools
 import os
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import torch
@@ -38,6 +38,7 @@ from opcheck.runtime.cost.model import plan_check, unit_seconds
 from opcheck.runtime.cost.plan import Calls, Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe, timed
 from opcheck.runtime.cost.samples import SampleProbes
+from opcheck.runtime.threads import torch_threads
 from opcheck.spec.case import CaseId, cases_of, deciding_rules
 from opcheck.spec.model import (
     COMPILE,
@@ -151,18 +152,10 @@ def machine_factor() -> float:
     return max(0.25, min(8.0, seconds / REFERENCE_SECONDS))
 
 
-@contextlib.contextmanager
-def one_thread(threads: int | None = 1) -> Iterator[None]:
+def one_thread(threads: int | None = 1) -> contextlib.AbstractContextManager[None]:
     """torch's intra-op threads as the generated tests set them (the plugin's default: one; None:
     torch's own setting, left alone)."""
-    before = torch.get_num_threads()
-    if threads is not None and threads != before:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
+    return torch_threads(threads)
 
 
 # ------------------------------------------------------------------------------ estimates
