@@ -4,15 +4,10 @@ the same way (opcheck.isolation). Under pytest-xdist on several GPUs, each worke
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 
 from opcheck.plugins.items import case_fields, is_generated_item, rerun_for
 from opcheck.plugins.settings import TIME_BUDGET_KEY, isolation_mode
-
-if TYPE_CHECKING:
-    pass
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -7,15 +7,12 @@ import os
 import shlex
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TypeGuard
 
 import pytest
 
 from opcheck.spec.case import CaseId, spec_of_module
 from opcheck.spec.model import CHECKS, OpSpec
-
-if TYPE_CHECKING:
-    pass
 
 
 def is_generated_item(item: pytest.Item) -> TypeGuard[pytest.Function]:

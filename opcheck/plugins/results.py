@@ -4,16 +4,11 @@ which tests it collected and attaches each test's case to its reports."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 
 from opcheck.plugins.items import case_fields, is_generated_item
 from opcheck.plugins.selection import unavailable_tests
 from opcheck.plugins.settings import RESULTS_KEY, results_where
-
-if TYPE_CHECKING:
-    pass
 
 RESULTS_PLUGIN = "opcheck-results"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,9 +14,6 @@ from opcheck.config import ALL_DEVICES
 from opcheck.plugins.items import case_fields, is_generated_item
 from opcheck.plugins.settings import SELECTION_KEY
 from opcheck.plugins.stale import warn_stale
-
-if TYPE_CHECKING:
-    pass
 
 UNAVAILABLE_KEY: pytest.StashKey[list[dict]] = pytest.StashKey()
 UNAVAILABLE_OUTPUT = "opcheck_unavailable"

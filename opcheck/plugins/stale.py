@@ -9,14 +9,10 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from opcheck.plugins.items import is_generated_item, spec_path
-
-if TYPE_CHECKING:
-    pass
 
 SPEC_HASHES_KEY: pytest.StashKey[dict[Path, str | None]] = pytest.StashKey()
 """Spec file → its sha256 (None: unreadable), so each spec is hashed once per session."""
