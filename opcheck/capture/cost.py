@@ -49,13 +49,13 @@ def prepared_meanwhile(estimating: bool) -> Iterator[None]:
 
 def _prepare(estimating: bool) -> None:
     try:
+        from opcheck.engine._util import load_forward_ad_decompositions
         from opcheck.engine.batching import warm_functorch
-        from opcheck.runtime.checks import _load_forward_ad_decompositions
         from opcheck.runtime.cost import estimate, probe  # noqa: F401 - the probes' modules, the runtime's with them
         from opcheck.spec import loader  # noqa: F401 - validation's modules
 
         probe.warm()
-        _load_forward_ad_decompositions()  # as an estimate does before it probes
+        load_forward_ad_decompositions()  # as an estimate does before it probes
         if estimating:
             warm_functorch("vjp")  # gradgradcheck's function, which the estimates probe: imports torch._dynamo
     except BaseException:  # noqa: BLE001 - what fails here fails again where it is needed, and is reported there

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from collections.abc import Callable, Sequence
@@ -275,10 +276,11 @@ def _floating(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
 
 
+@functools.cache
 def load_forward_ad_decompositions() -> None:
-    """What fwAD.make_dual loads on its first call (see make_dual), loaded now. torch scripts them
-    with one warning per function (torch.jit.script is deprecated: a DeprecationWarning, a
-    FutureWarning from torch 2.14), noise that is not the user's code."""
+    """What fwAD.make_dual loads on its first call (see make_dual), loaded now, once per process.
+    torch scripts them with one warning per function (torch.jit.script is deprecated: a
+    DeprecationWarning, a FutureWarning from torch 2.14), noise that is not the user's code."""
     load = getattr(fwAD, "_maybe_load_decompositions", None)
     if load is not None:
         with warnings.catch_warnings():

@@ -14,7 +14,7 @@ A backward may also read Python numbers (a module's global, an object's attribut
 that its forward does not. dynamo traces the backward while it compiles the forward and binds what
 it read then; eagerly, autograd reads them when the backward runs. backward_reads finds them from
 dynamo's own guards (those of a trace with grad, less those of a trace without), and
-compile_report's `between` changes them between the forward and the backward of both runs.
+state_report changes them before the forward and again before the backward of both runs.
 
 How values are judged depends on what compile may change. A backend that runs the same kernels
 (`aot_eager`), and any backend at float64, may only reorder rounding: each entry is held to

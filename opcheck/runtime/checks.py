@@ -116,18 +116,11 @@ def run_check(spec: OpSpec, check: str, device: str, dtype: str, sample: str) ->
     if reason:
         raise CheckSkipped(reason)
     case = Case.of(spec, check, device, dtype, sample)
-    _load_forward_ad_decompositions()
+    load_forward_ad_decompositions()  # before every test: a worker's first takes the way its later ones do
     # torch warns once that sparse invariant checks are off unless a program opts in or out; a
     # test opts in: a backward that builds an invalid sparse gradient then raises, never crashes.
     with within_time_budget(case), torch.sparse.check_sparse_tensor_invariants(enable=True):
         RUNNERS[check](case, current_settings())
-
-
-@functools.cache
-def _load_forward_ad_decompositions() -> None:
-    """torch's forward-AD decompositions (opcheck.engine._util.make_dual), loaded before every
-    check: the first check of a worker takes the way the later ones take, wherever it falls."""
-    load_forward_ad_decompositions()
 
 
 # ------------------------------------------------------------------------------------ helpers

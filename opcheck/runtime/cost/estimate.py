@@ -187,7 +187,7 @@ def estimate(
 ) -> Estimate:
     """The estimate of one generated test (`case`, one of `cases_of(spec)`), with advice when it is
     over `threshold` seconds; `probes` shares the probes of a spec's samples between its checks."""
-    from opcheck.runtime.checks import _load_forward_ad_decompositions
+    from opcheck.engine._util import load_forward_ad_decompositions
     from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
     from opcheck.spec.requires import not_installed_reason
 
@@ -202,7 +202,7 @@ def estimate(
             return Estimate(case, skipped=reason, not_estimated=kind)
     # As in a test run, where the first forward-AD test loads torch's forward-AD decompositions for
     # the rest of the process: some ops' forward AD is slower with them.
-    _load_forward_ad_decompositions()
+    load_forward_ad_decompositions()
     probes = probes or SampleProbes(spec)
     try:
         # torch's threads as the plugin sets them around a generated test: settings.threads, else one
