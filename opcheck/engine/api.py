@@ -123,6 +123,7 @@ def gradgradcheck(
             forward_path="JVP of VJP",
             output_name=first.output_name,
             input_name=first.input_name,
+            named_inputs=first.named_inputs,
         )
         return _gradcheck(ctx, first.func, first.inputs)
 

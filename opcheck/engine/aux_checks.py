@@ -38,6 +38,7 @@ from opcheck.engine.context import CheckContext
 from opcheck.engine.errors import GradcheckError, failed_batched_fwd_grad_note, failed_batched_grad_note
 from opcheck.engine.modes.fast import make_vectors, real_direction
 from opcheck.engine.reporting import torch_words
+from opcheck.failure_facts import FailureFacts
 
 SEED = 20240527
 """Seeds the random tangents and grad_outputs of the batched checks (output i's: SEED + i)."""
@@ -99,6 +100,7 @@ class _BatchedCheck:
             f"{where})\n{self.note}",
             check=self.check,
             path=self.path,
+            facts=FailureFacts(inputs=(input_idx,)),
         )
 
 
@@ -239,7 +241,9 @@ def _fail_zero_grad_output(
     backward returned (`given`), words the first line."""
     first = torch_words.zero_grad_output(given, inp, masked) or fallback
     where = f"check: zero grad_output ({ctx.backward_path}); gradient of {ctx.input_name(k)}"
-    ctx.fail(f"{first}\n{where}{detail}", check="zero grad_output")
+    ctx.fail(
+        f"{first}\n{where}{detail}", check="zero grad_output", facts=FailureFacts(inputs=ctx.named_inputs(None, k))
+    )
 
 
 def _nonzero(gi: torch.Tensor) -> str:
@@ -290,6 +294,7 @@ def check_undefined_forward_mode(
                         "its tangent for a zero one",
                         check="undefined tangent",
                         path=ctx.forward_path,
+                        facts=FailureFacts(inputs=ctx.named_inputs(None, k)),
                     )
     return True
 

@@ -21,6 +21,7 @@ from opcheck.engine.flags import CheckFlags
 from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.reporting.diagnostics import BlockMismatch
+from opcheck.failure_facts import FailureFacts
 
 FULL_CHECK_ELEMENTS = 128
 """fast_mode="auto" runs the full check first while the differentiable input elements n and the
@@ -121,6 +122,10 @@ def _input_name(j: int) -> str:
     return f"input {j}"
 
 
+def _named_inputs(i: int | None, j: int | None) -> tuple[int, ...]:
+    return () if j is None else (j,)
+
+
 @dataclass(frozen=True)
 class CheckContext:
     """Settings and state shared by every comparison of one gradcheck call."""
@@ -133,6 +138,8 @@ class CheckContext:
     forward_path: str = "JVP"
     output_name: Callable[[int], str] = _output_name
     input_name: Callable[[int], str] = _input_name
+    # The numbers of the inputs that output i's and input j's names speak of ("input 2"; None: not named)
+    named_inputs: Callable[[int | None, int | None], tuple[int, ...]] = _named_inputs
     numerical_cache: NumericalCache = field(default_factory=NumericalCache)
     # fast_mode="auto", step by step: the projection checks first, also within the budget (the
     # function cannot be vmapped: their loops cost less than the full check's)
@@ -147,9 +154,18 @@ class CheckContext:
         flags = self.flags
         return full_check_first(n, m, flags.jacobian_budget, flags.check_backward_ad)
 
-    def fail(self, message: str, *, check: str, path: str = "", mismatch: BlockMismatch | None = None) -> NoReturn:
-        """Raise the call's GradcheckError: torch's first line, then what opcheck found."""
-        raise GradcheckError(message, check=check, path=path, mismatch=mismatch)
+    def fail(
+        self,
+        message: str,
+        *,
+        check: str,
+        path: str = "",
+        mismatch: BlockMismatch | None = None,
+        facts: FailureFacts | None = None,
+    ) -> NoReturn:
+        """Raise the call's GradcheckError: torch's first line, then what opcheck found (`facts`:
+        what the message names, as values; a mismatch's own by default)."""
+        raise GradcheckError(message, check=check, path=path, mismatch=mismatch, facts=facts)
 
     def fail_gradient_dtype(self) -> NoReturn:
         self.fail(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
 from opcheck.engine.reporting import torch_words
+from opcheck.failure_facts import FailureFacts
 
 if TYPE_CHECKING:
     from opcheck.engine.reporting.diagnostics import BlockMismatch
@@ -22,13 +23,24 @@ class GradcheckError(_TorchGradcheckError):
     - `path`: the derivative path, e.g. "VJP", "JVP", "VJP of VJP", "JVP of VJP"
     - `mismatch`: an `opcheck.engine.reporting.diagnostics.JacobianMismatch` for Jacobian comparisons (with
       the full analytical and numerical blocks as tensors), else None
+    - `facts`: an `opcheck.failure_facts.FailureFacts`: the worst entry, the hints and the inputs the
+      message names (a mismatch's own when not given)
     """
 
-    def __init__(self, message: str, *, check: str = "", path: str = "", mismatch: BlockMismatch | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        check: str = "",
+        path: str = "",
+        mismatch: BlockMismatch | None = None,
+        facts: FailureFacts | None = None,
+    ):
         super().__init__(message)
         self.check = check
         self.path = path
         self.mismatch = mismatch
+        self.facts = facts if facts is not None else mismatch.facts() if mismatch is not None else FailureFacts()
 
 
 def failed_nondet_note() -> str:

@@ -46,6 +46,12 @@ class FirstDerivative:
         n_in = len(self.diff_inputs)
         return f"input {self.diff_inputs[j]}" if j < n_in else f"grad_output {self.diff_grad_outputs[j - n_in]}"
 
+    def named_inputs(self, i: int | None, j: int | None) -> tuple[int, ...]:
+        """The numbers of the inputs output i's and input j's names speak of ("grad of input 2", "input 0")."""
+        n_in = len(self.diff_inputs)
+        named = [self.diff_inputs[k] for k in (i, j) if k is not None and k < n_in]
+        return tuple(dict.fromkeys(named))
+
 
 def first_derivative(func: Func, inputs: Any, grad_outputs: Any, gen_non_contig_grad_outputs: bool) -> FirstDerivative:
     """The function gradgradcheck checks: inputs + grad_outputs -> grads of inputs (graph kept).

@@ -14,6 +14,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from opcheck.failure_facts import hint_lines
 from opcheck.runtime.budget import HANG_WORDS, METER_FILE, format_seconds
 
 STACK_FRAMES = 12
@@ -36,6 +37,7 @@ class Death:
 
     headline: str
     details: str = ""
+    hints: tuple[str, ...] = ()  # the hints `details` ends with
 
     @property
     def message(self) -> str:
@@ -137,8 +139,9 @@ def describe(
     elif killed is None:
         details.append("no Python stack was recorded (the process was killed, or exited without a fatal error)")
     hung = overdue is not None and HANG_WORDS in overdue  # the account named a call that never returned
-    details += [f"hint: {hint}" for hint in _hints(returncode, killed, hung)]
-    return Death(headline, "\n".join(details))
+    hints = tuple(_hints(returncode, killed, hung))
+    details += hint_lines(hints)
+    return Death(headline, "\n".join(details), hints)
 
 
 def _hints(returncode: int | None, killed: BudgetKill | None, hung: bool = False) -> list[str]:

@@ -27,6 +27,7 @@ class Crash:
     duration: float
     reports: tuple[dict, ...] = ()  # the test's reports written before the process died
     process: int = 0  # the number of the process that died
+    hints: tuple[str, ...] = ()  # the message's hints (opcheck.failure_facts)
 
     def to_json(self) -> dict:
         return {
@@ -36,12 +37,19 @@ class Crash:
             "duration": self.duration,
             "reports": list(self.reports),
             "process": self.process,
+            "hints": list(self.hints),
         }
 
     @classmethod
     def from_json(cls, data: dict) -> Crash:
         return cls(
-            data["nodeid"], data["message"], data["phase"], data["duration"], tuple(data["reports"]), data["process"]
+            data["nodeid"],
+            data["message"],
+            data["phase"],
+            data["duration"],
+            tuple(data["reports"]),
+            data["process"],
+            tuple(data.get("hints", ())),
         )
 
 

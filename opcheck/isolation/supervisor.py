@@ -220,7 +220,8 @@ class _Supervisor:
             root=self.config.rootpath,
         )
         duration = max(time.time() - progress.running_since, 0.0)
-        self.run_dir.write_crash(index, Crash(nodeid, death.message, phase, duration, tuple(reports), index))
+        crash = Crash(nodeid, death.message, phase, duration, tuple(reports), index, death.hints)
+        self.run_dir.write_crash(index, crash)
 
     def _give_up(self, index: int, returncode: int | None) -> int:
         """The child died outside any test (collection, the end of the session) without moving on."""

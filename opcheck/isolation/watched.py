@@ -31,6 +31,7 @@ from typing import Any, cast
 
 import pytest
 
+from opcheck.failure_facts import FailureFacts
 from opcheck.isolation.crash import CrashRepr
 from opcheck.isolation.progress import ENDED, OVERDUE, REPORT, RESTART, WARNING, ProgressWriter
 from opcheck.isolation.rundir import Crash, History
@@ -210,6 +211,7 @@ class WatchedProcess:
                 longrepr=cast(Any, CrashRepr(message, path, lineno)),
                 when=crash.phase,  # type: ignore[arg-type]
                 duration=crash.duration,
+                user_properties=[FailureFacts(hints=crash.hints).to_property()],
                 **extra,
             )
             ihook.pytest_runtest_logreport(report=failed)

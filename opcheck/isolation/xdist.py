@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import pytest
 
+from opcheck.failure_facts import FailureFacts
 from opcheck.isolation import crash as crashes
 from opcheck.isolation.progress import read_progress
 from opcheck.isolation.rundir import phase_after
@@ -122,6 +123,8 @@ class XdistWatch:
         message += f"\nrerun: {self.hooks.rerun_of(self.config, crashitem)}"
         path = crashitem.split("::", 1)[0]
         report.longrepr = cast(Any, crashes.CrashRepr(message, path, None))
+        facts = FailureFacts(hints=death.hints).to_property()
+        report.user_properties = [*getattr(report, "user_properties", ()), facts]
         report.when = phase  # type: ignore[assignment]
         report.duration = watcher.elapsed()
 

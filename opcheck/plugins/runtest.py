@@ -1,6 +1,7 @@
 """Around each test call: the runtime learns the item's node id and rerun command, a generated test
 runs with the spec's project root importable, torch's intra-op threads set and the time budget
-armed, and the runtime's own skip (CheckSkipped) becomes pytest's, with its reason."""
+armed, the runtime's own skip (CheckSkipped) becomes pytest's, with its reason, and a failure's
+facts (opcheck.failure_facts) go on the test's report."""
 
 from __future__ import annotations
 
@@ -44,9 +45,21 @@ def pytest_runtest_call(item: pytest.Item):
             return (yield)
         except CheckSkipped as e:
             raise as_pytest_skip(e) from None
+        except BaseException as e:
+            _keep_facts(item, e)
+            raise
         finally:
             current_budget.reset(budget_token)
             current_item.reset(token)
+
+
+def _keep_facts(item: pytest.Item, error: BaseException) -> None:
+    """Put what a failure names as values (opcheck.failure_facts) on the test's report, for the results file."""
+    from opcheck.failure_facts import facts_of
+
+    facts = facts_of(error)
+    if facts:
+        item.user_properties.append(facts.to_property())
 
 
 def _import_from_project_root(item: pytest.Function) -> None:

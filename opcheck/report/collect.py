@@ -4,8 +4,8 @@ The plugin attaches each generated test's case (spec, op, check, device, dtype, 
 reports as `report.opcheck_case`; pytest-xdist ships report attributes from the workers to the
 controller, so `ResultsRecorder` runs in the controller only (or in the one process without
 xdist) and sees every report through `pytest_runtest_logreport`. A failure's whole message comes
-with its report (pytest's crash message), and its worst entry and hints are read from it there
-(opcheck.report.failure); a pass's margin comes on its report's user_properties
+with its report (pytest's crash message, kept as opcheck.report.failure says), and its worst entry
+and hints on its report's user_properties (opcheck.failure_facts), as a pass's margin does
 (opcheck.runtime.margins). Tests of device types this machine lacks are not collected; the plugin
 hands them over (from a worker, through xdist's `workeroutput`) and they are recorded as skipped,
 with torch's reason, so the coverage report still shows those cells.
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from opcheck.report.failure import failure_details, kept_message
+from opcheck.failure_facts import FailureFacts
+from opcheck.report.failure import kept_message
 from opcheck.report.results import (
     ERROR,
     FAILED,
@@ -89,9 +90,8 @@ def _crash_message(report) -> str:
 
 def failure_fields(report) -> dict[str, str]:
     """What a failed or errored report adds to its test's record: the worst entry, the hints, the message."""
-    message = _crash_message(report)
-    details = failure_details(message)
-    return {"worst": details.worst, "hint": details.hint, "message": kept_message(message)}
+    facts = FailureFacts.from_properties(getattr(report, "user_properties", ()))
+    return {"worst": facts.worst, "hint": "\n".join(facts.hints), "message": kept_message(_crash_message(report))}
 
 
 def margin_fields(report) -> dict:

@@ -50,6 +50,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from opcheck.failure_facts import FailureFacts, hint_lines
+from opcheck.runtime.outcomes import CheckFailure
+
 if TYPE_CHECKING:
     from opcheck.runtime.report import Case
 
@@ -93,7 +96,7 @@ current_budget: ContextVar[TimeBudget | None] = ContextVar("opcheck_time_budget"
 """The budget of the test running in this context; None: no budget (outside pytest, or off)."""
 
 
-class TimeBudgetExceeded(AssertionError):
+class TimeBudgetExceeded(CheckFailure):
     """A test ran past its time budget; the message says where the time went and what to change."""
 
 
@@ -421,7 +424,8 @@ class within_time_budget:  # noqa: N801 - used as a context manager, like contex
         if self._metering is not None:
             self._metering.__exit__(None, None, None)
         if isinstance(error, _Interrupt):
-            raise TimeBudgetExceeded(budget_message(watch, error.stack, error.account or watch.account)) from None
+            message = budget_message(watch, error.stack, error.account or watch.account)
+            raise TimeBudgetExceeded(message, FailureFacts(hints=tuple(hints(watch)))) from None
 
 
 # ------------------------------------------------------------------------------------ the message
@@ -540,7 +544,7 @@ def budget_message(watch: _Watch, stack: list[str], text: str) -> str:
     if stack:
         body.append("stopped at (innermost first):")
         body += [f"  {line}" for line in stack]
-    body += [f"hint: {hint}" for hint in hints(watch)]
+    body += hint_lines(hints(watch))
     return format_failure(
         case,
         headline=f"opcheck {case.check} exceeded its time budget of {budget.describe()} for {case.spec.op} on "

@@ -40,6 +40,7 @@ from opcheck.engine._util import load_forward_ad_decompositions
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.margins import recording_margins
 from opcheck.engine.reporting.float32 import float32_evidence
+from opcheck.failure_facts import facts_of, hint_lines
 from opcheck.runtime.budget import within_time_budget
 from opcheck.runtime.context import Settings, current_item, current_settings
 from opcheck.runtime.declared import Tolerance as DeclaredTolerance
@@ -50,7 +51,7 @@ from opcheck.runtime.input_names import gradcheck_input_names, with_spec_names
 from opcheck.runtime.lowprec import compare_lowprec, resolve_parts
 from opcheck.runtime.makers import SampleError
 from opcheck.runtime.margins import announce_margin
-from opcheck.runtime.outcomes import CheckSkipped
+from opcheck.runtime.outcomes import CheckFailure, CheckSkipped
 from opcheck.runtime.policy import Policy, choose_policy, jacobian_entries
 from opcheck.runtime.precision import describe as describe_precision
 from opcheck.runtime.precision import reduced_precision
@@ -82,19 +83,19 @@ class CheckFailed(GradcheckError):
     """A gradient check failed; `check`, `path`, `mismatch` are the engine's, the message is complete."""
 
 
-class LowPrecisionMismatch(AssertionError):
+class LowPrecisionMismatch(CheckFailure):
     """The low-precision run disagrees with the float64 reference beyond the dtype's tolerances."""
 
 
-class UnsupportedButWorks(AssertionError):
+class UnsupportedButWorks(CheckFailure):
     """The spec declares a derivative unsupported, yet it works."""
 
 
-class LibraryOpcheckFailed(AssertionError):
+class LibraryOpcheckFailed(CheckFailure):
     """torch.library.opcheck reported failures."""
 
 
-class CheckCrashed(AssertionError):
+class CheckCrashed(CheckFailure):
     """The op, the sample or the check raised something other than a verdict; the cause is chained."""
 
 
@@ -160,7 +161,8 @@ def _crash(
     policy: Policy | None = None,
     tolerances: str | None = None,
 ) -> CheckCrashed:
-    text = f"{type(e).__name__}: {e}".strip() + _crash_hint(e) + _triton_hint(e)
+    hints = tuple(h for h in (_crash_hint(e), _triton_hint(e)) if h)
+    text = "\n".join([f"{type(e).__name__}: {e}".strip(), *hint_lines(hints)])
     return CheckCrashed(
         format_failure(
             case,
@@ -171,16 +173,17 @@ def _crash(
             path=Check.parse(case.check).path,
             tolerances=tolerances or (tol.describe() if tol else None),
             policy=policy.describe() if policy else None,
-        )
+        ),
+        facts_of(e).adding(hints=hints),
     )
 
 
 def _crash_hint(e: BaseException) -> str:
-    """Name the usual cause of a crash inside a custom backward, when the exception shows it."""
+    """Name the usual cause of a crash inside a custom backward, when the exception shows it ("": none)."""
     message = str(e)
     if isinstance(e, (TypeError, AttributeError)) and "NoneType" in message:
         return (
-            "\nhint: a backward received None: with several outputs, the grad_output of an output "
+            "a backward received None: with several outputs, the grad_output of an output "
             "that did not contribute is undefined. autograd.Function passes zeros for it unless "
             "ctx.set_materialize_grads(False) is set; with that setting, backward must handle None."
         )
@@ -476,14 +479,14 @@ def _gradient_failure(case: Case, failure: _Outcome, tol: Tolerances, settings: 
         case,
         headline=f"opcheck {case.check} failed for {case.spec.op} on {case.device}/{case.dtype}, "
         f"sample {case.sample.name!r}",
-        body="engine report:\n" + with_spec_names(str(err), _input_names(failure.call)),
+        body="engine report:\n" + with_spec_names(str(err), err.facts.inputs, _input_names(failure.call)),
         call=failure.call,
         path=path,
         tolerances=tol.describe(),
         policy=failure.policy.describe(failure.report),
         plot=plot,
     )
-    return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch)
+    return CheckFailed(message, check=err.check, path=err.path, mismatch=err.mismatch, facts=err.facts)
 
 
 def _input_names(call: SampleCall) -> list[str]:
@@ -668,7 +671,8 @@ def _lowprec(case: Case, settings: Settings) -> None:
                     else None,
                     tolerances=resolved.describe(case.dtype),
                     precision=describe_precision(switches),
-                )
+                ),
+                diff.facts,
             )
 
 

@@ -35,7 +35,7 @@ import torch
 
 from opcheck.engine.compiled import CompiledFunction, CompileReport, backward_reads, compile_report, state_report
 from opcheck.runtime.context import Settings, current_item
-from opcheck.runtime.outcomes import CheckSkipped
+from opcheck.runtime.outcomes import CheckFailure, CheckSkipped
 from opcheck.runtime.report import Case, format_failure
 from opcheck.runtime.samples import SampleCall, build_calls, unmetered_op
 from opcheck.runtime.tolerances import resolve_lowprec_criterion
@@ -43,11 +43,11 @@ from opcheck.spec.model import GRAD_DTYPES, CompileCase, CompileFlags, OpSpec
 from opcheck.spec.oppath import resolve_op
 
 
-class CompiledMismatch(AssertionError):
+class CompiledMismatch(CheckFailure):
     """The op under torch.compile differs from eager."""
 
 
-class CompiledUnsupported(AssertionError):
+class CompiledUnsupported(CheckFailure):
     """fullgraph: true, and dynamo broke the graph (or could not compile the op)."""
 
 

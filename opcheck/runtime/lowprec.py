@@ -35,9 +35,10 @@ from opcheck.engine.lowprec import (
     narrower_dtype_hint,
     upcast,
 )
+from opcheck.failure_facts import FailureFacts
 from opcheck.runtime.call import SampleCall
 from opcheck.runtime.devices import reference_device
-from opcheck.runtime.input_names import gradcheck_input_names, with_lowprec_spec_names
+from opcheck.runtime.input_names import gradcheck_input_names, with_spec_names
 from opcheck.runtime.margins import note_lowprec_margin
 from opcheck.runtime.samples import seeded_generator
 from opcheck.runtime.tolerances import Tolerances
@@ -62,6 +63,7 @@ class LowPrecisionDiff:
     path: str  # "output", "VJP", "JVP", "inputs", "grad_outputs" or "reference"
     what: str  # "output 0", "VJP: gradient of input 1", ...
     text: str  # the localized report
+    facts: FailureFacts = FailureFacts()  # what the engine's report names, as values
 
 
 @dataclass(frozen=True)
@@ -151,12 +153,13 @@ def compare_lowprec(
         return None
     if report.failure:  # an input or a grad_output written into, a reference that is not float64
         who = "the reference" if report.failure == "reference" else "the op"
-        return LowPrecisionDiff(report.failure, who, report.message)
+        return LowPrecisionDiff(report.failure, who, report.message, report.error.facts)
     failing = report.first_failure
     if failing is None:  # outputs that do not pair up
-        return LowPrecisionDiff("output", "the op", report.message)
+        return LowPrecisionDiff("output", "the op", report.message, report.error.facts)
     names = gradcheck_input_names(call.args, call.kwargs)
-    return LowPrecisionDiff(failing.path, failing.what, with_lowprec_spec_names(report.message, names))
+    text = with_spec_names(report.message, report.error.facts.inputs, names)
+    return LowPrecisionDiff(failing.path, failing.what, text, report.error.facts)
 
 
 def case_report(

@@ -8,12 +8,15 @@ library's skip signal, so that a runner without opcheck's plugin (`pytest -p no:
 still reports a skip.
 
 A failure is an exception of its own kind (opcheck.runtime.checks: CheckFailed, CheckCrashed, ...)
-that reaches the runner unchanged: its qualified name and message are what a report shows.
+that reaches the runner unchanged: its qualified name and message are what a report shows, and its
+`facts` (opcheck.failure_facts) what the results file records of it.
 """
 
 from __future__ import annotations
 
 import unittest
+
+from opcheck.failure_facts import FailureFacts
 
 
 class CheckSkipped(unittest.SkipTest):
@@ -22,3 +25,12 @@ class CheckSkipped(unittest.SkipTest):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class CheckFailure(AssertionError):
+    """A test's failure as the runtime raises it: the whole message, and `facts`, what it names as
+    values (the engine's worst entry, hints and inputs, and the runtime's own hints)."""
+
+    def __init__(self, message: str, facts: FailureFacts | None = None) -> None:
+        super().__init__(message)
+        self.facts = facts if facts is not None else FailureFacts()

@@ -67,7 +67,8 @@ DRIVER_ERRORS = ("active drivers", "Pointer argument cannot be accessed from Tri
 
 
 def hint(error: BaseException) -> str:
-    """What to do about a Triton kernel that was compiled for a GPU but got CPU tensors, or found no GPU."""
+    """What to do about a Triton kernel that was compiled for a GPU but got CPU tensors, or found no GPU
+    ("": not that)."""
     message = str(error)
     if "triton" not in sys.modules or not any(text in message for text in DRIVER_ERRORS):
         return ""
@@ -79,7 +80,7 @@ def hint(error: BaseException) -> str:
         "([tool.opcheck] triton_interpret = false)"
     )
     return (
-        "\nhint: this Triton kernel was compiled for a GPU, and it got CPU tensors or found no GPU driver. "
+        "this Triton kernel was compiled for a GPU, and it got CPU tensors or found no GPU driver. "
         f"Without a GPU, Triton kernels run on CPU tensors through Triton's interpreter, which opcheck turns on "
         f"by itself; here {why}. Run with {INTERPRET_ENV}=1 (or call opcheck.triton.setup() before the kernels "
         f"are defined), or run the tests on a GPU (--opcheck-device cuda)."

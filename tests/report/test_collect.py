@@ -5,6 +5,7 @@ import json
 import pytest
 from _pytest._code.code import ReprFileLocation
 
+from opcheck.failure_facts import FailureFacts
 from opcheck.report.collect import CASE_ATTR, ResultsRecorder, report_verdict
 from opcheck.report.results import parse_json
 
@@ -124,14 +125,26 @@ worst entries:
 hint: analytical = 2 x numerical"""
 
 
+WORST = "d output 0 / d input 0, d out[1] / d in[1]: analytical 2, numerical 1, abs err 1, rel err 1"
+
+
 def test_a_failure_records_its_worst_entry_hints_and_message():
     recorder = ResultsRecorder("unused.json")
-    recorder.pytest_runtest_logreport(report("call", "failed", _Crash(FAILURE)))
+    facts = FailureFacts(worst=WORST, hints=("analytical = 2 x numerical", "h2"), inputs=(0,))
+    recorder.pytest_runtest_logreport(report("call", "failed", _Crash(FAILURE), user_properties=[facts.to_property()]))
     recorder.pytest_runtest_logreport(report("teardown", "failed", _Crash("OSError: then\nmore")))
     (result,) = recorder.results()
     assert result.outcome == "failed" and result.reason == FAILURE.splitlines()[0]
-    assert result.worst == "d output 0 / d input 0, d out[1] / d in[1]: analytical 2, numerical 1, abs err 1, rel err 1"
-    assert (result.hint, result.message) == ("analytical = 2 x numerical", FAILURE)  # the call's, not the teardown's
+    assert result.worst == WORST
+    hint = "analytical = 2 x numerical\nh2"
+    assert (result.hint, result.message) == (hint, FAILURE)  # the call's, not the teardown's
+
+
+def test_the_worst_entry_and_hints_come_from_the_facts_not_from_the_message():
+    recorder = ResultsRecorder("unused.json")
+    recorder.pytest_runtest_logreport(report("call", "failed", _Crash(FAILURE)))  # marked lines, no facts
+    (result,) = recorder.results()
+    assert (result.worst, result.hint, result.message) == ("", "", FAILURE)
 
 
 def test_an_error_after_a_pass_records_the_errors_message():

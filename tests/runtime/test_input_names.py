@@ -54,12 +54,12 @@ def test_names_follow_gradchecks_order_and_only_differences_are_said():
     index = torch.tensor([0, 1])
     names = gradcheck_input_names([x, index, [w, x]], {"bias": w, "dim": 0})
     assert names == ["args[0]", "args[2][0]", "args[2][1]", "kwargs.bias"]
-    assert spec_names_line("d output 0 / d input 0", names) is None  # args[0] is input 0: nothing to add
-    assert spec_names_line("input 0 and input 3", names) == "(input 0 is args[0], input 3 is kwargs.bias in the spec)"
-    assert (
-        with_spec_names("first\nsecond input 1", names) == "first\n(input 1 is args[2][0] in the spec)\nsecond input 1"
-    )
-    assert with_spec_names("input 9 only", names) == "input 9 only"  # not one of these: left alone
+    assert spec_names_line([0], names) is None  # args[0] is input 0: nothing to add
+    assert spec_names_line([3, 0, 3], names) == "(input 0 is args[0], input 3 is kwargs.bias in the spec)"
+    assert with_spec_names("first\nsecond", [1], names) == "first\n(input 1 is args[2][0] in the spec)\nsecond"
+    assert with_spec_names("one line", [1], names) == "one line\n(input 1 is args[2][0] in the spec)"
+    assert with_spec_names("input 9 only", [9], names) == "input 9 only"  # not one of these: left alone
+    assert with_spec_names("input 1, by its words", [], names) == "input 1, by its words"  # the facts decide
 
 
 def test_a_low_precision_failure_names_the_gradient_s_input_as_the_spec_does():

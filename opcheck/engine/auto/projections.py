@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from opcheck.engine.reporting.diagnostics import BlockMismatch
+from opcheck.failure_facts import hint_lines
 
 DIRECTIONS = 8
 """k: random input directions per input (J·U has m*k entries per block)."""
@@ -154,5 +155,10 @@ class ProjectionMismatch(BlockMismatch):
         if self.worst:
             lines.append("worst projection entries:" if self.pinned else "worst entries:")
             lines += [e.describe() for e in self.worst]
-        lines += [f"hint: {h}" for h in self.hints]
+        lines += hint_lines(self.hints)
         return "\n".join(lines)
+
+    def worst_entry(self) -> str:
+        """The first Jacobian entry the full check fails, else the first projection entry."""
+        first = self.pinned[:1] or self.worst[:1]
+        return first[0].describe().strip() if first else ""

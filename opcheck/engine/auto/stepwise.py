@@ -150,6 +150,7 @@ from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.modes.full import full_check
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.reporting.pattern_hints import swapped_in_projections, swapped_message
+from opcheck.failure_facts import hint_lines
 
 __all__ = [
     "COTANGENTS",
@@ -463,8 +464,9 @@ class _ProjectionCheck:
             )
         block = self.what.block(found.i, found.jj)
         label = block.label(ctx, self._part(found.i))
+        named = label.named_inputs if swapped is None else (*label.named_inputs, swapped)
         mismatch = ProjectionMismatch(
-            **label.label_fields(),
+            **{**label.label_fields(), "named_inputs": named},
             input_shape=tuple(x.shape),
             output_shape=tuple(o.shape),
             atol=ctx.flags.atol,
@@ -553,7 +555,8 @@ class _ProjectionCheck:
             extra = "\n" + fast_fail_slow_ok_note("auto")
             if found.comparison == VJP_STAGE:
                 extra += " The VJP disagrees with the JVP beyond rounding: one of them is slightly off."
-        views = "".join(f"\nhint: {h}" for h in self._view_hints(found))
+        view_hints = tuple(self._view_hints(found))
+        views = "".join(f"\n{line}" for line in hint_lines(view_hints))
         head = f"auto: {found.comparison} (J·U from {found.source}) found a mismatch"
         self.p.ev.stats.failed_path = f"projected (J·U from {found.source})"
         ctx.fail(
@@ -562,6 +565,7 @@ class _ProjectionCheck:
             check=mismatch.check,
             path=mismatch.path,
             mismatch=mismatch,
+            facts=mismatch.facts().adding(hints=view_hints),
         )
 
     def _full_block(self, i: int, jj: int) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -84,6 +84,7 @@ class Block:
             output_name=ctx.output_name(self.output_idx),
             input_name=ctx.input_name(self.input_idx),
             part=part,
+            named_inputs=ctx.named_inputs(self.output_idx, self.input_idx),
         )
 
 

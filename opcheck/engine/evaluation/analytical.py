@@ -12,6 +12,7 @@ from opcheck.engine.batching import BatchedRows, ForwardCalls, LoopRows, jvp_col
 from opcheck.engine.context import Blocks, CheckContext
 from opcheck.engine.errors import failed_nondet_note
 from opcheck.engine.reporting import torch_words
+from opcheck.failure_facts import FailureFacts
 
 
 def analytical_vjp_jacobian(
@@ -73,7 +74,7 @@ def fail_reentrancy(
         )
     lines.append(cause or REENTRANCY_CAUSES)
     lines.append(failed_nondet_note())
-    ctx.fail("\n".join(lines), check="reentrancy", path=ctx.backward_path)
+    ctx.fail("\n".join(lines), check="reentrancy", path=ctx.backward_path, facts=FailureFacts(inputs=(input_idx,)))
 
 
 REENTRANCY_CAUSES = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from opcheck.engine.lowprec.numbers import (
     upcast,
 )
 from opcheck.engine.lowprec.reference import LARGE, SMALL, blind_share, is_blind, not_float64_text
+from opcheck.failure_facts import FailureFacts
 
 # ------------------------------------------------------------------------------------ public API
 FLOAT32_DTYPES = (torch.float32, torch.complex64)
@@ -250,28 +251,31 @@ class _Run:
                 continue
             if lo is None or rf is None:
                 side = "low-precision" if lo is None else "reference"
-                results.append(PartResult(key[0], what, 0, 1, math.inf, text=f"{what} is None in the {side} run only"))
+                text = f"{what} is None in the {side} run only"
+                vjp_input = key[1] if key[0] == VJP else None
+                results.append(PartResult(key[0], what, 0, 1, math.inf, text=text, input=vjp_input))
                 continue
             bs = [b.get(key) for b in ([base] if base is not None else []) + emulated]
             cs = [c.get(key) for c in conds]
-            results.append(
-                judge_part(
-                    self.criterion,
-                    self.dtype,
-                    key[0],
-                    what,
-                    lo,
-                    rf,
-                    [b for b in bs if b is not None],
-                    [c for c in cs if c is not None],
-                )
+            judged = judge_part(
+                self.criterion,
+                self.dtype,
+                key[0],
+                what,
+                lo,
+                rf,
+                [b for b in bs if b is not None],
+                [c for c in cs if c is not None],
             )
+            results.append(replace(judged, input=key[1]) if key[0] == VJP else judged)
         failing = next((r for r in results if not r.passed), None)
-        error = LowPrecisionError(self._failure_text(failing, results)) if failing is not None else None
+        facts = _facts(results)
+        error = LowPrecisionError(self._failure_text(failing, results), facts=facts) if failing is not None else None
         failure = ""
         reference_text = self._reference_precision(ref_call, ref_inputs, diff_low, up["cots"], want_vjp, ref, names)
         if reference_text is not None and self.dtype in FLOAT32_DTYPES:
-            error, failure = LowPrecisionError(self._finding_text(reference_text, results)), "reference"
+            error = LowPrecisionError(self._finding_text(reference_text, results), facts=facts)
+            failure = "reference"
         elif reference_text is not None:
             self.findings.append(reference_text)
         if self.written:
@@ -279,9 +283,9 @@ class _Run:
             if self.writes_grad_outputs:
                 self.findings.append(text)
             else:  # first: the values are right only because each call got its own copy
-                error, failure = LowPrecisionError(self._finding_text(text, results)), "grad_outputs"
+                error, failure = LowPrecisionError(self._finding_text(text, results), facts=facts), "grad_outputs"
         if error is not None and self.findings:
-            error = LowPrecisionError(str(error) + "".join(f"\nnote: {f}" for f in self.findings))
+            error = LowPrecisionError(str(error) + "".join(f"\nnote: {f}" for f in self.findings), facts=error.facts)
         return self._report(tuple(results), error, reference_not_float64=reference_text is not None, failure=failure)
 
     def _report(
@@ -422,6 +426,15 @@ class _Run:
         if self.notes:
             text += "\n" + "\n".join(f"note: {n}" for n in self.notes)
         return text
+
+
+def _facts(results: list[PartResult]) -> FailureFacts:
+    """What a report of these parts names: the first failing part's worst entry and hints, and the
+    inputs whose gradients it lists (failing or within the bound)."""
+    failing = next((r for r in results if not r.passed), None)
+    worst = f"{failing.what}, {failing.first_entry}" if failing is not None and failing.first_entry else ""
+    inputs = tuple(r.input for r in results if r.input is not None)
+    return FailureFacts(worst=worst, hints=failing.hints if failing is not None else (), inputs=inputs)
 
 
 def _part_names(low: Evaluated, parts: Sequence[str]) -> list[tuple[tuple[str, int], str]]:

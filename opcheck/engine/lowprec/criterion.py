@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from opcheck.engine.lowprec.numbers import _compute_dtype, _name
+from opcheck.failure_facts import FailureFacts
 
 OUTPUT, VJP, JVP = "output", "VJP", "JVP"
 PARTS = (OUTPUT, VJP, JVP)
@@ -44,9 +45,10 @@ WORST = 5
 class LowPrecisionError(AssertionError):
     """The low-precision run disagrees with the float64 reference, or the op wrote into its inputs."""
 
-    def __init__(self, message: str, report: LowPrecisionReport | None = None):
+    def __init__(self, message: str, report: LowPrecisionReport | None = None, facts: FailureFacts | None = None):
         super().__init__(message)
         self.report = report
+        self.facts = facts if facts is not None else FailureFacts()  # what the message names, as values
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ class PartResult:
     worst: tuple[WorstEntry, ...] = ()
     text: str = ""  # the whole report of a failing part, else ""
     floor_needed: float = 0.0  # the least `floor` with which every entry passes (baseline criterion)
+    first_entry: str = ""  # the worst entry as `text` lists it first, "" when none is listed
+    hints: tuple[str, ...] = ()  # the hints `text` ends with
+    input: int | None = None  # VJP: the number of the input whose gradient this is
 
     @property
     def passed(self) -> bool:

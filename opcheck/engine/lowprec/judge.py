@@ -18,6 +18,7 @@ from opcheck.engine.lowprec.numbers import (
     _unravel,
     narrower_dtype_hint,
 )
+from opcheck.failure_facts import hint_lines
 
 
 def judge_part(
@@ -90,11 +91,14 @@ def judge_part(
         for flat in order.tolist()
         if bad.reshape(-1)[flat]
     )
-    text = _part_text(criterion, dtype, what, lo, rf, bad, worst, max_ratio) if exceeding else ""
-    return PartResult(path, what, lo.numel(), exceeding, max_ratio, worst, text, floor_needed)
+    if not exceeding:
+        return PartResult(path, what, lo.numel(), exceeding, max_ratio, worst, "", floor_needed)
+    text, entries, hints = _part_text(criterion, dtype, what, lo, rf, bad, worst, max_ratio)
+    return PartResult(path, what, lo.numel(), exceeding, max_ratio, worst, text, floor_needed, entries[0], hints)
 
 
-def _part_text(criterion: Criterion, dtype: torch.dtype, what, lo, rf, bad, worst, max_ratio) -> str:  # type: ignore[no-untyped-def]
+def _part_text(criterion: Criterion, dtype: torch.dtype, what, lo, rf, bad, worst, max_ratio):  # type: ignore[no-untyped-def]
+    """The part's report, the worst entries as it lists them, and its hints."""
     table = criterion.kind == TABLE
     lines = [
         f"{what}: {int(bad.sum())} of {bad.numel()} entries beyond the bound (shape {tuple(lo.shape)}, "
@@ -104,21 +108,23 @@ def _part_text(criterion: Criterion, dtype: torch.dtype, what, lo, rf, bad, wors
         if not table
         else "worst entries:",
     ]
+    entries = []
     for w in worst:
         idx = ", ".join(map(str, w.index))
         if table:
-            lines.append(
-                f"  [{idx}]: {_name(lo.dtype)} {_num(w.low)}, {_name(rf.dtype)} {_num(w.ref)}, "
+            entries.append(
+                f"[{idx}]: {_name(lo.dtype)} {_num(w.low)}, {_name(rf.dtype)} {_num(w.ref)}, "
                 f"abs err {w.error:.4g}, allowed {w.allowed:.4g}"
             )
         else:
             times = w.error / w.baseline if w.baseline > 0 else math.inf
-            lines.append(
-                f"  [{idx}]: {_name(lo.dtype)} {_num(w.low)}, {_name(rf.dtype)} {_num(w.ref)}, op error "
+            entries.append(
+                f"[{idx}]: {_name(lo.dtype)} {_num(w.low)}, {_name(rf.dtype)} {_num(w.ref)}, op error "
                 f"{w.error:.4g}, baseline error {w.baseline:.4g} ({times:.3g}x), allowed {w.allowed:.4g}"
             )
+    lines += [f"  {entry}" for entry in entries]
     lines.append(f"max error / allowed: {max_ratio:.4g}")
     hint = narrower_dtype_hint(lo, lo.to(rf.dtype), rf, bad)
-    if hint:
-        lines.append(f"hint: {hint}")
-    return "\n".join(lines)
+    hints = (hint,) if hint else ()
+    lines += hint_lines(hints)
+    return "\n".join(lines), entries or [""], hints

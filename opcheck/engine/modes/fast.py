@@ -36,7 +36,7 @@ from opcheck.engine.evaluation.analytical import (
     stack_rows,
 )
 from opcheck.engine.evaluation.numerical import numerical_jacobian
-from opcheck.engine.modes.full import second_order_hint
+from opcheck.engine.modes.full import fail_no_differentiable_outputs
 from opcheck.engine.reporting import torch_words
 
 Direction = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
@@ -206,12 +206,8 @@ def _check_no_differentiable_outputs_fast(
             if jvp.numel() == 0:
                 continue
             if jvp.abs().max() > ctx.flags.nondet_tol:
-                ctx.fail(
-                    f"{torch_words.no_differentiable_outputs()}\ncheck: no differentiable "
-                    "outputs; the outputs do not require grad, yet they change when inputs are perturbed"
-                    + second_order_hint(ctx),
-                    check="no differentiable outputs",
-                    path=ctx.backward_path,
+                fail_no_differentiable_outputs(
+                    ctx, "the outputs do not require grad, yet they change when inputs are perturbed"
                 )
 
 

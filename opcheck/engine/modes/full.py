@@ -7,6 +7,8 @@ what a failure says (reporting/diagnostics.py). The fast check (random projectio
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import torch
 
 from opcheck.engine._util import allclose_promoted
@@ -16,12 +18,14 @@ from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian, analyt
 from opcheck.engine.evaluation.numerical import numerical_jacobian, settle_rows
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.reporting import torch_words
+from opcheck.failure_facts import FailureFacts, hint_lines
 
 __all__ = [
     "DEFAULT_JACOBIAN_BUDGET",
     "FULL_CHECK_ELEMENTS",
     "check_no_differentiable_outputs",
     "full_check",
+    "fail_no_differentiable_outputs",
     "second_order_hint",
 ]
 
@@ -55,15 +59,27 @@ def full_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
     return True
 
 
-def second_order_hint(ctx: CheckContext) -> str:
+def second_order_hint(ctx: CheckContext) -> tuple[str, ...]:
     """For gradgradcheck's first derivative without differentiable outputs: why, and what to do."""
     if "of" not in ctx.backward_path:  # only gradgradcheck's first-derivative function
-        return ""
+        return ()
     return (
-        "\nhint: the first derivative does not require grad, so backward is not differentiable: it "
-        "runs under torch.no_grad(), detaches, or is @once_differentiable. If that is intended, "
-        "declare it (supports_gradgrad: false in an op spec); otherwise build backward from "
-        "differentiable ops."
+        "the first derivative does not require grad, so backward is not differentiable: it runs under "
+        "torch.no_grad(), detaches, or is @once_differentiable. If that is intended, declare it "
+        "(supports_gradgrad: false in an op spec); otherwise build backward from differentiable ops.",
+    )
+
+
+def fail_no_differentiable_outputs(ctx: CheckContext, what: str) -> NoReturn:
+    """Raise: the function's outputs do not require grad, yet `what` (they change ...)."""
+    hints = second_order_hint(ctx)
+    ctx.fail(
+        "\n".join(
+            [torch_words.no_differentiable_outputs(), f"check: no differentiable outputs; {what}", *hint_lines(hints)]
+        ),
+        check="no differentiable outputs",
+        path=ctx.backward_path,
+        facts=FailureFacts(hints=hints),
     )
 
 
@@ -72,12 +88,9 @@ def check_no_differentiable_outputs(ctx: CheckContext, call: Call, *, is_forward
     for per_input in numerical_jacobian(ctx, call.func, call.inputs, call.func_out, is_forward_ad=is_forward_ad):
         for jac in per_input:
             if torch.ne(jac, 0).sum() > 0:
-                ctx.fail(
-                    f"{torch_words.no_differentiable_outputs()}\n"
-                    "check: no differentiable outputs; the function's outputs do not require grad, yet "
-                    f"they change when input elements are perturbed (max |d| = {float(jac.abs().max()):.4g})"
-                    + second_order_hint(ctx),
-                    check="no differentiable outputs",
-                    path=ctx.backward_path,
+                fail_no_differentiable_outputs(
+                    ctx,
+                    "the function's outputs do not require grad, yet they change when input elements are "
+                    f"perturbed (max |d| = {float(jac.abs().max()):.4g})",
                 )
     return True

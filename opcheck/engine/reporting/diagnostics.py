@@ -12,6 +12,7 @@ from torch import Tensor
 
 from opcheck.engine._util import unravel
 from opcheck.engine.reporting.hints import abs_max, hints_for, index_text, number_text, shape_text
+from opcheck.failure_facts import FailureFacts, hint_lines
 
 WORST_ENTRIES = 5
 """Jacobian entries a report lists, the worst first."""
@@ -45,6 +46,8 @@ class BlockLabel:
     output_name: str
     input_name: str
     part: str | None  # "real" or "imaginary" when complex outputs/inputs are checked part by part
+    # the inputs the names speak of, by the numbers they write (CheckContext.named_inputs)
+    named_inputs: tuple[int, ...] = field(default=(), kw_only=True)
 
     @property
     def forward_mode(self) -> bool:
@@ -73,6 +76,16 @@ class BlockMismatch(BlockLabel):
     def describe(self) -> str:
         raise NotImplementedError
 
+    def worst_entry(self) -> str:
+        """The first entry `describe` lists as worst, as it writes it; "" when it lists none."""
+        raise NotImplementedError
+
+    def facts(self) -> FailureFacts:
+        """What the report names, as values: the block and its worst entry, the hints, the inputs."""
+        block = f"d {self.output_name} / d {self.input_name}" + (f", {self.part} part" if self.part else "")
+        entry = self.worst_entry()
+        return FailureFacts(worst=f"{block}, {entry}" if entry else "", hints=self.hints, inputs=self.named_inputs)
+
 
 @dataclass(frozen=True, eq=False)
 class JacobianMismatch(BlockMismatch):
@@ -94,14 +107,20 @@ class JacobianMismatch(BlockMismatch):
         ]
         if self.worst:
             lines.append("worst entries:")
-            for e in self.worst:
-                lines.append(
-                    f"  d out{index_text(e.output_index)} / d in{index_text(e.input_index)}: analytical "
-                    f"{number_text(e.analytical)}, numerical {number_text(e.numerical)}, abs err {e.abs_error:.4g}, "
-                    f"rel err {e.rel_error:.4g}"
-                )
-        lines += [f"hint: {h}" for h in self.hints]
+            lines += [f"  {_entry_text(e)}" for e in self.worst]
+        lines += hint_lines(self.hints)
         return "\n".join(lines)
+
+    def worst_entry(self) -> str:
+        return _entry_text(self.worst[0]) if self.worst else ""
+
+
+def _entry_text(e: EntryError) -> str:
+    return (
+        f"d out{index_text(e.output_index)} / d in{index_text(e.input_index)}: analytical "
+        f"{number_text(e.analytical)}, numerical {number_text(e.numerical)}, abs err {e.abs_error:.4g}, "
+        f"rel err {e.rel_error:.4g}"
+    )
 
 
 def find_mismatch(
@@ -152,7 +171,7 @@ def find_mismatch(
                 rel_error=d / abs(nv) if nv != 0 else math.inf,
             )
         )
-    hints = hints_for(
+    hints, also_named = hints_for(
         a,
         n,
         bad,
@@ -168,7 +187,7 @@ def find_mismatch(
         norms=norms,
     )
     return JacobianMismatch(
-        **label.label_fields(),
+        **{**label.label_fields(), "named_inputs": (*label.named_inputs, *also_named)},
         input_shape=input_shape,
         output_shape=output_shape,
         atol=atol,

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from opcheck.engine._util import allclose_promoted, unravel
 from opcheck.engine.reporting.float32 import float32_values
-from opcheck.engine.reporting.pattern_hints import index_hint, swapped_hint
+from opcheck.engine.reporting.pattern_hints import index_hint, swapped_input, swapped_message
 
 Shape = tuple[int, ...]
 
@@ -45,9 +45,10 @@ def hints_for(
     input_idx: int = 0,
     numerical_of_inputs: Sequence[Tensor | None] = (),
     forward: bool = False,
-) -> list[str]:
+) -> tuple[list[str], tuple[int, ...]]:
     """Recognize the common shapes of a wrong gradient: one that explains the whole block, else
-    what the wrong entries have in common.
+    what the wrong entries have in common. Returns the hints, and the other inputs they name (by
+    number: the input whose gradient this one is).
 
     names: the block's (input name, output name); input_idx and numerical_of_inputs (see
     find_mismatch) let a gradient that belongs to another input be recognized. forward: the block
@@ -57,7 +58,7 @@ def hints_for(
     """
     nonfinite = _nonfinite_hint(*norms)
     if nonfinite:
-        return [nonfinite]
+        return [nonfinite], ()
 
     # A hypothesis about the whole block ("analytical = 2 x numerical") is first tried on the
     # entries that fail: where it fails there, allclose over the block is False too, and most
@@ -76,15 +77,15 @@ def hints_for(
         return allclose_promoted(x, y if scale is None else scale * y, rtol, atol)
 
     if rows is not None and float32_values(a[rows, cols]):
-        return [FLOAT32_HINT.format(what="JVP" if forward else "backward")]
+        return [FLOAT32_HINT.format(what="JVP" if forward else "backward")], ()
 
-    swapped = swapped_hint(a, input_idx, numerical_of_inputs, close)
-    if swapped:
-        return [swapped]
+    swapped = swapped_input(a, input_idx, numerical_of_inputs, close)
+    if swapped is not None:
+        return [swapped_message(input_idx, swapped)], (swapped,)
 
     whole = _whole_block_hint(a, n, close, atol, norms, forward=forward)
     if whole:
-        return [whole]
+        return [whole], ()
     hints = []
     if a.is_complex():
         real_ok, imag_ok = close(a.real, n.real), close(a.imag, n.imag)
@@ -95,8 +96,8 @@ def hints_for(
             )
     related = _related_hint(a, n, close)
     if related:
-        return [*hints, related]
-    return hints + _entry_hints(bad, count, input_shape, output_shape, names)
+        return [*hints, related], ()
+    return hints + _entry_hints(bad, count, input_shape, output_shape, names), ()
 
 
 def abs_max(x: Tensor) -> float:

@@ -1,6 +1,6 @@
 """Hints that name where a wrong gradient lives: another input's gradient, or one index of a tensor.
 
-hints.hints_for asks swapped_hint right after the non-finite check (a swap explains the whole
+hints.hints_for asks swapped_input right after the non-finite check (a swap explains the whole
 block), and index_hint with the hints about what the wrong entries have in common. A swap can only
 be seen where the other inputs' numerical blocks are at hand: find_mismatch's numerical_of_inputs.
 Where no block is held (fast_mode="auto"'s projections), swapped_in_projections sees a swap in the
@@ -20,13 +20,14 @@ from opcheck.engine._util import unravel
 Shape = tuple[int, ...]
 
 
-def swapped_hint(
+def swapped_input(
     a: Tensor,
     input_idx: int,
     numerical_of_inputs: Sequence[Tensor | None],
     close: Callable[[Tensor, Tensor], bool],
-) -> str | None:
-    """The analytical block of input `input_idx` equals another input's numerical block (same output).
+) -> int | None:
+    """The other input whose numerical block (same output) the analytical block of input
+    `input_idx` equals (swapped_message is the hint); None when there is none.
 
     numerical_of_inputs: the numerical Jacobian block of every input for this output, by input
     index; None where it is not at hand.
@@ -38,7 +39,7 @@ def swapped_hint(
         if not bool(other.ne(0).any()):
             continue  # an input the output does not depend on says nothing about a swap
         if close(a.to(other.dtype), other):
-            return swapped_message(input_idx, k)
+            return k
     return None
 
 
