@@ -27,13 +27,25 @@ first time it runs. So here
 * ``time.perf_counter()`` around each gradcheck call, the cyclic GC disabled during the call and
   run between calls, as bench_opinfo's ``run_one`` does; torch on ``--threads`` threads (default 1).
 
-Three sets of samples, each in a fresh worker process (``--worker``):
+Four sets of samples, each in a fresh worker process (``--worker``):
 
 * ``ops104``: bench_opinfo's default list of 104 ops, float64, all their samples (``--max-samples``);
 * ``opdb``: every op of op_db with autograd (every variant), in each of float64 and complex128 that
   its backward supports on the CPU, the first sample of each;
 * ``random``: ``--count`` (op, dtype) pairs of ``opdb`` drawn with ``random.Random(--seed)``, and for
   each a sample drawn uniformly among that op's samples in that dtype (labelled ``random:SEED``).
+* ``tiny``: where the default check's fixed cost is the cost: ``--count`` float64 ops of ``opdb``
+  drawn with ``random.Random(--seed)`` among those with tiny samples (gradcheck inputs of at most
+  TINY_ELEMENTS elements together), each with its first TINY_SAMPLES tiny samples: elementwise,
+  reduction, indexing and shape ops on a few elements, as most of torch's own OpInfo samples are.
+
+``--flags defaults`` makes one call per sample with gradcheck's default flags instead of torch's
+tests' calls: ``gradcheck(fn, inputs)`` as a user writes it (no batched gradients, no forward AD),
+where the fixed cost of each tool's own checks weighs most.
+
+``--warm`` runs each sample through both tools once, untimed, before the timed calls: both engines
+warm, the op's kernels loaded, so the ratio is the steady state of a long test session; without it,
+each op's first sample pays what each tool sets up the first time it meets that op.
 
 Verdicts: a sample's verdict is that of the first call that does not pass (``True``,
 ``"GradcheckError"`` or the exception's class name, prefixed with torch's test name), as in
@@ -57,6 +69,7 @@ medians and their difference (target: opcheck within 50 ms of torch).
     python benchmarks/bench_auto_sets.py                      # all of the above (about 3 minutes, 2 cores)
     python benchmarks/bench_auto_sets.py --set random --seed 3 --count 200
     python benchmarks/bench_auto_sets.py --set ops104 --ops sin,matmul --json /tmp/sets.json
+    python benchmarks/bench_auto_sets.py --set tiny --count 50 --warm
 """
 
 from __future__ import annotations
@@ -99,9 +112,14 @@ from bench_opinfo import (  # noqa: E402
     short,
 )
 
-SETS = ("ops104", "opdb", "random")
+SETS = ("ops104", "opdb", "random", "tiny")
 DTYPES = (torch.float64, torch.complex128)
 TOOLS = ("torch", "opcheck")
+
+TINY_ELEMENTS = 20
+"""tiny set: a sample is tiny when its gradcheck inputs hold at most this many elements together."""
+TINY_SAMPLES = 10
+"""tiny set: at most this many tiny samples of one op (its first ones)."""
 
 SLOW_MAX_ENTRIES = 2**22
 """torch's slow mode is the reference only where (perturbed input elements) x (output elements)
@@ -246,6 +264,8 @@ def select(set_name: str, ops_filter: set[str] | None, args) -> tuple[list[tuple
             pairs.append((op, key, dtype))
     if set_name == "opdb":
         return [(op, key, dtype, [0], 1) for op, key, dtype in pairs], skipped
+    if set_name == "tiny":
+        return tiny_items([p for p in pairs if p[2] == torch.float64], args, skipped), skipped
     rng = random.Random(args.seed)
     items = []
     for op, key, dtype in rng.sample(pairs, min(args.count, len(pairs))):
@@ -260,6 +280,44 @@ def select(set_name: str, ops_filter: set[str] | None, args) -> tuple[list[tuple
         i = rng.randrange(n)
         items.append((op, key, dtype, [i], i + 1))
     return items, skipped
+
+
+def set_calls(op, fast_mode: bool, flags: str) -> list[tuple[str, dict]]:
+    """The gradcheck calls of one sample: torch's own gradient tests' (``--flags tests``), or one
+    call with gradcheck's defaults (``--flags defaults``: ``gradcheck(fn, inputs)`` as a user calls
+    it, no batched gradients, no forward AD)."""
+    if flags == "defaults":
+        return [("gradcheck", {"fast_mode": fast_mode})] if op.supports_autograd else []
+    return gradcheck_calls(op, fast_mode)
+
+
+def tiny_items(pairs, args, skipped) -> list[tuple]:
+    """tiny set: ``--count`` float64 ops drawn with ``random.Random(--seed)`` among those with tiny
+    samples, each with its first TINY_SAMPLES tiny samples."""
+    rng = random.Random(args.seed)
+    rng.shuffle(pairs)
+    items = []
+    for op, key, dtype in pairs:
+        if len(items) == args.count:
+            break
+        try:
+            samples = make_samples(op, dtype, None)
+        except Exception as e:  # noqa: BLE001 - an op_db entry that cannot make samples here
+            skipped.append((f"{key}|{dtype_name(dtype)}", f"sample_inputs failed: {type(e).__name__}"))
+            continue
+        tiny = []
+        for i, sample in enumerate(samples):
+            try:
+                _, ga = build_check(op, sample)
+            except Exception:  # noqa: BLE001 - the harness cannot build this one: not in the set
+                continue
+            if 0 < sum(a.numel() for a in ga) <= TINY_ELEMENTS:
+                tiny.append(i)
+            if len(tiny) == TINY_SAMPLES:
+                break
+        if tiny:
+            items.append((op, key, dtype, tiny, tiny[-1] + 1))
+    return items
 
 
 def describe(sample) -> str:
@@ -317,10 +375,10 @@ def worker(args) -> dict:
     k = 0
     for op, key, dtype, indices, limit in items:
         calls = {
-            "torch": gradcheck_calls(op, True),
-            "opcheck": [(t, {**kw, "fast_mode": "auto"}) for t, kw in gradcheck_calls(op, True)],
+            "torch": set_calls(op, True, args.flags),
+            "opcheck": [(t, {**kw, "fast_mode": "auto"}) for t, kw in set_calls(op, True, args.flags)],
         }
-        slow_calls = gradcheck_calls(op, False)
+        slow_calls = set_calls(op, False, args.flags)
         try:
             # each tool's own build (and the slow reference's): no tensor is shared between them
             built = {t: make_samples(op, dtype, limit) for t in (*TOOLS, "slow")}
@@ -367,6 +425,10 @@ def worker(args) -> dict:
 def check_sample(op, key, dtype, limit, i, built, order, checks, calls, slow_calls, args) -> dict:
     """Sample i through both tools in this order, each on its own build, then torch's slow mode."""
     res = {}
+    if args.warm:  # both tools once on the sample, untimed: the timed calls find everything set up
+        for tool in order:
+            fn, ga = build_check(op, built[tool][i])
+            run_calls(checks[tool], fn, ga, calls[tool], args.limit_seconds)
     for tool in order:
         fn, ga = build_check(op, built[tool][i])
         res[tool] = run_calls(checks[tool], fn, ga, calls[tool], args.limit_seconds)
@@ -377,6 +439,7 @@ def check_sample(op, key, dtype, limit, i, built, order, checks, calls, slow_cal
         "sample": i,
         "desc": describe(built["slow"][i]),
         "numel": sum(a.numel() for a in ga),
+        "calls": [test for test, _ in calls["torch"]],
         "first": order[0],
         "torch_s": res["torch"][0],
         "opcheck_s": res["opcheck"][0],
@@ -506,6 +569,9 @@ def run_worker(set_name: str, args) -> dict:
             argv.append("--no-slow")
         if args.verbose:
             argv.append("--verbose")
+        if args.warm:
+            argv.append("--warm")
+        argv += ["--flags", args.flags]
         proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env=child_env())
         if proc.returncode != 0 or not os.path.exists(path):
             raise SystemExit(
@@ -666,7 +732,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", action="append", help=f"{', '.join(SETS)} (repeatable, or a comma list; default: all)")
     p.add_argument("--seed", type=int, default=0, help="random set: the draw's seed (default 0)")
-    p.add_argument("--count", type=int, default=80, help="random set: (op, dtype) pairs drawn (default 80)")
+    p.add_argument("--count", type=int, default=80, help="random and tiny sets: (op, dtype) pairs drawn (default 80)")
     p.add_argument("--max-samples", type=int, default=None, metavar="N", help="ops104: at most N samples per op")
     p.add_argument("--ops", default=None, help="comma list of op keys (NAME or NAME:VARIANT): every set only these")
     p.add_argument("--json", default=None, metavar="PATH", help="write every record and the summary to PATH")
@@ -677,6 +743,13 @@ def main(argv=None) -> int:
     p.add_argument("--limit-seconds", type=float, default=120.0, help="CPU seconds per gradcheck call (default 120)")
     p.add_argument("--limit-memory", type=float, default=10.0, help="GiB a worker may map beyond its start (0: none)")
     p.add_argument("--verbose", action="store_true", help="a progress line per sample")
+    p.add_argument("--warm", action="store_true", help="each sample through both tools once, untimed, first")
+    p.add_argument(
+        "--flags",
+        choices=("tests", "defaults"),
+        default="tests",
+        help="tests: torch's gradient tests' calls (default); defaults: one call with gradcheck's defaults",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

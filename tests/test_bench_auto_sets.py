@@ -46,6 +46,7 @@ def test_two_small_sets_and_the_first_call(tmp_path):
         assert all("import_s" not in r for r in recs[1:])
         assert [r["first"] for r in recs] == ["opcheck", "torch", "opcheck"]  # alternating
     assert all(r["dtype"] in ("float64", "complex128") for r in records if r["set"] == "random:1")
+    assert all(r["calls"][0] == "test_fn_grad" for r in records)
     # ops104: the list's order (sin before mul), each op's first samples (at most 2)
     ops104 = [(r["op"], r["sample"]) for r in records if r["set"] == "ops104"]
     assert [op for op, _ in ops104] == sorted((op for op, _ in ops104), key=["sin", "mul"].index)
@@ -56,3 +57,23 @@ def test_two_small_sets_and_the_first_call(tmp_path):
     assert fc["repeat"] == 1 and fc["passed"]
     assert [len(fc["runs"][t]) for t in ("torch", "opcheck")] == [1, 1]
     assert fc["difference_ms"] == pytest.approx(fc["opcheck_ms"] - fc["torch_ms"])
+
+
+def test_the_tiny_set_with_defaults_warm(tmp_path):
+    out = tmp_path / "tiny.json"
+    args = "--set tiny --ops sin,sum,mul,nn.functional.linear --count 3 --seed 2 --flags defaults --warm"
+    proc = run_benchmark("bench_auto_sets", *args.split(), "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    records = data["records"]
+    ops = {r["op"] for r in records}
+    assert len(ops) == 3 and ops <= {"sin", "sum", "mul", "nn.functional.linear"}
+    assert records and all(0 < r["numel"] <= 20 and r["dtype"] == "float64" for r in records)
+    for op in ops:  # each op's first tiny samples, at most TINY_SAMPLES of them
+        samples = [r["sample"] for r in records if r["op"] == op]
+        assert samples == sorted(samples) and len(samples) <= 10
+    # one call with gradcheck's defaults per tool, where torch's tests make one or two
+    assert all(r["calls"] == ["gradcheck"] for r in records)
+    assert all(r["opcheck_verdict"] is True and r["torch_verdict"] is True for r in records)
+    assert data["summary"]["sets"]["tiny"]["samples"] == len(records)
+    assert "--flags defaults" in data["command"] and "--warm" in data["command"]
