@@ -32,6 +32,11 @@ FORWARD_FULL_COLUMNS = 32
 """A call that checks forward AD alone runs the full check first only up to this many input elements
 n as well: its fused pass evaluates 3n rows (x ∓ eps e_k and the tangents e_k), the projections'
 3·DIRECTIONS per input, and from about 32 columns on the projections cost less (bench_auto_sets)."""
+LOOP_COLUMNS_PER_INPUT = 16
+"""Columns per differentiable input the full check's finite differences loop over, one plain call
+pair each, when they cannot be batched (no vmap support: a Triton kernel in the interpreter, an op
+without a batching rule). The step-by-step projections take DIRECTIONS (8) call pairs per input;
+beyond twice that many columns they go first (auto/fused.py, auto/stepwise.py)."""
 
 
 def full_check_first(n: int, m: int, budget: int, backward: bool) -> bool:
@@ -144,6 +149,9 @@ class CheckContext:
     # fast_mode="auto", step by step: the projection checks first, also within the budget (the
     # function cannot be vmapped: their loops cost less than the full check's)
     projections_first: bool = False
+    # ... and the fused pass found the function's finite differences cannot be batched: the full
+    # check's columns would loop, one call pair each (see full_loop_first)
+    unbatched_columns: bool = False
     # sparse and MKLDNN inputs' dense stand-ins: torch's fast-mode directions for them, the
     # positions the numerical Jacobian perturbs, and a hint for their mismatches
     layouts: LayoutInputs | None = None
@@ -153,6 +161,11 @@ class CheckContext:
         (see full_check_first)."""
         flags = self.flags
         return full_check_first(n, m, flags.jacobian_budget, flags.check_backward_ad)
+
+    def full_loop_first(self, n: int, inputs: int) -> bool:
+        """fast_mode="auto": whether the full check may loop over n unbatched columns of `inputs`
+        differentiable inputs before the projections (see LOOP_COLUMNS_PER_INPUT)."""
+        return n <= LOOP_COLUMNS_PER_INPUT * inputs
 
     def fail(
         self,

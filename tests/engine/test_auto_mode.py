@@ -261,3 +261,53 @@ def test_auto_below_budget_has_the_full_modes_verdict(case):
     auto = test_differential.run_case(AUTO, case, "slow")
     full = test_differential.run_case(test_differential.OPCHECK, case, "slow")
     assert auto.verdict == full.verdict == case.expected_for("slow"), (auto.detail, full.detail)
+
+
+class _CountedCube(torch.autograd.Function):
+    """x**3 as a kernel is: no vmap rule, no forward AD, a backward of its own (`tail` scales the
+    gradient's last entry); counting its forward calls."""
+
+    forward_calls = 0
+    tail = 1.0
+
+    @staticmethod
+    def forward(ctx, x):
+        _CountedCube.forward_calls += 1
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        grad = 3 * x**2 * g
+        grad.reshape(-1)[-1:] *= _CountedCube.tail
+        return grad
+
+
+@pytest.mark.parametrize("size, path", [(16, "full"), (40, "projected")])
+def test_an_op_that_cannot_be_vmapped_loops_over_its_columns_only_while_the_projections_cost_more(size, path):
+    from opcheck.engine.auto.projections import DIRECTIONS
+    from opcheck.engine.context import LOOP_COLUMNS_PER_INPUT
+
+    assert LOOP_COLUMNS_PER_INPUT == 2 * DIRECTIONS  # the loop's call pairs against the projections'
+    x = torch.linspace(0.5, 1.5, size, dtype=torch.float64).requires_grad_()
+    _CountedCube.tail, _CountedCube.forward_calls = 1.0, 0
+    r = opcheck.gradcheck_report(_CountedCube.apply, (x,), fast_mode="auto")
+    assert r.passed and r.stats.auto_paths[0].startswith(path), r.stats
+    if path == "full":  # two calls a column: within LOOP_COLUMNS_PER_INPUT columns, no more than the projections
+        assert any("vmap" in f for f in r.stats.fallbacks) and r.stats.fused, r.stats
+    else:  # a call pair per direction, where the loop would take 2 * size + 1
+        assert _CountedCube.forward_calls <= 2 * DIRECTIONS + 4 < 2 * size + 1, _CountedCube.forward_calls
+    _CountedCube.tail = 1.5
+    try:
+        wrong = opcheck.gradcheck_report(_CountedCube.apply, (x,), fast_mode="auto")
+        assert not wrong.passed, wrong.message
+        if path == "full":  # the full check's report, in its words
+            assert isinstance(wrong.mismatch, JacobianMismatch)
+            assert wrong.message == opcheck.gradcheck_report(_CountedCube.apply, (x,)).message
+            assert wrong.mismatch.worst[0].input_index == (size - 1,)
+        else:  # the projections' report, with the Jacobian entry the full check fails
+            assert isinstance(wrong.mismatch, ProjectionMismatch) and "the full check fails it" in wrong.message
+            assert wrong.mismatch.pinned[0].input_index == (size - 1,)
+    finally:
+        _CountedCube.tail = 1.0

@@ -93,5 +93,6 @@ def test_the_gradient_checks_probe_the_op_a_few_times_per_sample(counted):
     assert {"gradcheck", "gradgradcheck"} <= checks, estimates
     per_sample = {kind: n / len(SAMPLES) for kind, n in counted.items()}
     # a forward and a backward timed, forward AD tried, a double backward, the first derivative
-    # probed for gradgradcheck: never the op's own probe again
-    assert per_sample["forward"] <= 7 and per_sample["backward"] <= 5, counted
+    # probed for gradgradcheck, and for the projections (both samples take them: Cube cannot be
+    # vmapped, and 32 columns cost more looped) their sources: never the op's own probe again
+    assert per_sample["forward"] <= 10 and per_sample["backward"] <= 6, counted

@@ -60,11 +60,11 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
             ctx.numerical_cache.clear()
             call = Call.of(call.func, call.inputs)
             viewed = viewed and real_inputs_call(call)
-            if attempt is projected_check and (e.loops or complex_inputs):
+            if e.projections or (attempt is projected_check and (e.loops or complex_inputs)):
                 # Without vmap support the full check would loop over every column and row, and on
                 # complex inputs it takes two calls per column: the step-by-step projections take a
                 # handful (the full check decides what they do not pass).
-                return False, replace(ctx, projections_first=True), call
+                return False, replace(ctx, projections_first=True, unbatched_columns=e.projections), call
     return False, ctx, call
 
 

@@ -86,12 +86,13 @@ from opcheck.engine.auto.passes import (
 )
 from opcheck.engine.batching import (
     ForwardCalls,
+    LoopOverBudget,
     close,
     difference_quotient,
     settings,
 )
 from opcheck.engine.comparison.compare import BACKWARD, FORWARD
-from opcheck.engine.context import Blocks, Call, CheckContext
+from opcheck.engine.context import LOOP_COLUMNS_PER_INPUT, Blocks, Call, CheckContext
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian
 from opcheck.engine.evaluation.numerical import numerical_jacobian
@@ -141,7 +142,7 @@ def _jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks, bool]:
         legacy = flags.check_batched_forward_grad
         if not legacy or legacy_vmap is not None:
             return _forward_jacobians(ctx, call, legacy)
-    numerical = numerical_jacobian(ctx, func, inputs, func_out)  # [input][output] (n_j, m_i)
+    numerical = _numerical(ctx, call)  # [input][output] (n_j, m_i)
     if not flags.check_forward_ad:
         return numerical, [], False
     # With the batched forward-AD check on, the columns come from the legacy vmap, that check's own
@@ -149,6 +150,22 @@ def _jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks, bool]:
     # then tested, on every column.
     analytical = analytical_jvp_jacobian(ctx, func, inputs, func_out)
     return numerical, analytical, ctx.evaluator.jvp_kind_used == "jvp"
+
+
+def _numerical(ctx: CheckContext, call: Call) -> Blocks:
+    """The numerical Jacobian, where its columns can be batched or are few enough to loop over.
+
+    Without vmap support each column is two plain calls, and beyond context.LOOP_COLUMNS_PER_INPUT
+    columns per input the step-by-step projections, a call pair per direction, go first.
+    """
+    ev = ctx.evaluator
+    ev.loop_columns = LOOP_COLUMNS_PER_INPUT * len(diff_input_indices(call.inputs))
+    try:
+        return numerical_jacobian(ctx, call.func, call.inputs, call.func_out)
+    except LoopOverBudget as e:
+        raise Fallback(f"finite differences cannot be batched: {e}", loops=True, projections=True) from e
+    finally:
+        ev.loop_columns = None
 
 
 def _compare_forward(ctx: CheckContext, numerical: Blocks, analytical: Blocks) -> None:

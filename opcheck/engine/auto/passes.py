@@ -41,12 +41,14 @@ class Fallback(Exception):
     batched result disagreed with a plain call: the step-by-step check then runs without it.
     `loops`: the function cannot be evaluated in batches as the pass needs (no vmap support, or
     batching is off), so a check of its every column and row would run them one call at a time.
+    `projections`: the step-by-step projections cost fewer calls than the pass would: they go first.
     """
 
-    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False):
+    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False, projections: bool = False):
         super().__init__(message)
         self.distrust = distrust
         self.loops = loops
+        self.projections = projections
 
 
 @contextlib.contextmanager

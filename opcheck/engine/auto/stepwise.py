@@ -182,7 +182,10 @@ def auto_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
         stats.auto_paths.append("full")
         return full_check(ctx, call, part)
 
-    if n * m <= budget and not (ctx.projections_first and not ctx.full_first(n, m)):
+    # Projections first where the full check costs more: beyond its size, or where its columns
+    # cannot be batched and would loop over more than they take.
+    loops = ctx.unbatched_columns and not ctx.full_loop_first(n, len(diff_input_indices(call.inputs)))
+    if n * m <= budget and not (ctx.projections_first and (loops or not ctx.full_first(n, m))):
         return full()
     if n * m <= budget:  # projections first; the full check decides what they do not pass
         mark = len(stats.auto_paths)

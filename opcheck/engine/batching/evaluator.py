@@ -108,6 +108,10 @@ class Evaluator:
         self.legacy_jvp_first = False
         self.jvp_kind_used: Kind | Literal["loop"] | None = None
         self.numerical_batched = False  # whether the latest numerical_columns call was vmapped
+        # The most columns numerical_columns may compute one plain call pair at a time when they
+        # cannot be batched (None: any); beyond, it raises LoopOverBudget (a fused pass sets it: a
+        # cheaper check than the loop exists there).
+        self.loop_columns: int | None = None
         # Seconds per row of the latest timed legacy batched backward (auto/fused_projected.py
         # weighs backward's rows against the finite differences of every column with it).
         self.backward_row_seconds: float | None = None

@@ -62,7 +62,14 @@ def numerical_columns(
             return result
         except Exception as e:  # anything: the loop decides what the user sees
             ev.give_up("forward", e)
+    if ev.loop_columns is not None and total > ev.loop_columns:
+        raise LoopOverBudget(f"{total} columns, one call pair each, where the caller allows {ev.loop_columns}")
     return [diffs.columns(idx, p, (positions or {}).get(idx)) for idx, p in segments]
+
+
+class LoopOverBudget(Exception):
+    """The columns cannot be batched, and looping over them costs more calls than the caller allows
+    (Evaluator.loop_columns)."""
 
 
 def _delta(eps: float, p: complex) -> complex:

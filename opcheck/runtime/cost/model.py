@@ -24,7 +24,7 @@ from opcheck.engine.auto.fused_projected import columns_cost_less
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.auto.stepwise import CONFIRMING_ROWS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
-from opcheck.engine.context import full_check_first
+from opcheck.engine.context import LOOP_COLUMNS_PER_INPUT, full_check_first
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
@@ -34,9 +34,10 @@ __all__ = ["Flags", "Kind", "Plan", "plan_check", "unit_seconds"]
 class _Fallback(Exception):
     """A fused pass that does not pass the call (what it evaluated until then is in the plan)."""
 
-    def __init__(self, loops: bool = False):
+    def __init__(self, loops: bool = False, projections: bool = False):
         super().__init__()
         self.loops = loops
+        self.projections = projections  # fused.Fallback.projections: the step-by-step projections go first
 
 
 class _Planner:
@@ -46,6 +47,8 @@ class _Planner:
         self.f, self.p, self.plan = flags, probe, Plan()
         self.batch = {"forward": True, "vjp": True, "jvp": True}  # the Evaluator's kinds still on
         self.projections_first = False
+        self.unbatched_columns = False  # CheckContext.unbatched_columns
+        self.loop_columns: int | None = None  # Evaluator.loop_columns
 
     # ----------------------------------------------------------------------- costs
     def seconds(self, kind: Kind, rows: int = 1) -> float:
@@ -72,6 +75,7 @@ class _Planner:
                 # inputs of their own (opcheck.engine.comparison.parts), which rebuild the complex input
                 sub = _Planner(f, p.forward_part)
                 sub.batch, sub.projections_first = self.batch, self.projections_first
+                sub.unbatched_columns = self.unbatched_columns
                 sub.plan = self.plan
                 sub._compare(part)
             else:
@@ -110,7 +114,7 @@ class _Planner:
         sub = _Planner(self.f, viewed)
         sub.batch, sub.plan = self.batch, self.plan
         done = sub._fused_passes_of(complex_inputs=True)
-        self.projections_first = sub.projections_first
+        self.projections_first, self.unbatched_columns = sub.projections_first, sub.unbatched_columns
         return done
 
     def _fused_passes_of(self, complex_inputs: bool) -> bool:
@@ -127,8 +131,8 @@ class _Planner:
                 return True
             except _Fallback as e:
                 self.add(Kind.FORWARD)  # a fresh start: the function called again
-                if attempt == self._fused_projected and (e.loops or complex_inputs):
-                    self.projections_first = True
+                if e.projections or (attempt == self._fused_projected and (e.loops or complex_inputs)):
+                    self.projections_first, self.unbatched_columns = True, e.projections
                     return False
         return False
 
@@ -171,7 +175,12 @@ class _Planner:
             self._vmap_jvp(3 * p.n)
             self.add(Kind.JVP)
         else:
-            self._numerical_columns(center_probe=True)
+            # fused._numerical: beyond LOOP_COLUMNS_PER_INPUT unbatched columns per input, the projections
+            self.loop_columns = LOOP_COLUMNS_PER_INPUT * p.n_inputs
+            try:
+                self._numerical_columns(center_probe=True)
+            finally:
+                self.loop_columns = None
             if f.forward:
                 self._jvp_columns(legacy_first=f.batched_forward_grad)
         if f.forward and not p.jvp_right:
@@ -291,7 +300,8 @@ class _Planner:
         p, f = self.p, self.f
         n, m = p.n, p.m
         full_first = full_check_first(n, m, f.budget, f.backward)
-        if n * m <= f.budget and not (self.projections_first and not full_first):
+        loops = self.unbatched_columns and n > LOOP_COLUMNS_PER_INPUT * p.n_inputs
+        if n * m <= f.budget and not (self.projections_first and (loops or not full_first)):
             self._full(part, note="auto: full Jacobian, step by step")
         else:
             self._projected(part)
@@ -427,6 +437,8 @@ class _Planner:
                 self.plan.extend(trial)
                 if done:
                     return
+        if self.loop_columns is not None and total > self.loop_columns:
+            raise _Fallback(loops=True, projections=True)
         self.add(Kind.FORWARD, 2 * total)
 
     def _jvp_columns(self, legacy_first: bool) -> None:
