@@ -28,7 +28,7 @@ from opcheck.engine._util import (
     vmap_form,
 )
 from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
-from opcheck.engine.batching import Evaluator, ForwardCalls, Kind, combination_close, legacy_tangents
+from opcheck.engine.batching import BatchingKind, Evaluator, ForwardCalls, combination_close, legacy_tangents
 from opcheck.engine.comparison.complex_views import as_real, real_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
@@ -44,7 +44,9 @@ class Fallback(Exception):
     `projections`: the step-by-step projections cost fewer calls than the pass would: they go first.
     """
 
-    def __init__(self, message: str, distrust: tuple[Kind, ...] = (), loops: bool = False, projections: bool = False):
+    def __init__(
+        self, message: str, distrust: tuple[BatchingKind, ...] = (), loops: bool = False, projections: bool = False
+    ):
         super().__init__(message)
         self.distrust = distrust
         self.loops = loops

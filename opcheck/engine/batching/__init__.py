@@ -19,7 +19,7 @@ Its rooms, imported one way (each only from those above it):
 """
 
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
-from opcheck.engine.batching.evaluator import EvalStats, Evaluator, Kind, warm_functorch
+from opcheck.engine.batching.evaluator import BatchingKind, EvalStats, Evaluator, warm_functorch
 from opcheck.engine.batching.fd_columns import LoopOverBudget, Segment, numerical_columns
 from opcheck.engine.batching.finite_differences import Differences, difference_quotient, neighbourhood_check
 from opcheck.engine.batching.jvp_columns import DtypeCheck, ForwardCalls, jvp_columns, legacy_tangents
@@ -50,7 +50,7 @@ __all__ = [
     "EvalStats",
     "Evaluator",
     "ForwardCalls",
-    "Kind",
+    "BatchingKind",
     "LoopOverBudget",
     "LoopRows",
     "Schedule",

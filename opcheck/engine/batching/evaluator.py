@@ -21,7 +21,7 @@ from opcheck.engine._util import Func, as_tuple, legacy_vmap
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
 from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds, cpu_clock
 
-Kind = Literal["forward", "vjp", "jvp_func", "jvp"]
+BatchingKind = Literal["forward", "vjp", "jvp_func", "jvp"]
 """A kind of batching: forward evaluation (finite differences), VJP rows (is_grads_batched), JVP
 columns through torch.func.jvp under torch.func.vmap ("jvp_func") or make_dual under the legacy
 vmap ("jvp")."""
@@ -106,7 +106,7 @@ class Evaluator:
         # JVP columns: the legacy vmap (torch's batched forward-AD check's own machinery) before
         # torch.func's, and which of them (or "loop") the latest jvp_columns call used.
         self.legacy_jvp_first = False
-        self.jvp_kind_used: Kind | Literal["loop"] | None = None
+        self.jvp_kind_used: BatchingKind | Literal["loop"] | None = None
         self.numerical_batched = False  # whether the latest numerical_columns call was vmapped
         # The most columns numerical_columns may compute one plain call pair at a time when they
         # cannot be batched (None: any); beyond, it raises LoopOverBudget (a fused pass sets it: a
@@ -124,7 +124,7 @@ class Evaluator:
         self.vjp_batches: list[tuple[torch.Tensor, list[tuple[int, int]]]] = []
 
     # ------------------------------------------------------------------ policy
-    def batches(self, kind: Kind) -> bool:
+    def batches(self, kind: BatchingKind) -> bool:
         """Whether this kind of batching is still on."""
         return {
             "forward": self.batch_forward,
@@ -133,7 +133,7 @@ class Evaluator:
             "jvp": self.batch_jvp,
         }[kind]
 
-    def stop(self, *kinds: Kind) -> None:
+    def stop(self, *kinds: BatchingKind) -> None:
         """Turn these kinds of batching off for the rest of the call."""
         for kind in kinds:
             if kind == "forward":
@@ -145,7 +145,7 @@ class Evaluator:
             else:
                 self.batch_jvp = False
 
-    def give_up(self, kind: Kind, why: BaseException | str) -> None:
+    def give_up(self, kind: BatchingKind, why: BaseException | str) -> None:
         """Turn a kind of batching off, recording why (the loop decides from now on)."""
         self.stop(kind)
         if isinstance(why, SlowerThanLoop):
@@ -168,7 +168,7 @@ class Evaluator:
         return chunk_columns(n, per_column_elems, itemsize, self.memory_budget)
 
     # ---------------------------------------------------------- adaptive rule
-    def keep_if_cheaper(self, kind: Kind, batched_per_column: float, plain_per_column: float) -> bool:
+    def keep_if_cheaper(self, kind: BatchingKind, batched_per_column: float, plain_per_column: float) -> bool:
         """Stop batching this kind for the rest of the call when it costs more than the loop.
 
         Some ops have no batching rule and run under vmap's slow per-example fallback; the probe
@@ -184,7 +184,7 @@ class Evaluator:
         return True
 
     def judge_batch(
-        self, kind: Kind, schedule: Schedule, batched_per_column: float, plain_per_column: float, more: bool
+        self, kind: BatchingKind, schedule: Schedule, batched_per_column: float, plain_per_column: float, more: bool
     ) -> None:
         """After a timed batch: the loop takes over the rest of the columns when batching costs more,
         and otherwise the next batch grows by the factor this one undercut the loop."""
