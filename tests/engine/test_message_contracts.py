@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_failure_facts import _wrong_backward
 
 import opcheck
 from opcheck.engine.lowprec.check import lowprec_report
@@ -87,23 +88,6 @@ def reads_engine_words(pattern: str, lines: list[str]) -> str | None:
 
 
 # ------------------------------------------------------------------------- the engine's words
-def _wrong(scale: float = 2.0):
-    class Wrong(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, y):
-            ctx.save_for_backward(x, y)
-            return x * y
-
-        @staticmethod
-        def backward(ctx, g):
-            x, y = ctx.saved_tensors
-            gx = (g * y).clone()
-            gx[-1] *= scale
-            return gx, g * x
-
-    return Wrong.apply
-
-
 def _message(check, *args, **kwargs) -> str:
     with pytest.raises((opcheck.GradcheckError, AssertionError)) as info:
         check(*args, **kwargs)
@@ -115,10 +99,11 @@ def engine_lines() -> list[str]:
     """Lines of the engine's messages: a wrong entry in each mode, a projection report, a low-precision part."""
     x, y = (torch.linspace(0.5, 1.5, 6, dtype=torch.float64).requires_grad_() for _ in range(2))
     big = tuple(torch.linspace(0.5, 1.5, 400, dtype=torch.float64).requires_grad_() for _ in range(2))
-    messages = [_message(opcheck.gradcheck, _wrong(), (x, y), fast_mode=mode) for mode in (False, True, "auto")]
-    messages.append(_message(opcheck.gradcheck, _wrong(), big, fast_mode="auto", jacobian_budget=1000))
+    wrong = _wrong_backward()
+    messages = [_message(opcheck.gradcheck, wrong, (x, y), fast_mode=mode) for mode in (False, True, "auto")]
+    messages.append(_message(opcheck.gradcheck, _wrong_backward(), big, fast_mode="auto", jacobian_budget=1000))
     low = tuple(torch.linspace(1, 2, 64, dtype=torch.float32).requires_grad_() for _ in range(2))
-    report = lowprec_report(_wrong(1.001), low, reference=lambda a, b: a * b)
+    report = lowprec_report(_wrong_backward(scale=1.001), low, reference=lambda a, b: a * b)
     assert report.error is not None
     messages.append(str(report.error))
     lines = [line for message in messages for line in message.splitlines() if line.strip()]
