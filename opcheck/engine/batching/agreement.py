@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from opcheck.engine._util import identical
+
 
 class Disagreement(Exception):
     """The batched result differs from the loop's on the probe column."""
@@ -13,7 +15,7 @@ def ulps_apart(got: torch.Tensor, want: torch.Tensor) -> float:
     """How far apart two results that `close` accepted are: max |got - want| in units of the last
     place of max |want| (0 where they are equal, as most batched kernels give)."""
     got, want = got.detach(), want.detach()
-    if got.numel() == 0 or not (got.is_floating_point() or got.is_complex()) or _equal(got, want):
+    if got.numel() == 0 or not (got.is_floating_point() or got.is_complex()) or identical(got, want):
         return 0.0
     diff = float(torch.sub(got, want).abs().nan_to_num(0.0, 0.0, 0.0).max())
     if diff == 0.0:
@@ -23,20 +25,12 @@ def ulps_apart(got: torch.Tensor, want: torch.Tensor) -> float:
     return diff / (eps * scale) if scale > 0 else float("inf")
 
 
-def _equal(got: torch.Tensor, want: torch.Tensor) -> bool:
-    """torch.equal; False for the dtypes it does not implement (complex32), whose difference then decides."""
-    try:
-        return bool(torch.equal(got, want))
-    except NotImplementedError:
-        return False
-
-
 def close(got: torch.Tensor, want: torch.Tensor, extra_atol: float = 0.0) -> bool:
     """Agreement up to reassociation: what batched and plain kernels may differ by."""
     got, want = got.detach(), want.detach()
     if got.shape != want.shape or got.dtype != want.dtype:
         return False
-    if got.numel() == 0 or _equal(got, want):  # bit for bit, as most batched kernels give
+    if got.numel() == 0 or identical(got, want):  # bit for bit, as most batched kernels give
         return True
     if not (got.is_floating_point() or got.is_complex()):
         return False
