@@ -35,6 +35,7 @@ from opcheck.engine.modes.fast import fast_check
 from opcheck.engine.modes.full import full_check
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.reporting.diagnostics import BlockMismatch
+from opcheck.engine.route import Stepwise
 from opcheck.engine.second_order import first_derivative
 
 __all__ = ["FastMode", "GradcheckReport", "gradcheck", "gradcheck_report", "gradgradcheck", "gradgradcheck_report"]
@@ -204,7 +205,9 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
     # (layouts.py); the checks after them run on the call as given, as torch's do.
     layouts = LayoutInputs(inputs, bool(flags.masked))
     if layouts:
-        ctx = replace(ctx, layouts=layouts, projections_first=True)  # the rebuilt layouts cannot be vmapped
+        ctx = replace(
+            ctx, layouts=layouts, stepwise=Stepwise(projections_first=True)
+        )  # the rebuilt layouts cannot be vmapped
         ctx.evaluator.stop("forward", "vjp", "jvp_func", "jvp")  # loops throughout
         jacobian_call = Call.of(layouts.wrap(func), layouts.inputs)
         layouts.given = call

@@ -21,30 +21,8 @@ from opcheck.engine.flags import CheckFlags
 from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.reporting.diagnostics import BlockMismatch
+from opcheck.engine.route import Sizes, Stepwise
 from opcheck.failure_facts import FailureFacts
-
-FULL_CHECK_ELEMENTS = 128
-"""fast_mode="auto" runs the full check first while the differentiable input elements n and the
-float output elements m number at most this many together (so n·m <= 4096). Its cost grows with
-(n + m)²: 2n + 1 evaluations and m backward rows, each of n + m elements. The projections' grows
-with n + m only, and below this size the two cost about the same (auto/fused.py, auto/fused_projected.py)."""
-FORWARD_FULL_COLUMNS = 32
-"""A call that checks forward AD alone runs the full check first only up to this many input elements
-n as well: its fused pass evaluates 3n rows (x ∓ eps e_k and the tangents e_k), the projections'
-3·DIRECTIONS per input, and from about 32 columns on the projections cost less (bench_auto_sets)."""
-LOOP_COLUMNS_PER_INPUT = 16
-"""Columns per differentiable input the full check's finite differences loop over, one plain call
-pair each, when they cannot be batched (no vmap support: a Triton kernel in the interpreter, an op
-without a batching rule). The step-by-step projections take DIRECTIONS (8) call pairs per input;
-beyond twice that many columns they go first (auto/fused.py, auto/stepwise.py)."""
-
-
-def full_check_first(n: int, m: int, budget: int, backward: bool) -> bool:
-    """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
-    (see FULL_CHECK_ELEMENTS and FORWARD_FULL_COLUMNS; never beyond the budget). `backward`: the call
-    checks backward AD."""
-    return n + m <= FULL_CHECK_ELEMENTS and n * m <= budget and (backward or n <= FORWARD_FULL_COLUMNS)
-
 
 Blocks = list[tuple[torch.Tensor, ...]]
 """A numerical Jacobian: per input requiring grad, one (numel_in, numel_out) block per float output."""
@@ -146,26 +124,16 @@ class CheckContext:
     # The numbers of the inputs that output i's and input j's names speak of ("input 2"; None: not named)
     named_inputs: Callable[[int | None, int | None], tuple[int, ...]] = _named_inputs
     numerical_cache: NumericalCache = field(default_factory=NumericalCache)
-    # fast_mode="auto", step by step: the projection checks first, also within the budget (the
-    # function cannot be vmapped: their loops cost less than the full check's)
-    projections_first: bool = False
-    # ... and the fused pass found the function's finite differences cannot be batched: the full
-    # check's columns would loop, one call pair each (see full_loop_first)
-    unbatched_columns: bool = False
+    # fast_mode="auto": how its step-by-step check starts (what the fused passes handed on: route.py)
+    stepwise: Stepwise = Stepwise()
     # sparse and MKLDNN inputs' dense stand-ins: torch's fast-mode directions for them, the
     # positions the numerical Jacobian perturbs, and a hint for their mismatches
     layouts: LayoutInputs | None = None
 
-    def full_first(self, n: int, m: int) -> bool:
-        """fast_mode="auto": whether the full check runs first for a Jacobian of m rows and n columns
-        (see full_check_first)."""
-        flags = self.flags
-        return full_check_first(n, m, flags.jacobian_budget, flags.check_backward_ad)
-
-    def full_loop_first(self, n: int, inputs: int) -> bool:
-        """fast_mode="auto": whether the full check may loop over n unbatched columns of `inputs`
-        differentiable inputs before the projections (see LOOP_COLUMNS_PER_INPUT)."""
-        return n <= LOOP_COLUMNS_PER_INPUT * inputs
+    def sizes(self, n: int, m: int, inputs: int) -> Sizes:
+        """fast_mode="auto"'s route inputs for a Jacobian of m rows and n columns over `inputs`
+        differentiable inputs (route.Sizes)."""
+        return Sizes(n, m, inputs, self.flags.jacobian_budget, self.flags.check_backward_ad)
 
     def fail(
         self,

@@ -5,8 +5,8 @@ pair: cheap, but a single wrong entry of a large Jacobian moves vᵀJu by less t
 and passes. `false` computes the full Jacobian. `auto` (the default) calls the engine with
 fast_mode="auto" and the run's budget (context.DEFAULT_JACOBIAN_BUDGET = 2**20, the engine's own
 default; `--opcheck-budget` or OPCHECK_JACOBIAN_BUDGET change it): the full Jacobian up to
-core.FULL_CHECK_ELEMENTS (128) input and output elements (a check of forward AD alone: up to
-context.FORWARD_FULL_COLUMNS (32) input elements), entrywise projection checks beyond,
+route.FULL_CHECK_ELEMENTS (128) input and output elements (a check of forward AD alone: up to
+route.FORWARD_FULL_COLUMNS (32) input elements), entrywise projection checks beyond,
 and within the budget a projection check that does not pass is decided by the full Jacobian
 (opcheck.engine.auto.stepwise says what they guarantee).
 The engine decides per comparison; a failure's `policy:` row reports what it did, from the
@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from opcheck.engine import GradcheckReport, ProjectionMismatch
-from opcheck.engine.modes import full as core
+from opcheck.engine import GradcheckReport, ProjectionMismatch, route
 from opcheck.runtime.context import Settings
 from opcheck.spec.model import Check, FastMode
 
@@ -63,12 +62,12 @@ class Policy:
         paths = _auto_paths(report) if report is not None else []
         if not paths:  # no comparison ran (the check raised first): the plan, not what happened
             return (
-                f"{self.reason}: full Jacobian up to {core.FULL_CHECK_ELEMENTS} input and output elements, "
+                f"{self.reason}: full Jacobian up to {route.FULL_CHECK_ELEMENTS} input and output elements, "
                 f"entrywise projections beyond, decided by the full Jacobian within budget {self.budget}{where} "
                 "entries" + (f"; this check has {n} entries" if n is not None else "")
             )
         # Within the budget the engine may still have passed the check on its projections (from
-        # core.FULL_CHECK_ELEMENTS on); only the size says which side of the budget it is.
+        # route.FULL_CHECK_ELEMENTS on); only the size says which side of the budget it is.
         within = n <= budget if n is not None and budget is not None else all(p == "full" for p in paths)
         done = list(
             dict.fromkeys(

@@ -15,7 +15,7 @@ from test_fused import AUTO, AddWrongWithUndefinedTangent, _is_batched, _sin_wro
 from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
-from opcheck.engine import aux_checks, context
+from opcheck.engine import aux_checks, route
 from opcheck.engine.auto import fused
 from tests.clocks import Spans
 
@@ -32,7 +32,7 @@ SinJvpWrongTailUnderLegacyVmap = _sin_wrong_tail(
 @pytest.fixture
 def projections_everywhere(monkeypatch):
     """Every auto call within the budget takes the projections' pass first."""
-    monkeypatch.setattr(context, "FULL_CHECK_ELEMENTS", 0)
+    monkeypatch.setattr(route, "FULL_CHECK_ELEMENTS", 0)
 
 
 def _without_fused_passes(monkeypatch):

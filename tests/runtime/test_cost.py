@@ -12,6 +12,7 @@ import torch
 from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, is_legacy_batchedtensor
 
 import opcheck.engine as engine
+from opcheck.engine import route
 from opcheck.runtime.checks import engine_call
 from opcheck.runtime.context import Settings
 from opcheck.runtime.cost.estimate import Calls, Estimate, estimate, estimate_spec, format_seconds, machine_factor
@@ -154,6 +155,34 @@ def test_planned_calls_are_the_calls_the_op_sees(name):
     assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, plan.path, report.stats)
 
 
+ROUTES = {
+    # the full check first nowhere: the small Jacobian takes the projections' pass
+    "no full check first": ("full Jacobian", "FULL_CHECK_ELEMENTS", 0),
+    # ... and up to 1024 elements: the 16x16 input takes the full check's pass
+    "a larger full check first": ("projections", "FULL_CHECK_ELEMENTS", 1024),
+    # a kernel's unbatched columns looped over up to 4 per input: its 12 take the projections
+    "shorter loops": ("backward-only kernel, small", "LOOP_COLUMNS_PER_INPUT", 4),
+}
+
+
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_the_engine_and_the_estimate_take_one_route(name, monkeypatch):
+    """Both follow opcheck.engine.route: a decision moved there moves the engine's evaluations and
+    the plan's alike (neither decides it again)."""
+    case, constant, value = ROUTES[name]
+    fn, shape, kwargs = CASES[case]
+    x = _x(*shape)
+    flags = Flags.of(dict(kwargs, check_backward_ad=True))
+    before = plan_check(flags, Probe(fn, (x,))).path
+    monkeypatch.setattr(route, constant, value)
+    plan = plan_check(flags, Probe(fn, (x,)))
+    assert plan.path != before, plan.path
+    COUNTS.clear()
+    report = engine.gradcheck_report(fn, (x,), **kwargs)
+    assert report.passed, report.message
+    assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, plan.path, report.stats)
+
+
 def test_a_backward_only_kernel_loops_over_its_rows():
     x = _x(10, 10)
     plan = plan_check(Flags(mode="auto"), Probe(KernelCube.apply, (x,)))
@@ -208,7 +237,7 @@ def test_the_paths_follow_the_engines_sizes_and_budget():
     assert plan_check(Flags(), conj).path == ["auto: full Jacobian, step by step"]
     kernel = Probe(KernelCube.apply, (_x(12, 12),))
     assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
-    # forward AD alone: the full check first up to 32 input elements only (context.full_check_first)
+    # forward AD alone: the full check first up to 32 input elements only (route.Sizes.full_first)
     forward_only = Flags(backward=False, forward=True)
     assert plan_check(forward_only, Probe(torch.sin, (_x(4, 8),))).path == ["auto: full Jacobian, fused"]
     assert plan_check(forward_only, Probe(torch.sin, (_x(6, 8),))).path == [

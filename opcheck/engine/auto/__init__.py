@@ -9,7 +9,7 @@ share (the batched rows they trust, and the Fallback that hands a call on).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 
 from opcheck.engine._util import diff_input_indices
@@ -19,6 +19,7 @@ from opcheck.engine.auto.passes import Fallback, real_inputs_call
 from opcheck.engine.auto.stepwise import auto_check, jacobian_sides
 from opcheck.engine.comparison.parts import compare_parts
 from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.route import Pass, after_fallback, fused_order
 
 __all__ = ["check", "jacobian_sides"]
 
@@ -38,50 +39,34 @@ def check(ctx: CheckContext, call: Call, *, forward_ad: bool, fused: bool) -> tu
 
 
 def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Call]:
-    """fast_mode="auto"'s fused passes, tried in order: (whether one passed the call, the context and
-    the call for the step-by-step check after them).
+    """fast_mode="auto"'s fused passes, tried in route.fused_order: (whether one passed the call, the
+    context and the call for the step-by-step check after them).
 
     Complex inputs are seen through torch.view_as_real (passes.real_inputs_call). A pass that does
-    not pass the call leaves the next pass, or the step-by-step check, a fresh start: the function
-    called again, the batching it distrusts off.
+    not pass the call leaves the next pass, or the step-by-step check (route.after_fallback), a fresh
+    start: the function called again, the batching it distrusts off.
     """
     viewed = real_inputs_call(call)
-    complex_inputs = any(call.inputs[j].is_complex() for j in diff_input_indices(call.inputs))
-    for attempt in _fused_order(ctx, viewed or call):
+    diff = diff_input_indices(call.inputs)
+    complex_inputs = any(call.inputs[j].is_complex() for j in diff)
+    n, m = jacobian_sides((viewed or call).inputs, (viewed or call).func_out)
+    for attempt in fused_order(ctx.sizes(n, m, len(diff))):
         try:
-            attempt(ctx, viewed or call)
+            _PASSES[attempt](ctx, viewed or call)
             return True, ctx, call
         except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
             stats = ctx.evaluator.stats
-            stats.fallbacks.append(f"{'fused' if attempt is fused_check else 'projected'}: {e}")
+            stats.fallbacks.append(f"{'projected' if attempt is Pass.PROJECTED else 'fused'}: {e}")
             ctx.evaluator.stop(*e.distrust)
             stats.auto_paths.clear()
             stats.failed_path = None
             ctx.numerical_cache.clear()
             call = Call.of(call.func, call.inputs)
             viewed = viewed and real_inputs_call(call)
-            if e.projections or (attempt is projected_check and (e.loops or complex_inputs)):
-                # Without vmap support the full check would loop over every column and row, and on
-                # complex inputs it takes two calls per column: the step-by-step projections take a
-                # handful (the full check decides what they do not pass).
-                return False, replace(ctx, projections_first=True, unbatched_columns=e.projections), call
+            start = after_fallback(attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs)
+            if start is not None:
+                return False, replace(ctx, stepwise=start), call
     return False, ctx, call
 
 
-def _fused_order(ctx: CheckContext, call: Call) -> Iterator[Callable[[CheckContext, Call], None]]:
-    """fast_mode="auto"'s fused passes, in the order they are tried.
-
-    Up to context.FULL_CHECK_ELEMENTS input and output elements (and for a call that checks forward
-    AD alone up to context.FORWARD_FULL_COLUMNS input elements: context.full_check_first) the full
-    check is cheap: its fused pass. Beyond, the projections' fused pass; within the Jacobian budget a
-    call it does not pass goes on to the full check, so there its failures are the full check's. A
-    function the projections' pass cannot vmap, or whose inputs are complex, goes to the step-by-step
-    projections (ctx.projections_first), and within the budget a failure there to the full check too.
-    """
-    n, m = jacobian_sides(call.inputs, call.func_out)
-    if ctx.full_first(n, m):
-        yield fused_check
-        return
-    yield projected_check
-    if n * m <= ctx.flags.jacobian_budget:
-        yield fused_check
+_PASSES: dict[Pass, Callable[[CheckContext, Call], None]] = {Pass.FULL: fused_check, Pass.PROJECTED: projected_check}

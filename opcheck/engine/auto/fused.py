@@ -1,6 +1,6 @@
 """fast_mode="auto"'s full check and its side checks folded into few calls.
 
-It runs up to context.FULL_CHECK_ELEMENTS input and output elements, and within the budget after a
+It runs up to route.FULL_CHECK_ELEMENTS input and output elements, and within the budget after a
 projection pass (fused_projected.py) that did not pass the call.
 
 Run step by step (modes.full.full_check, then aux_checks), one gradcheck call costs about a dozen
@@ -92,10 +92,11 @@ from opcheck.engine.batching import (
     settings,
 )
 from opcheck.engine.comparison.compare import BACKWARD, FORWARD
-from opcheck.engine.context import LOOP_COLUMNS_PER_INPUT, Blocks, Call, CheckContext
+from opcheck.engine.context import Blocks, Call, CheckContext
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian
 from opcheck.engine.evaluation.numerical import numerical_jacobian
+from opcheck.engine.route import loop_columns
 
 __all__ = ["Fallback", "fused_check"]
 
@@ -155,11 +156,11 @@ def _jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks, bool]:
 def _numerical(ctx: CheckContext, call: Call) -> Blocks:
     """The numerical Jacobian, where its columns can be batched or are few enough to loop over.
 
-    Without vmap support each column is two plain calls, and beyond context.LOOP_COLUMNS_PER_INPUT
-    columns per input the step-by-step projections, a call pair per direction, go first.
+    Without vmap support each column is two plain calls, and beyond route.loop_columns the
+    step-by-step projections, a call pair per direction, go first.
     """
     ev = ctx.evaluator
-    ev.loop_columns = LOOP_COLUMNS_PER_INPUT * len(diff_input_indices(call.inputs))
+    ev.loop_columns = loop_columns(len(diff_input_indices(call.inputs)))
     try:
         return numerical_jacobian(ctx, call.func, call.inputs, call.func_out)
     except LoopOverBudget as e:

@@ -74,13 +74,14 @@ from opcheck.engine.auto.passes import (
     real_call,
     tied_to_plain,
 )
-from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher, vjp_jvp_pairs
+from opcheck.engine.auto.projections import SEED, rademacher, vjp_jvp_pairs
 from opcheck.engine.auto.sources import Projection, rows_along
 from opcheck.engine.batching import ForwardCalls, close, difference_quotient
 from opcheck.engine.comparison.compare import BACKWARD, FORWARD, Part
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.modes.fast import make_vectors, real_direction
+from opcheck.engine.route import COTANGENTS, DIRECTIONS
 
 __all__ = ["projected_check"]
 

@@ -27,11 +27,11 @@ from opcheck.engine._util import (
     unpack_dual,
     vmap_form,
 )
-from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.batching import BatchingKind, Evaluator, ForwardCalls, combination_close, legacy_tangents
 from opcheck.engine.comparison.complex_views import as_real, real_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
+from opcheck.engine.route import fused_elements
 
 
 class Fallback(Exception):
@@ -103,7 +103,6 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
     """Raise Fallback unless a fused pass covers the call: real strided inputs and outputs, batching
     on, within the memory budget (and, for the full check's pass, within the Jacobian budget)."""
     ev, inputs, outputs = ctx.evaluator, call.inputs, call.outputs
-    check_backward_ad = ctx.flags.check_backward_ad
     if not (ev.batch_forward and ev.batch_vjp):
         raise Fallback("batching is off", loops=True)
     diff = diff_input_indices(inputs)
@@ -114,18 +113,11 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
     _real_strided_outputs(call.func_out)
     if not outputs:
         raise Fallback("no differentiable outputs")
-    n = sum(inputs[j].numel() for j in diff)
-    m = sum(o.numel() for o in outputs)
-    if not projected and n * m > ctx.flags.jacobian_budget:
+    sizes = ctx.sizes(sum(inputs[j].numel() for j in diff), sum(o.numel() for o in outputs), len(diff))
+    if not projected and not sizes.within_budget:
         raise Fallback("beyond the Jacobian budget")
     itemsize = max(inputs[j].element_size() for j in diff)
-    if projected:  # see fused_projected: its forward and backward rows
-        rows = (COTANGENTS + 1) * len(outputs) + 1 if check_backward_ad else 0
-        forward = (3 * DIRECTIONS + 1) * len(diff)
-    else:
-        rows = m + len(outputs) + 1 if check_backward_ad else 0
-        forward = 2 * n + 1
-    if max(rows * (m + n), forward * (n + m)) * itemsize > ev.memory_budget:
+    if fused_elements(sizes, len(outputs), projected) * itemsize > ev.memory_budget:
         raise Fallback("more rows than fit the memory budget")
 
 

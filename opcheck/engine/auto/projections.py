@@ -16,10 +16,6 @@ import torch
 from opcheck.engine.reporting.diagnostics import BlockMismatch
 from opcheck.failure_facts import hint_lines
 
-DIRECTIONS = 8
-"""k: random input directions per input (J·U has m*k entries per block)."""
-COTANGENTS = 8
-"""k': random output cotangents per output for the VJP stage."""
 SEED = 0x5EED_A070
 """Seeds the directions U and cotangents V (one generator, inputs first)."""
 WORST = 5

@@ -29,7 +29,7 @@ from opcheck.engine._util import (
     unpack_dual,
     vmap_form,
 )
-from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS, SEED, rademacher
+from opcheck.engine.auto.projections import SEED, rademacher
 from opcheck.engine.batching import (
     Differences,
     Disagreement,
@@ -40,6 +40,7 @@ from opcheck.engine.batching import (
     vjp_batch,
 )
 from opcheck.engine.context import Call, CheckContext
+from opcheck.engine.route import COTANGENTS, DIRECTIONS
 
 PerInputOutput = list[list[torch.Tensor]]
 """[input][output] (k, m) projections: a row per direction, a column per output element."""

@@ -4,8 +4,8 @@ What it does
 ------------
 Let the Jacobian's size be the sum over (differentiable input j, float output i) of
 numel_in_j * numel_out_i = n·m, n the differentiable input elements and m the float output
-elements. While n + m <= context.FULL_CHECK_ELEMENTS (128, so n·m <= 4096), and for a call that
-checks forward AD alone n <= context.FORWARD_FULL_COLUMNS (32) as well (context.full_check_first),
+elements. While n + m <= route.FULL_CHECK_ELEMENTS (128, so n·m <= 4096), and for a call that
+checks forward AD alone n <= route.FORWARD_FULL_COLUMNS (32) as well (route.Sizes.full_first),
 `auto` runs the full check (modes.full.full_check, fused into few calls by fused.py), so its
 verdicts there are the full mode's.
 Beyond it runs the projection check below, which never holds an n×m block; its checks cost a
@@ -117,8 +117,6 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.auto.pinpoint import Bisection, elements_out_of_tolerance, vjp_mismatch_element
 from opcheck.engine.auto.projections import (
-    COTANGENTS,
-    DIRECTIONS,
     JVP_STAGE,
     VJP_STAGE,
     PinnedEntry,
@@ -150,6 +148,7 @@ from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.modes.full import full_check
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.reporting.pattern_hints import swapped_in_projections, swapped_message
+from opcheck.engine.route import COTANGENTS, DIRECTIONS, stepwise_full_first
 from opcheck.failure_facts import hint_lines
 
 __all__ = [
@@ -176,18 +175,16 @@ def auto_check(ctx: CheckContext, call: Call, part: Part = BACKWARD) -> bool:
     the Jacobian budget (unless the projections found entries it fails), the projection check
     beyond (see the module doc)."""
     n, m = jacobian_sides(call.inputs, call.func_out)
-    budget, stats = ctx.flags.jacobian_budget, ctx.evaluator.stats
+    stats = ctx.evaluator.stats
 
     def full() -> bool:
         stats.auto_paths.append("full")
         return full_check(ctx, call, part)
 
-    # Projections first where the full check costs more: beyond its size, or where its columns
-    # cannot be batched and would loop over more than they take.
-    loops = ctx.unbatched_columns and not ctx.full_loop_first(n, len(diff_input_indices(call.inputs)))
-    if n * m <= budget and not (ctx.projections_first and (loops or not ctx.full_first(n, m))):
+    sizes = ctx.sizes(n, m, len(diff_input_indices(call.inputs)))
+    if stepwise_full_first(sizes, ctx.stepwise):
         return full()
-    if n * m <= budget:  # projections first; the full check decides what they do not pass
+    if sizes.within_budget:  # projections first; the full check decides what they do not pass
         mark = len(stats.auto_paths)
         try:
             return _projected(ctx, call, part, full_decides=True)

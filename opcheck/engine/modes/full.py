@@ -13,7 +13,7 @@ import torch
 
 from opcheck.engine._util import allclose_promoted
 from opcheck.engine.comparison.compare import BACKWARD, Block, Part, block_mismatch, raise_mismatch
-from opcheck.engine.context import FULL_CHECK_ELEMENTS, Call, CheckContext
+from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian, analytical_vjp_jacobian
 from opcheck.engine.evaluation.numerical import numerical_jacobian, settle_rows
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
@@ -22,7 +22,6 @@ from opcheck.failure_facts import FailureFacts, hint_lines
 
 __all__ = [
     "DEFAULT_JACOBIAN_BUDGET",
-    "FULL_CHECK_ELEMENTS",
     "check_no_differentiable_outputs",
     "full_check",
     "fail_no_differentiable_outputs",

@@ -1,8 +1,10 @@
 """The evaluations one engine call makes, planned from a probe of the function (cost_probe.py).
 
 `plan_check(flags, probe)` follows the engine's decisions (opcheck.engine.api._gradcheck and the
-passes it runs) as far as a probe can tell them: fast_mode="auto" tries its fused pass (the full
-Jacobian while context.full_check_first, projections beyond), and where the
+passes it runs) as far as a probe can tell them. fast_mode="auto"'s route (which pass first, where a
+fallback hands the call, when unbatched columns give way to the projections) is opcheck.engine.route's,
+walked here with the probe's answers: its fused passes (the full Jacobian while route.Sizes.full_first,
+projections beyond), and where the
 pass does not apply (complex or sparse inputs) or cannot batch what it needs (no vmap rule, no
 forward AD, no batched backward), the step-by-step check, whose loops make one call per Jacobian
 column (two forwards) or row (one backward). The batches' sizes follow the engine's schedule
@@ -21,10 +23,19 @@ import torch
 from opcheck.engine._util import legacy_vmap
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.fused_projected import columns_cost_less
-from opcheck.engine.auto.projections import COTANGENTS, DIRECTIONS
 from opcheck.engine.auto.stepwise import CONFIRMING_ROWS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
-from opcheck.engine.context import LOOP_COLUMNS_PER_INPUT, full_check_first
+from opcheck.engine.route import (
+    COTANGENTS,
+    DIRECTIONS,
+    Pass,
+    Sizes,
+    Stepwise,
+    after_fallback,
+    fused_elements,
+    fused_order,
+    stepwise_full_first,
+)
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
@@ -46,8 +57,7 @@ class _Planner:
     def __init__(self, flags: Flags, probe: Probe):
         self.f, self.p, self.plan = flags, probe, Plan()
         self.batch = {"forward": True, "vjp": True, "jvp": True}  # the Evaluator's kinds still on
-        self.projections_first = False
-        self.unbatched_columns = False  # CheckContext.unbatched_columns
+        self.stepwise = Stepwise()  # CheckContext.stepwise
         self.loop_columns: int | None = None  # Evaluator.loop_columns
 
     # ----------------------------------------------------------------------- costs
@@ -64,7 +74,7 @@ class _Planner:
         p, f = self.p, self.f
         self.add(Kind.FORWARD)  # the call itself
         if p.layouts:  # sparse inputs: dense stand-ins, the loops throughout
-            self.projections_first = True
+            self.stepwise = Stepwise(projections_first=True)
             self.batch = dict.fromkeys(self.batch, False)
             self.plan.note("sparse inputs: loops")
         elif f.mode == "auto" and self._fused_passes():
@@ -74,8 +84,7 @@ class _Planner:
                 # forward AD checks a complex input's imaginary and real parts as functions of real
                 # inputs of their own (opcheck.engine.comparison.parts), which rebuild the complex input
                 sub = _Planner(f, p.forward_part)
-                sub.batch, sub.projections_first = self.batch, self.projections_first
-                sub.unbatched_columns = self.unbatched_columns
+                sub.batch, sub.stepwise = self.batch, self.stepwise
                 sub.plan = self.plan
                 sub._compare(part)
             else:
@@ -114,27 +123,28 @@ class _Planner:
         sub = _Planner(self.f, viewed)
         sub.batch, sub.plan = self.batch, self.plan
         done = sub._fused_passes_of(complex_inputs=True)
-        self.projections_first, self.unbatched_columns = sub.projections_first, sub.unbatched_columns
+        self.stepwise = sub.stepwise
         return done
 
     def _fused_passes_of(self, complex_inputs: bool) -> bool:
-        p, f = self.p, self.f
-        n, m = p.n, p.m
-        if full_check_first(n, m, f.budget, f.backward):
-            order = [self._fused_full]
-        else:
-            order = [self._fused_projected] + ([self._fused_full] if n * m <= f.budget else [])
-        for attempt in order:
+        passes = {Pass.FULL: self._fused_full, Pass.PROJECTED: self._fused_projected}
+        for attempt in fused_order(self.sizes):
             self.plan.step("fused pass")
             try:
-                attempt()
+                passes[attempt]()
                 return True
             except _Fallback as e:
                 self.add(Kind.FORWARD)  # a fresh start: the function called again
-                if e.projections or (attempt == self._fused_projected and (e.loops or complex_inputs)):
-                    self.projections_first, self.unbatched_columns = True, e.projections
+                start = after_fallback(attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs)
+                if start is not None:
+                    self.stepwise = start
                     return False
         return False
+
+    @property
+    def sizes(self) -> Sizes:
+        """The route's inputs (opcheck.engine.route.Sizes) of the probed call."""
+        return Sizes(self.p.n, self.p.m, self.p.n_inputs, self.f.budget, self.f.backward)
 
     def _applies(self, projected: bool) -> None:
         p = self.p
@@ -142,16 +152,10 @@ class _Planner:
             raise _Fallback(loops=True)
         if p.complex_inputs or p.layouts or not p.real_outputs:
             raise _Fallback()
-        if not projected and p.n * p.m > self.f.budget:
+        sizes = Sizes(p.n, p.m_real, p.n_inputs, self.f.budget, self.f.backward)
+        if not projected and not sizes.within_budget:
             raise _Fallback()
-        n_out = p.n_outputs
-        if projected:
-            rows = (COTANGENTS + 1) * n_out + 1 if self.f.backward else 0
-            forward = (3 * DIRECTIONS + 1) * p.n_inputs
-        else:
-            rows = p.m_real + n_out + 1 if self.f.backward else 0
-            forward = 2 * p.n + 1
-        if max(rows * (p.m_real + p.n), forward * (p.n + p.m_real)) * p.itemsize > DEFAULT_MEMORY_BUDGET:
+        if fused_elements(sizes, p.n_outputs, projected) * p.itemsize > DEFAULT_MEMORY_BUDGET:
             raise _Fallback()
 
     def _fused_full(self) -> None:
@@ -175,8 +179,8 @@ class _Planner:
             self._vmap_jvp(3 * p.n)
             self.add(Kind.JVP)
         else:
-            # fused._numerical: beyond LOOP_COLUMNS_PER_INPUT unbatched columns per input, the projections
-            self.loop_columns = LOOP_COLUMNS_PER_INPUT * p.n_inputs
+            # fused._numerical: beyond route's loop columns, the projections
+            self.loop_columns = self.sizes.loop_columns
             try:
                 self._numerical_columns(center_probe=True)
             finally:
@@ -297,11 +301,7 @@ class _Planner:
 
     # ---------------------------------------------------------------- step by step
     def _auto(self, part: str) -> None:
-        p, f = self.p, self.f
-        n, m = p.n, p.m
-        full_first = full_check_first(n, m, f.budget, f.backward)
-        loops = self.unbatched_columns and n > LOOP_COLUMNS_PER_INPUT * p.n_inputs
-        if n * m <= f.budget and not (self.projections_first and (loops or not full_first)):
+        if stepwise_full_first(self.sizes, self.stepwise):
             self._full(part, note="auto: full Jacobian, step by step")
         else:
             self._projected(part)

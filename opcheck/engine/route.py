@@ -1,0 +1,141 @@
+"""fast_mode="auto"'s route through one call: which comparison runs first, what a fused pass that
+falls back hands on, and where the full check's unbatched columns give way to the projections.
+
+Every decision of the route is a function of the call's sizes (and of what a fused pass found), and
+is made here only: the engine follows it (auto/__init__.py, auto/fused.py, auto/stepwise.py) and the
+cost estimate walks it (opcheck.runtime.cost.model), so that the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+DIRECTIONS = 8
+"""k: random input directions per input of the projections (J·U has m*k entries per block)."""
+COTANGENTS = 8
+"""k': random output cotangents per output of the projections' VJP stage."""
+FULL_CHECK_ELEMENTS = 128
+"""fast_mode="auto" runs the full check first while the differentiable input elements n and the
+float output elements m number at most this many together (so n·m <= 4096). Its cost grows with
+(n + m)²: 2n + 1 evaluations and m backward rows, each of n + m elements. The projections' grows
+with n + m only, and below this size the two cost about the same (auto/fused.py, auto/fused_projected.py)."""
+FORWARD_FULL_COLUMNS = 32
+"""A call that checks forward AD alone runs the full check first only up to this many input elements
+n as well: its fused pass evaluates 3n rows (x ∓ eps e_k and the tangents e_k), the projections'
+3·DIRECTIONS per input, and from about 32 columns on the projections cost less (bench_auto_sets)."""
+LOOP_COLUMNS_PER_INPUT = 2 * DIRECTIONS
+"""Columns per differentiable input the full check's finite differences loop over, one plain call
+pair each, when they cannot be batched (no vmap support: a Triton kernel in the interpreter, an op
+without a batching rule). The step-by-step projections take DIRECTIONS call pairs per input; beyond
+twice that many columns they go first (auto/fused.py, auto/stepwise.py)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the route depends on: a Jacobian of m rows (float output elements) and n columns
+    (differentiable input elements) over `inputs` differentiable inputs, the Jacobian budget, and
+    whether the call checks backward AD."""
+
+    n: int
+    m: int
+    inputs: int
+    budget: int
+    backward: bool
+
+    @property
+    def within_budget(self) -> bool:
+        return self.n * self.m <= self.budget
+
+    @property
+    def full_first(self) -> bool:
+        """Whether the full check runs first (see FULL_CHECK_ELEMENTS and FORWARD_FULL_COLUMNS;
+        never beyond the budget)."""
+        return (
+            self.n + self.m <= FULL_CHECK_ELEMENTS
+            and self.within_budget
+            and (self.backward or self.n <= FORWARD_FULL_COLUMNS)
+        )
+
+    @property
+    def loop_columns(self) -> int:
+        return loop_columns(self.inputs)
+
+
+def loop_columns(inputs: int) -> int:
+    """The most unbatched columns the full check loops over, for `inputs` differentiable inputs,
+    before the projections go first."""
+    return LOOP_COLUMNS_PER_INPUT * inputs
+
+
+class Pass(Enum):
+    """A fused pass: a whole comparison folded into a few batched calls."""
+
+    FULL = "full"  # auto/fused.py: the full Jacobian
+    PROJECTED = "projected"  # auto/fused_projected.py: the entrywise projections
+
+
+def fused_order(sizes: Sizes) -> tuple[Pass, ...]:
+    """The fused passes, in the order they are tried.
+
+    Where the full check is cheap (Sizes.full_first), its fused pass alone. Beyond, the projections'
+    pass; within the Jacobian budget a call it does not pass goes on to the full check, so that there
+    its failures are the full check's.
+    """
+    if sizes.full_first:
+        return (Pass.FULL,)
+    return (Pass.PROJECTED, Pass.FULL) if sizes.within_budget else (Pass.PROJECTED,)
+
+
+@dataclass(frozen=True)
+class Stepwise:
+    """How the step-by-step check starts once the fused passes handed the call on.
+
+    `projections_first`: the step-by-step projections go before the full check (they cost fewer
+    calls). `unbatched_columns`: the full check's finite differences were found not to batch, so its
+    columns would loop, one call pair each.
+    """
+
+    projections_first: bool = False
+    unbatched_columns: bool = False
+
+
+def after_fallback(attempt: Pass, *, loops: bool, projections: bool, complex_inputs: bool) -> Stepwise | None:
+    """Where a fused pass that fell back hands the call: None for the next fused pass, else the
+    step-by-step check's start.
+
+    The pass's Fallback says `loops` (the function cannot be evaluated in batches as the pass needs)
+    and `projections` (the step-by-step projections cost fewer calls than the pass would). Without vmap
+    support the full check would loop over every column and row, and on complex inputs it takes two
+    calls per column: after the projections' pass, the step-by-step projections go first too.
+    """
+    if projections or (attempt is Pass.PROJECTED and (loops or complex_inputs)):
+        return Stepwise(projections_first=True, unbatched_columns=projections)
+    return None
+
+
+def stepwise_full_first(sizes: Sizes, start: Stepwise) -> bool:
+    """Whether the step-by-step check runs the full check (else the projections, and within the
+    budget the full check decides what they do not pass).
+
+    Within the budget the full check, unless the projections go first (`start`) and the full check
+    costs more: beyond its size, or where its columns cannot be batched and would loop over more
+    than Sizes.loop_columns.
+    """
+    if not sizes.within_budget:
+        return False
+    loops = start.unbatched_columns and sizes.n > sizes.loop_columns
+    return not (start.projections_first and (loops or not sizes.full_first))
+
+
+def fused_elements(sizes: Sizes, outputs: int, projected: bool) -> int:
+    """The most elements a fused pass holds at once, in rows of n + m: its batched backward's rows and
+    its vmapped forward's (checked against the memory budget before the pass runs)."""
+    n, m = sizes.n, sizes.m
+    if projected:
+        rows = (COTANGENTS + 1) * outputs + 1 if sizes.backward else 0
+        forward = (3 * DIRECTIONS + 1) * sizes.inputs
+    else:
+        rows = m + outputs + 1 if sizes.backward else 0
+        forward = 2 * n + 1
+    return max(rows, forward) * (n + m)
