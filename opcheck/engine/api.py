@@ -32,7 +32,6 @@ from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL, CheckFlags, FastMode
 from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.modes.fast import fast_check
-from opcheck.engine.modes.full import full_check
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.reporting.diagnostics import BlockMismatch
 from opcheck.engine.route import Stepwise
@@ -73,8 +72,10 @@ def gradcheck(
     """Check analytical gradients of `func` at `inputs` against finite differences.
 
     Same arguments, defaults and verdicts as torch.autograd.gradcheck. With fast_mode=False the
-    full Jacobian is computed in vmapped batches (falling back to one column at a time for
-    functions that cannot be vmapped); a failure names the entries that disagree.
+    full Jacobian and every check beside it are first folded into a few batched calls (one vmapped
+    forward, one batched backward); a call that pass does not pass is checked step by step, the
+    full Jacobian in vmapped batches (one column at a time for functions that cannot be vmapped),
+    and a failure names the entries that disagree.
 
     fast_mode="auto" (opcheck only) runs the full check while the differentiable inputs and the
     outputs have at most 128 elements together, and beyond it entrywise projection checks that
@@ -214,14 +215,16 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
     else:
         jacobian_call = call
     forward_ad = flags.check_forward_ad and not layouts
-    if flags.auto:
-        settled, ctx, jacobian_call = auto.check(ctx, jacobian_call, forward_ad=forward_ad, fused=not layouts)
+    if flags.auto or not flags.fast_mode:  # fast_mode=False: the full check's fused pass first
+        settled, ctx, jacobian_call = auto.check(
+            ctx, jacobian_call, forward_ad=forward_ad, fused=not layouts, full_mode=not flags.auto
+        )
         if settled:
             return True
         if not layouts:  # a fused pass that fell back leaves a fresh call, for the side checks too
             call = jacobian_call
     else:
-        compare_parts(ctx, fast_check if flags.fast_mode else full_check, jacobian_call, forward_ad=forward_ad)
+        compare_parts(ctx, fast_check, jacobian_call, forward_ad=forward_ad)
     if flags.check_forward_ad and layouts:
         layouts.refuse_forward_ad(call.inputs)
     _side_checks(ctx, call)

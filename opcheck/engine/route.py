@@ -62,10 +62,19 @@ class Sizes:
         return loop_columns(self.inputs)
 
 
-def loop_columns(inputs: int) -> int:
-    """The most unbatched columns the full check loops over, for `inputs` differentiable inputs,
-    before the projections go first."""
-    return LOOP_COLUMNS_PER_INPUT * inputs
+def loop_columns(inputs: int, auto: bool = True) -> int:
+    """The most unbatched columns the full check's fused pass loops over, for `inputs` differentiable
+    inputs: fast_mode="auto"'s before the projections go first; none for fast_mode=False, whose
+    step-by-step full check loops over them instead (the fused pass would then have computed them
+    for nothing)."""
+    return LOOP_COLUMNS_PER_INPUT * inputs if auto else 0
+
+
+def full_mode_fused(sizes: Sizes) -> bool:
+    """fast_mode=False: whether the full check's fused pass goes first (the step-by-step full check
+    decides what it does not pass). Within the Jacobian budget (its default bounds what one pass
+    holds; the step-by-step check computes larger Jacobians a chunk at a time)."""
+    return sizes.within_budget
 
 
 class Pass(Enum):

@@ -11,7 +11,7 @@ import torch
 
 import opcheck
 import opcheck.engine.batching as batching
-from opcheck.engine import api
+from opcheck.engine import api, route
 from opcheck.engine._util import as_tuple
 from opcheck.engine.batching import Evaluator, adaptive_clock, batching_clock
 from opcheck.engine.context import CheckContext
@@ -52,6 +52,13 @@ class _Spans:
         self.now += self._steps[self.readings % 4]
         self.readings += 1
         return self.now
+
+
+@pytest.fixture(autouse=True)
+def _the_full_check_step_by_step(monkeypatch):
+    # These tests hold the batching of the step-by-step full check, which fast_mode=False runs where
+    # the full check's fused pass does not pass the call (test_full_mode.py holds the fused pass).
+    monkeypatch.setattr(route, "full_mode_fused", lambda sizes: False)
 
 
 @pytest.fixture(autouse=True)

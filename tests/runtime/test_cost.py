@@ -136,7 +136,10 @@ CASES = {
         (16, 16),
         dict(fast_mode="auto", check_forward_ad=True, check_backward_ad=False),
     ),
-    "full mode, step by step": (CountingSin.apply, (3, 4), dict(fast_mode=False, check_batched_grad=True)),
+    # fast_mode=False: the full check's fused pass, as auto's for a small Jacobian
+    "full mode": (CountingSin.apply, (3, 4), dict(fast_mode=False, check_batched_grad=True)),
+    # ... and with a kernel that cannot be vmapped, step by step after one vmap attempt
+    "full mode, step by step": (KernelCube.apply, (3, 4), dict(fast_mode=False)),
     "fast mode": (CountingSin.apply, (3, 4), dict(fast_mode=True, check_batched_grad=True)),
     # a kernel with a backward alone: nothing batches, J·U comes from a backward per output row
     "backward-only kernel": (KernelCube.apply, (10, 10), dict(fast_mode="auto")),
@@ -229,7 +232,7 @@ def test_the_paths_follow_the_engines_sizes_and_budget():
     small, large = Probe(torch.sin, (_x(3, 4),)), Probe(torch.sin, (_x(40, 40),))
     assert plan_check(Flags(), small).path == ["auto: full Jacobian, fused"]
     assert plan_check(Flags(), large).path == ["auto: projections (J·U from forward AD), fused"]
-    assert plan_check(Flags(mode="full"), small).path == ["full Jacobian"]
+    assert plan_check(Flags(mode="full"), small).path == ["full Jacobian, fused"]
     complex_ = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128, requires_grad=True),))
     # the fused passes see complex inputs through torch.view_as_real, but not a conjugate view
     assert plan_check(Flags(), complex_).path == ["auto: full Jacobian, fused"]
@@ -237,6 +240,8 @@ def test_the_paths_follow_the_engines_sizes_and_budget():
     assert plan_check(Flags(), conj).path == ["auto: full Jacobian, step by step"]
     kernel = Probe(KernelCube.apply, (_x(12, 12),))
     assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
+    # fast_mode=False with a kernel that cannot be vmapped: its fused pass falls back at once
+    assert plan_check(Flags(mode="full"), kernel).path == ["full Jacobian, fused", "full Jacobian"]
     # forward AD alone: the full check first up to 32 input elements only (route.Sizes.full_first)
     forward_only = Flags(backward=False, forward=True)
     assert plan_check(forward_only, Probe(torch.sin, (_x(4, 8),))).path == ["auto: full Jacobian, fused"]

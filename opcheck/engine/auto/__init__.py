@@ -5,6 +5,10 @@ small Jacobians; fused_projected.py: the entrywise projections folded likewise, 
 none passes the call, the same comparisons step by step (stepwise.py), which also localize a
 failure. sources.py and projections.py are the projections' parts, passes.py what the fused passes
 share (the batched rows they trust, and the Fallback that hands a call on).
+
+fast_mode=False goes through the same door (`full_mode`): the full check's fused pass first
+(route.full_mode_fused), and where it does not pass the call, the full check step by step, whose
+verdicts and messages are torch's slow mode's.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from opcheck.engine import route
 from opcheck.engine._util import diff_input_indices
 from opcheck.engine.auto.fused import fused_check
 from opcheck.engine.auto.fused_projected import projected_check
@@ -19,28 +24,33 @@ from opcheck.engine.auto.passes import Fallback, real_inputs_call
 from opcheck.engine.auto.stepwise import auto_check, jacobian_sides
 from opcheck.engine.comparison.parts import compare_parts
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.route import Pass, after_fallback, fused_order
+from opcheck.engine.modes.full import full_check
+from opcheck.engine.route import Pass
 
 __all__ = ["check", "jacobian_sides"]
 
 
-def check(ctx: CheckContext, call: Call, *, forward_ad: bool, fused: bool) -> tuple[bool, CheckContext, Call]:
-    """fast_mode="auto"'s Jacobian comparisons of one call: whether a fused pass settled the call
-    whole (its side checks included), and the context and call the rest of the check runs on.
+def check(
+    ctx: CheckContext, call: Call, *, forward_ad: bool, fused: bool, full_mode: bool = False
+) -> tuple[bool, CheckContext, Call]:
+    """fast_mode="auto"'s (with `full_mode`, fast_mode=False's) Jacobian comparisons of one call:
+    whether a fused pass settled the call whole (its side checks included), and the context and
+    call the rest of the check runs on.
 
     `fused` False (sparse and MKLDNN stand-ins, which cannot be vmapped) goes step by step at once.
     """
     if fused:
-        passed, ctx, call = _fused_passes(ctx, call)
+        passed, ctx, call = _fused_passes(ctx, call, full_mode)
         if passed:
             return True, ctx, call
-    compare_parts(ctx, auto_check, call, forward_ad=forward_ad)
+    compare_parts(ctx, full_check if full_mode else auto_check, call, forward_ad=forward_ad)
     return False, ctx, call
 
 
-def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Call]:
-    """fast_mode="auto"'s fused passes, tried in route.fused_order: (whether one passed the call, the
-    context and the call for the step-by-step check after them).
+def _fused_passes(ctx: CheckContext, call: Call, full_mode: bool) -> tuple[bool, CheckContext, Call]:
+    """The fused passes, tried in route.fused_order (with `full_mode`, the full check's alone, where
+    route.full_mode_fused): (whether one passed the call, the context and the call for the
+    step-by-step check after them).
 
     Complex inputs are seen through torch.view_as_real (passes.real_inputs_call). A pass that does
     not pass the call leaves the next pass, or the step-by-step check (route.after_fallback), a fresh
@@ -50,7 +60,9 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
     diff = diff_input_indices(call.inputs)
     complex_inputs = any(call.inputs[j].is_complex() for j in diff)
     n, m = jacobian_sides((viewed or call).inputs, (viewed or call).func_out)
-    for attempt in fused_order(ctx.sizes(n, m, len(diff))):
+    sizes = ctx.sizes(n, m, len(diff))
+    order = ((Pass.FULL,) if route.full_mode_fused(sizes) else ()) if full_mode else route.fused_order(sizes)
+    for attempt in order:
         try:
             _PASSES[attempt](ctx, viewed or call)
             return True, ctx, call
@@ -63,7 +75,9 @@ def _fused_passes(ctx: CheckContext, call: Call) -> tuple[bool, CheckContext, Ca
             ctx.numerical_cache.clear()
             call = Call.of(call.func, call.inputs)
             viewed = viewed and real_inputs_call(call)
-            start = after_fallback(attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs)
+            start = route.after_fallback(
+                attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs
+            )
             if start is not None:
                 return False, replace(ctx, stepwise=start), call
     return False, ctx, call

@@ -160,7 +160,7 @@ def _numerical(ctx: CheckContext, call: Call) -> Blocks:
     step-by-step projections, a call pair per direction, go first.
     """
     ev = ctx.evaluator
-    ev.loop_columns = loop_columns(len(diff_input_indices(call.inputs)))
+    ev.loop_columns = loop_columns(len(diff_input_indices(call.inputs)), auto=ctx.flags.auto)
     try:
         return numerical_jacobian(ctx, call.func, call.inputs, call.func_out)
     except LoopOverBudget as e:

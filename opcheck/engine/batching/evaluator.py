@@ -73,7 +73,7 @@ class EvalStats:
     # fast_mode="auto": the comparison that found a mismatch whose block was then recomputed in full
     # (the report's mismatch is that block, so only this says which comparison it was)
     failed_path: str | None = None
-    fused: bool = False  # fast_mode="auto": the fused pass (auto/fused.py) passed every check of the call
+    fused: bool = False  # fast_mode="auto" or False: a fused pass (auto/fused.py) passed every check of the call
 
 
 class Evaluator:

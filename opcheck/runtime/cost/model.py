@@ -4,7 +4,7 @@
 passes it runs) as far as a probe can tell them. fast_mode="auto"'s route (which pass first, where a
 fallback hands the call, when unbatched columns give way to the projections) is opcheck.engine.route's,
 walked here with the probe's answers: its fused passes (the full Jacobian while route.Sizes.full_first,
-projections beyond), and where the
+projections beyond; fast_mode=False's full check fused likewise, route.full_mode_fused), and where the
 pass does not apply (complex or sparse inputs) or cannot batch what it needs (no vmap rule, no
 forward AD, no batched backward), the step-by-step check, whose loops make one call per Jacobian
 column (two forwards) or row (one backward). The batches' sizes follow the engine's schedule
@@ -20,22 +20,14 @@ from __future__ import annotations
 
 import torch
 
+from opcheck.engine import route
 from opcheck.engine._util import legacy_vmap
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.fused_projected import columns_cost_less
 from opcheck.engine.auto.stepwise import CONFIRMING_ROWS
 from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
-from opcheck.engine.route import (
-    COTANGENTS,
-    DIRECTIONS,
-    Pass,
-    Sizes,
-    Stepwise,
-    after_fallback,
-    fused_elements,
-    fused_order,
-    stepwise_full_first,
-)
+from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
+from opcheck.engine.route import COTANGENTS, DIRECTIONS, Pass, Sizes, Stepwise
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
@@ -77,7 +69,7 @@ class _Planner:
             self.stepwise = Stepwise(projections_first=True)
             self.batch = dict.fromkeys(self.batch, False)
             self.plan.note("sparse inputs: loops")
-        elif f.mode == "auto" and self._fused_passes():
+        elif f.mode in ("auto", "full") and self._fused_passes():
             return self.plan
         for part in self._parts():
             if part == "forward" and p.complex_inputs:
@@ -128,14 +120,20 @@ class _Planner:
 
     def _fused_passes_of(self, complex_inputs: bool) -> bool:
         passes = {Pass.FULL: self._fused_full, Pass.PROJECTED: self._fused_projected}
-        for attempt in fused_order(self.sizes):
+        if self.f.mode == "full":  # fast_mode=False: the full check's fused pass alone
+            order: tuple[Pass, ...] = (Pass.FULL,) if route.full_mode_fused(self.sizes) else ()
+        else:
+            order = route.fused_order(self.sizes)
+        for attempt in order:
             self.plan.step("fused pass")
             try:
                 passes[attempt]()
                 return True
             except _Fallback as e:
                 self.add(Kind.FORWARD)  # a fresh start: the function called again
-                start = after_fallback(attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs)
+                start = route.after_fallback(
+                    attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs
+                )
                 if start is not None:
                     self.stepwise = start
                     return False
@@ -144,7 +142,11 @@ class _Planner:
     @property
     def sizes(self) -> Sizes:
         """The route's inputs (opcheck.engine.route.Sizes) of the probed call."""
-        return Sizes(self.p.n, self.p.m, self.p.n_inputs, self.f.budget, self.f.backward)
+        return self._sizes(self.p.m)
+
+    def _sizes(self, m: int) -> Sizes:
+        budget = self.f.budget if self.f.mode == "auto" else DEFAULT_JACOBIAN_BUDGET  # CheckContext.sizes
+        return Sizes(self.p.n, m, self.p.n_inputs, budget, self.f.backward)
 
     def _applies(self, projected: bool) -> None:
         p = self.p
@@ -152,16 +154,16 @@ class _Planner:
             raise _Fallback(loops=True)
         if p.complex_inputs or p.layouts or not p.real_outputs:
             raise _Fallback()
-        sizes = Sizes(p.n, p.m_real, p.n_inputs, self.f.budget, self.f.backward)
+        sizes = self._sizes(p.m_real)
         if not projected and not sizes.within_budget:
             raise _Fallback()
-        if fused_elements(sizes, p.n_outputs, projected) * p.itemsize > DEFAULT_MEMORY_BUDGET:
+        if route.fused_elements(sizes, p.n_outputs, projected) * p.itemsize > DEFAULT_MEMORY_BUDGET:
             raise _Fallback()
 
     def _fused_full(self) -> None:
         p, f = self.p, self.f
         self._applies(projected=False)
-        self.plan.note("auto: full Jacobian, fused")
+        self.plan.note("auto: full Jacobian, fused" if f.mode == "auto" else "full Jacobian, fused")
         # fused._jacobians: with the batched forward-AD check, the differences by a vmapped call and
         # the columns by the legacy vmap (where this torch has it), else one vmapped call on dual tensors
         legacy = f.batched_forward_grad
@@ -180,7 +182,7 @@ class _Planner:
             self.add(Kind.JVP)
         else:
             # fused._numerical: beyond route's loop columns, the projections
-            self.loop_columns = self.sizes.loop_columns
+            self.loop_columns = route.loop_columns(p.n_inputs, auto=f.mode == "auto")
             try:
                 self._numerical_columns(center_probe=True)
             finally:
@@ -301,7 +303,7 @@ class _Planner:
 
     # ---------------------------------------------------------------- step by step
     def _auto(self, part: str) -> None:
-        if stepwise_full_first(self.sizes, self.stepwise):
+        if route.stepwise_full_first(self.sizes, self.stepwise):
             self._full(part, note="auto: full Jacobian, step by step")
         else:
             self._projected(part)
