@@ -158,6 +158,54 @@ def test_planned_calls_are_the_calls_the_op_sees(name):
     assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, plan.path, report.stats)
 
 
+class WrongSin(CountingSin):
+    """CountingSin whose backward is 10% off."""
+
+    @staticmethod
+    def backward(ctx, g):
+        return CountingSin.backward(ctx, g) * 1.1
+
+
+class WrongKernelCube(KernelCube):
+    """KernelCube whose backward is 10% off."""
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        return KernelCube.backward.__wrapped__(ctx, g) * 1.1
+
+
+FAILING = {
+    # (the wrong function, the right one the probe times, shape): the fused pass falls back, the
+    # step-by-step full check names the entries; fast mode recomputes the failing block in full
+    "sin": (WrongSin.apply, CountingSin.apply, (3, 4)),
+    "backward-only kernel, small": (WrongKernelCube.apply, KernelCube.apply, (3, 4)),
+    "backward-only kernel": (WrongKernelCube.apply, KernelCube.apply, (16, 16)),
+}
+
+
+@pytest.mark.parametrize(
+    "name, fast_mode",
+    # auto on the 16x16 kernel: the projections' bisection pins the entries before the rows the
+    # plan counts (model.py's doc), so the plan is above the calls there
+    [
+        (name, mode)
+        for name in FAILING
+        for mode in ("auto", False, True)
+        if (name, mode) != ("backward-only kernel", "auto")
+    ],
+)
+def test_a_failing_checks_planned_calls_are_the_calls_the_op_sees(name, fast_mode):
+    wrong, right, shape = FAILING[name]
+    x = _x(*shape)
+    plan = plan_check(Flags.of(dict(fast_mode=fast_mode)), Probe(right, (x,)), fails=True)
+    COUNTS.clear()
+    report = engine.gradcheck_report(wrong, (x,), fast_mode=fast_mode)
+    assert not report.passed
+    assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, plan.path, report.stats)
+    assert "side checks" not in plan.steps  # the call ends at the comparison that fails
+
+
 ROUTES = {
     # the full check first nowhere: the small Jacobian takes the projections' pass
     "no full check first": ("full Jacobian", "FULL_CHECK_ELEMENTS", 0),
@@ -403,3 +451,8 @@ def test_the_estimate_decides_skips_and_expected_failures_as_the_generated_marks
     (spec,) = load_spec_text(holds, source="op_specs/demo.yaml")
     found = estimate_spec(spec, Settings())
     assert {e.case.sample for e in found if "expected to fail" in " ".join(e.path)} == {"a"}
+    # ... and prices an expected failure as one: the comparison that fails, then the step-by-step
+    # one that names the entries, and no side check after them (model.plan_check's fails)
+    failing = [e for e in found if e.not_estimated is None and e.case.check == "gradcheck"]
+    assert [e.case.sample for e in failing] == ["a"], failing
+    assert "side checks" not in dict(failing[0].counts) and "comparison" in dict(failing[0].counts), failing

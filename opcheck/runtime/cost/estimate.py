@@ -225,8 +225,9 @@ def _expected_failure(spec: OpSpec, case: CaseId) -> bool:
 
 def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, threshold: float) -> Estimate:
     factor, check = machine_factor(), case.check
+    fails = _expected_failure(spec, case)
     notes: tuple[str, ...] = (
-        ("expected to fail: it stops at the failure, sooner",) if _expected_failure(spec, case) else ()
+        ("expected to fail: the comparison that fails, then the one that names the entries",) if fails else ()
     )
     if check == COMPILE:
         return _compile_estimate(spec, case, probes, factor, notes, threshold)
@@ -242,7 +243,7 @@ def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProb
     if check == LIBRARY_OPCHECK:
         seconds = sum(LIBRARY_OPCHECK_RUNS * (p.forward + (p.backward or 0.0)) for p in probes.first_order(case))
         return Estimate(case, Calls(), fixed + seconds, ("torch.library.opcheck",) + notes, evaluations=seconds)
-    plans = _plans(spec, case, settings, probes)
+    plans = _plans(spec, case, settings, probes, fails=fails)
     evaluations = sum(plan.seconds for plan in plans)
     seconds = fixed + sum(_priced(plan, factor) for plan in plans)
     counts = Counter[str]()
@@ -316,10 +317,16 @@ def _compile_estimate(
 
 
 def _plans(
-    spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, flags: Flags | None = None
+    spec: OpSpec,
+    case: CaseId,
+    settings: Settings,
+    probes: SampleProbes,
+    flags: Flags | None = None,
+    fails: bool = False,
 ) -> list[Plan]:
     """The plans of the test's engine calls, one per call of its sample (and, before a second-order
-    check, the op's call that draws its grad_outputs)."""
+    check, the op's call that draws its grad_outputs); with `fails`, of a test expected to fail
+    (model.plan_check: a wrong gradient)."""
     if Check.parse(case.check).declared:
         return [_declared_plan(case.check, p) for p in probes.first_order(case)]
     flags = flags or _flags(spec, case, settings)
@@ -329,7 +336,7 @@ def _plans(
             draw = Plan()
             draw.add(Kind.FORWARD, each=op.forward)
             plans.append(draw)
-        plans.append(plan_check(flags, p))
+        plans.append(plan_check(flags, p, fails=fails))
     return plans
 
 

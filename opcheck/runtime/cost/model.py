@@ -11,9 +11,18 @@ column (two forwards) or row (one backward). The batches' sizes follow the engin
 (memory-bounded chunks, a pilot batch, growth by the measured ratio) and its adaptive rule (a
 batch that costs more per column than the loop hands over to the loop).
 
-What a plan does not know: a check that fails stops early (and a failure that looks like a kink
-re-draws the sample: up to four runs); the batched results that disagree with a plain call, and
-the settling of entries near the tolerance, cost a few calls more. The plan is of a passing check.
+`plan_check(flags, probe, fails=True)` plans a check whose gradient is wrong (a test the spec
+expects to fail): each fused pass runs up to its comparisons and falls back, and the step-by-step
+check runs the comparison that names the entries: the full Jacobian, or where the projections go
+first, the projections, whose bisection pins entries the full check fails (auto/pinpoint.py: a few
+calls per halving; an error spread too thinly for any entry to show is then decided by the full
+check, which the plan does not count). torch's fast mode recomputes the failing block in full, as
+torch's does. It stops there: no side check, no later part.
+
+What a plan does not know: a failing check stops at the first block that fails (the plan counts
+the whole comparison: the projections' every row where a failing block stops them early); a
+failure that looks like a kink re-draws the sample (up to four runs); the batched results that
+disagree with a plain call, and the settling of entries near the tolerance, cost a few calls more.
 """
 
 from __future__ import annotations
@@ -43,11 +52,16 @@ class _Fallback(Exception):
         self.projections = projections  # fused.Fallback.projections: the step-by-step projections go first
 
 
-class _Planner:
-    """One engine call on the probed function: the engine's decisions, its evaluations recorded."""
+class _Stop(Exception):
+    """A failing check's comparison failed: the call ends there."""
 
-    def __init__(self, flags: Flags, probe: Probe):
-        self.f, self.p, self.plan = flags, probe, Plan()
+
+class _Planner:
+    """One engine call on the probed function: the engine's decisions, its evaluations recorded;
+    with `fails`, of a function whose gradient is wrong."""
+
+    def __init__(self, flags: Flags, probe: Probe, fails: bool = False):
+        self.f, self.p, self.plan, self.fails = flags, probe, Plan(), fails
         self.batch = {"forward": True, "vjp": True, "jvp": True}  # the Evaluator's kinds still on
         self.stepwise = Stepwise()  # CheckContext.stepwise
         self.loop_columns: int | None = None  # Evaluator.loop_columns
@@ -71,16 +85,19 @@ class _Planner:
             self.plan.note("sparse inputs: loops")
         elif f.mode in ("auto", "full") and self._fused_passes():
             return self.plan
-        for part in self._parts():
-            if part == "forward" and p.complex_inputs:
-                # forward AD checks a complex input's imaginary and real parts as functions of real
-                # inputs of their own (opcheck.engine.comparison.parts), which rebuild the complex input
-                sub = _Planner(f, p.forward_part)
-                sub.batch, sub.stepwise = self.batch, self.stepwise
-                sub.plan = self.plan
-                sub._compare(part)
-            else:
-                self._compare(part)
+        try:
+            for part in self._parts():
+                if part == "forward" and p.complex_inputs:
+                    # forward AD checks a complex input's imaginary and real parts as functions of real
+                    # inputs of their own (opcheck.engine.comparison.parts), which rebuild the complex input
+                    sub = _Planner(f, p.forward_part, self.fails)
+                    sub.batch, sub.stepwise = self.batch, self.stepwise
+                    sub.plan = self.plan
+                    sub._compare(part)
+                else:
+                    self._compare(part)
+        except _Stop:
+            return self.plan
         self._side_checks()
         return self.plan
 
@@ -112,7 +129,7 @@ class _Planner:
         viewed = self.p.real_view
         if viewed is None:
             return self._fused_passes_of(complex_inputs=self.p.complex_inputs)
-        sub = _Planner(self.f, viewed)
+        sub = _Planner(self.f, viewed, self.fails)
         sub.batch, sub.plan = self.batch, self.plan
         done = sub._fused_passes_of(complex_inputs=True)
         self.stepwise = sub.stepwise
@@ -193,6 +210,8 @@ class _Planner:
             raise _Fallback()
         if f.backward:
             self._fused_backward(p.m_real)
+        if self.fails:  # fused._backward's (or the forward comparison's) disagreement
+            raise _Fallback()
         if f.forward and f.undefined_grad and p.n_inputs > 1:
             self.add(Kind.JVP, p.n_inputs)
         if f.forward and f.batched_forward_grad and not (one_call and p.legacy_jvp):
@@ -252,6 +271,8 @@ class _Planner:
         self.plan.note(f"auto: projections ({source}), fused")
         if f.backward:
             self._fused_backward(COTANGENTS * p.n_outputs)
+        if self.fails:  # the VJP stage's (or J·U's) disagreement
+            raise _Fallback()
         if f.forward and f.undefined_grad and n_in > 1:
             self.add(Kind.JVP, n_in)
         if f.backward and f.undefined_grad:
@@ -305,8 +326,9 @@ class _Planner:
     def _auto(self, part: str) -> None:
         if route.stepwise_full_first(self.sizes, self.stepwise):
             self._full(part, note="auto: full Jacobian, step by step")
-        else:
-            self._projected(part)
+            return
+        self._projected(part)
+        self._stop()
 
     def _full(self, part: str, note: str = "full Jacobian") -> None:
         self.plan.note(note)
@@ -314,9 +336,15 @@ class _Planner:
         self._numerical_columns(center_probe=False)
         if part == "forward":
             self._jvp_columns(legacy_first=False)
-            return
-        for m_o in self.p.output_sizes:
-            self._vjp_rows(m_o)
+        else:
+            for m_o in self.p.output_sizes:
+                self._vjp_rows(m_o)
+        self._stop()
+
+    def _stop(self) -> None:
+        """A failing check ends at the comparison just planned."""
+        if self.fails:
+            raise _Stop()
 
     def _fast(self, part: str) -> None:
         p = self.p
@@ -327,6 +355,8 @@ class _Planner:
             self.add(Kind.JVP, p.n_inputs)
         else:
             self.add(Kind.BACKWARD, 2 * p.n_outputs)
+        if self.fails:  # fast._localize_fast_failure: the block recomputed in full, as torch does
+            self._full(part, note="fast mode: the failing block in full")
 
     def _projected(self, part: str) -> None:
         p, k = self.p, DIRECTIONS
@@ -548,9 +578,10 @@ def _chunk(total: int, per_column_elems: int, itemsize: int) -> int:
     return int(max(1, min(total, DEFAULT_MEMORY_BUDGET // per_column)))
 
 
-def plan_check(flags: Flags, probe: Probe) -> Plan:
-    """The evaluations of one gradcheck (or, on gradgradcheck's first derivative, gradgradcheck) call."""
-    return _Planner(flags, probe).run()
+def plan_check(flags: Flags, probe: Probe, fails: bool = False) -> Plan:
+    """The evaluations of one gradcheck (or, on gradgradcheck's first derivative, gradgradcheck) call;
+    with `fails`, of one whose gradient is wrong (see the module doc)."""
+    return _Planner(flags, probe, fails).run()
 
 
 # ------------------------------------------------------------------------------- seconds
