@@ -57,7 +57,17 @@ from opcheck.spec.model import (
     OpSpec,
 )
 
-__all__ = ["THRESHOLD", "Calls", "Estimate", "estimate", "estimate_spec", "format_seconds", "machine_factor"]
+__all__ = [
+    "THRESHOLD",
+    "Calls",
+    "Estimate",
+    "estimate",
+    "estimate_spec",
+    "expected_failure",
+    "format_seconds",
+    "machine_factor",
+    "plans_of",
+]
 
 THRESHOLD = 1.0
 """Seconds beyond which `opcheck list --cost` marks a test and says what would make it cheaper."""
@@ -219,13 +229,14 @@ def _skip_reason(spec: OpSpec, case: CaseId) -> str | None:
     return f"skipped by the spec: {rule.reason}" if rule is not None else None
 
 
-def _expected_failure(spec: OpSpec, case: CaseId) -> bool:
+def expected_failure(spec: OpSpec, case: CaseId) -> bool:
+    """Whether the spec expects this test to fail (as its generated xfail mark says)."""
     return deciding_rules(spec, case).expected_failure() is not None
 
 
 def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes, threshold: float) -> Estimate:
     factor, check = machine_factor(), case.check
-    fails = _expected_failure(spec, case)
+    fails = expected_failure(spec, case)
     notes: tuple[str, ...] = (
         ("expected to fail: the comparison that fails, then the one that names the entries",) if fails else ()
     )
@@ -243,7 +254,7 @@ def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProb
     if check == LIBRARY_OPCHECK:
         seconds = sum(LIBRARY_OPCHECK_RUNS * (p.forward + (p.backward or 0.0)) for p in probes.first_order(case))
         return Estimate(case, Calls(), fixed + seconds, ("torch.library.opcheck",) + notes, evaluations=seconds)
-    plans = _plans(spec, case, settings, probes, fails=fails)
+    plans = plans_of(spec, case, settings, probes, fails=fails)
     evaluations = sum(plan.seconds for plan in plans)
     seconds = fixed + sum(_priced(plan, factor) for plan in plans)
     counts = Counter[str]()
@@ -316,7 +327,7 @@ def _compile_estimate(
     return Estimate(case, calls, seconds, path + notes, advice=advice, evaluations=evaluated)
 
 
-def _plans(
+def plans_of(
     spec: OpSpec,
     case: CaseId,
     settings: Settings,
@@ -383,7 +394,7 @@ def _advice(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes
     if loops and missing:
         advice.append(f"the engine loops, a call per Jacobian row or column: the op has {', '.join(missing)}")
     flags = _flags(spec, case, settings)
-    fast = _plans(spec, case, settings, probes, replace(flags, mode="fast"))
+    fast = plans_of(spec, case, settings, probes, replace(flags, mode="fast"))
     seconds = FIXED[case.check] * machine_factor() + sum(_priced(plan, machine_factor()) for plan in fast)
     if flags.mode != "fast" and seconds < est.seconds / 2:
         advice.append(

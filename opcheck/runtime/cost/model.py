@@ -62,6 +62,7 @@ class _Planner:
 
     def __init__(self, flags: Flags, probe: Probe, fails: bool = False):
         self.f, self.p, self.plan, self.fails = flags, probe, Plan(), fails
+        self.viewed = False  # the probe is of complex inputs' real views (passes.real_inputs_call)
         self.batch = {"forward": True, "vjp": True, "jvp": True}  # the Evaluator's kinds still on
         self.stepwise = Stepwise()  # CheckContext.stepwise
         self.loop_columns: int | None = None  # Evaluator.loop_columns
@@ -80,6 +81,7 @@ class _Planner:
         p, f = self.p, self.f
         self.add(Kind.FORWARD)  # the call itself
         if p.layouts:  # sparse inputs: dense stand-ins, the loops throughout
+            self.add(Kind.FORWARD)  # api._gradcheck: the stand-ins' call (layouts.wrap)
             self.stepwise = Stepwise(projections_first=True)
             self.batch = dict.fromkeys(self.batch, False)
             self.plan.note("sparse inputs: loops")
@@ -129,8 +131,9 @@ class _Planner:
         viewed = self.p.real_view
         if viewed is None:
             return self._fused_passes_of(complex_inputs=self.p.complex_inputs)
+        self.add(Kind.FORWARD)  # passes.real_inputs_call: the function called on the views
         sub = _Planner(self.f, viewed, self.fails)
-        sub.batch, sub.plan = self.batch, self.plan
+        sub.batch, sub.plan, sub.viewed = self.batch, self.plan, True
         done = sub._fused_passes_of(complex_inputs=True)
         self.stepwise = sub.stepwise
         return done
@@ -147,7 +150,9 @@ class _Planner:
                 passes[attempt]()
                 return True
             except _Fallback as e:
-                self.add(Kind.FORWARD)  # a fresh start: the function called again
+                self.add(
+                    Kind.FORWARD, 2 if self.viewed else 1
+                )  # a fresh start: the function (and its views) called again
                 start = route.after_fallback(
                     attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs
                 )
@@ -380,7 +385,7 @@ class _Planner:
         else:
             if p.jvp is not None:  # forward AD runs, and disagrees: the next source
                 self._jvp_along()
-            else:
+            elif not p.layouts:  # the stand-ins' dual tensors raise before the op runs
                 self.add(Kind.FORWARD)  # the forward-mode attempt: the op runs, its tangent raises
             source = self._double_backward_source()
         self.plan.note(f"auto: projections (J·U from {source}), step by step")

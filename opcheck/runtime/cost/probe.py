@@ -143,11 +143,15 @@ class Probe:
         repeats: int = REPEATS,
         masked: bool = False,
         first: bool = False,
+        fused_only: bool = False,
     ):
         """`first`: the first probe of its op in the process, whose first call may pay a warm-up
-        (its forward and backward are then timed at least twice)."""
+        (its forward and backward are then timed at least twice). `fused_only`: a function only the
+        fused passes check (real_view's), which see complex outputs through torch.view_as_real, not
+        part by part."""
         warm()
         self.fn, self.inputs, self.repeats = fn, tuple(inputs), repeats
+        self.fused_only = fused_only
         self._at_least = 2 if first else 1
         self.diff = [i for i, x in enumerate(self.inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
         # Sparse inputs: the engine checks them through dense stand-ins (the function rebuilds the
@@ -240,7 +244,7 @@ class Probe:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             viewed = real_inputs_call(Call.at(self.fn, self.inputs, self.func_out))
-        return None if viewed is None else Probe(viewed.func, viewed.inputs, self.repeats)
+        return None if viewed is None else Probe(viewed.func, viewed.inputs, self.repeats, fused_only=True)
 
     @functools.cached_property
     def forward_part(self) -> Probe:
@@ -296,7 +300,9 @@ class Probe:
                 for o, p in zip(outs, plain)
             )
 
-        if self.complex_outputs:  # the step-by-step check vmaps their imaginary and real parts (parts.py)
+        if (
+            self.complex_outputs and not self.fused_only
+        ):  # the step-by-step check vmaps their imaginary and real parts (parts.py)
             imag = lambda *xs: tuple(o.imag if o.is_complex() else o for o in f(*xs))  # noqa: E731
             try:
                 _quiet(lambda: _vmap(imag)(*self._batched_inputs(SMALL_BATCH)))

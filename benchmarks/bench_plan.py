@@ -1,0 +1,158 @@
+"""The cost estimate's plans against the calls the generated tests make, over the catalog.
+
+For every cpu gradcheck and gradgradcheck test of the specs: the estimate's plan (opcheck.runtime.cost:
+one probe of the op per sample, the engine's evaluations planned from it; a test the spec expects to
+fail planned as a failing check), then the test itself through opcheck.runtime.checks.run_check, with
+the op wrapped to count its calls. Compared: the op's forward-side calls, every call of the op that
+Python sees (plain forwards, forward-mode calls, which run the op on dual inputs, and vmapped calls,
+one per batch), planned against made. The backward-side calls run inside autograd, where a wrapper
+does not see them; tests/runtime/test_cost.py counts those on functions of its own.
+
+Prints each test whose counts differ (planned, made, the test's outcome, the plan's path), then the
+totals, passing tests and expected failures apart (a plan of an expected failure is of a wrong
+gradient; an op that raises instead stops sooner); --json writes every record. Exits 1 when a test
+that passes differs. Counts only: nothing here reads a clock.
+
+    python benchmarks/bench_plan.py                          # the catalog (about 3 minutes, one core)
+    python benchmarks/bench_plan.py --specs op_specs/sin.yaml --specs op_specs/cube.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import opcheck.runtime.samples as samples  # noqa: E402
+from opcheck.runtime.checks import run_check  # noqa: E402
+from opcheck.runtime.context import Settings  # noqa: E402
+from opcheck.runtime.cost.estimate import estimate, expected_failure, plans_of  # noqa: E402
+from opcheck.runtime.cost.plan import Kind  # noqa: E402
+from opcheck.runtime.cost.samples import SampleProbes  # noqa: E402
+from opcheck.runtime.outcomes import CheckSkipped  # noqa: E402
+from opcheck.spec import load_specs  # noqa: E402
+from opcheck.spec.case import cases_of  # noqa: E402
+
+CHECKS = ("gradcheck", "gradgradcheck")
+FORWARD_SIDE = (Kind.FORWARD, Kind.JVP, Kind.VMAP, Kind.VMAP_JVP, Kind.VMAP_TANGENTS)
+"""The plan's kinds of evaluation that call the op itself (a batched one once)."""
+
+
+class _Counter:
+    """Calls of the ops samples.op_callable resolves, while `on`."""
+
+    def __init__(self) -> None:
+        self.calls, self.on = 0, False
+
+    def wrap(self, op: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(op)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if self.on:
+                self.calls += 1
+            return op(*args, **kwargs)
+
+        return counted
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        self.calls, self.on = 0, True
+        try:
+            yield
+        finally:
+            self.on = False
+
+
+@contextlib.contextmanager
+def counted_ops(counter: _Counter) -> Iterator[None]:
+    """Every op the runtime resolves comes wrapped by `counter` (the estimate's probes and the test's
+    calls alike; only calls inside `counter.counting()` count)."""
+    resolve = samples._op
+    samples._op = lambda spec: counter.wrap(resolve(spec))
+    try:
+        yield
+    finally:
+        samples._op = resolve
+
+
+def compare(spec_paths: list[Path]) -> list[dict[str, Any]]:
+    """One record per cpu gradcheck/gradgradcheck test of the specs that is neither skipped nor unestimated."""
+    specs = sorted(load_specs(spec_paths, root=REPO), key=lambda s: s.name)
+    settings, counter, records = Settings(), _Counter(), []
+    with counted_ops(counter), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for spec in specs:
+            probes = SampleProbes(spec)
+            for case in cases_of(spec):
+                if case.device != "cpu" or case.check not in CHECKS:
+                    continue
+                est = estimate(spec, case, settings, probes)
+                if est.skipped is not None:
+                    continue
+                fails = expected_failure(spec, case)
+                plans = plans_of(spec, case, settings, probes, fails=fails)
+                planned = sum(n for plan in plans for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)
+                with counter.counting(), contextlib.redirect_stdout(io.StringIO()):
+                    try:
+                        run_check(spec, case.check, case.device, case.dtype, case.sample)
+                        outcome = "passed"
+                    except CheckSkipped:
+                        continue
+                    except Exception as e:  # noqa: BLE001 - a failing test: its outcome is the record's
+                        outcome = type(e).__name__
+                records.append(
+                    {
+                        "test": f"{spec.name}::test_{case.check}[cpu-{case.dtype}-{case.sample}]",
+                        "expected_failure": fails,
+                        "outcome": outcome,
+                        "planned": planned,
+                        "made": counter.calls,
+                        "path": list(dict.fromkeys(text for plan in plans for text in plan.path)),
+                    }
+                )
+    return records
+
+
+def report(records: list[dict[str, Any]]) -> int:
+    differ = [r for r in records if r["planned"] != r["made"]]
+    for r in differ:
+        print(
+            f"differs: {r['test']}: planned {r['planned']}, made {r['made']} ({r['outcome']}"
+            f"{', expected to fail' if r['expected_failure'] else ''}); {'; '.join(r['path'])}"
+        )
+    passing = [r for r in records if not r["expected_failure"]]
+    failing = [r for r in records if r["expected_failure"]]
+    for label, group in (("tests", passing), ("expected failures", failing)):
+        equal = sum(r["planned"] == r["made"] for r in group)
+        planned, made = sum(r["planned"] for r in group), sum(r["made"] for r in group)
+        print(
+            f"{label}: {equal} of {len(group)} planned the op's calls they made "
+            f"(forward side: {planned} planned, {made} made)"
+        )
+    return 1 if any(r["planned"] != r["made"] for r in passing) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--specs", action="append", type=Path, help="a spec file or folder (repeatable; default op_specs)"
+    )
+    parser.add_argument("--json", type=Path, help="write every record here")
+    args = parser.parse_args(argv)
+    records = compare(args.specs or [REPO / "op_specs"])
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+    return report(records)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The plan benchmark holds the cost estimate's plans to the calls the generated tests make: on two
+specs every test's forward-side calls are the planned ones, and a plan off by one call is reported."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+from bench_runner import run_benchmark, script
+
+SPECS = ("--specs", "op_specs/sin.yaml", "--specs", "op_specs/cube.yaml")
+
+
+def test_every_test_of_two_specs_makes_the_calls_its_plan_counts(tmp_path):
+    out = tmp_path / "plan.json"
+    proc = run_benchmark("bench_plan", *SPECS, "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "differs:" not in proc.stdout
+    found = re.search(r"^tests: (\d+) of (\d+) planned the op's calls they made", proc.stdout, re.M)
+    assert found and found.group(1) == found.group(2), proc.stdout
+    records = json.loads(out.read_text())
+    assert len(records) == int(found.group(2)) >= 20
+    checks = {r["test"].split("::")[1].split("[")[0] for r in records}
+    assert checks == {"test_gradcheck", "test_gradgradcheck"}
+    assert all(r["planned"] == r["made"] > 0 and r["outcome"] == "passed" for r in records), records
+
+
+def test_a_plan_off_by_one_call_is_reported_and_fails_the_run(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("bench_plan", script("bench_plan"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plans_of = bench.plans_of
+
+    def one_more(*args, **kwargs):
+        plans = plans_of(*args, **kwargs)
+        plans[-1].add(bench.Kind.FORWARD)
+        return plans
+
+    monkeypatch.setattr(bench, "plans_of", one_more)
+    assert bench.main(["--specs", "op_specs/sin.yaml"]) == 1
+    out = capsys.readouterr().out
+    differs = re.findall(r"^differs: sin::test_\w+\[cpu-\w+-\w+\]: planned (\d+), made (\d+) \(passed\)", out, re.M)
+    assert differs and all(int(planned) == int(made) + 1 for planned, made in differs), out
+    assert re.search(r"^tests: 0 of \d+ planned the op's calls they made", out, re.M), out
