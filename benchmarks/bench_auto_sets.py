@@ -47,6 +47,12 @@ where the fixed cost of each tool's own checks weighs most.
 warm, the op's kernels loaded, so the ratio is the steady state of a long test session; without it,
 each op's first sample pays what each tool sets up the first time it meets that op.
 
+``--full`` also times opcheck's full mode (the same calls with ``fast_mode=False``, on a build of its
+own) right after torch's slow-mode reference, wherever that reference ran, and prints per set
+opcheck full / torch slow (aggregate and geomean per op). Full mode is a drop-in for torch's slow
+mode: a sample where the two verdicts differ is listed, and makes the exit status 1. With
+``--warm`` both run once, untimed, first.
+
 Verdicts: a sample's verdict is that of the first call that does not pass (``True``,
 ``"GradcheckError"`` or the exception's class name, prefixed with torch's test name), as in
 bench_opinfo. The reference is torch's slow mode: per sample, the same calls with
@@ -381,7 +387,7 @@ def worker(args) -> dict:
         slow_calls = set_calls(op, False, args.flags)
         try:
             # each tool's own build (and the slow reference's): no tensor is shared between them
-            built = {t: make_samples(op, dtype, limit) for t in (*TOOLS, "slow")}
+            built = {t: make_samples(op, dtype, limit) for t in (*TOOLS, "slow", *(("full",) if args.full else ()))}
         except Exception as e:  # noqa: BLE001 - an op_db entry that cannot make samples here
             skipped.append((f"{key}|{dtype_name(dtype)}", f"sample_inputs failed: {type(e).__name__}"))
             continue
@@ -451,7 +457,24 @@ def check_sample(op, key, dtype, limit, i, built, order, checks, calls, slow_cal
         if res[t][1] is not True:
             rec[f"{t}_msg"] = short(res[t][2], 2000)
     rec.update(reference(op, dtype, limit, i, fn, ga, slow_calls, res["opcheck"][1], args))
+    if args.full and rec.get("slow_ref") == "ran":
+        rec.update(full_mode(op, built["full"][i], checks["opcheck"], slow_calls, rec, args))
     return rec
+
+
+def full_mode(op, sample, check, slow_calls, rec, args) -> dict:
+    """opcheck's full mode on the sample (its own build), right after torch's slow mode: its time,
+    its verdict, and whether that is torch's."""
+    if args.warm:
+        fn, ga = build_check(op, sample)
+        run_calls(torch.autograd.gradcheck, fn, ga, slow_calls, args.limit_seconds)
+        run_calls(check, fn, ga, slow_calls, args.limit_seconds)
+    fn, ga = build_check(op, sample)
+    seconds, verdict, msg = run_calls(check, fn, ga, slow_calls, args.limit_seconds)
+    out = {"opcheck_full_s": seconds, "opcheck_full_verdict": verdict}
+    if verdict != rec["torch_slow_verdict"]:
+        out["opcheck_full_msg"] = short(msg, 2000)
+    return out
 
 
 def reference(op, dtype, limit, i, fn, ga, slow_calls, auto_verdict, args) -> dict:
@@ -571,6 +594,8 @@ def run_worker(set_name: str, args) -> dict:
             argv.append("--verbose")
         if args.warm:
             argv.append("--warm")
+        if args.full:
+            argv.append("--full")
         argv += ["--flags", args.flags]
         proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env=child_env())
         if proc.returncode != 0 or not os.path.exists(path):
@@ -604,6 +629,13 @@ def summarize(result: dict) -> dict:
     excess = sorted(((o - t, op, t, o) for op, (t, o) in per_op.items()), reverse=True)
     first = next((r for r in recs if r["first_call"]), None)
     counts = {k: sum(1 for r in recs if r["vs_torch_slow"] == k) for k in KINDS}
+    full = [r for r in recs if "opcheck_full_s" in r]
+    full_per_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in full:
+        full_per_op[r["op"]][0] += r["torch_slow_s"]
+        full_per_op[r["op"]][1] += r["opcheck_full_s"]
+    full_torch_s = sum(r["torch_slow_s"] for r in full)
+    full_opcheck_s = sum(r["opcheck_full_s"] for r in full)
     return {
         "ops": len(per_op),
         "samples": len(recs),
@@ -620,6 +652,12 @@ def summarize(result: dict) -> dict:
         "verdicts": counts,
         "differs_from_torch_fast": sum(1 for r in recs if r["differs_from_torch_fast"]),
         "torch_slow_s": sum(r.get("torch_slow_s", 0.0) for r in recs),
+        "full_samples": len(full),
+        "full_torch_slow_s": full_torch_s,
+        "full_opcheck_s": full_opcheck_s,
+        "full_ratio": ratio(full_opcheck_s, full_torch_s) if full else None,
+        "full_geomean_ratio": geomean([ratio(o, t) for t, o in full_per_op.values()]) if full else None,
+        "full_verdicts_differ": sum(1 for r in full if r["opcheck_full_verdict"] != r["torch_slow_verdict"]),
         "excess_s": sum(e for e, *_ in excess if e > 0),
         "ops_with_excess": sum(1 for e, *_ in excess if e > 0),
         "top_excess": [{"op": op, "excess_s": e, "torch_s": t, "opcheck_s": o} for e, op, t, o in excess[:10]],
@@ -647,6 +685,13 @@ def print_table(summaries: dict[str, dict], fc: dict | None) -> None:
             f"{s['aggregate_ratio']:10.2f}  {firsts:>31s}  {s['false_alarms']:12d}  {s['misses']:6d}  "
             f"{s['no_reference']:6d}"
         )
+    for label, s in summaries.items():
+        if s["full_samples"]:
+            print(
+                f"{label}: full mode, opcheck fast_mode=False {s['full_opcheck_s']:.2f} s against torch's slow mode "
+                f"{s['full_torch_slow_s']:.2f} s over {s['full_samples']} samples: opcheck/torch {s['full_ratio']:.2f} "
+                f"(geomean per op {s['full_geomean_ratio']:.2f}); verdicts differ on {s['full_verdicts_differ']}"
+            )
     if fc:
         print(
             f"first call in a fresh process (sin 5x4, median of {fc['repeat']}): torch {fc['torch_ms']:.1f} ms, "
@@ -697,6 +742,14 @@ def print_details(summaries: dict[str, dict], records: list[dict]) -> None:
         for r in records
         if r["vs_torch_slow"] in ("false alarm", "miss", "different failure", "nondeterministic", "timeout")
     ]
+    for r in records:
+        if "opcheck_full_verdict" in r and r["opcheck_full_verdict"] != r["torch_slow_verdict"]:
+            print(
+                f"\n-- [{r['set']}] {r['op']} {r['dtype']} sample #{r['sample']} {r['desc']}: FULL MODE DIFFERS "
+                f"(opcheck full {r['opcheck_full_verdict']}, torch slow {r['torch_slow_verdict']})"
+            )
+            if r.get("opcheck_full_msg"):
+                print("      " + short(r["opcheck_full_msg"], 400).replace("\n", "\n      "))
     if odd:
         print(f"\n== {len(odd)} sample(s) where opcheck auto and torch's slow mode do not simply agree:")
         for r in odd:
@@ -744,6 +797,7 @@ def main(argv=None) -> int:
     p.add_argument("--limit-memory", type=float, default=10.0, help="GiB a worker may map beyond its start (0: none)")
     p.add_argument("--verbose", action="store_true", help="a progress line per sample")
     p.add_argument("--warm", action="store_true", help="each sample through both tools once, untimed, first")
+    p.add_argument("--full", action="store_true", help="opcheck's full mode beside torch's slow mode, timed too")
     p.add_argument(
         "--flags",
         choices=("tests", "defaults"),
@@ -789,10 +843,18 @@ def main(argv=None) -> int:
     print(f"\nwall time {wall:.1f}s")
     false_alarms = sum(s["false_alarms"] for s in summaries.values())
     misses = sum(s["misses"] for s in summaries.values())
+    full_differ = sum(s["full_verdicts_differ"] for s in summaries.values())
     if args.json:
-        summary = {"sets": summaries, "first_call": fc, "false_alarms": false_alarms, "misses": misses, "wall_s": wall}
+        summary = {
+            "sets": summaries,
+            "first_call": fc,
+            "false_alarms": false_alarms,
+            "misses": misses,
+            "full_verdicts_differ": full_differ,
+            "wall_s": wall,
+        }
         write_json(args.json, cmd, args.threads, summary=summary, records=records)
-    return 1 if false_alarms or misses else 0
+    return 1 if false_alarms or misses or full_differ else 0
 
 
 if __name__ == "__main__":

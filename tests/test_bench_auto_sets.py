@@ -61,7 +61,7 @@ def test_two_small_sets_and_the_first_call(tmp_path):
 
 def test_the_tiny_set_with_defaults_warm(tmp_path):
     out = tmp_path / "tiny.json"
-    args = "--set tiny --ops sin,sum,mul,nn.functional.linear --count 3 --seed 2 --flags defaults --warm"
+    args = "--set tiny --ops sin,sum,mul,nn.functional.linear --count 3 --seed 2 --flags defaults --warm --full"
     proc = run_benchmark("bench_auto_sets", *args.split(), "--json", str(out), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -75,5 +75,15 @@ def test_the_tiny_set_with_defaults_warm(tmp_path):
     # one call with gradcheck's defaults per tool, where torch's tests make one or two
     assert all(r["calls"] == ["gradcheck"] for r in records)
     assert all(r["opcheck_verdict"] is True and r["torch_verdict"] is True for r in records)
-    assert data["summary"]["sets"]["tiny"]["samples"] == len(records)
+    summary = data["summary"]["sets"]["tiny"]
+    assert summary["samples"] == len(records)
     assert "--flags defaults" in data["command"] and "--warm" in data["command"]
+    # --full: opcheck's full mode beside torch's slow mode on every sample, the same verdicts
+    assert all(r["opcheck_full_verdict"] is True is r["torch_slow_verdict"] for r in records)
+    assert summary["full_samples"] == len(records) and summary["full_verdicts_differ"] == 0
+    full_s, slow_s = sum(r["opcheck_full_s"] for r in records), sum(r["torch_slow_s"] for r in records)
+    assert summary["full_ratio"] == pytest.approx(full_s / slow_s)
+    assert (
+        f"tiny: full mode, opcheck fast_mode=False {full_s:.2f} s against torch's slow mode {slow_s:.2f} s "
+        f"over {len(records)} samples: opcheck/torch {full_s / slow_s:.2f}"
+    ) in proc.stdout
