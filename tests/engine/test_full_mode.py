@@ -14,6 +14,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
 from opcheck.engine import route
+from tests.runtime.test_cost import COUNTS, KernelCube
 
 FULL = SimpleNamespace(name="opcheck full", gradcheck=opcheck.gradcheck, gradgradcheck=opcheck.gradgradcheck)
 
@@ -41,33 +42,15 @@ def test_a_passing_call_takes_one_vmapped_and_one_batched_backward_call():
     assert (r.stats.batched_vjp_calls, r.stats.vjp_calls) == (1, 2), r.stats
 
 
-class _Counted(torch.autograd.Function):
-    """x³ as a kernel outside torch: no vmap rule, a backward of its own; counting its forwards."""
-
-    forwards = 0
-
-    @staticmethod
-    def forward(ctx, x):
-        _Counted.forwards += 1
-        ctx.save_for_backward(x)
-        return torch.from_numpy(x.detach().numpy() ** 3)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return torch.from_numpy(3 * x.numpy() ** 2 * g.numpy())
-
-
 def test_a_function_that_cannot_be_vmapped_leaves_the_pass_before_looping_over_its_columns():
     x = _x(5, 4)
-    _Counted.forwards = 0
-    r = opcheck.gradcheck_report(_Counted.apply, (x,))
+    COUNTS.clear()
+    r = opcheck.gradcheck_report(KernelCube.apply, (x,))  # x³ as a kernel outside torch: no vmap rule
     assert r.passed and not r.stats.fused
     assert any(f.startswith("fused: finite differences cannot be batched") for f in r.stats.fallbacks), r.stats
     # the call, its fresh start, the step-by-step check's two calls per column and its
     # zero- and undefined-grad_output calls: the columns are looped over once, not twice
-    assert _Counted.forwards <= 2 * x.numel() + 4, _Counted.forwards
+    assert COUNTS["forward"] <= 2 * x.numel() + 4, COUNTS
 
 
 class _WrongOnlyForZeroGrad(torch.autograd.Function):
