@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from bench_runner import run_benchmark, script
@@ -22,29 +23,60 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 def in_child(script: str) -> subprocess.CompletedProcess:
     """Python `script` in a child process, with the benchmark module loaded as `bench` (a time or
-    memory limit, or a patched function, holds there for the rest of the process)."""
+    memory limit, or a patched function, holds there for the rest of the process), and
+    `run_main(argv)`, which runs bench.main(argv) as the script runs it: [its exit status, its
+    stdout, its stderr, the text its --out file holds after it (None without one)]."""
     loader = (
-        "import importlib.util, sys\n"
+        "import contextlib, importlib.util, io, json, os, sys\n"
         f"spec = importlib.util.spec_from_file_location('bench_opdb', {str(SCRIPT)!r})\n"
         "bench = importlib.util.module_from_spec(spec)\n"
         f"sys.path.insert(0, {str(SCRIPT.parent)!r})\n"
         "spec.loader.exec_module(bench)\n"
+        "\n"
+        "def run_main(argv):\n"
+        "    stdout, stderr = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):\n"
+        "        try:\n"
+        "            status = bench.main(argv)\n"
+        "        except SystemExit as e:  # argparse's usage errors\n"
+        "            status = e.code\n"
+        "    out = argv[argv.index('--out') + 1] if '--out' in argv else None\n"
+        "    text = open(out).read() if out and os.path.exists(out) else None\n"
+        "    return [status, stdout.getvalue(), stderr.getvalue(), text]\n"
+        "\n"
     )
     return subprocess.run([sys.executable, "-c", loader + script], capture_output=True, text=True, timeout=300)
 
 
-def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+def ran(result: list) -> SimpleNamespace:
+    """One run_main result: returncode, stdout and stderr as a run of the script has them, and out."""
+    status, stdout, stderr, out = result
+    return SimpleNamespace(returncode=status, stdout=stdout, stderr=stderr, out=out)
+
+
+def bench_runs(*runs: list, before: str = "") -> list[SimpleNamespace]:
+    """The benchmark's main() on each argument list in turn, in one child process that imports op_db
+    once for them all (after the Python code `before`): see run_main."""
+    argvs = [[str(a) for a in argv] for argv in runs]
+    proc = in_child(before + f"\nprint(json.dumps([run_main(argv) for argv in {argvs!r}]))\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [ran(r) for r in json.loads(proc.stdout.splitlines()[-1])]
+
+
+def records(path: Path | str) -> list[dict]:
+    text = path.read_text() if isinstance(path, Path) else path
+    return [json.loads(line) for line in text.splitlines()]
 
 
 def test_one_op_paired_resumed_reported_and_compared(tmp_path):
+    # exp makes every kind of call, on a first sample of 20 elements
     on, off = tmp_path / "on.jsonl", tmp_path / "off.jsonl"
-    proc = bench("--ops", "abs", "--limit", "1", "--out", str(on))
+    proc = bench("--ops", "exp", "--limit", "1", "--out", str(on))  # the script as its user runs it
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = records(on)
-    assert [r["done"] for r in recs if "done" in r] == ["abs|float64", "abs|complex128"]
+    assert [r["done"] for r in recs if "done" in r] == ["exp|float64", "exp|complex128"]
     calls = [r for r in recs if "call" in r]
-    # abs: grad, fwd, gradgrad(+noncontig), fwgrad_bwgrad(+noncontig), each slow and fast, per dtype
+    # exp: grad, fwd, gradgrad(+noncontig), fwgrad_bwgrad(+noncontig), each slow and fast, per dtype
     assert {(r["call"], r["mode"]) for r in calls} == {
         (c, m)
         for c in ("grad", "fwd", "gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
@@ -55,50 +87,61 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     # CPU seconds beside wall seconds: what other work on the machine does not stretch
     assert all(0 <= r[side]["cpu_seconds"] for r in calls for side in ("torch", "opcheck"))
 
-    only = tmp_path / "complex.jsonl"
-    proc = bench("--ops", "abs", "--limit", "1", "--dtypes", "complex128", "--out", str(only))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [r["done"] for r in records(only) if "done" in r] == ["abs|complex128"]
-
-    again = bench("--ops", "abs", "--limit", "1", "--out", str(on))  # every group is done: nothing reruns
-    assert again.returncode == 0 and len(records(on)) == len(recs)
-
-    # a run stopped inside a group: the next one makes only the calls it had not recorded
+    # The later runs, in turn in one child, start from these files: a run stopped inside a group,
+    # and the records of earlier runs kept gzipped elsewhere.
     partial = tmp_path / "partial.jsonl"
-    kept = [r for r in calls if r["group"] == "abs|float64"][:5]
+    kept = [r for r in calls if r["group"] == "exp|float64"][:5]
     partial.write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"call": "cut sh')
-    proc = bench("--ops", "abs", "--limit", "1", "--dtypes", "float64", "--out", str(partial))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    resumed = [json.loads(line) for line in partial.read_text().splitlines()[: len(kept)]]
-    after = [json.loads(line) for line in partial.read_text().splitlines()[len(kept) + 1 :]]
-    assert resumed == kept  # untouched
-    keys = [(r["sample"], r["call"], r["mode"]) for r in kept + after if "call" in r]
-    assert len(keys) == len(set(keys)) == 12
-    assert after[-1] == {"done": "abs|float64"}
-
-    # the records of earlier runs kept gzipped elsewhere: their groups and calls are not made again
     kept_gz = tmp_path / "kept.jsonl.gz"
     with gzip.open(kept_gz, "wt") as f:
         f.write("".join(json.dumps(r) + "\n" for r in kept))
-    fresh = tmp_path / "fresh.jsonl"
-    proc = bench(
-        "--ops", "abs", "--limit", "1", "--dtypes", "float64", "--out", str(fresh), "--skip-recorded", str(kept_gz)
+    on_gz = tmp_path / "on.jsonl.gz"
+    on_gz.write_bytes(gzip.compress(on.read_bytes()))
+    only, fresh, nothing, nothing_off = (
+        tmp_path / f"{n}.jsonl" for n in ("complex", "fresh", "nothing", "nothing_off")
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    made = records(fresh)
+    one = ["--ops", "exp", "--limit", "1"]
+    only_run, again, resumed_run, fresh_run, nothing_run, report, report_gz, off_run, again_off, missing, same = (
+        bench_runs(
+            [*one, "--dtypes", "complex128", "--out", only],
+            [*one, "--out", on],
+            [*one, "--dtypes", "float64", "--out", partial],
+            [*one, "--dtypes", "float64", "--out", fresh, "--skip-recorded", kept_gz],
+            [*one, "--out", nothing, "--skip-recorded", fresh, on_gz],
+            ["--report", on],
+            ["--report", on_gz],
+            [*one, "--out", off, "--no-batching", "--skip-recorded", on_gz],
+            [*one, "--out", nothing_off, "--no-batching", "--skip-recorded", off],
+            ["--report", tmp_path / "missing.jsonl.gz"],
+            ["--compare", on, off],
+        )
+    )
+
+    assert only_run.returncode == 0, only_run.stderr[-3000:]
+    assert [r["done"] for r in records(only_run.out) if "done" in r] == ["exp|complex128"]
+
+    assert again.returncode == 0 and len(records(again.out)) == len(recs)  # every group is done: nothing reruns
+
+    # a run stopped inside a group: the next one makes only the calls it had not recorded
+    assert resumed_run.returncode == 0, resumed_run.stderr[-3000:]
+    resumed = [json.loads(line) for line in resumed_run.out.splitlines()[: len(kept)]]
+    after = [json.loads(line) for line in resumed_run.out.splitlines()[len(kept) + 1 :]]
+    assert resumed == kept  # untouched
+    keys = [(r["sample"], r["call"], r["mode"]) for r in kept + after if "call" in r]
+    assert len(keys) == len(set(keys)) == 12
+    assert after[-1] == {"done": "exp|float64"}
+
+    # the records of earlier runs kept gzipped elsewhere: their groups and calls are not made again
+    assert fresh_run.returncode == 0, fresh_run.stderr[-3000:]
+    made = records(fresh_run.out)
     assert {(r["sample"], r["call"], r["mode"]) for r in made if "call" in r} == set(keys) - {
         (r["sample"], r["call"], r["mode"]) for r in kept
     }
-    assert len(made) == 12 - len(kept) + 1 and made[-1] == {"done": "abs|float64"}
-    on_gz = tmp_path / "on.jsonl.gz"
-    on_gz.write_bytes(gzip.compress(on.read_bytes()))
-    nothing = tmp_path / "nothing.jsonl"
-    proc = bench("--ops", "abs", "--limit", "1", "--out", str(nothing), "--skip-recorded", str(fresh), str(on_gz))
-    assert proc.returncode == 0 and nothing.read_text() == "", proc.stderr[-3000:]
+    assert len(made) == 12 - len(kept) + 1 and made[-1] == {"done": "exp|float64"}
+    assert nothing_run.returncode == 0 and nothing_run.out == "", nothing_run.stderr[-3000:]
 
-    report = bench("--report", str(on))
     assert report.returncode == 0, report.stdout
-    assert bench("--report", str(on_gz)).stdout == report.stdout
+    assert report_gz.stdout == report.stdout
     assert "1 ops, 2 samples, 24 paired calls" in report.stdout
     assert re.search(r"groups: 2 of op_db.s [1-9][0-9]{2} \(op, dtype\) groups done", report.stdout), report.stdout
     assert "times: CPU seconds for 24 calls, wall seconds for the 0 older records" in report.stdout
@@ -107,49 +150,34 @@ def test_one_op_paired_resumed_reported_and_compared(tmp_path):
     assert "verdict disagreements: 0" in report.stdout and "first-line disagreements: 0" in report.stdout
 
     # the paired run's records do not stand for the --no-batching run's: all 24 calls are made
-    proc = bench("--ops", "abs", "--limit", "1", "--out", str(off), "--no-batching", "--skip-recorded", str(on_gz))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len([r for r in records(off) if "call" in r]) == 24
-    assert all(r["torch"] is None for r in records(off) if "call" in r)  # opcheck alone
-    assert [r for r in records(off) if "done" in r] == [
-        {"done": g, "no_batching": True} for g in ("abs|float64", "abs|complex128")
+    assert off_run.returncode == 0, off_run.stderr[-3000:]
+    assert len([r for r in records(off_run.out) if "call" in r]) == 24
+    assert all(r["torch"] is None for r in records(off_run.out) if "call" in r)  # opcheck alone
+    assert [r for r in records(off_run.out) if "done" in r] == [
+        {"done": g, "no_batching": True} for g in ("exp|float64", "exp|complex128")
     ]
-    again = bench("--ops", "abs", "--limit", "1", "--out", str(nothing), "--no-batching", "--skip-recorded", str(off))
-    assert again.returncode == 0 and nothing.read_text() == "", again.stderr[-3000:]
-    missing = bench("--report", str(tmp_path / "missing.jsonl.gz"))
+    assert again_off.returncode == 0 and again_off.out == "", again_off.stderr[-3000:]
     assert missing.returncode == 2 and "missing.jsonl.gz: no such file" in missing.stderr
-    same = bench("--compare", str(on), str(off))
     assert same.returncode == 0, same.stdout
     assert "24 calls in both runs; opcheck's verdict differs on 0, its first line on 0 more" in same.stdout
+
     # the paired and the --no-batching records are told apart by torch's side, in any files
     mixed = tmp_path / "mixed.jsonl.gz"
     mixed.write_bytes(gzip.compress(off.read_bytes() + on.read_bytes()))
-    assert bench("--compare", str(mixed)).stdout == same.stdout
-    assert bench("--compare", str(on)).returncode == 1  # nothing to compare is not a pass
-
     # a run whose verdict differs on one call is reported and fails the compare
     changed = records(off)
     target = next(r for r in changed if r.get("call") == "grad" and r["mode"] == "slow")
     target["opcheck"] = {"verdict": "GradcheckError", "first_line": "Jacobian mismatch", "seconds": 0.0}
-    off.write_text("".join(json.dumps(r) + "\n" for r in changed))
-    differ = bench("--compare", str(on), str(off))
+    differing = tmp_path / "differing.jsonl"
+    differing.write_text("".join(json.dumps(r) + "\n" for r in changed))
+    mixed_same, alone, differ = bench_runs(["--compare", mixed], ["--compare", on], ["--compare", on, differing])
+    assert mixed_same.stdout == same.stdout
+    assert alone.returncode == 1  # nothing to compare is not a pass
     assert differ.returncode == 1
     assert "verdict differs on 1," in differ.stdout and "Jacobian mismatch" in differ.stdout
 
 
 def test_a_call_past_the_memory_limit_is_out_of_memory_and_counted_apart(tmp_path):
-    # In a child process: the limit holds for the rest of the process.
-    script = """
-import torch
-bench.limit_memory(0.5)
-big = bench.run(lambda fn, args, **kw: torch.empty(2**28, dtype=torch.float64).fill_(1.0), None, (), {}, 60)
-small = bench.run(lambda fn, args, **kw: bool(torch.ones(2**20).sum() > 0), None, (), {}, 60)
-print(big["verdict"], small["verdict"])
-"""
-    proc = in_child(script)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["OutOfMemory", "True"]  # 2 GiB refused, 8 MiB still fine after it
-
     path = tmp_path / "limited.jsonl"
     ok = {"verdict": True, "first_line": "", "seconds": 1.0}
     oom = {"verdict": "OutOfMemory", "first_line": "RuntimeError: can't allocate memory", "seconds": 1.0}
@@ -166,7 +194,23 @@ print(big["verdict"], small["verdict"])
         + json.dumps(dict(rec, sample=2, torch=dict(timed, cpu_seconds=3.0), opcheck=dict(timed, cpu_seconds=1.5)))
         + "\n"
     )
-    report = bench("--report", str(path))
+    # In a child process: the limit holds for the rest of the process, so the report of these
+    # records comes first.
+    script = f"""
+import torch
+report = run_main(["--report", {str(path)!r}])
+bench.limit_memory(0.5)
+big = bench.run(lambda fn, args, **kw: torch.empty(2**28, dtype=torch.float64).fill_(1.0), None, (), {{}}, 60)
+small = bench.run(lambda fn, args, **kw: bool(torch.ones(2**20).sum() > 0), None, (), {{}}, 60)
+print(big["verdict"], small["verdict"])
+print(json.dumps(report))
+"""
+    proc = in_child(script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdicts, reported = proc.stdout.splitlines()
+    assert verdicts.split() == ["OutOfMemory", "True"]  # 2 GiB refused, 8 MiB still fine after it
+
+    report = ran(json.loads(reported))
     assert report.returncode == 0, report.stdout
     assert "verdict disagreements: 0" in report.stdout
     assert "timeouts or out of memory, apart: 1" in report.stdout
@@ -218,7 +262,9 @@ def test_the_readme_quotes_the_kept_records_of_the_op_db_run():
     assert quoted, "README quotes no op_db totals"
     release = quoted.group(2)
     groups, total, ops, samples, calls = (int(quoted.group(i).replace(",", "")) for i in (1, 3, 4, 5, 6))
-    report = bench("--report", *files)
+    same = re.search(r"With batching off \(.*?\): the ([\d,]+) calls made in both runs", text)
+    assert same, "README quotes no batching compare"
+    report, compared = bench_runs(["--report", *files], ["--compare", *files])
     assert report.returncode == 0, report.stdout[-3000:]  # 0 verdict and 0 first-line disagreements
     assert f"{ops} ops, {samples} samples, {calls} paired calls\n" in report.stdout, report.stdout[:300]
     # op_db's size is the installed torch's: the total is the records' torch's only on that release
@@ -226,9 +272,6 @@ def test_the_readme_quotes_the_kept_records_of_the_op_db_run():
         assert f"groups: {groups} of op_db's {total} (op, dtype) groups done" in report.stdout, report.stdout[:300]
     else:
         assert f"groups: {groups} of op_db's " in report.stdout, report.stdout[:300]
-    same = re.search(r"With batching off \(.*?\): the ([\d,]+) calls made in both runs", text)
-    assert same, "README quotes no batching compare"
-    compared = bench("--compare", *files)
     assert compared.returncode == 0, compared.stdout[-3000:]
     assert compared.stdout.startswith(
         f"{int(same.group(1).replace(',', ''))} calls in both runs; opcheck's verdict differs on 0, its first line on 0"
@@ -299,14 +342,15 @@ def test_the_least_cost_of_a_grad_or_second_order_call_counts_its_backward_calls
 def test_a_slow_call_predicted_past_the_limit_is_not_made_and_is_counted_apart(tmp_path):
     # In a child process whose probe says every slow call would take 1e9 CPU s.
     paired, alone = tmp_path / "paired.jsonl", tmp_path / "alone.jsonl"
-    script = f"""
-bench.least_slow_seconds = lambda *probe: 1e9
-common = ["--ops", "abs", "--limit", "1", "--dtypes", "float64"]
-bench.main([*common, "--out", {str(paired)!r}])
-bench.main([*common, "--out", {str(alone)!r}, "--no-batching"])
-"""
-    proc = in_child(script)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    common = ["--ops", "abs", "--limit", "1", "--dtypes", "float64"]
+    made, made_alone, report, compared = bench_runs(
+        [*common, "--out", paired],
+        [*common, "--out", alone, "--no-batching"],
+        ["--report", paired],
+        ["--compare", paired, alone],
+        before="bench.least_slow_seconds = lambda *probe: 1e9\n",
+    )
+    assert made.returncode == made_alone.returncode == 0, made.stderr[-3000:] + made_alone.stderr[-3000:]
     calls = [r for r in records(paired) if "call" in r]
     slow, fast = [r for r in calls if r["mode"] == "slow"], [r for r in calls if r["mode"] == "fast"]
     assert len(slow) == len(fast) == 6
@@ -317,11 +361,9 @@ bench.main([*common, "--out", {str(alone)!r}, "--no-batching"])
     assert all(r["opcheck"] == bench_record(line) for r in records(alone) if r.get("mode") == "slow")
     assert all(r["floor"] == 1e9 for r in slow) and all("floor" not in r for r in fast)
 
-    report = bench("--report", str(paired))
     assert report.returncode == 0, report.stdout
     assert "timeouts or out of memory, apart: 6 (6 of them predicted, not run)" in report.stdout
     assert "  abs|float64: 6 calls on samples [0]\n" in report.stdout
-    compared = bench("--compare", str(paired), str(alone))
     assert compared.stdout.startswith("6 calls in both runs; opcheck's verdict differs on 0, its first line on 0 more;")
     assert "6 timeouts or out of memory apart" in compared.stdout
 
@@ -375,11 +417,13 @@ recs = [json.loads(line) for line in open({str(first)!r})]
 cut = next(i for i, r in enumerate(recs) if r.get("call") == "fwgrad_bwgrad" and r["mode"] == "fast")
 open({str(resumed)!r}, "w").write("".join(json.dumps(r) + "\\n" for r in recs[: cut + 1]))
 bench.main([*common, "--out", {str(resumed)!r}])
+print(json.dumps(run_main(["--report", {str(first)!r}])))
 """
     proc = in_child(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    made, reported = proc.stdout.splitlines()
     # torch's calls past a limit are not rerun; their twins are not made
-    assert json.loads(proc.stdout) == [[False, False], [True, False]]
+    assert json.loads(made) == [[False, False], [True, False]]
     for path in (first, resumed):
         slow = {r["call"]: r for r in records(path) if r.get("mode") == "slow"}
         made = ("grad", "fwd", "gradgrad", "gradgrad_noncontig", "fwgrad_bwgrad", "fwgrad_bwgrad_noncontig")
@@ -395,7 +439,7 @@ bench.main([*common, "--out", {str(resumed)!r}])
             assert slow[name]["torch"]["verdict"] == verdict and not slow[name]["torch"].get("predicted")
             assert "nondeterministic" not in slow[name]
         assert slow["grad"]["torch"]["verdict"] is True  # no twin: made
-    report = bench("--report", str(first))
+    report = ran(json.loads(reported))
     assert report.returncode == 0, report.stdout
     assert "timeouts or out of memory, apart: 4 (2 of them predicted, not run)" in report.stdout
     assert "  abs|float64: 2 calls on samples [0]\n" in report.stdout
@@ -417,25 +461,22 @@ def test_calls_an_op_declares_unsupported_are_made_as_their_own_kinds(tmp_path):
     assert [name for name, _, _ in module.calls_for(by_key["abs"], module.UNSUPPORTED)] == []
 
     out = tmp_path / "unsupported.jsonl"
-    only = ["--ops", "to_sparse", "--limit", "1", "--out", str(out)]
-    proc = bench(*only, "--calls", *module.UNSUPPORTED)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    recs = records(out)
+    only = ["--ops", "to_sparse", "--limit", "1", "--out", out]
+    first, every, again, report = bench_runs([*only, "--calls", *module.UNSUPPORTED], only, only, ["--report", out])
+    assert first.returncode == 0, first.stderr[-3000:]
+    recs = records(first.out)
     calls = [r for r in recs if "call" in r]
     assert {(r["call"], r["mode"]) for r in calls} == {(c, m) for c in module.UNSUPPORTED for m in ("slow", "fast")}
     assert all(r["torch"]["verdict"] == r["opcheck"]["verdict"] == "NotImplementedError" for r in calls)
     assert all(r["torch"]["first_line"] == r["opcheck"]["first_line"] for r in calls)
     assert recs[-1] == {"done": "to_sparse|float64", "calls": list(module.UNSUPPORTED)}
     # the group is done for those kinds only: a run of every kind makes the others, and no more
-    proc = bench(*only)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    made = [r for r in records(out)[len(recs) :] if "call" in r]
+    assert every.returncode == 0, every.stderr[-3000:]
+    made = [r for r in records(every.out)[len(recs) :] if "call" in r]
     assert made and not {r["call"] for r in made} & set(module.UNSUPPORTED)
-    assert records(out)[-1]["done"] == "to_sparse|float64"
-    again = bench(*only)
-    assert again.returncode == 0 and len(records(out)) == len(recs) + len(made) + 1
+    assert records(every.out)[-1]["done"] == "to_sparse|float64"
+    assert again.returncode == 0 and len(records(again.out)) == len(recs) + len(made) + 1
 
-    report = bench("--report", str(out))
     assert report.returncode == 0, report.stdout
     lines = report.stdout.splitlines()
     assert lines[0] == f"1 ops, 1 samples, {len(made)} paired calls"

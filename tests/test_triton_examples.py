@@ -41,7 +41,7 @@ def env() -> dict[str, str]:
 def pytest_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """pytest on generated modules: interpreted on CPU here, compiled on the GPU where there is one."""
     device = [] if DEVICE == "cpu" else ["--opcheck-device", "cuda"]
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, *device]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, *device]
     return subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
 
 

@@ -67,7 +67,7 @@ def test_generate_check_succeeds_with_a_note_per_triton_spec(no_triton):
 
 def test_the_triton_tests_skip_saying_why(no_triton):
     args = ["-m", "pytest", "generated_tests/test_triton_rms_norm.py", "-rs", "-o", "addopts="]
-    result = _run(args + ["-p", "no:cacheprovider", "-p", "no:randomly"], no_triton)
+    result = _run(args + ["-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:hypothesispytest"], no_triton)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = result.stdout.strip().splitlines()[-1]
     assert " skipped" in summary and "passed" not in summary and "failed" not in summary, summary

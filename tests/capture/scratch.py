@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 
 TIMEOUT = 180
+NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
+"""For the pytest runs of generated suites: hypothesis' plugin, which they do not use, costs a second of each."""
 
 
 def project(tmp: Path, files: dict[str, str]) -> Path:

@@ -13,6 +13,8 @@ from opcheck.spec import load_specs
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_SPEC = REPO / "op_specs" / "rms_norm.yaml"
+NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
+"""For the pytest runs of generated suites: hypothesis' plugin, which they do not use, costs a second of each."""
 
 
 def _run(args, cwd):
@@ -66,7 +68,10 @@ def test_generate_and_pytest_pass_on_the_captured_specs(captured):
     project, _ = captured
     generated = _run(["-m", "opcheck", "generate"], project)
     assert generated.returncode == 0, generated.stdout + generated.stderr
-    ran = _run(["-m", "pytest", "generated_tests", "-q", "-p", "no:cacheprovider", "-p", "no:warnings"], project)
+    ran = _run(
+        ["-m", "pytest", "generated_tests", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", *NO_HYPOTHESIS],
+        project,
+    )
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert " passed" in ran.stdout and "failed" not in ran.stdout
 
@@ -105,6 +110,7 @@ def test_a_tail_tile_mutant_fails_the_captured_sample_and_passes_the_toy_one(cap
             "no:cacheprovider",
             "-p",
             "no:warnings",
+            *NO_HYPOTHESIS,
             "-k",
             "test_gradcheck",
             "-rf",

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from opcheck.spec import load_specs
-from tests.capture.scratch import capture, opcheck, project, python, shown
+from tests.capture.scratch import NO_HYPOTHESIS, capture, opcheck, project, python, shown
 
 
 def spec_data(tmp: Path, name: str) -> dict:
@@ -89,7 +89,7 @@ def test_script_records_two_shapes_and_the_generated_tests_pass(tmp_path):
     assert generated.returncode == 0, shown(generated)
     assert opcheck(tmp, "generate", "--specs", "op_specs", "--out", "gen", "--check").returncode == 0
     assert (tmp / "gen" / "test_gelu.py").is_file()
-    tests = python(tmp, "-m", "pytest", "gen", "-q", "-p", "no:cacheprovider")
+    tests = python(tmp, "-m", "pytest", "gen", "-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS)
     assert tests.returncode == 0, shown(tests)
     assert " passed" in tests.stdout and "failed" not in tests.stdout
 

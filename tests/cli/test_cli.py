@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
+"""For the runs of generated suites: hypothesis' pytest plugin, which they do not use, costs a second of each."""
 
 
 def opcheck(*args, cwd: Path, **popen) -> subprocess.CompletedProcess:
@@ -80,7 +82,7 @@ def test_new_scaffolds_a_spec_that_validates_generates_and_runs(tmp_path):
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated_tests"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS, "generated_tests"],
         cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         capture_output=True,
@@ -132,8 +134,8 @@ def test_new_reads_a_custom_ops_schema_and_says_what_torch_library_implies(tmp_p
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "generated_tests",
-         "--opcheck-device", "cpu", "-rA"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS,
+         "generated_tests", "--opcheck-device", "cpu", "-rA"],
         cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)])),
         capture_output=True,
@@ -164,8 +166,8 @@ def test_new_imports_the_module_registering_a_torch_ops_operator_and_writes_it(t
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "generated_tests",
-         "--opcheck-device", "cpu", "-rA", "-k", "gradcheck and not gradgrad"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS,
+         "generated_tests", "--opcheck-device", "cpu", "-rA", "-k", "gradcheck and not gradgrad"],
         cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         capture_output=True,
@@ -340,12 +342,14 @@ def test_a_spec_whose_required_module_is_missing_validates_generates_and_skips(p
         result = opcheck(*command, cwd=project)
         assert result.returncode == 0, (command, result.stderr)
         assert result.stderr == note, command
-    assert "ok: 2 spec(s)" in opcheck("validate", cwd=project).stdout
+        if command == ["validate"]:
+            assert "ok: 2 spec(s)" in result.stdout
     module = (project / "generated_tests" / "test_kernel.py").read_text()
     assert f'requires=("{missing}",),' in module and missing not in module.replace(f'requires=("{missing}",)', "")
 
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=", "-rs"]
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS]
+        + ["-o", "addopts=", "-rs"]
         + ["generated_tests/test_kernel.py"],
         cwd=project,
         env=dict(os.environ, PYTHONPATH=str(REPO)),

@@ -66,6 +66,7 @@ def collect() -> list[tuple[str, str]]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPCHECK_", "PYTEST_"))}
         env.update(PYTHONPATH=os.pathsep.join([str(folder), str(REPO)]), CATALOG_ROWS=str(out))
         args = ["generated_tests", "--collect-only", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
+        args += ["-p", "no:hypothesispytest"]  # a second of the run, for a plugin the catalog does not use
         args += ["-p", "catalog_rows", "--opcheck-device", "all", "-o", "addopts="]
         result = subprocess.run(
             [sys.executable, "-m", "pytest", *args], cwd=REPO, env=env, capture_output=True, text=True

@@ -15,6 +15,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 KERNELS = "thirdparty_kernels"
 TIMEOUT = 300
+NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
+"""For the pytest runs of generated suites: hypothesis' plugin, which they do not use, costs a second of each."""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ def _run_corpus(root: Path) -> subprocess.CompletedProcess[str]:
     generated = corpus.python(root, "-m", "opcheck", "generate")
     assert generated.returncode == 0, corpus.shown(generated)
     args = ["generated_tests", "test_plain.py", "-v", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    args += corpus.NO_HYPOTHESIS
     return corpus.python(root, "-m", "pytest", *args)
 
 
@@ -117,7 +118,9 @@ def test_turned_off_the_kernels_compile_and_the_failure_says_what_to_do(tmp_path
     root = corpus.project(tmp_path)
     assert corpus.python(root, "-m", "opcheck", "generate").returncode == 0
     (root / "pyproject.toml").write_text("[tool.opcheck]\ntriton_interpret = false\n", encoding="utf-8")
-    done = corpus.python(root, "-m", "pytest", "generated_tests/test_softmax.py", "-p", "no:cacheprovider")
+    done = corpus.python(
+        root, "-m", "pytest", "generated_tests/test_softmax.py", "-p", "no:cacheprovider", *corpus.NO_HYPOTHESIS
+    )
     assert done.returncode == 1, corpus.shown(done)
     assert "0 active drivers" in done.stdout, corpus.shown(done)
     if "importing 'thirdparty_kernels' failed" not in done.stdout:  # triton 3.2 fails defining an autotuned kernel
