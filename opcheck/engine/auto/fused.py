@@ -1,7 +1,9 @@
-"""fast_mode="auto"'s full check and its side checks folded into few calls.
+"""The full check and its side checks folded into few calls.
 
-It runs up to route.FULL_CHECK_ELEMENTS input and output elements, and within the budget after a
-projection pass (fused_projected.py) that did not pass the call.
+fast_mode="auto" runs it up to route.FULL_CHECK_ELEMENTS input and output elements, and within the
+budget after a projection pass (fused_projected.py) that did not pass the call; fast_mode=False
+runs it first within the default budget (route.full_mode_fused), the step-by-step full check
+deciding what it does not pass.
 
 Run step by step (modes.full.full_check, then aux_checks), one gradcheck call costs about a dozen
 separate evaluations: the vmapped finite differences and a plain probe call, two batched passes of
