@@ -55,6 +55,28 @@ def randn_like(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return torch.randn(t.shape, generator=g, dtype=t.dtype, device="cpu").to(t.device)
 
 
+_FIRST_COTANGENTS: dict[tuple[Any, ...], torch.Tensor] = {}
+_FIRST_COTANGENT_CACHE = 256
+"""How many first cotangents first_cotangent keeps (of at most _FIRST_COTANGENT_ELEMENTS each)."""
+_FIRST_COTANGENT_ELEMENTS = 4096
+
+
+def first_cotangent(output: torch.Tensor, i: int) -> torch.Tensor:
+    """The batched-gradient check's first random grad_output for output i (randn_like from a
+    generator seeded SEED + i), the same tensor for every call on outputs of one shape, dtype and
+    device: a new generator and a draw cost a small check as much as a kernel call. Callers read it
+    and never write into it (backward gets a copy)."""
+    key = (tuple(output.shape), output.dtype, output.device, i)
+    found = _FIRST_COTANGENTS.get(key)
+    if found is None:
+        found = randn_like(output, torch.Generator().manual_seed(SEED + i))
+        if output.numel() <= _FIRST_COTANGENT_ELEMENTS:
+            if len(_FIRST_COTANGENTS) >= _FIRST_COTANGENT_CACHE:
+                _FIRST_COTANGENTS.clear()
+            _FIRST_COTANGENTS[key] = found
+    return found
+
+
 @dataclass(frozen=True)
 class _BatchedCheck:
     """One of the two batched-gradient checks, as its failures name it."""

@@ -222,3 +222,35 @@ def test_a_complex32_output_gets_torchs_second_order_verdict(dtype):
     theirs = first_line(torch.autograd.gradgradcheck)
     assert theirs[0] == "GradcheckError"
     assert first_line(opcheck.gradgradcheck) == theirs
+
+
+def test_vmap_rows_is_torch_func_vmap_on_tensors_of_one_batch():
+    from opcheck.engine import _util
+    from opcheck.engine._util import vmap_rows
+
+    assert _util._FLAT_VMAP is not None  # torch.func.vmap's core, found in every torch in range
+    x, y = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+
+    def f(a, b):
+        return (a * b).sum(), a.sin()
+
+    got, want = vmap_rows(f, (x, y)), torch.func.vmap(f)(x, y)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    with pytest.raises(RuntimeError, match="random operation"):  # randomness="error", as torch.func.vmap's default
+        vmap_rows(lambda a: a + torch.rand(()), (x,))
+    same = vmap_rows(lambda a: a * 0 + torch.rand(()), (x,), "same")
+    assert torch.equal(same[0], same[1])
+    # what it does not take, torch.func.vmap takes, with its own words
+    with pytest.raises(ValueError, match="same size in the mapped dimension"):
+        vmap_rows(f, (x, y[:3]))
+    with pytest.raises(ValueError, match="in_dim=0 for an input but the input is of type"):
+        vmap_rows(lambda a, s: a * s, (x, 2.0))
+
+
+def test_the_first_cotangent_is_the_batched_checks_first_draw():
+    o = torch.empty(2, 3, dtype=torch.float32)
+    first = aux_checks.first_cotangent(o, 1)
+    drawn = aux_checks.randn_like(o, torch.Generator().manual_seed(aux_checks.SEED + 1))
+    assert torch.equal(first, drawn) and first.dtype == torch.float32
+    assert aux_checks.first_cotangent(torch.empty(2, 3), 1) is first  # kept for the next call
+    assert not torch.equal(aux_checks.first_cotangent(o, 0), first)

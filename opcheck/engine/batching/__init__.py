@@ -27,6 +27,7 @@ from opcheck.engine.batching.schedule import OneHotRows, Schedule, one_hot_rows
 from opcheck.engine.batching.settings import (
     DEFAULT_MEMORY_BUDGET,
     FUSE_MAX_COLUMNS,
+    FUSED_MIN_COLUMNS,
     MIN_BATCH_COLUMNS,
     PILOT_COLUMNS,
     Clock,
@@ -40,6 +41,7 @@ from opcheck.engine.batching.vjp_rows import BatchedRows, LoopRows, vjp_batch, v
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "FUSE_MAX_COLUMNS",
+    "FUSED_MIN_COLUMNS",
     "MIN_BATCH_COLUMNS",
     "PILOT_COLUMNS",
     "BatchedRows",

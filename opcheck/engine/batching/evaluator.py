@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from opcheck.engine._util import Func, as_tuple, legacy_vmap
+from opcheck.engine._util import Func, as_tuple, legacy_vmap, vmap_rows
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
 from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds, cpu_clock
 
@@ -208,19 +208,19 @@ class Evaluator:
 
     # ------------------------------------------------------------ evaluations
     def vmap(self, f: Func, *args: Any) -> Any:
-        """torch.func.vmap(f)(*args); a random op inside is retried with one draw for the whole batch.
+        """torch.func.vmap(f)(*args) (_util.vmap_rows); a random op inside is retried with one draw for the whole batch.
 
         That draw is what a plain call gets when the function seeds its generator (as OpInfo's
         dropout samples do); when it is not, the probe sees the plain call differ and the loop takes
         over.
         """
         try:
-            return torch.func.vmap(f, randomness=self.randomness)(*args)
+            return vmap_rows(f, args, self.randomness)
         except RuntimeError as e:
             if self.randomness != "error" or "random operation" not in str(e):
                 raise
         self.randomness = "same"
-        return torch.func.vmap(f, randomness="same")(*args)
+        return vmap_rows(f, args, "same")
 
     def call_cloned(self, fn: Func, inputs: Sequence[Any]) -> tuple[torch.Tensor, ...]:
         """One plain call of fn, counted, its outputs cloned (the inputs are perturbed in place next)."""

@@ -48,8 +48,8 @@ def numerical_columns(
         ]
     total = sum(diffs.inputs[idx].numel() for idx, _ in segments)
     ev.numerical_batched, ev.numerical_ulps = False, 0.0
-    # Without a plain probe call (center_probe) one vmapped call beats the loop from about 5 columns.
-    if ev.batch_forward and total >= (5 if ev.center_probe else settings.MIN_BATCH_COLUMNS):
+    # Without a plain probe call (center_probe) one vmapped call beats the loop from fewer columns.
+    if ev.batch_forward and total >= (settings.FUSED_MIN_COLUMNS if ev.center_probe else settings.MIN_BATCH_COLUMNS):
         try:
             if total <= settings.FUSE_MAX_COLUMNS:
                 result = _BatchedDifferences(diffs, segments, ref_outputs).run()

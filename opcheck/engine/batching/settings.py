@@ -21,6 +21,11 @@ gradients). Larger chunks mean fewer calls; beyond a few MiB, allocation costs m
 
 MIN_BATCH_COLUMNS = 8
 """Below this many columns the plain loop is cheaper than a vmapped call plus its probe."""
+FUSED_MIN_COLUMNS = 3
+"""A fused pass's finite differences (no plain probe call: the unperturbed row is checked against
+the outputs already computed) take one vmapped call from this many columns on, and loop below:
+two plain calls of a builtin like torch.sin cost less than a vmapped call's set-up up to about 3
+columns (torch 2.13, CPU)."""
 PILOT_COLUMNS = 8
 """The first batch of a batched kind has at most this many columns: it is timed against a plain
 call, and where batching costs more per column (an op whose batching rule loops inside, at tens

@@ -34,7 +34,13 @@ from opcheck.engine._util import legacy_vmap
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.fused_projected import columns_cost_less
 from opcheck.engine.auto.stepwise import CONFIRMING_ROWS
-from opcheck.engine.batching import DEFAULT_MEMORY_BUDGET, FUSE_MAX_COLUMNS, MIN_BATCH_COLUMNS, PILOT_COLUMNS
+from opcheck.engine.batching import (
+    DEFAULT_MEMORY_BUDGET,
+    FUSE_MAX_COLUMNS,
+    FUSED_MIN_COLUMNS,
+    MIN_BATCH_COLUMNS,
+    PILOT_COLUMNS,
+)
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.route import COTANGENTS, DIRECTIONS, Pass, Sizes, Stepwise
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
@@ -456,7 +462,7 @@ class _Planner:
         outs = p.func_out
         if total == 0 or (outs and all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs)):
             return  # no column, or only empty ones
-        threshold = 5 if center_probe else MIN_BATCH_COLUMNS
+        threshold = FUSED_MIN_COLUMNS if center_probe else MIN_BATCH_COLUMNS
         if self.batch["forward"] and total >= threshold:
             if p.vmap is None:
                 self.plan.step("failed batch")
