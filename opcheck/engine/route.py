@@ -77,6 +77,21 @@ def full_mode_fused(sizes: Sizes) -> bool:
     return sizes.within_budget
 
 
+PLAIN_ROWS = 2
+"""Up to this many Jacobian rows, of one output, a fused pass takes its backward's rows by plain
+backward passes (each row, the first twice for reentrancy, and a zero grad_output) where it otherwise
+makes two plain passes and a batched one: on a small graph the batched pass costs about two plain
+ones (torch.sin on 2 elements: 4 plain passes beat 2 plain and a batched one; on 3 they cost the
+same; auto/fused_backward.py)."""
+
+
+def plain_backward_rows(rows: int, outputs: int, batched_grad: bool) -> bool:
+    """Whether a fused pass's backward takes its `rows` cotangents over `outputs` outputs by plain
+    backward passes (PLAIN_ROWS). Not with the batched-gradient check on: that check is about the
+    batched backward."""
+    return outputs == 1 and rows <= PLAIN_ROWS and not batched_grad
+
+
 class Pass(Enum):
     """A fused pass: a whole comparison folded into a few batched calls."""
 

@@ -739,6 +739,18 @@ CASES: tuple[Case, ...] = (
     Case("transposed_jacobian_old_style", lambda: (_randn(3, 4, seed=56), _randn(4, 4, seed=57, requires_grad=False)),
          MatmulTransposedJacobianOldStyle.apply, False),
     Case("not_multiplied_by_grad_output", lambda: (_randn(5, seed=58),), SinNotMultipliedByGradOldStyle.apply, False),
+    # The same four on one and two elements: a fused pass takes such rows by plain backward passes
+    # (route.plain_backward_rows), the first twice for reentrancy, then a zero grad_output.
+    *(
+        Case(f"{name}_{n}", lambda n=n: (_randn(n, seed=59),), fn.apply, expected, flags=flags)
+        for n in (1, 2)
+        for name, fn, expected, flags in (
+            ("nondeterministic_backward", SinNoisyBackwardOldStyle, False, {}),
+            ("nondeterministic_backward_tolerated", SinNoisyBackwardOldStyle, True, dict(nondet_tol=1e-5)),
+            ("additive_noise_backward_tolerated", SinAdditiveNoiseBackwardOldStyle, False, dict(nondet_tol=1e-5)),
+            ("not_multiplied_by_grad_output", SinNotMultipliedByGradOldStyle, False, {}),
+        )
+    ),
     # Surprise: the autograd engine casts a backward's float32 grad back to the input's
     # float64 before gradcheck sees it, so even check_grad_dtypes=True passes.
     Case("float32_grad_check_grad_dtypes", lambda: (_randn(5, seed=59),), SinFloat32Grad.apply, True,

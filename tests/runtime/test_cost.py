@@ -144,6 +144,18 @@ CASES = {
     # a kernel with a backward alone: nothing batches, J·U comes from a backward per output row
     "backward-only kernel": (KernelCube.apply, (10, 10), dict(fast_mode="auto")),
     "backward-only kernel, small": (KernelCube.apply, (3, 4), dict(fast_mode="auto")),
+    # a row or two (route.plain_backward_rows): plain VJPs, the first row twice, and a zero one;
+    # fewer than FUSED_MIN_COLUMNS columns: their differences loop
+    "full Jacobian, one row": (CountingSin.apply, (1,), dict(fast_mode="auto")),
+    "full Jacobian, two rows": (CountingSin.apply, (2,), dict(fast_mode="auto")),
+    "full Jacobian, three rows": (CountingSin.apply, (3,), dict(fast_mode="auto")),
+    "full Jacobian, two rows, batched-gradient check": (
+        CountingSin.apply,
+        (2,),
+        dict(fast_mode="auto", check_batched_grad=True),
+    ),
+    "backward-only kernel, two rows": (KernelCube.apply, (2,), dict(fast_mode="auto")),
+    "full mode, one row": (CountingSin.apply, (1,), dict(fast_mode=False)),
 }
 
 

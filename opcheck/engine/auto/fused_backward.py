@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from opcheck.engine import aux_checks
+from opcheck.engine import aux_checks, route
 from opcheck.engine._util import (
     Func,
     Inputs,
@@ -52,8 +52,51 @@ def batched_backward(
     (Σ r_i, numel) gradients along the leading rows, output by output; raises Fallback when a
     side check does not pass. `timed`: the legacy batched backward's seconds per row go to
     Evaluator.backward_row_seconds.
+
+    Where route.plain_backward_rows (a row or two of one output), the same checks run by plain
+    backward passes instead (_plain_rows).
     """
+    rows = sum(o.numel() if lead is None else lead.shape[0] for o, lead in zip(call.outputs, leading))
+    if not timed and route.plain_backward_rows(rows, len(call.outputs), ctx.flags.check_batched_grad):
+        return _plain_rows(ctx, call, leading[0])
     return _Backward(ctx, call, leading, timed).rows()
+
+
+def _plain_rows(ctx: CheckContext, call: Call, lead: torch.Tensor | None) -> list[torch.Tensor]:
+    """batched_backward's rows and side checks for few rows of one output, by plain backward passes:
+    each row, the first twice (reentrancy: identical up to nondet_tol), then an all-zero
+    grad_output, whose gradients must be zero (exactly, or allclose when masked)."""
+    output, ev, flags = call.outputs[0], ctx.evaluator, ctx.flags
+    diff_inputs = [a for a in call.inputs if requires_grad(a)]
+    if lead is None:
+        m = output.numel()
+        cotangents = output.new_zeros((m, m)).fill_diagonal_(1).view(m, *output.shape)
+    else:
+        cotangents = lead
+    rows: list[list[torch.Tensor]] = [[] for _ in diff_inputs]
+    for r, v in enumerate(cotangents):
+        grads = _plain_gradients(ctx, output, 0, diff_inputs, v) if r == 0 else _plain_once(ev, output, diff_inputs, v)
+        for j, g in enumerate(grads):
+            rows[j].append(g)
+    zero = _plain_once(ev, output, diff_inputs, torch.zeros_like(output))
+    for j, z in enumerate(zero):
+        if bool(z.any()) and not (flags.masked and torch.allclose(z, torch.zeros_like(z))):
+            raise Fallback(f"gradient of input {j} is nonzero for a zero grad_output")
+    return [torch.stack(r) if r else x.new_zeros((0, x.numel())) for r, x in zip(rows, diff_inputs)]
+
+
+def _plain_once(
+    ev: Evaluator, output: torch.Tensor, diff_inputs: list[torch.Tensor], v: torch.Tensor
+) -> list[torch.Tensor]:
+    """One plain backward along v: per input, its flat gradient (zeros where unused)."""
+    grads = _plain_vjp(ev, output, diff_inputs, v)
+    result = []
+    for j, (x, g) in enumerate(zip(diff_inputs, grads)):
+        a = g.detach() if g is not None else torch.zeros_like(x)
+        if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
+            raise Fallback(f"the plain gradient of input {j} has an unexpected dtype or shape")
+        result.append(a.reshape(-1))
+    return result
 
 
 class _Backward:

@@ -290,8 +290,12 @@ class _Planner:
             self._undefined_backward(fused=True)
 
     def _fused_backward(self, leading: int) -> None:
-        """fused_backward.batched_backward: two plain VJPs per output (reentrancy), one batched backward."""
+        """fused_backward.batched_backward: two plain VJPs per output (reentrancy), one batched backward;
+        where route.plain_backward_rows, a plain VJP per row, one more (reentrancy) and a zero one."""
         p = self.p
+        if route.plain_backward_rows(leading, p.n_outputs, self.f.batched_grad):
+            self.add(Kind.BACKWARD, leading + 2)
+            return
         self.add(Kind.BACKWARD, 2 * p.n_outputs)
         rows = leading + p.n_outputs + 1
         if p.batched_backward is None:
