@@ -17,7 +17,7 @@ import torch
 from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs
 from opcheck.engine.batching import Evaluator
 from opcheck.engine.errors import GradcheckError
-from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET, CheckFlags
+from opcheck.engine.flags import CheckFlags
 from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.reporting.diagnostics import BlockMismatch
@@ -132,10 +132,11 @@ class CheckContext:
 
     def sizes(self, n: int, m: int, inputs: int) -> Sizes:
         """The route's inputs for a Jacobian of m rows and n columns over `inputs` differentiable
-        inputs (route.Sizes). jacobian_budget is fast_mode="auto"'s: other modes take the default."""
+        inputs (route.Sizes.of)."""
         flags = self.flags
-        budget = flags.jacobian_budget if flags.auto else DEFAULT_JACOBIAN_BUDGET
-        return Sizes(n, m, inputs, budget, flags.check_backward_ad)
+        return Sizes.of(
+            n, m, inputs, jacobian_budget=flags.jacobian_budget, auto=flags.auto, backward=flags.check_backward_ad
+        )
 
     def fail(
         self,

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
+
 DIRECTIONS = 8
 """k: random input directions per input of the projections (J·U has m*k entries per block)."""
 COTANGENTS = 8
@@ -60,6 +62,12 @@ class Sizes:
     @property
     def loop_columns(self) -> int:
         return loop_columns(self.inputs)
+
+    @classmethod
+    def of(cls, n: int, m: int, inputs: int, *, jacobian_budget: int, auto: bool, backward: bool) -> Sizes:
+        """A call's sizes under its mode: jacobian_budget is fast_mode="auto"'s; the other modes
+        take the default (the most a fused pass of fast_mode=False holds)."""
+        return cls(n, m, inputs, jacobian_budget if auto else DEFAULT_JACOBIAN_BUDGET, backward)
 
 
 def loop_columns(inputs: int, auto: bool = True) -> int:

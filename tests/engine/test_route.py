@@ -83,3 +83,12 @@ def test_a_fused_pass_footprint_is_its_largest_batch_of_rows():
         fused_elements(sizes(100, 50, inputs=2), outputs=3, projected=True)
         == max((k2 + 1) * 3 + 1, (3 * k + 1) * 2) * 150
     )
+
+
+def test_the_jacobian_budget_is_auto_modes_alone():
+    from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
+
+    auto = Sizes.of(8, 8, 1, jacobian_budget=63, auto=True, backward=True)
+    full = Sizes.of(8, 8, 1, jacobian_budget=63, auto=False, backward=True)
+    assert auto.budget == 63 and not auto.within_budget
+    assert full.budget == DEFAULT_JACOBIAN_BUDGET and route.full_mode_fused(full)

@@ -41,7 +41,6 @@ from opcheck.engine.batching import (
     MIN_BATCH_COLUMNS,
     PILOT_COLUMNS,
 )
-from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.engine.route import COTANGENTS, DIRECTIONS, Pass, Sizes, Stepwise
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe
@@ -173,8 +172,10 @@ class _Planner:
         return self._sizes(self.p.m)
 
     def _sizes(self, m: int) -> Sizes:
-        budget = self.f.budget if self.f.mode == "auto" else DEFAULT_JACOBIAN_BUDGET  # CheckContext.sizes
-        return Sizes(self.p.n, m, self.p.n_inputs, budget, self.f.backward)
+        f = self.f
+        return Sizes.of(
+            self.p.n, m, self.p.n_inputs, jacobian_budget=f.budget, auto=f.mode == "auto", backward=f.backward
+        )
 
     def _applies(self, projected: bool) -> None:
         p = self.p
