@@ -74,7 +74,8 @@ def loop_columns(inputs: int, auto: bool = True) -> int:
     """The most unbatched columns the full check's fused pass loops over, for `inputs` differentiable
     inputs: fast_mode="auto"'s before the projections go first; none for fast_mode=False, whose
     step-by-step full check loops over them instead (the fused pass would then have computed them
-    for nothing)."""
+    for nothing). Columns too few to be worth a vmapped call (batching.FUSED_MIN_COLUMNS) loop by
+    choice, not for want of vmap support, and are not bounded by it."""
     return LOOP_COLUMNS_PER_INPUT * inputs if auto else 0
 
 

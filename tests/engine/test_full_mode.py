@@ -53,6 +53,18 @@ def test_a_function_that_cannot_be_vmapped_leaves_the_pass_before_looping_over_i
     assert COUNTS["forward"] <= 2 * x.numel() + 4, COUNTS
 
 
+@pytest.mark.parametrize("fn", [torch.sin, KernelCube.apply], ids=["vmappable", "kernel"])
+def test_columns_too_few_for_a_vmapped_call_loop_inside_the_pass(fn):
+    # Below FUSED_MIN_COLUMNS the loop is the cheaper choice, vmap support or not: the pass keeps
+    # the call, and its two rows come from plain backward passes (route.plain_backward_rows).
+    x = _x(2)
+    COUNTS.clear()
+    r = opcheck.gradcheck_report(fn, (x,))
+    assert r.passed and r.stats.fused and not r.stats.fallbacks, r.stats
+    assert (r.stats.calls, r.stats.batched_calls) == (4, 0), r.stats
+    assert (r.stats.vjp_calls, r.stats.batched_vjp_calls) == (4, 0), r.stats
+
+
 class _WrongOnlyForZeroGrad(torch.autograd.Function):
     """sin whose backward is right for every grad_output but an all-zero one (then it returns ones)."""
 

@@ -49,7 +49,10 @@ def numerical_columns(
     total = sum(diffs.inputs[idx].numel() for idx, _ in segments)
     ev.numerical_batched, ev.numerical_ulps = False, 0.0
     # Without a plain probe call (center_probe) one vmapped call beats the loop from fewer columns.
-    if ev.batch_forward and total >= (settings.FUSED_MIN_COLUMNS if ev.center_probe else settings.MIN_BATCH_COLUMNS):
+    # Below that many the loop is the cheaper choice, not a fallback: Evaluator.loop_columns does
+    # not bound it.
+    few = total < (settings.FUSED_MIN_COLUMNS if ev.center_probe else settings.MIN_BATCH_COLUMNS)
+    if ev.batch_forward and not few:
         try:
             if total <= settings.FUSE_MAX_COLUMNS:
                 result = _BatchedDifferences(diffs, segments, ref_outputs).run()
@@ -62,7 +65,7 @@ def numerical_columns(
             return result
         except Exception as e:  # anything: the loop decides what the user sees
             ev.give_up("forward", e)
-    if ev.loop_columns is not None and total > ev.loop_columns:
+    if ev.loop_columns is not None and total > ev.loop_columns and not (few and ev.batch_forward):
         raise LoopOverBudget(f"{total} columns, one call pair each, where the caller allows {ev.loop_columns}")
     return [diffs.columns(idx, p, (positions or {}).get(idx)) for idx, p in segments]
 

@@ -467,8 +467,8 @@ class _Planner:
         outs = p.func_out
         if total == 0 or (outs and all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs)):
             return  # no column, or only empty ones
-        threshold = FUSED_MIN_COLUMNS if center_probe else MIN_BATCH_COLUMNS
-        if self.batch["forward"] and total >= threshold:
+        few = total < (FUSED_MIN_COLUMNS if center_probe else MIN_BATCH_COLUMNS)  # the loop, by choice
+        if self.batch["forward"] and not few:
             if p.vmap is None:
                 self.plan.step("failed batch")
                 self._give_up("forward")
@@ -485,7 +485,7 @@ class _Planner:
                 self.plan.extend(trial)
                 if done:
                     return
-        if self.loop_columns is not None and total > self.loop_columns:
+        if self.loop_columns is not None and total > self.loop_columns and not (few and self.batch["forward"]):
             raise _Fallback(loops=True, projections=True)
         self.add(Kind.FORWARD, 2 * total)
 
