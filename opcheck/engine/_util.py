@@ -71,8 +71,8 @@ _FLAT_VMAP = _flat_vmap()
 def vmap_rows(func: Func, args: Sequence[Any], randomness: str = "error") -> Any:
     """torch.func.vmap(func, randomness=randomness)(*args) for tensors batched along their first
     dimension: the same call, without flattening and checking the arguments where they are tensors
-    of one batch size (about a tenth of a small vmapped check's time). Anything else goes through
-    torch.func.vmap itself, which says what is wrong with it."""
+    of one batch size (about 6% of fast_mode="auto"'s time on torch.sin of 5 elements). Anything
+    else goes through torch.func.vmap itself, which says what is wrong with it."""
     if _FLAT_VMAP is not None and args:
         first = args[0]
         if isinstance(first, torch.Tensor) and first.dim() > 0:

@@ -24,8 +24,8 @@ MIN_BATCH_COLUMNS = 8
 FUSED_MIN_COLUMNS = 3
 """A fused pass's finite differences (no plain probe call: the unperturbed row is checked against
 the outputs already computed) take one vmapped call from this many columns on, and loop below:
-two plain calls of a builtin like torch.sin cost less than a vmapped call's set-up up to about 3
-columns (torch 2.13, CPU)."""
+on torch.sin (torch 2.13, CPU) the loop's two plain calls per column cost less than a vmapped
+call at 2 columns, about the same at 3, more from 4 on; an op of many kernels costs the loop more."""
 PILOT_COLUMNS = 8
 """The first batch of a batched kind has at most this many columns: it is timed against a plain
 call, and where batching costs more per column (an op whose batching rule loops inside, at tens
