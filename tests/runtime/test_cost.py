@@ -156,6 +156,7 @@ CASES = {
     ),
     "backward-only kernel, two rows": (KernelCube.apply, (2,), dict(fast_mode="auto")),
     "full mode, one row": (CountingSin.apply, (1,), dict(fast_mode=False)),
+    "full Jacobian, no row": (CountingSin.apply, (0,), dict(fast_mode="auto")),
 }
 
 

@@ -295,7 +295,7 @@ class _Planner:
         where route.plain_backward_rows, a plain VJP per row, one more (reentrancy) and a zero one."""
         p = self.p
         if route.plain_backward_rows(leading, p.n_outputs, self.f.batched_grad):
-            self.add(Kind.BACKWARD, leading + 2)
+            self.add(Kind.BACKWARD, leading + 2 if leading else 1)  # no row: the zero one alone
             return
         self.add(Kind.BACKWARD, 2 * p.n_outputs)
         rows = leading + p.n_outputs + 1
