@@ -90,13 +90,16 @@ def _plain_once(
 ) -> list[torch.Tensor]:
     """One plain backward along v: per input, its flat gradient (zeros where unused)."""
     grads = _plain_vjp(ev, output, diff_inputs, v)
-    result = []
-    for j, (x, g) in enumerate(zip(diff_inputs, grads)):
-        a = g.detach() if g is not None else torch.zeros_like(x)
-        if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
-            raise Fallback(f"the plain gradient of input {j} has an unexpected dtype or shape")
-        result.append(a.reshape(-1))
-    return result
+    return [_gradient(x, g, 0, j).reshape(-1) for j, (x, g) in enumerate(zip(diff_inputs, grads))]
+
+
+def _gradient(x: torch.Tensor, g: torch.Tensor | None, i: int, j: int) -> torch.Tensor:
+    """Output i's plain gradient g of input x (input j), detached, zeros where undefined; raises
+    Fallback where its dtype, shape or layout is not x's."""
+    a = g.detach() if g is not None else torch.zeros_like(x)
+    if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
+        raise Fallback(f"output {i}: the plain gradient of input {j} has an unexpected dtype or shape")
+    return a
 
 
 class _Backward:
@@ -204,11 +207,8 @@ def _plain_gradients(
     for j, x in enumerate(diff_inputs):
         if (first[j] is None) != (again[j] is None):
             raise Fallback(f"output {i}: two plain backward passes disagree on whether input {j} is used")
-        f, g = first[j], again[j]
-        a = f.detach() if f is not None else torch.zeros_like(x)
+        a, g = _gradient(x, first[j], i, j), again[j]
         b = g.detach() if g is not None else a
-        if a.dtype != x.dtype or a.shape != x.shape or a.layout != torch.strided:
-            raise Fallback(f"output {i}: the plain gradient of input {j} has an unexpected dtype or shape")
         if not identical(a, b) and (a.numel() == 0 or float((a - b).abs().max()) > ctx.flags.nondet_tol):
             raise Fallback(f"two plain backward passes of output {i} differ (reentrancy)")
         result.append(a.reshape(-1))
