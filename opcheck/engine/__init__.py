@@ -1,7 +1,8 @@
 """Gradient-checking engine: a drop-in for torch.autograd.gradcheck / gradgradcheck.
 
-Only torch is imported here: no YAML, no pytest, no spec. The low-precision check's names are
-imported on first use, so that a process's first gradcheck does not pay for them.
+Only torch is imported here: no YAML, no pytest, no spec. The low-precision check's names, and the
+classes of a failure's report, are imported on first use, so that a process's first gradcheck does
+not pay for them.
 """
 
 from opcheck._lazy import lazy_names
@@ -12,11 +13,9 @@ from opcheck.engine.api import (
     gradgradcheck,
     gradgradcheck_report,
 )
-from opcheck.engine.auto.projections import ProjectionMismatch
 from opcheck.engine.batching import EvalStats, vmap_batching
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
-from opcheck.engine.reporting.diagnostics import EntryError, JacobianMismatch
 
 __all__ = [
     # the checks (api)
@@ -42,4 +41,11 @@ __all__ = [
 ]
 
 _LOWPREC_NAMES = ("lowprec_check", "lowprec_report", "LowPrecisionReport", "LowPrecisionError")
-__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(_LOWPREC_NAMES, "opcheck.engine.lowprec"))
+_REPORT_NAMES = {
+    "JacobianMismatch": "opcheck.engine.reporting.diagnostics",
+    "EntryError": "opcheck.engine.reporting.diagnostics",
+    "ProjectionMismatch": "opcheck.engine.auto.projections",
+}
+__getattr__, __dir__ = lazy_names(
+    __name__, {**dict.fromkeys(_LOWPREC_NAMES, "opcheck.engine.lowprec"), **_REPORT_NAMES}
+)

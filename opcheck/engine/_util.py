@@ -125,6 +125,12 @@ def diff_input_indices(inputs: Sequence[Any]) -> list[int]:
     return [i for i, a in enumerate(inputs) if requires_grad(a)]
 
 
+def jacobian_sides(inputs: Sequence[Any], outputs: tuple[Any, ...]) -> tuple[int, int]:
+    """(n, m): the elements of the differentiable inputs and of the float/complex outputs."""
+    n = sum(inputs[j].numel() for j in diff_input_indices(inputs))
+    return n, sum(o.numel() for o in float_outputs(as_tuple(outputs)))
+
+
 def detached(inputs: Sequence[Any]) -> list[Any]:
     """The inputs with every tensor detached (the point a vmapped call is built around)."""
     return [a.detach() if isinstance(a, torch.Tensor) else a for a in inputs]

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
@@ -33,9 +33,11 @@ from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL, CheckF
 from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.modes.fast import fast_check
 from opcheck.engine.reporting import torch_words
-from opcheck.engine.reporting.diagnostics import BlockMismatch
 from opcheck.engine.route import Stepwise
 from opcheck.engine.second_order import first_derivative
+
+if TYPE_CHECKING:  # the report's classes load with the first report
+    from opcheck.engine.reporting.diagnostics import BlockMismatch
 
 __all__ = ["FastMode", "GradcheckReport", "gradcheck", "gradcheck_report", "gradgradcheck", "gradgradcheck_report"]
 

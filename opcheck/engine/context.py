@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -20,9 +20,11 @@ from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import CheckFlags
 from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.reporting import torch_words
-from opcheck.engine.reporting.diagnostics import BlockMismatch
 from opcheck.engine.route import Sizes, Stepwise
 from opcheck.failure_facts import FailureFacts
+
+if TYPE_CHECKING:  # the report's classes load with the first report
+    from opcheck.engine.reporting.diagnostics import BlockMismatch
 
 Blocks = list[tuple[torch.Tensor, ...]]
 """A numerical Jacobian: per input requiring grad, one (numel_in, numel_out) block per float output."""

@@ -42,10 +42,10 @@ import torch.autograd.forward_ad as fwAD
 from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, is_float_or_complex, make_dual, requires_grad, unravel
 from opcheck.engine.batching import Differences
 from opcheck.engine.reporting import torch_words
-from opcheck.engine.reporting.diagnostics import JacobianMismatch
 
 if TYPE_CHECKING:
     from opcheck.engine.context import Call  # context.py imports this module
+    from opcheck.engine.reporting.diagnostics import JacobianMismatch
 
 _ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
 

@@ -22,3 +22,50 @@ def test_only_a_check_of_forward_ad_loads_torch_s_forward_ad_decompositions():
     done = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+REPORT_MODULES = (
+    "opcheck.engine.auto.stepwise",
+    "opcheck.engine.auto.projections",
+    "opcheck.engine.auto.fused_projected",
+    "opcheck.engine.reporting.diagnostics",
+)
+
+LAZY_CODE = f"""
+import sys, torch, opcheck
+modules = {REPORT_MODULES!r}
+loaded = lambda: [m for m in modules if m in sys.modules]
+x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto")
+print(loaded())
+class WrongRow(torch.autograd.Function):  # sin, whose backward is wrong in its last row
+    @staticmethod
+    def forward(ctx, t):
+        ctx.save_for_backward(t)
+        return t.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (t,) = ctx.saved_tensors
+        grad = g * t.cos()
+        grad[-1] *= 2
+        return grad
+
+report = opcheck.gradcheck_report(WrongRow.apply, (x,), fast_mode="auto", raise_exception=False)
+assert not report.passed and report.mismatch is not None, report
+print(loaded())
+from opcheck.engine import JacobianMismatch, ProjectionMismatch
+print(isinstance(report.mismatch, (JacobianMismatch, ProjectionMismatch)))
+"""
+
+
+def test_a_passing_check_loads_neither_the_step_by_step_check_nor_the_failure_report():
+    """What only a failure or the fallback needs loads with its first use, so that a process's
+    first check does not pay for it; the failure then reports as ever, through the same classes
+    the package names."""
+    done = subprocess.run([sys.executable, "-c", LAZY_CODE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    before, after, same = done.stdout.splitlines()
+    assert before == "[]"
+    assert "opcheck.engine.auto.stepwise" in after and "opcheck.engine.reporting.diagnostics" in after
+    assert same == "True"

@@ -40,7 +40,7 @@ def _without_fused_passes(monkeypatch):
         raise fused.Fallback("turned off by the test")
 
     monkeypatch.setattr("opcheck.engine.auto.fused_check", refuse)
-    monkeypatch.setattr("opcheck.engine.auto.projected_check", refuse)
+    monkeypatch.setattr("opcheck.engine.auto.fused_projected.projected_check", refuse)
 
 
 @pytest.mark.parametrize("case", corpus.CASES, ids=lambda c: c.id)

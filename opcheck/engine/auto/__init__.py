@@ -17,14 +17,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from opcheck.engine import route
-from opcheck.engine._util import diff_input_indices
+from opcheck.engine._util import diff_input_indices, jacobian_sides
 from opcheck.engine.auto.fused import fused_check
-from opcheck.engine.auto.fused_projected import projected_check
 from opcheck.engine.auto.passes import Fallback, real_inputs_call
-from opcheck.engine.auto.stepwise import auto_check, jacobian_sides
 from opcheck.engine.comparison.parts import compare_parts
 from opcheck.engine.context import Call, CheckContext
-from opcheck.engine.modes.full import full_check
 from opcheck.engine.route import Pass
 
 __all__ = ["check", "jacobian_sides"]
@@ -43,6 +40,11 @@ def check(
         passed, ctx, call = _fused_passes(ctx, call, full_mode)
         if passed:
             return True, ctx, call
+    # The step-by-step check's modules load with its first use: a call the fused pass settles
+    # (most of them) never needs them.
+    from opcheck.engine.auto.stepwise import auto_check
+    from opcheck.engine.modes.full import full_check
+
     compare_parts(ctx, full_check if full_mode else auto_check, call, forward_ad=forward_ad)
     return False, ctx, call
 
@@ -64,7 +66,7 @@ def _fused_passes(ctx: CheckContext, call: Call, full_mode: bool) -> tuple[bool,
     order = ((Pass.FULL,) if route.full_mode_fused(sizes) else ()) if full_mode else route.fused_order(sizes)
     for attempt in order:
         try:
-            _PASSES[attempt](ctx, viewed or call)
+            _pass(attempt)(ctx, viewed or call)
             return True, ctx, call
         except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
             stats = ctx.evaluator.stats
@@ -83,4 +85,10 @@ def _fused_passes(ctx: CheckContext, call: Call, full_mode: bool) -> tuple[bool,
     return False, ctx, call
 
 
-_PASSES: dict[Pass, Callable[[CheckContext, Call], None]] = {Pass.FULL: fused_check, Pass.PROJECTED: projected_check}
+def _pass(attempt: Pass) -> Callable[[CheckContext, Call], None]:
+    """The fused pass `attempt` runs (the projected one's module loads with its first use)."""
+    if attempt is Pass.FULL:
+        return fused_check
+    from opcheck.engine.auto.fused_projected import projected_check
+
+    return projected_check

@@ -100,19 +100,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 
 from opcheck.engine._util import (
-    Inputs,
     allclose_promoted,
-    as_tuple,
     diff_input_indices,
     exception_line,
     float_outputs,
     identical,
     is_float_or_complex,
+    jacobian_sides,
     unravel,
 )
 from opcheck.engine.auto.pinpoint import Bisection, elements_out_of_tolerance, vjp_mismatch_element
@@ -161,12 +160,6 @@ __all__ = [
     "auto_check",
     "jacobian_sides",
 ]
-
-
-def jacobian_sides(inputs: Inputs, outputs: tuple[Any, ...]) -> tuple[int, int]:
-    """(n, m): the elements of the differentiable inputs and of the float/complex outputs."""
-    n = sum(inputs[j].numel() for j in diff_input_indices(inputs))
-    return n, sum(o.numel() for o in float_outputs(as_tuple(outputs)))
 
 
 # ------------------------------------------------------------------------------- entry point

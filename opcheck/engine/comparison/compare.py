@@ -9,14 +9,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import torch
 
 from opcheck.engine._util import diff_input_indices, float_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.reporting import torch_words
-from opcheck.engine.reporting.diagnostics import BlockLabel, JacobianMismatch, find_mismatch
+
+if TYPE_CHECKING:  # the report's classes load with the first report (reporting/diagnostics.py)
+    from opcheck.engine.reporting.diagnostics import BlockLabel, JacobianMismatch
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class Block:
 
     def label(self, ctx: CheckContext, part: str | None) -> BlockLabel:
         """The block as a report names it (`part`: usually self.part)."""
+        from opcheck.engine.reporting.diagnostics import BlockLabel
+
         forward = self.is_forward_ad
         return BlockLabel(
             check="forward AD" if forward else "backward",
@@ -101,6 +105,8 @@ def block_mismatch(
     Its output is numbered among the call's float outputs for forward AD, among the outputs that
     require grad for backward, as torch numbers them.
     """
+    from opcheck.engine.reporting.diagnostics import find_mismatch
+
     inputs, outputs = call.inputs, call.func_out if block.is_forward_ad else call.outputs
     x = inputs[diff_input_indices(inputs)[block.input_idx]]
     floats = float_outputs(outputs)
