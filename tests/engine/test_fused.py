@@ -322,6 +322,35 @@ def test_complex_outputs_are_checked_through_their_real_views():
     assert r.message.startswith("While considering the imaginary part of complex outputs only, Jacobian mismatch")
 
 
+class SinDetachedBackward(torch.autograd.Function):
+    """sin whose backward uses x detached: right first derivative, second derivative missing its x term."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x.detach()).conj()
+
+
+def test_complex_inputs_of_gradgradcheck_are_batched_through_the_first_derivatives_vmap_form():
+    """The real views of complex inputs keep the first derivative's vmap form (torch.func's vjp):
+    its columns come from one vmapped call, not a call pair each; a wrong second derivative still
+    fails with torch's first line."""
+    x = torch.randn(3, 4, dtype=torch.complex128, requires_grad=True, generator=torch.Generator().manual_seed(0))
+    r = opcheck.gradgradcheck_report(torch.sin, (x,), fast_mode="auto")
+    assert r.passed and r.stats.fused and r.stats.calls == 0 and r.stats.batched_calls == 1, r.stats
+    y = x.detach()[:, :2].requires_grad_()
+    with pytest.raises(GradcheckError) as theirs:
+        torch.autograd.gradgradcheck(SinDetachedBackward.apply, (y,), fast_mode=True)
+    r = opcheck.gradgradcheck_report(SinDetachedBackward.apply, (y,), fast_mode="auto")
+    assert not r.passed
+    assert r.message.splitlines()[0] == str(theirs.value).splitlines()[0]
+
+
 class AddWrongWithUndefinedTangent(torch.autograd.Function):
     """x + y whose jvp is wrong when y's tangent is undefined (None)."""
 

@@ -23,6 +23,7 @@ from opcheck.engine._util import (
     floats,
     legacy_vmap,
     make_dual,
+    mapped,
     of_inputs,
     unpack_dual,
     vmap_form,
@@ -88,13 +89,13 @@ def real_inputs_call(call: Call) -> Call | None:
         return None
     for j in complex_:
         inputs[j] = torch.view_as_real(inputs[j].detach()).requires_grad_()
-    func, viewed = call.func, frozenset(complex_)
+    viewed = frozenset(complex_)
 
-    def of_real_inputs(*xs: Any) -> Any:
-        return func(*(torch.view_as_complex(x) if j in viewed else x for j, x in enumerate(xs)))
+    def as_complex(xs: Sequence[Any]) -> list[Any]:
+        return [torch.view_as_complex(x) if j in viewed else x for j, x in enumerate(xs)]
 
-    try:
-        return Call.of(of_real_inputs, tuple(inputs))
+    try:  # mapped: gradgradcheck's first derivative keeps its vmap form
+        return Call.of(mapped(call.func, args=as_complex), tuple(inputs))
     except Exception:  # noqa: BLE001 - e.g. an in-place write to an input, which a view refuses
         return None
 
