@@ -69,7 +69,14 @@ class CountingSin(torch.autograd.Function):
 
 class KernelCube(torch.autograd.Function):
     """x³ whose forward and backward run outside torch (as a C++, CUDA or Triton kernel does): no
-    vmap rule, no forward AD, no double backward."""
+    vmap rule, no forward AD, no double backward. A call under torch.func's transforms (vmap, or
+    its jvp under vmap) raises as it enters the op, before forward runs: `apply` counts it."""
+
+    @classmethod
+    def apply(cls, x):
+        if torch._C._functorch.maybe_current_level() is not None:
+            COUNTS["batched"] += 1
+        return super().apply(x)
 
     @staticmethod
     def forward(ctx, x):
@@ -219,6 +226,72 @@ def test_a_failing_checks_planned_calls_are_the_calls_the_op_sees(name, fast_mod
     assert "side checks" not in plan.steps  # the call ends at the comparison that fails
 
 
+class UnbatchedBackwardSin(CountingSin):
+    """CountingSin whose backward has no batching rule (as a custom op's registered backward that
+    calls a kernel of its own): its forward vmaps, a batched cotangent raises. Differentiable."""
+
+    @staticmethod
+    def backward(ctx, g):
+        if _batched(g):
+            COUNTS["batched"] += 1
+            raise RuntimeError("no batching rule for this backward")
+        return CountingSin.backward(ctx, g)
+
+
+class ComplexCountingSin(CountingSin):
+    """CountingSin for complex inputs (the conjugate Wirtinger convention torch's backward uses)."""
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        COUNTS["batched" if _batched(g) else "backward"] += 1
+        return g * torch.cos(x).conj()
+
+
+FORWARD_SIDE = (Kind.FORWARD, Kind.JVP, Kind.VMAP, Kind.VMAP_JVP, Kind.VMAP_TANGENTS)
+"""The plan's kinds of evaluation that call the op itself (a batched one once); the first
+derivative's backward passes run the op's backward and double backward, inside autograd."""
+
+SECOND_ORDER = {
+    # gradgradcheck's function batches through its vmap form (torch.func's vjp)
+    "batched": (CountingSin.apply, _x, (3, 4)),
+    # ... and with complex inputs, through their real views, which keep that form
+    "complex": (
+        ComplexCountingSin.apply,
+        lambda *s: torch.randn(*s, dtype=torch.complex128, generator=torch.Generator().manual_seed(0)).requires_grad_(),
+        (3, 4),
+    ),
+    # the vmap form's attempt runs the op's forward, then its backward raises: the loops after it
+    "backward without a batching rule": (UnbatchedBackwardSin.apply, _x, (3, 4)),
+    "backward without a batching rule, projections": (UnbatchedBackwardSin.apply, _x, (8, 10)),
+}
+
+
+@pytest.mark.parametrize("name", list(SECOND_ORDER))
+def test_a_second_order_checks_planned_calls_are_the_calls_the_op_sees(name):
+    """gradgradcheck: the op's call that draws the grad_outputs, then the plan of the first
+    derivative's check, batched attempts that raise included (each runs the op once)."""
+    from opcheck.engine.second_order import first_derivative
+
+    kernel, make, shape = SECOND_ORDER[name]
+    x = make(*shape)
+
+    def fn(x):  # every call of the op Python sees: plain, forward-mode or vmapped (once a batch)
+        COUNTS["op"] += 1
+        return kernel(x)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        first = first_derivative(fn, (x,), None, False)
+    plan = plan_check(Flags.of(dict(fast_mode="auto"), second_order=True), Probe(first.func, first.inputs))
+    planned = 1 + sum(n for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)  # 1: the draw's call
+    COUNTS.clear()
+    torch.manual_seed(0)
+    report = engine.gradgradcheck_report(fn, (x,), fast_mode="auto")
+    assert report.passed, report.message
+    assert planned == COUNTS["op"], (plan.evals, plan.path, report.stats)
+
+
 ROUTES = {
     # the full check first nowhere: the small Jacobian takes the projections' pass
     "no full check first": ("full Jacobian", "FULL_CHECK_ELEMENTS", 0),
@@ -251,7 +324,9 @@ def test_a_backward_only_kernel_loops_over_its_rows():
     x = _x(10, 10)
     plan = plan_check(Flags(mode="auto"), Probe(KernelCube.apply, (x,)))
     calls = Calls.of(plan)
-    assert calls.batched <= 1 and calls.backward > 100  # one backward per output element (one batched try)
+    # one backward per output element; batched, only the tries that raise: the fused pass's, the
+    # differences', the JVPs' and the backward's
+    assert calls.batched <= 4 and calls.backward > 100
     assert plan.path == ["auto: projections (J·U from VJP rows), step by step"]
     assert Calls.of(plan_check(Flags(mode="fast"), Probe(KernelCube.apply, (x,)))).backward < 10
 

@@ -239,6 +239,8 @@ class _Planner:
         ju = True
         # The differences from a vmapped call; J·U from the legacy vmap (the batched forward-AD
         # check's machinery), else from dual tensors under torch.func.vmap (jvps_at_points).
+        if p.vmap is None and self.batch["forward"]:
+            self.add(Kind.VMAP)  # the attempt (see _failed_batch); the step-by-step check tries again
         self._need(p.vmap is not None, loops=True)
         self.add(Kind.VMAP, rows=1 + 2 * k * n_in)
         if f.batched_forward_grad:
@@ -249,11 +251,13 @@ class _Planner:
             self.plan.step("failed batch")
             if f.forward:
                 raise _Fallback(loops=True)
-            # the dual rows' attempt, then one plain JVP: where it raises too, no torch.func attempt
-            self.add(Kind.VMAP, rows=k * n_in + zero_tangent_rows)
-            self.add(Kind.FORWARD if p.jvp is None else Kind.JVP)
-            if p.jvp is not None:
+            if hasattr(p.fn, "vmap_form"):  # gradgradcheck's first derivative: torch.func's attempt alone
                 self.add(Kind.VMAP, rows=k * n_in + zero_tangent_rows)
+            else:  # the dual rows' attempt, then one plain JVP: where it raises too, no torch.func attempt
+                self.add(Kind.VMAP, rows=k * n_in + zero_tangent_rows)
+                self.add(Kind.FORWARD if p.jvp is None else Kind.JVP)
+                if p.jvp is not None:
+                    self.add(Kind.VMAP, rows=k * n_in + zero_tangent_rows)
             ju = False
         if f.forward:
             self.add(Kind.JVP)  # the batched rows tied to a plain JVP
@@ -379,12 +383,12 @@ class _Planner:
         self.plan.step("comparison")
         if p.complex_inputs or p.complex_outputs:
             self.add(Kind.FORWARD)  # the function seen through view_as_real
-        for _ in range(p.n_inputs):  # finite differences along the directions
-            if self.batch["forward"] and p.vmap is not None:
+        for jj in range(p.n_inputs):  # finite differences along the directions, one input at a time
+            if self.batch["forward"] and p.vmaps_alone(jj):
                 self.add(Kind.VMAP, rows=2 * k)
                 self.add(Kind.FORWARD)
             else:
-                self._give_up("forward")
+                self._failed_batch("forward", Kind.VMAP)
                 self.add(Kind.FORWARD, 2 * k)
         if part == "forward":
             self.plan.note("auto: projections (J·U from forward AD), step by step")
@@ -397,6 +401,7 @@ class _Planner:
             if p.jvp is not None:  # forward AD runs, and disagrees: the next source
                 self._jvp_along()
             elif not p.layouts:  # the stand-ins' dual tensors raise before the op runs
+                self._failed_batch("jvp", Kind.VMAP_TANGENTS)
                 self.add(Kind.FORWARD)  # the forward-mode attempt: the op runs, its tangent raises
             source = self._double_backward_source()
         self.plan.note(f"auto: projections (J·U from {source}), step by step")
@@ -411,7 +416,7 @@ class _Planner:
                 self.add(Kind.VMAP_TANGENTS, rows=DIRECTIONS)
                 self.add(Kind.JVP)
             else:
-                self._give_up("jvp")
+                self._failed_batch("jvp", Kind.VMAP_TANGENTS)
                 if p.jvp is None:  # the first forward-mode call raises
                     self.add(Kind.FORWARD)
                     return
@@ -459,6 +464,15 @@ class _Planner:
     def _give_up(self, kind: str) -> None:
         self.batch[kind] = False
 
+    def _failed_batch(self, kind: str, evaluation: Kind) -> None:
+        """Where batching of `kind` is still on, its attempt, and the kind given up: the function is
+        called batched (one call of the op, as the op's own entry sees it) and raises or disagrees,
+        priced as one row (most raise in the op's first batched kernel, or before it runs)."""
+        if self.batch[kind]:
+            self.plan.step("failed batch")
+            self.add(evaluation)
+        self._give_up(kind)
+
     # ------------------------------------------------------ batched columns and rows
     def _numerical_columns(self, center_probe: bool) -> None:
         """batching.fd_columns.numerical_columns: vmapped chunks of columns, else two calls each."""
@@ -470,8 +484,7 @@ class _Planner:
         few = total < (FUSED_MIN_COLUMNS if center_probe else MIN_BATCH_COLUMNS)  # the loop, by choice
         if self.batch["forward"] and not few:
             if p.vmap is None:
-                self.plan.step("failed batch")
-                self._give_up("forward")
+                self._failed_batch("forward", Kind.VMAP)
             else:
                 out = p.m
                 groups = [total] if total <= FUSE_MAX_COLUMNS else [c for c in p.columns if c]

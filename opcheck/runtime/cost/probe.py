@@ -185,6 +185,7 @@ class Probe:
         self.real_outputs = self._real_outputs()
         self.backward = self._time_backward()
         self.double_backward_seconds: float | None = None  # one backward through backward's graph, once probed
+        self._alone: dict[int, bool] = {}  # vmaps_alone, by input
 
     # ------------------------------------------------------------------ always measured
     def _real_outputs(self) -> bool:
@@ -309,6 +310,28 @@ class Probe:
             except Exception:
                 return None
         return Batched.probe(lambda rows: _vmap(f)(*self._batched_inputs(rows)), self.device, agrees)
+
+    def vmaps_alone(self, k: int) -> bool:
+        """Whether the vmap form batches along the k-th differentiable input alone, the others
+        fixed (the step-by-step projections' differences, one input at a time: a first derivative
+        whose backward has no batching rule batches along its inputs yet not its grad_outputs)."""
+        if k not in self._alone:
+            if self.vmap is not None:
+                self._alone[k] = True
+            else:
+                f, j = self._of_diff(), self.diff[k]
+                fixed = [self.inputs[i].detach() for i in self.diff]
+
+                def along(x: torch.Tensor) -> tuple[Any, ...]:
+                    return f(*(x if i == j else t for i, t in zip(self.diff, fixed)))
+
+                rows = self._batched_inputs(SMALL_BATCH)[k]
+                try:
+                    _quiet(lambda: _vmap(along)(rows))
+                    self._alone[k] = True
+                except Exception:
+                    self._alone[k] = False
+        return self._alone[k]
 
     @functools.cached_property
     def vmap_jvp(self) -> Batched | None:
