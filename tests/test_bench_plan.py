@@ -1,5 +1,6 @@
 """The plan benchmark holds the cost estimate's plans to the calls the generated tests make: on two
-specs every test's forward-side calls are the planned ones, and a plan off by one call is reported."""
+specs every test's forward-side calls are the planned ones, a test expected to fail because the op's
+backward raises is planned to its crash, and a plan off by one call is reported."""
 
 from __future__ import annotations
 
@@ -24,6 +25,33 @@ def test_every_test_of_two_specs_makes_the_calls_its_plan_counts(tmp_path):
     checks = {r["test"].split("::")[1].split("[")[0] for r in records}
     assert checks == {"test_gradcheck", "test_gradgradcheck"}
     assert all(r["planned"] == r["made"] > 0 and r["outcome"] == "passed" for r in records), records
+
+
+CRASHING_SPEC = """\
+op: torch.scatter_add
+samples:
+  # src larger than index: ScatterAddBackward0 returns src's gradient in index's shape, and autograd
+  # raises in every plain backward (pytorch/pytorch#27614)
+  - name: src_larger_than_index
+    args: [{shape: [2, 3]}, 1, {shape: [2, 2], dtype: int64, low: 0, high: 3}, {shape: [2, 5]}]
+expected_failures:
+  - where: {sample: src_larger_than_index, check: [gradcheck]}
+    reason: invalid gradient at index 1
+"""
+
+
+def test_a_test_expected_to_crash_is_planned_to_its_crash(tmp_path):
+    """The fused passes fall back from the raising backward, the step-by-step check's first plain
+    backward ends the call, and the crash's report calls the op once more (the policy's count)."""
+    spec = tmp_path / "scatter_add.yaml"
+    spec.write_text(CRASHING_SPEC)
+    out = tmp_path / "plan.json"
+    proc = run_benchmark("bench_plan", "--specs", str(spec), "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (record,) = [r for r in json.loads(out.read_text()) if "test_gradcheck" in r["test"]]
+    assert record["expected_failure"] and record["outcome"] == "CheckCrashed", record
+    assert record["planned"] == record["made"] > 0, record
+    assert record["path"][-1] == "crashes: a plain backward raises", record
 
 
 def test_a_plan_off_by_one_call_is_reported_and_fails_the_run(monkeypatch, capsys):

@@ -292,6 +292,29 @@ def test_a_second_order_checks_planned_calls_are_the_calls_the_op_sees(name):
     assert planned == COUNTS["op"], (plan.evals, plan.path, report.stats)
 
 
+class WrongShapeKernelCube(KernelCube):
+    """KernelCube whose backward returns a gradient of the wrong shape: autograd raises in every
+    plain backward (as ScatterAddBackward0 does when src is larger than index)."""
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        return KernelCube.backward.__wrapped__(ctx, g)[..., :-1]
+
+
+@pytest.mark.parametrize("fast_mode", ["auto", False, True])
+def test_a_crashing_checks_planned_calls_end_where_the_engine_lets_the_backward_raise(fast_mode):
+    """The fused passes fall back from the raising backward; the step-by-step check's (or fast
+    mode's) first plain backward raises, and the call ends there."""
+    x = _x(3, 4)
+    plan = plan_check(Flags.of(dict(fast_mode=fast_mode)), Probe(WrongShapeKernelCube.apply, (x,)), fails=True)
+    COUNTS.clear()
+    with pytest.raises(RuntimeError, match="invalid gradient"):
+        engine.gradcheck_report(WrongShapeKernelCube.apply, (x,), fast_mode=fast_mode)
+    assert plan.crashed and "side checks" not in plan.steps
+    assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, plan.path)
+
+
 ROUTES = {
     # the full check first nowhere: the small Jacobian takes the projections' pass
     "no full check first": ("full Jacobian", "FULL_CHECK_ELEMENTS", 0),

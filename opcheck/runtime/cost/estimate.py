@@ -347,7 +347,10 @@ def plans_of(
             draw = Plan()
             draw.add(Kind.FORWARD, each=op.forward)
             plans.append(draw)
-        plans.append(plan_check(flags, p, fails=fails))
+        plan = plan_check(flags, p, fails=fails)
+        if plan.crashed and flags.mode == "auto":  # the crash's report counts the Jacobian's entries (Policy)
+            plan.add(Kind.FORWARD, each=(op or p).forward)
+        plans.append(plan)
     return plans
 
 

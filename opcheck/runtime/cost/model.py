@@ -19,6 +19,14 @@ calls per halving; an error spread too thinly for any entry to show is then deci
 check, which the plan does not count). torch's fast mode recomputes the failing block in full, as
 torch's does. It stops there: no side check, no later part.
 
+A function whose plain backward raises (a backward that is not implemented, or returns a gradient of
+the wrong shape: the probe's `backward_raises`) crashes the check instead, wrong gradient or not: the
+fused passes fall back from it, and the step-by-step check's (or fast mode's) first plain backward
+raises through to the caller. The plan stops there too (`Plan.crashed`).
+
+A batched evaluation the engine tries and that raises (no batching rule) is one call of the op, as
+the op's entry sees it, priced as one row.
+
 What a plan does not know: a failing check stops at the first block that fails (the plan counts
 the whole comparison: the projections' every row where a failing block stops them early); a
 failure that looks like a kink re-draws the sample (up to four runs); the batched results that
@@ -263,6 +271,8 @@ class _Planner:
             self.add(Kind.JVP)  # the batched rows tied to a plain JVP
         if not ju:  # J·U from the VJP of the VJP, else from backward's rows
             self.add(Kind.BACKWARD)
+            if p.backward_raises:  # the step-by-step check meets it again
+                raise _Fallback()
             if p.double_backward in ("ok", "wrong"):  # "wrong": computed, and it disagrees with finite differences
                 self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
             if p.double_backward == "ok":
@@ -298,6 +308,9 @@ class _Planner:
         """fused_backward.batched_backward: two plain VJPs per output (reentrancy), one batched backward;
         where route.plain_backward_rows, a plain VJP per row, one more (reentrancy) and a zero one."""
         p = self.p
+        if p.backward_raises:  # the first plain VJP raises: the step-by-step check meets it again
+            self.add(Kind.BACKWARD)
+            raise _Fallback()
         if route.plain_backward_rows(leading, p.n_outputs, self.f.batched_grad):
             self.add(Kind.BACKWARD, leading + 2 if leading else 1)  # no row: the zero one alone
             return
@@ -361,6 +374,15 @@ class _Planner:
                 self._vjp_rows(m_o)
         self._stop()
 
+    def _crash_at_backward(self) -> None:
+        """Where a plain backward raises, the step-by-step check's first one ends the call: the
+        engine lets that exception through (a fused pass falls back from it instead)."""
+        if self.p.backward_raises:
+            self.add(Kind.BACKWARD)
+            self.plan.note("crashes: a plain backward raises")
+            self.plan.crashed = True
+            raise _Stop()
+
     def _stop(self) -> None:
         """A failing check ends at the comparison just planned."""
         if self.fails:
@@ -374,6 +396,7 @@ class _Planner:
         if part == "forward":
             self.add(Kind.JVP, p.n_inputs)
         else:
+            self._crash_at_backward()
             self.add(Kind.BACKWARD, 2 * p.n_outputs)
         if self.fails:  # fast._localize_fast_failure: the block recomputed in full, as torch does
             self._full(part, note="fast mode: the failing block in full")
@@ -540,6 +563,7 @@ class _Planner:
         elif self.batch["vjp"] and m_o >= MIN_BATCH_COLUMNS:
             self._attempt(Kind.BATCHED_BACKWARD, min(m_o, PILOT_COLUMNS))
             self._give_up("vjp")
+        self._crash_at_backward()
         self.add(Kind.BACKWARD, 2 * m_o)
 
     def _batches(self, plan: Plan, total: int, chunk: int, kind: str, center_probe: bool, extra_row: bool) -> bool:

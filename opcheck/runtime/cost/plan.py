@@ -74,6 +74,7 @@ class Plan:
     path: list[str] = field(default_factory=list)
     steps: Counter[str] = field(default_factory=Counter)  # the engine's stages run (their bookkeeping costs)
     seconds: float = 0.0  # the evaluations' seconds, each at its function's probed time
+    crashed: bool = False  # the op raised where the engine lets it (a plain backward): the call ends there
 
     def add(self, kind: Kind, count: int = 1, rows: int = 1, each: float = 0.0) -> None:
         if count > 0:
@@ -91,6 +92,7 @@ class Plan:
         self.evals.update(other.evals)
         self.steps.update(other.steps)
         self.seconds += other.seconds
+        self.crashed = self.crashed or other.crashed
         for text in other.path:
             self.note(text)
 

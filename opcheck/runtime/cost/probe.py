@@ -187,6 +187,12 @@ class Probe:
         self.double_backward_seconds: float | None = None  # one backward through backward's graph, once probed
         self._alone: dict[int, bool] = {}  # vmaps_alone, by input
 
+    @property
+    def backward_raises(self) -> bool:
+        """Whether a plain backward of the function raises (an op whose backward, or gradgradcheck's
+        double backward, is not implemented or returns a gradient of the wrong shape)."""
+        return bool(self.outputs and self.diff) and self.backward is None
+
     # ------------------------------------------------------------------ always measured
     def _real_outputs(self) -> bool:
         """Every output a tensor, the float ones strided and requiring grad before any other (what
