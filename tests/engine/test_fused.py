@@ -322,6 +322,45 @@ def test_complex_outputs_are_checked_through_their_real_views():
     assert r.message.startswith("While considering the imaginary part of complex outputs only, Jacobian mismatch")
 
 
+class StatThenSin(torch.autograd.Function):
+    """(mean of x, sin x), the mean a float output that does not require grad (as native_layer_norm's
+    mean and rstd), before the output that does; `scale` multiplies backward (1: right)."""
+
+    generate_vmap_rule = True
+    scale = 1.0
+
+    @staticmethod
+    def forward(x):
+        return x.mean(), torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[0])
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g_stat, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x) * StatThenSin.scale
+
+
+def test_float_outputs_that_do_not_require_grad_stay_in_the_fused_pass_of_backward(monkeypatch):
+    """torch's slow mode drops their numerical Jacobian; the fused pass computes their differences
+    and compares backward's rows with the outputs that require grad only, numbered as torch does."""
+    x = _x(2, 3)
+    w, b = _x(3, seed=1), _x(3, seed=2)
+    layer_norm = lambda x, w, b: torch.native_layer_norm(x, [3], w, b, 1e-5)  # noqa: E731
+    r = opcheck.gradcheck_report(layer_norm, (x, w, b), fast_mode="auto")
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    r = opcheck.gradcheck_report(StatThenSin.apply, (x,), fast_mode="auto")
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    monkeypatch.setattr(StatThenSin, "scale", 1.1)
+    with pytest.raises(GradcheckError) as theirs:
+        torch.autograd.gradcheck(StatThenSin.apply, (x,))
+    r = opcheck.gradcheck_report(StatThenSin.apply, (x,), fast_mode="auto")
+    assert not r.passed and r.message.splitlines()[0] == str(theirs.value).splitlines()[0]
+
+
 class SinDetachedBackward(torch.autograd.Function):
     """sin whose backward uses x detached: right first derivative, second derivative missing its x term."""
 

@@ -67,6 +67,25 @@ class CountingSin(torch.autograd.Function):
         return t * torch.cos(ctx.x)
 
 
+class CountingStatSin(CountingSin):
+    """(mean of x, sin x), counting: the mean a float output that does not require grad (as
+    native_layer_norm's mean and rstd)."""
+
+    @staticmethod
+    def forward(x):
+        COUNTS["batched" if _batched(x) else "forward"] += 1
+        return x.mean(), torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[0])
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g_stat, g):
+        return CountingSin.backward(ctx, g)
+
+
 class KernelCube(torch.autograd.Function):
     """x³ whose forward and backward run outside torch (as a C++, CUDA or Triton kernel does): no
     vmap rule, no forward AD, no double backward. A call under torch.func's transforms (vmap, or
@@ -164,6 +183,8 @@ CASES = {
     "backward-only kernel, two rows": (KernelCube.apply, (2,), dict(fast_mode="auto")),
     "full mode, one row": (CountingSin.apply, (1,), dict(fast_mode=False)),
     "full Jacobian, no row": (CountingSin.apply, (0,), dict(fast_mode="auto")),
+    # a float output that does not require grad: its differences computed, and left aside
+    "full Jacobian, an output without grad": (CountingStatSin.apply, (3, 4), dict(fast_mode="auto")),
 }
 
 

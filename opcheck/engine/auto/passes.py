@@ -111,7 +111,11 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
         x = inputs[j]
         if x.layout != torch.strided or not x.is_floating_point():
             raise Fallback(f"input {j} is not a real strided tensor")
-    _real_strided_outputs(call.func_out)
+    # The full check's pass of backward alone compares the outputs that require grad and leaves the
+    # others' differences aside, as torch's slow mode drops their numerical Jacobian.
+    why = output_refusal(call.func_out, all_require_grad=projected or ctx.flags.check_forward_ad)
+    if why is not None:
+        raise Fallback(why)
     if not outputs:
         raise Fallback("no differentiable outputs")
     sizes = ctx.sizes(sum(inputs[j].numel() for j in diff), sum(o.numel() for o in outputs), len(diff))
@@ -122,19 +126,23 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
         raise Fallback("more rows than fit the memory budget")
 
 
-def _real_strided_outputs(outs: tuple[Any, ...]) -> None:
-    """Every output a tensor; the float ones real, strided and requiring grad, before any other."""
+def output_refusal(outs: Sequence[Any], all_require_grad: bool = True) -> str | None:
+    """Why a fused pass does not take these outputs (None: it does): every output a tensor; the
+    float ones real, strided and, with `all_require_grad`, requiring grad, before any other (a
+    float output that does not require grad is then taken, and only its differences are computed).
+    The cost estimate's probe asks the same (opcheck.runtime.cost.probe)."""
     seen_other = False
     for p, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
-            raise Fallback(f"output {p} is not a tensor")
+            return f"output {p} is not a tensor"
         if not o.is_floating_point():
             if o.is_complex():
-                raise Fallback(f"output {p} is complex")
+                return f"output {p} is complex"
             seen_other = True
             continue
-        if seen_other or o.layout != torch.strided or not o.requires_grad:
-            raise Fallback(f"output {p} is not a real strided output that requires grad")
+        if seen_other or o.layout != torch.strided or (all_require_grad and not o.requires_grad):
+            return f"output {p} is not a real strided output that requires grad"
+    return None
 
 
 def outputs_once(func: Func, func_out: Any) -> Func:

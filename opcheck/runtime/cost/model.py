@@ -189,7 +189,8 @@ class _Planner:
         p = self.p
         if not (self.batch["forward"] and self.batch["vjp"]):
             raise _Fallback(loops=True)
-        if p.complex_inputs or p.layouts or not p.real_outputs:
+        taken = p.real_outputs if projected or self.f.forward else p.real_outputs_backward  # passes.applies
+        if p.complex_inputs or p.layouts or not taken:
             raise _Fallback()
         sizes = self._sizes(p.m_real)
         if not projected and not sizes.within_budget:

@@ -182,7 +182,9 @@ class Probe:
         self.complex_inputs = any(self.inputs[j].is_complex() for j in self.diff)
         self.complex_outputs = any(o.is_complex() for o in self.float_outs)
         self.itemsize = max((self.inputs[j].element_size() for j in self.diff), default=8)
-        self.real_outputs = self._real_outputs()
+        self.real_outputs = self._fused_outputs(all_require_grad=True)
+        # the full check's pass of backward alone also takes float outputs that do not require grad
+        self.real_outputs_backward = self._fused_outputs(all_require_grad=False)
         self.backward = self._time_backward()
         self.double_backward_seconds: float | None = None  # one backward through backward's graph, once probed
         self._alone: dict[int, bool] = {}  # vmaps_alone, by input
@@ -194,19 +196,13 @@ class Probe:
         return bool(self.outputs and self.diff) and self.backward is None
 
     # ------------------------------------------------------------------ always measured
-    def _real_outputs(self) -> bool:
-        """Every output a tensor, the float ones strided and requiring grad before any other (what
-        the engine's fused passes take; complex outputs they view as real)."""
-        seen_other = False
-        for o in self.func_out:
-            if not isinstance(o, torch.Tensor):
-                return False
-            if not _is_float(o):
-                seen_other = True
-                continue
-            if seen_other or o.layout != torch.strided or not o.requires_grad:
-                return False
-        return bool(self.outputs)
+    def _fused_outputs(self, all_require_grad: bool) -> bool:
+        """Whether the engine's fused passes take the outputs (passes.output_refusal, on the outputs
+        with complex ones seen through torch.view_as_real, as the passes see them)."""
+        from opcheck.engine.auto.passes import output_refusal
+        from opcheck.engine.comparison.complex_views import as_real
+
+        return bool(self.outputs) and output_refusal(as_real(self.func_out), all_require_grad) is None
 
     def cotangents(self, rows: int | None = None) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(0)
