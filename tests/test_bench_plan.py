@@ -1,6 +1,6 @@
-"""The plan benchmark holds the cost estimate's plans to the calls the generated tests make: on two
-specs every test's forward-side calls are the planned ones, a test expected to fail because the op's
-backward raises is planned to its crash, and a plan off by one call is reported."""
+"""The plan benchmark holds the cost estimate's plans to the calls the generated tests make: on the
+catalog every passing test's forward-side calls are the planned ones, a test expected to fail
+because the op's backward raises is planned to its crash, and a plan off by one call is reported."""
 
 from __future__ import annotations
 
@@ -10,21 +10,24 @@ import re
 
 from bench_runner import run_benchmark, script
 
-SPECS = ("--specs", "op_specs/sin.yaml", "--specs", "op_specs/cube.yaml")
 
-
-def test_every_test_of_two_specs_makes_the_calls_its_plan_counts(tmp_path):
+def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_path):
+    """Every cpu gradcheck and gradgradcheck test of op_specs/: real ops, custom ops, complex,
+    sparse and second-order checks, batched and looped. (An expected failure's batches may grow
+    otherwise than planned: the engine times them as it runs.)"""
     out = tmp_path / "plan.json"
-    proc = run_benchmark("bench_plan", *SPECS, "--json", str(out))
+    proc = run_benchmark("bench_plan", "--json", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "differs:" not in proc.stdout
     found = re.search(r"^tests: (\d+) of (\d+) planned the op's calls they made", proc.stdout, re.M)
     assert found and found.group(1) == found.group(2), proc.stdout
     records = json.loads(out.read_text())
-    assert len(records) == int(found.group(2)) >= 20
+    passing = [r for r in records if not r["expected_failure"]]
+    assert len(passing) == int(found.group(2)) >= 500
     checks = {r["test"].split("::")[1].split("[")[0] for r in records}
     assert checks == {"test_gradcheck", "test_gradgradcheck"}
-    assert all(r["planned"] == r["made"] > 0 and r["outcome"] == "passed" for r in records), records
+    assert all(r["planned"] == r["made"] > 0 and r["outcome"] == "passed" for r in passing), [
+        r for r in passing if r["planned"] != r["made"] or r["outcome"] != "passed"
+    ]
 
 
 CRASHING_SPEC = """\
