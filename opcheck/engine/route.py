@@ -108,6 +108,15 @@ class Pass(Enum):
     PROJECTED = "projected"  # auto/fused_projected.py: the entrywise projections
 
 
+def unbatched_jvps_as_source(vjp_batches: bool) -> bool:
+    """Whether the step-by-step projections take J·U for the backward check from forward AD one JVP
+    at a time, where its JVPs do not batch (an op with forward AD but no batching rule): only where
+    backward does not batch either. Otherwise the next sources cost fewer calls: the VJP of the VJP
+    takes an input's DIRECTIONS rows in one batched call, backward's rows a chunk of rows in one,
+    where the loop takes DIRECTIONS calls of the op per input (auto/stepwise.py, auto/sources.py)."""
+    return not vjp_batches
+
+
 def fused_order(sizes: Sizes) -> tuple[Pass, ...]:
     """The fused passes, in the order they are tried.
 

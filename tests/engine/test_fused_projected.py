@@ -202,14 +202,18 @@ def test_a_function_without_vmap_support_takes_the_step_by_step_projections():
     no_vmap = _sin_wrong_tail("SinNoVmap")
     x = _x(32, 32)
     r = opcheck.gradcheck_report(no_vmap.apply, (x,), fast_mode="auto")
-    assert r.passed and r.stats.auto_paths == ["projected (J·U from forward AD)"], r.stats.auto_paths
+    # its JVPs do not batch, its backward does: J·U from the VJP of the VJP (a batched call), not a JVP each
+    assert r.passed and r.stats.auto_paths == ["projected (J·U from the VJP of the VJP)"], r.stats.auto_paths
     assert r.stats.calls <= 2 * 8 + 2  # the finite differences' loop: 2 calls per direction, not per column
+    assert r.stats.jvp_calls == 0
     x = _x(16, 16)
     wrong = _sin_wrong_tail("SinNoVmapWrongTail", backward_wrong=lambda g: True)
     r = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode="auto")
     assert not r.passed and r.message.startswith("Jacobian mismatch for output 0 with respect to input 0,")
     # Within the budget the verdict is the full check's: the failure names an entry it fails.
-    assert r.stats.auto_paths == ["projected (J·U from forward AD)"], r.stats.auto_paths
+    assert r.stats.auto_paths == [
+        "projected (J·U from the VJP of the VJP, which backward's rows match where they were taken)"
+    ], r.stats.auto_paths
     assert [(e.output_index, e.input_index) for e in r.mismatch.pinned] == [((15, 15), (15, 15))]
     full = opcheck.gradcheck_report(wrong.apply, (x,), fast_mode=False)
     assert full.mismatch.worst[0].input_index == (15, 15) and r.stats.calls < full.stats.calls / 4

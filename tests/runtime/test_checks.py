@@ -310,7 +310,10 @@ def test_heatmap_of_a_jvp_projection_failure(tmp_path, item_context, drawn_label
 
 def test_heatmap_of_a_vjp_projection_failure(tmp_path, drawn_labels):
     # a right jvp and a wrong backward: the VJP stage fails, a (k', k) block of cotangent-direction pairs
+    # (J·U from forward AD: its JVPs batch)
     class SquareWrongBackward(torch.autograd.Function):
+        generate_vmap_rule = True
+
         @staticmethod
         def forward(x):
             return x * x

@@ -111,6 +111,35 @@ class KernelCube(torch.autograd.Function):
         return torch.from_numpy(3 * x.numpy() ** 2 * g.numpy())
 
 
+class CountingSinNoVmap(torch.autograd.Function):
+    """sin with forward AD and a differentiable backward but no vmap rule (as an aten op without a
+    batching rule): its JVPs do not batch, its backward does (the legacy batched backward)."""
+
+    @classmethod
+    def apply(cls, x):
+        if torch._C._functorch.maybe_current_level() is not None:
+            COUNTS["batched"] += 1  # raises as it enters, under torch.func's transforms
+        return super().apply(x)
+
+    @staticmethod
+    def forward(ctx, x):
+        COUNTS["forward"] += 1
+        ctx.save_for_backward(x)
+        ctx.x = x
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        COUNTS["batched" if _batched(g) else "backward"] += 1
+        return g * torch.cos(x)
+
+    @staticmethod
+    def jvp(ctx, t):
+        COUNTS["jvp"] += 1
+        return t * torch.cos(ctx.x)
+
+
 class CountingScan(torch.autograd.Function):
     """cumsum with a backward alone (the reverse scan, no derivative of its own), vmappable, whose
     backward the legacy vmap runs one row at a time (no batching rule for cumsum there)."""
@@ -170,6 +199,9 @@ CASES = {
     # a kernel with a backward alone: nothing batches, J·U comes from a backward per output row
     "backward-only kernel": (KernelCube.apply, (10, 10), dict(fast_mode="auto")),
     "backward-only kernel, small": (KernelCube.apply, (3, 4), dict(fast_mode="auto")),
+    # forward AD whose JVPs do not batch while backward does: J·U from the VJP of the VJP, not a
+    # JVP per direction (route.unbatched_jvps_as_source)
+    "projections, unbatched forward AD": (CountingSinNoVmap.apply, (16, 16), dict(fast_mode="auto")),
     # a row or two (route.plain_backward_rows): plain VJPs, the first row twice, and a zero one;
     # fewer than FUSED_MIN_COLUMNS columns: their differences loop
     "full Jacobian, one row": (CountingSin.apply, (1,), dict(fast_mode="auto")),

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck.engine import route
 from opcheck.engine._util import (
     Func,
     Inputs,
@@ -143,6 +144,8 @@ def jvp_along(p: Projection, jj: int, *, strict: bool) -> list[torch.Tensor]:
             p.ev.give_up("jvp_func", e)
     if strict:
         return _jvp_loop(p, j, U)
+    if not route.unbatched_jvps_as_source(p.ev.batch_vjp):
+        raise Unavailable("its JVPs do not batch, and backward's do: the next source takes fewer calls")
     try:
         return _jvp_loop(p, j, U)
     except Exception as e:

@@ -418,7 +418,11 @@ class _Planner:
             self.plan.note("auto: projections (J·U from forward AD), step by step")
             self._jvp_along()
             return
-        if p.jvp_right:
+        jvps_batch = self.batch["jvp"] and p.vmap_tangents is not None
+        if not jvps_batch and not route.unbatched_jvps_as_source(self.batch["vjp"]):
+            self._failed_batch("jvp", Kind.VMAP_TANGENTS)  # the batched JVPs' attempt, no loop after it
+            source = self._double_backward_source()
+        elif p.jvp_right:
             self._jvp_along()
             source = "forward AD"
         else:
