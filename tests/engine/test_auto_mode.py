@@ -18,6 +18,7 @@ from opcheck.engine.auto import stepwise as auto_mod
 from opcheck.engine.auto.stepwise import ProjectionMismatch
 from opcheck.engine.batching import vmap_batching
 from opcheck.engine.reporting.diagnostics import JacobianMismatch
+from tests.broken_ops import SIN, scaled
 
 MUTANTS = {m.id: m for m in scale_mutants.MUTANTS}
 FIRST_LINE = (
@@ -209,34 +210,14 @@ def test_no_jvp_and_no_double_backward_falls_back_to_vjp_rows():
     assert not r.passed and "J·U from VJP rows" in r.message
 
 
-class _SinWrongJvp(torch.autograd.Function):
-    """sin with a vmap rule and a right backward, its jvp 10% off."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return x.sin()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.x = inputs[0]
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
-
-    @staticmethod
-    def jvp(ctx, t):
-        return t * ctx.x.cos() * 1.1
+_SIN_WRONG_JVP = SIN.function("SinWrongJvp", jvp=True, jvp_bug=scaled(1.1), vmap=True)
+"""sin with a vmap rule and a right backward, its jvp 10% off."""
 
 
 def test_wrong_jvp_does_not_fail_the_backward_check():
     # check_forward_ad is off: the jvp is only a tool; when it disagrees, J·U comes from elsewhere.
     x = torch.randn(40, 40, dtype=torch.float64, requires_grad=True)
-    r = opcheck.gradcheck_report(_SinWrongJvp.apply, (x,), fast_mode="auto", jacobian_budget=0)
+    r = opcheck.gradcheck_report(_SIN_WRONG_JVP.apply, (x,), fast_mode="auto", jacobian_budget=0)
     assert r.passed, r.message
     assert any("forward AD: disagrees" in f for f in r.stats.fallbacks), r.stats.fallbacks
     # JVPs that do not batch (no vmap rule) are not taken one by one where backward batches
