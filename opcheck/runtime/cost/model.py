@@ -53,7 +53,12 @@ from opcheck.engine.route import COTANGENTS, DIRECTIONS, Pass, Sizes, Stepwise
 from opcheck.runtime.cost.plan import Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
-__all__ = ["Flags", "Kind", "Plan", "plan_check", "unit_seconds"]
+__all__ = ["TIMED", "Flags", "Kind", "Plan", "plan_check", "unit_seconds"]
+
+TIMED = "timed choice"
+"""A plan step where the engine decides by timing its own calls (a batch schedule's later batches,
+the fused projections' choice between backward's rows and every column's differences): the plan
+decides it from the probe's times, and its counts can differ from the engine's there."""
 
 
 class _Fallback(Exception):
@@ -278,11 +283,7 @@ class _Planner:
                 self.add(Kind.DOUBLE_BACKWARD, n_in, rows=k)
             if p.double_backward == "ok":
                 source = "J·U from the VJP of the VJP"
-            elif (
-                p.vmap is not None
-                and p.batched_backward is not None
-                and columns_cost_less(p.n, p.m, p.vmap.at(2 * p.n), p.batched_backward.at(p.m), f.budget)
-            ):
+            elif p.vmap is not None and p.batched_backward is not None and self._columns_cost_less():
                 self._numerical_columns(center_probe=True)  # fused_projected._column_stage
                 source = "JᵀV against finite-difference columns"
             else:
@@ -489,6 +490,14 @@ class _Planner:
             self._give_up("vjp")
         self.add(Kind.BACKWARD, b)
 
+    def _columns_cost_less(self) -> bool:
+        """fused_projected's choice, which the engine makes by timing its two batched calls (TIMED):
+        every column's differences against backward's rows."""
+        p = self.p
+        assert p.vmap is not None and p.batched_backward is not None
+        self.plan.step(TIMED)
+        return columns_cost_less(p.n, p.m, p.vmap.at(2 * p.n), p.batched_backward.at(p.m), self.f.budget)
+
     def _give_up(self, kind: str) -> None:
         self.batch[kind] = False
 
@@ -596,6 +605,8 @@ class _Planner:
             if first and not center_probe:
                 self.add(plain, plan=plan)
             timed = not center_probe and (first or size < chunk)
+            if stop < total and (timed or (center_probe and kind == "forward")):
+                plan.step(TIMED)  # the engine's clock decides the batches after this one
             if timed:
                 per_column = self.seconds(batched, rows) / b
                 if per_column > plain_per_column:
