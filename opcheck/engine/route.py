@@ -31,6 +31,10 @@ LOOP_COLUMNS_PER_INPUT = 2 * DIRECTIONS
 pair each, when they cannot be batched (no vmap support: a Triton kernel in the interpreter, an op
 without a batching rule). The step-by-step projections take DIRECTIONS call pairs per input; beyond
 twice that many columns they go first (auto/fused.py, auto/stepwise.py)."""
+GROUP_WEIGHTINGS = 2
+"""Where those columns cannot be batched and fast_mode="auto" checks backward alone, the full check
+perturbs groups of columns that share no row of backward's Jacobian (auto/grouped.py): each group
+under this many independent random weightings, one call pair each, within the same loop columns."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,18 @@ class Sizes:
         """A call's sizes under its mode: jacobian_budget is fast_mode="auto"'s; the other modes
         take the default (the most a fused pass of fast_mode=False holds)."""
         return cls(n, m, inputs, jacobian_budget if auto else DEFAULT_JACOBIAN_BUDGET, backward)
+
+
+def grouped_differences(groups: list[int], columns: int, inputs: int) -> bool | None:
+    """How the full check of backward alone takes `columns` finite differences that cannot be
+    batched, over `inputs` inputs whose columns fall in `groups` groups each (auto/grouped.py):
+    True by groups (GROUP_WEIGHTINGS call pairs per group), where that takes fewer call pairs than
+    the loop's one per column and no more than loop_columns; False by the loop, within loop_columns;
+    None neither (the projections go first)."""
+    pairs, allowed = GROUP_WEIGHTINGS * sum(groups), loop_columns(inputs)
+    if pairs < columns and pairs <= allowed:
+        return True
+    return False if columns <= allowed else None
 
 
 def loop_columns(inputs: int, auto: bool = True) -> int:

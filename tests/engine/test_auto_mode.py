@@ -276,43 +276,56 @@ def test_auto_below_budget_has_the_full_modes_verdict(case):
 
 class _CountedCube(torch.autograd.Function):
     """x**3 as a kernel is: no vmap rule, no forward AD, a backward of its own (`tail` scales the
-    gradient's last entry); counting its forward calls."""
+    gradient's last entry); counting its forward calls. `coupled` adds coupled * sum(x) to every
+    output: a dense Jacobian, where the cube's is diagonal."""
 
     forward_calls = 0
     tail = 1.0
+    coupled = 0.0
 
     @staticmethod
     def forward(ctx, x):
         _CountedCube.forward_calls += 1
         ctx.save_for_backward(x)
-        return x**3
+        return x**3 + _CountedCube.coupled * x.sum()
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        grad = 3 * x**2 * g
+        grad = 3 * x**2 * g + _CountedCube.coupled * g.sum()
         grad.reshape(-1)[-1:] *= _CountedCube.tail
         return grad
 
 
-@pytest.mark.parametrize("size, path", [(16, "full"), (40, "projected")])
-def test_an_op_that_cannot_be_vmapped_loops_over_its_columns_only_while_the_projections_cost_more(size, path):
-    from opcheck.engine.route import DIRECTIONS, LOOP_COLUMNS_PER_INPUT
+@pytest.mark.parametrize(
+    "size, coupled, path",
+    [
+        (16, 0.1, "full"),
+        (40, 0.1, "projected"),
+        (16, 0.0, "full (grouped finite differences)"),
+        (40, 0.0, "full (grouped finite differences)"),
+    ],
+)
+def test_an_op_that_cannot_be_vmapped_loops_over_its_columns_only_while_the_projections_cost_more(size, coupled, path):
+    from opcheck.engine.route import DIRECTIONS, GROUP_WEIGHTINGS, LOOP_COLUMNS_PER_INPUT
 
     assert 16 <= LOOP_COLUMNS_PER_INPUT < 40  # the sizes below sit on either side of it
     x = torch.linspace(0.5, 1.5, size, dtype=torch.float64).requires_grad_()
-    _CountedCube.tail, _CountedCube.forward_calls = 1.0, 0
-    r = opcheck.gradcheck_report(_CountedCube.apply, (x,), fast_mode="auto")
-    assert r.passed and r.stats.auto_paths[0].startswith(path), r.stats
-    if path == "full":  # two calls a column: within LOOP_COLUMNS_PER_INPUT columns, no more than the projections
-        assert any("vmap" in f for f in r.stats.fallbacks) and r.stats.fused, r.stats
-    else:  # a call pair per direction, where the loop would take 2 * size + 1
-        assert _CountedCube.forward_calls <= 2 * DIRECTIONS + 4 < 2 * size + 1, _CountedCube.forward_calls
-    _CountedCube.tail = 1.5
+    _CountedCube.tail, _CountedCube.coupled, _CountedCube.forward_calls = 1.0, coupled, 0
     try:
+        r = opcheck.gradcheck_report(_CountedCube.apply, (x,), fast_mode="auto")
+        taken = r.stats.auto_paths[0]
+        assert r.passed and (taken.startswith(path) if path == "projected" else taken == path), r.stats
+        if path == "full":  # two calls a column: within LOOP_COLUMNS_PER_INPUT columns, no more than the projections
+            assert any("vmap" in f for f in r.stats.fallbacks) and r.stats.fused, r.stats
+        elif coupled:  # a call pair per direction, where the loop would take 2 * size + 1
+            assert _CountedCube.forward_calls <= 2 * DIRECTIONS + 4 < 2 * size + 1, _CountedCube.forward_calls
+        else:  # a diagonal Jacobian's columns in one group: a call pair per weighting
+            assert r.stats.fused and _CountedCube.forward_calls == 1 + 2 * GROUP_WEIGHTINGS, _CountedCube.forward_calls
+        _CountedCube.tail = 1.5
         wrong = opcheck.gradcheck_report(_CountedCube.apply, (x,), fast_mode="auto")
         assert not wrong.passed, wrong.message
-        if path == "full":  # the full check's report, in its words
+        if size <= LOOP_COLUMNS_PER_INPUT or not coupled:  # the full check's report, in its words
             assert isinstance(wrong.mismatch, JacobianMismatch)
             assert wrong.message == opcheck.gradcheck_report(_CountedCube.apply, (x,)).message
             assert wrong.mismatch.worst[0].input_index == (size - 1,)
@@ -320,4 +333,4 @@ def test_an_op_that_cannot_be_vmapped_loops_over_its_columns_only_while_the_proj
             assert isinstance(wrong.mismatch, ProjectionMismatch) and "the full check fails it" in wrong.message
             assert wrong.mismatch.pinned[0].input_index == (size - 1,)
     finally:
-        _CountedCube.tail = 1.0
+        _CountedCube.tail, _CountedCube.coupled = 1.0, 0.0

@@ -140,6 +140,27 @@ class CountingSinNoVmap(torch.autograd.Function):
         return t * torch.cos(ctx.x)
 
 
+class CountingRowScanNoVmap(torch.autograd.Function):
+    """cumsum along rows with no vmap rule, its backward the reverse scan (which batches): a
+    block-diagonal Jacobian whose columns fall in as many groups as a row has elements."""
+
+    @classmethod
+    def apply(cls, x):
+        if torch._C._functorch.maybe_current_level() is not None:
+            COUNTS["batched"] += 1  # raises as it enters, under torch.func's transforms
+        return super().apply(x)
+
+    @staticmethod
+    def forward(ctx, x):
+        COUNTS["forward"] += 1
+        return x.cumsum(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        COUNTS["batched" if _batched(g) else "backward"] += 1
+        return g.flip(-1).cumsum(-1).flip(-1)
+
+
 class CountingScan(torch.autograd.Function):
     """cumsum with a backward alone (the reverse scan, no derivative of its own), vmappable, whose
     backward the legacy vmap runs one row at a time (no batching rule for cumsum there)."""
@@ -202,6 +223,12 @@ CASES = {
     # forward AD whose JVPs do not batch while backward does: J·U from the VJP of the VJP, not a
     # JVP per direction (route.unbatched_jvps_as_source)
     "projections, unbatched forward AD": (CountingSinNoVmap.apply, (16, 16), dict(fast_mode="auto")),
+    # no vmap rule, backward alone, backward batches: the differences by groups of columns sharing
+    # no row (one group for sin's diagonal, one per row element for a scan along rows), or by the
+    # loop where that costs fewer calls (route.grouped_differences)
+    "grouped differences": (CountingSinNoVmap.apply, (4, 5), dict(fast_mode="auto")),
+    "grouped differences, block diagonal": (CountingRowScanNoVmap.apply, (3, 4), dict(fast_mode="auto")),
+    "grouped differences, the loop cheaper": (CountingRowScanNoVmap.apply, (2, 6), dict(fast_mode="auto")),
     # a row or two (route.plain_backward_rows): plain VJPs, the first row twice, and a zero one;
     # fewer than FUSED_MIN_COLUMNS columns: their differences loop
     "full Jacobian, one row": (CountingSin.apply, (1,), dict(fast_mode="auto")),

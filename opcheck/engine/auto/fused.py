@@ -74,6 +74,7 @@ from opcheck.engine._util import (
     legacy_vmap,
 )
 from opcheck.engine.auto.fused_backward import batched_backward
+from opcheck.engine.auto.grouped import grouped_check, groups_apply
 from opcheck.engine.auto.passes import (
     Fallback,
     applies,
@@ -115,10 +116,15 @@ def fused_check(ctx: CheckContext, call: Call) -> None:
     real, has_complex = real_call(call)
     applies(ctx, real)
     with ev.fused_pass(legacy_jvp_first=flags.check_batched_forward_grad), only_a_pass():
-        numerical, analytical, batched_forward_checked = _jacobians(ctx, real)
-        if flags.check_backward_ad:
-            _backward(ctx, real, numerical)
-            ev.stats.auto_paths.append("full")
+        try:
+            numerical, analytical, batched_forward_checked = _jacobians(ctx, real)
+        except LoopOverBudget:  # columns that cannot be batched, by groups (backward alone)
+            grouped_check(ctx, real, lambda numerical, rows: _compare_rows(ctx, real, numerical, rows))
+            numerical, analytical, batched_forward_checked = [], [], False
+        else:
+            if flags.check_backward_ad:
+                _backward(ctx, real, numerical)
+                ev.stats.auto_paths.append("full")
         if flags.check_forward_ad:
             _compare_forward(ctx, numerical, analytical)
             ev.stats.auto_paths.append("full")
@@ -162,10 +168,13 @@ def _numerical(ctx: CheckContext, call: Call) -> Blocks:
     step-by-step projections, a call pair per direction, go first.
     """
     ev = ctx.evaluator
-    ev.loop_columns = loop_columns(len(diff_input_indices(call.inputs)), auto=ctx.flags.auto)
+    grouped = groups_apply(ctx, call)  # the columns go to grouped_check instead of the loop
+    ev.loop_columns = 0 if grouped else loop_columns(len(diff_input_indices(call.inputs)), auto=ctx.flags.auto)
     try:
         return numerical_jacobian(ctx, call.func, call.inputs, call.func_out)
     except LoopOverBudget as e:
+        if grouped:  # fused_check takes them, by groups of columns or by the loop
+            raise
         raise Fallback(f"finite differences cannot be batched: {e}", loops=True, projections=True) from e
     finally:
         ev.loop_columns = None
@@ -320,7 +329,11 @@ def _zero_tangent_jvps(analytical: Blocks) -> aux_checks.ZeroTangentJvps:
 
 def _backward(ctx: CheckContext, call: Call, numerical: Blocks) -> None:
     """The Jacobian rows (one-hot cotangents) and the side checks, in one batched backward."""
-    flat = batched_backward(ctx, call, [None] * len(call.outputs))
+    _compare_rows(ctx, call, numerical, batched_backward(ctx, call, [None] * len(call.outputs)))
+
+
+def _compare_rows(ctx: CheckContext, call: Call, numerical: Blocks, flat: list[torch.Tensor]) -> None:
+    """Backward's rows (per input, output by output) against the finite differences' columns."""
     # numerical holds every float output's differences; backward's rows, those that require grad
     grad_positions = [q for q, o in enumerate(float_outputs(call.func_out)) if o.requires_grad]
     for j, f in enumerate(flat):

@@ -21,7 +21,12 @@ Its rooms, imported one way (each only from those above it):
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
 from opcheck.engine.batching.evaluator import BatchingKind, EvalStats, Evaluator, warm_functorch
 from opcheck.engine.batching.fd_columns import LoopOverBudget, Segment, numerical_columns
-from opcheck.engine.batching.finite_differences import Differences, difference_quotient, neighbourhood_check
+from opcheck.engine.batching.finite_differences import (
+    Differences,
+    InputWritten,
+    difference_quotient,
+    neighbourhood_check,
+)
 from opcheck.engine.batching.jvp_columns import DtypeCheck, ForwardCalls, jvp_columns, legacy_tangents
 from opcheck.engine.batching.schedule import OneHotRows, Schedule, one_hot_rows
 from opcheck.engine.batching.settings import (
@@ -47,6 +52,7 @@ __all__ = [
     "BatchedRows",
     "Clock",
     "Differences",
+    "InputWritten",
     "Disagreement",
     "DtypeCheck",
     "EvalStats",

@@ -40,6 +40,10 @@ def difference_quotient(minus: torch.Tensor, plus: torch.Tensor, eps: float) -> 
     return (plus - minus) / (2 * eps)
 
 
+class InputWritten(Exception):
+    """A call of the function changed the input that Differences.along moves."""
+
+
 @dataclass(frozen=True)
 class Differences:
     """Central differences of fn at inputs with step eps, by plain calls through ev."""
@@ -56,20 +60,20 @@ class Differences:
         *,
         idx: tuple[int, ...] | None = None,
         positions: Sequence[int] | None = None,
+        unwritten: bool = False,
     ) -> list[torch.Tensor]:
         """The central difference of fn's outputs (those at `positions`, else all), each flat.
 
         `entry` is the part of an input that moves (an element, or a whole input's data), by -δ
         and +δ in turn, one plain call each; it is restored even when fn raises. `idx` is the
-        element's index in the neighbourhood check's error.
+        element's index in the neighbourhood check's error. `unwritten`: raise InputWritten where
+        a call leaves `entry` other than it was set (the function writes into its input).
         """
         check = neighbourhood_check(self.eps)
         orig = entry.clone()
         try:
-            entry.copy_(orig - delta)
-            before = self.ev.call_cloned(self.fn, self.inputs)
-            entry.copy_(orig + delta)
-            after = self.ev.call_cloned(self.fn, self.inputs)
+            before = self._at(entry, orig - delta, unwritten)
+            after = self._at(entry, orig + delta, unwritten)
         finally:
             entry.copy_(orig)
         pairs = zip(before, after) if positions is None else ((before[p], after[p]) for p in positions)
@@ -78,6 +82,13 @@ class Differences:
             check(a, b, idx=idx)
             columns.append(difference_quotient(a.detach(), b.detach(), self.eps).reshape(-1))
         return columns
+
+    def _at(self, entry: torch.Tensor, value: torch.Tensor, unwritten: bool) -> tuple[torch.Tensor, ...]:
+        entry.copy_(value)
+        outputs = self.ev.call_cloned(self.fn, self.inputs)
+        if unwritten and not torch.equal(entry, value):
+            raise InputWritten("the function wrote into the input it was called on")
+        return outputs
 
     def column(self, idx: int, k: int, p: complex = 1, positions: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Every output's (those at `positions`, else all) central difference along element k of

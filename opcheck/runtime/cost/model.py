@@ -41,6 +41,7 @@ from opcheck.engine import route
 from opcheck.engine._util import legacy_vmap
 from opcheck.engine.auto.fused_backward import FUNCTORCH_ROWS
 from opcheck.engine.auto.fused_projected import columns_cost_less
+from opcheck.engine.auto.grouped import applies_to
 from opcheck.engine.auto.stepwise import CONFIRMING_ROWS
 from opcheck.engine.batching import (
     DEFAULT_MEMORY_BUDGET,
@@ -224,12 +225,20 @@ class _Planner:
             self._vmap_jvp(3 * p.n)
             self.add(Kind.JVP)
         else:
-            # fused._numerical: beyond route's loop columns, the projections
-            self.loop_columns = route.loop_columns(p.n_inputs, auto=f.mode == "auto")
+            # fused._numerical: beyond route's loop columns, the projections; columns that cannot
+            # be batched in a check of backward alone go to grouped_check
+            grouped = applies_to(f.mode == "auto", f.backward, f.forward, p.func_out, p.outputs)
+            self.loop_columns = 0 if grouped else route.loop_columns(p.n_inputs, auto=f.mode == "auto")
             try:
                 self._numerical_columns(center_probe=True)
+                grouped = False
+            except _Fallback:
+                if not grouped:
+                    raise
             finally:
                 self.loop_columns = None
+            if grouped:
+                return self._grouped()
             if f.forward:
                 self._jvp_columns(legacy_first=f.batched_forward_grad)
         if f.forward and not p.jvp_right:
@@ -243,6 +252,28 @@ class _Planner:
         if f.forward and f.batched_forward_grad and not (one_call and p.legacy_jvp):
             self.add(Kind.VMAP_TANGENTS, p.n_inputs, rows=2)
         if f.backward and f.undefined_grad:
+            self._undefined_backward(fused=True)
+
+    def _grouped(self) -> None:
+        """auto/grouped.py: backward's rows, then the finite differences by groups of columns or by
+        the loop (route.grouped_differences), then backward's undefined-grad_output check."""
+        p, f = self.p, self.f
+        columns = sum(p.columns)
+        over = columns > route.loop_columns(p.n_inputs)
+        try:
+            self._fused_backward(p.m_real)
+        except _Fallback:  # where the loop costs more, the projections go first
+            if not over:
+                raise
+            raise _Fallback(loops=True, projections=True) from None
+        by_groups = route.grouped_differences(p.column_groups, columns, p.n_inputs)
+        if by_groups is None:
+            raise _Fallback(loops=True, projections=True)
+        self.plan.note("auto: full Jacobian, fused" + (", grouped finite differences" if by_groups else ""))
+        self.add(Kind.FORWARD, 2 * (route.GROUP_WEIGHTINGS * sum(p.column_groups) if by_groups else columns))
+        if self.fails:  # a group's disagreement hands the call to the step-by-step full check
+            raise _Fallback(loops=by_groups)
+        if f.undefined_grad:
             self._undefined_backward(fused=True)
 
     def _fused_projected(self) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck.engine import route
 from opcheck.engine._util import legacy_vmap, unpack_dual
 from opcheck.engine.batching import warm_functorch
 
@@ -188,6 +189,30 @@ class Probe:
         self.backward = self._time_backward()
         self.double_backward_seconds: float | None = None  # one backward through backward's graph, once probed
         self._alone: dict[int, bool] = {}  # vmaps_alone, by input
+
+    @functools.cached_property
+    def column_groups(self) -> list[int]:
+        """Per differentiable input, how many groups of columns sharing no row of backward's
+        Jacobian the engine's grouped finite differences perturb (opcheck.engine.auto.grouped), as
+        many as route.grouped_differences needs to tell: from backward's rows in one batched backward
+        (the plan asks only where the engine's batched backward runs)."""
+        from opcheck.engine.auto.grouped import column_groups
+
+        most = route.loop_columns(self.n_inputs) // route.GROUP_WEIGHTINGS + 1
+        total = sum(self.output_sizes)
+        cotangents, offset = [], 0
+        for o in self.outputs:
+            v = torch.zeros((total, o.numel()), dtype=o.dtype, device=o.device)
+            v[offset : offset + o.numel()].fill_diagonal_(1)
+            cotangents.append(v.view(total, *o.shape))
+            offset += o.numel()
+        grads = self._grad(cotangents, batched=True)
+        counts = []
+        for j, g in zip(self.diff, grads):
+            rows = torch.zeros((total, self.inputs[j].numel())) if g is None else g.detach().reshape(total, -1)
+            found = column_groups(rows != 0, most)
+            counts.append(most if found is None else len(found))
+        return counts
 
     @property
     def backward_raises(self) -> bool:
