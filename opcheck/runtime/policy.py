@@ -68,10 +68,13 @@ class Policy:
             )
         # Within the budget the engine may still have passed the check on its projections (from
         # route.FULL_CHECK_ELEMENTS on); only the size says which side of the budget it is.
-        within = n <= budget if n is not None and budget is not None else all(p == "full" for p in paths)
+        within = n <= budget if n is not None and budget is not None else all(p.startswith("full") for p in paths)
         done = list(
             dict.fromkeys(
-                "full Jacobian" if path == "full" else path.replace("projected", "projections", 1) for path in paths
+                path.replace("full", "full Jacobian", 1)
+                if path.startswith("full")
+                else path.replace("projected", "projections", 1)
+                for path in paths
             )
         )
         compare = f"{size} {'<=' if within else '>'} budget {self.budget}{where}"

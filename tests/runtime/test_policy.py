@@ -29,6 +29,20 @@ def test_auto_hands_the_budget_to_the_engine():
     assert choose_policy("false", Settings(), never).engine_kwargs() == {"fast_mode": False}
 
 
+class _SquareNoVmap(torch.autograd.Function):
+    """x² without vmap support; its backward, of torch ops, batches."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
 def test_auto_describes_what_the_engine_did():
     x = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
     full = engine.gradcheck_report(torch.sin, (x,), fast_mode="auto", jacobian_budget=4096)
@@ -52,6 +66,12 @@ def test_auto_describes_what_the_engine_did():
     assert (
         choose_policy("auto", Settings(budget=100), 4096).describe(complex_)
         == "auto: projections (J·U from forward AD, fused), 4096 entries > budget 100"
+    )
+    # a function without vmap support whose backward batches: the full Jacobian by groups of columns
+    grouped = engine.gradcheck_report(_SquareNoVmap.apply, (y[0],), fast_mode="auto")
+    assert (
+        choose_policy("auto", Settings(), 256).describe(grouped)
+        == "auto: full Jacobian (grouped finite differences), 256 entries <= budget 1048576"
     )
     # no verdict (the check raised): the plan, and the size when it can be counted
     assert choose_policy("auto", Settings(budget=100), 4096).describe() == (
