@@ -74,13 +74,13 @@ class Sizes:
         return cls(n, m, inputs, jacobian_budget if auto else DEFAULT_JACOBIAN_BUDGET, backward)
 
 
-def grouped_differences(groups: list[int], columns: int, inputs: int) -> bool | None:
+def grouped_differences(groups: int, columns: int, inputs: int) -> bool | None:
     """How the full check of backward alone takes `columns` finite differences that cannot be
-    batched, over `inputs` inputs whose columns fall in `groups` groups each (auto/grouped.py):
-    True by groups (GROUP_WEIGHTINGS call pairs per group), where that takes fewer call pairs than
-    the loop's one per column and no more than loop_columns; False by the loop, within loop_columns;
+    batched, over `inputs` inputs, whose columns fall in `groups` groups (auto/grouped.py): True by
+    groups (GROUP_WEIGHTINGS call pairs per group), where that takes fewer call pairs than the
+    loop's one per column and no more than loop_columns; False by the loop, within loop_columns;
     None neither (the projections go first)."""
-    pairs, allowed = GROUP_WEIGHTINGS * sum(groups), loop_columns(inputs)
+    pairs, allowed = GROUP_WEIGHTINGS * groups, loop_columns(inputs)
     if pairs < columns and pairs <= allowed:
         return True
     return False if columns <= allowed else None

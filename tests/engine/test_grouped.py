@@ -11,6 +11,10 @@ import torch
 import opcheck
 from opcheck.engine.auto.grouped import column_groups
 from opcheck.engine.route import GROUP_WEIGHTINGS
+from opcheck.runtime.cost.estimate import Calls
+from opcheck.runtime.cost.model import plan_check
+from opcheck.runtime.cost.plan import Flags
+from opcheck.runtime.cost.probe import Probe
 
 
 def test_columns_sharing_no_row_fall_in_one_group():
@@ -118,3 +122,45 @@ def test_a_row_wise_op_is_grouped_by_the_length_of_a_row_and_agrees_with_torch(s
     assert r.passed == expected == (scale == 1.0), r.message
     if expected:  # 3 groups: 3 * GROUP_WEIGHTINGS call pairs, fewer than the 18 columns'
         assert r.stats.auto_paths == ["full (grouped finite differences)"] and r.stats.calls == 6 * GROUP_WEIGHTINGS
+
+
+class _Product(torch.autograd.Function):
+    """x * y with no vmap rule; `scale` scales y's gradient. Counts its forward calls."""
+
+    scale = 1.0
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x, y):
+        _Product.calls += 1
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, g * x * _Product.scale
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.01])
+def test_the_columns_of_every_input_share_the_groups(scale):
+    # x's and y's columns of an elementwise product share no row within an input, and share rows
+    # across inputs: two groups (x's, y's), each a call pair per weighting
+    gen = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(12, dtype=torch.float64, generator=gen).requires_grad_() for _ in range(2))
+    _Product.scale, _Product.calls = scale, 0
+    try:
+        r = opcheck.gradcheck_report(_Product.apply, (x, y), fast_mode="auto")
+        calls = _Product.calls
+        expected = torch.autograd.gradcheck(_Product.apply, (x, y), raise_exception=False)
+    finally:
+        _Product.scale = 1.0
+    assert r.passed == expected == (scale == 1.0), r.message
+    if expected:
+        assert r.stats.auto_paths == ["full (grouped finite differences)"]
+        assert calls == 1 + 2 * 2 * GROUP_WEIGHTINGS
+        # the cost estimate counts the same groups, from its probe's batched backward
+        plan = plan_check(Flags(mode="auto"), Probe(_Product.apply, (x, y)))
+        assert Calls.of(plan).forward == calls, (plan.evals, plan.path)
+    else:
+        assert any("grouped finite differences" in f for f in r.stats.fallbacks), r.stats.fallbacks

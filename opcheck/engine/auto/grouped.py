@@ -96,7 +96,7 @@ def grouped_check(ctx: CheckContext, call: Call, compare_rows: CompareRows) -> N
     (see the module's doc), or by the loop, column by column, as route.grouped_differences says;
     compare_rows(numerical, rows) compares the loop's columns with backward's rows. Raises Fallback
     where anything differs, or where neither fits route.loop_columns."""
-    ev, flags = ctx.evaluator, ctx.flags
+    ev = ctx.evaluator
     diff = diff_input_indices(call.inputs)
     columns = sum(int(call.inputs[idx].numel()) for idx in diff)
     over = columns > route.loop_columns(len(diff))  # the loop would cost more than the projections
@@ -108,13 +108,14 @@ def grouped_check(ctx: CheckContext, call: Call, compare_rows: CompareRows) -> N
         distrust = e.distrust if isinstance(e, Fallback) else ()
         raise Fallback(f"backward's rows: {exception_line(e)}", distrust, loops=True, projections=True) from e
     most = route.loop_columns(len(diff)) // route.GROUP_WEIGHTINGS + 1
-    groups = [column_groups(a != 0, most) for a in rows]
-    counts = [len(g) if g is not None else most for g in groups]
-    by_groups = route.grouped_differences(counts, columns, len(diff))
+    a = torch.cat([r.to(rows[0].dtype) for r in rows], dim=1)  # (m, n): every input's columns side by side
+    groups = column_groups(a != 0, most)
+    count = len(groups) if groups is not None else most
+    by_groups = route.grouped_differences(count, columns, len(diff))
     if by_groups is None:
         raise Fallback(
             f"finite differences cannot be batched: {columns} columns, one call pair each, in "
-            f"{sum(counts)} groups, where the caller allows {route.loop_columns(len(diff))}",
+            f"{count} groups, where the caller allows {route.loop_columns(len(diff))}",
             loops=True,
             projections=True,
         )
@@ -122,55 +123,76 @@ def grouped_check(ctx: CheckContext, call: Call, compare_rows: CompareRows) -> N
         compare_rows(numerical_jacobian(ctx, call.func, call.inputs, call.func_out), rows)
         ev.stats.auto_paths.append("full")
         return
-    diffs = Differences(ev, call.func, call.inputs, flags.eps)
-    sizes = [o.numel() for o in call.outputs]
-    generator = torch.Generator().manual_seed(aux_checks.SEED)
-    for j, (idx, a, own) in enumerate(zip(diff, rows, groups)):
-        x = call.inputs[idx].data
-        for _ in range(route.GROUP_WEIGHTINGS):
-            w = torch.rand(x.numel(), generator=generator, dtype=torch.float64).mul_(0.5).add_(0.5)
-            w = w.to(dtype=x.dtype, device=x.device)
-            for members in own or []:
-                try:
-                    agrees = _group_agrees(ctx, diffs, x, a, w, members, sizes, j)
-                except InputWritten as e:  # torch's column loop shows what that does to its differences
-                    raise Fallback(str(e), loops=True) from e
-                if not agrees:
-                    # the step-by-step full check decides, column by column, and localizes it: the
-                    # projections' random directions could pass what the weights told apart
-                    raise Fallback(f"backward: input {j} disagrees with grouped finite differences", loops=True)
+    try:
+        agrees = _groups_agree(ctx, call, a, groups or [])
+    except InputWritten as e:  # torch's column loop shows what that does to its differences
+        raise Fallback(str(e), loops=True) from e
+    if not agrees:
+        # the step-by-step full check decides, column by column, and localizes it: the projections'
+        # random directions could pass what the weights told apart
+        raise Fallback("backward disagrees with grouped finite differences", loops=True)
     ev.stats.auto_paths.append("full (grouped finite differences)")
 
 
-def _group_agrees(
-    ctx: CheckContext,
-    diffs: Differences,
-    x: torch.Tensor,
-    a: torch.Tensor,
-    w: torch.Tensor,
-    members: list[int],
-    sizes: list[int],
-    j: int,
-) -> bool:
-    """One call pair along the group `members` of input j (x its data, a its (m, n_j) rows of
-    backward): whether every row agrees with backward's one entry in the group."""
+def _groups_agree(ctx: CheckContext, call: Call, a: torch.Tensor, groups: list[list[int]]) -> bool:
+    """One call pair per group and weighting, each column k of the group moved by eps·w_k; whether
+    every row agrees with backward's one entry in the group (a: backward's rows (m, n), every
+    differentiable input's columns side by side)."""
     flags = ctx.flags
-    index = torch.tensor(members, dtype=torch.long, device=x.device)
-    delta = torch.zeros(x.numel(), dtype=x.dtype, device=x.device)
-    delta[index] = w[index] * flags.eps
-    d = torch.cat([c.reshape(-1) for c in diffs.along(x, delta.view(x.shape), unwritten=True)])
-    block = a[:, index]
-    nonzero = block != 0
-    # each row's one nonzero entry of the group (or none: zero), and its weight (or 1)
-    entry = torch.where(nonzero, block, torch.zeros_like(block)).sum(dim=1)
-    weight = torch.where(nonzero, w[index].to(block.dtype), torch.zeros_like(block)).sum(dim=1)
-    scale = torch.where(nonzero.any(dim=1), weight, torch.ones_like(weight))
-    numerical = d.to(block.dtype) / scale
+    data = [call.inputs[idx].data for idx in diff_input_indices(call.inputs)]
+    starts = [0]
+    for x in data:
+        starts.append(starts[-1] + x.numel())
+    spans = list(zip(starts, starts[1:]))
+    n = starts[-1]
+    group_of = [0] * n
+    for g, members in enumerate(groups):
+        for k in members:
+            group_of[k] = g
+    in_group = torch.tensor(group_of).unsqueeze(0) == torch.arange(len(groups)).unsqueeze(1)  # (groups, n)
+    touched = [[any(lo <= k < hi for k in members) for lo, hi in spans] for members in groups]
+    diffs = Differences(ctx.evaluator, call.func, call.inputs, flags.eps)
+    generator = torch.Generator().manual_seed(aux_checks.SEED)
+    weights, differences = [], []
+    for _ in range(route.GROUP_WEIGHTINGS):
+        w = torch.rand(n, generator=generator, dtype=torch.float64).mul_(0.5).add_(0.5)
+        weights.append(w)
+        deltas = in_group * (w * flags.eps)  # per group, every column's move
+        per_input = [deltas[:, lo:hi].to(dtype=x.dtype, device=x.device) for x, (lo, hi) in zip(data, spans)]
+        for g, inputs_moved in enumerate(touched):
+            moves = [(x, p[g].view(x.shape)) for x, p, t in zip(data, per_input, inputs_moved) if t]
+            d = diffs.along_parts(moves, unwritten=True)
+            differences.append(torch.cat([c.reshape(-1) for c in d]))
+    # Per row and group: backward's one entry in the group (zero where it has none), its weight,
+    # and whether it has one; a sum over the group has at most one nonzero term.
+    dtype = torch.promote_types(a.dtype, torch.float64) if a.dtype.is_floating_point else torch.float64
+    a64 = a.detach().to(dtype=dtype, device="cpu")
+    groups_t = in_group.t().to(dtype)  # (n, groups)
+    nonzero = (a64 != 0).to(dtype)
+    entry = torch.where(a64 != 0, a64, 0.0) @ groups_t
+    owned = (nonzero @ groups_t) > 0
+    numerical = torch.stack(differences).to(dtype=dtype, device="cpu")  # (weightings * groups, m)
+    numerical = numerical.view(route.GROUP_WEIGHTINGS, len(groups), -1).permute(2, 0, 1)
+    scale = torch.stack([torch.where(owned, (nonzero * w) @ groups_t, 1.0) for w in weights], dim=1)
+    numerical = numerical / scale
+    expected = entry.unsqueeze(1).expand_as(numerical)
+    if len(call.outputs) == len(data) == 1:
+        where = BACKWARD.block(0, 0).named(ctx, "grouped finite differences")
+        return allclose_promoted(expected.reshape(-1), numerical.reshape(-1), flags.rtol, flags.atol, where=where)
+    # block by block (output i, the input j of the entry's column), as the margins name them; a row
+    # without an entry in the group counts as the first input's
     offset = 0
-    for i, size in enumerate(sizes):
-        part = slice(offset, offset + size)
-        where = BACKWARD.block(i, j).named(ctx, "grouped finite differences")
-        if not allclose_promoted(entry[part], numerical[part], flags.rtol, flags.atol, where=where):
-            return False
-        offset += size
+    for i, o in enumerate(call.outputs):
+        part = slice(offset, offset + o.numel())
+        for j, (lo, hi) in enumerate(spans):
+            mine = (nonzero[part, lo:hi] @ groups_t[lo:hi]) > 0
+            if j == 0:
+                mine |= ~owned[part]
+            mask = mine.unsqueeze(1).expand_as(numerical[part])
+            if mask.any():
+                where = BACKWARD.block(i, j).named(ctx, "grouped finite differences")
+                a_ij, n_ij = expected[part][mask], numerical[part][mask]
+                if not allclose_promoted(a_ij, n_ij, flags.rtol, flags.atol, where=where):
+                    return False
+        offset += o.numel()
     return True

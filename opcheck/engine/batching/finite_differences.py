@@ -60,22 +60,34 @@ class Differences:
         *,
         idx: tuple[int, ...] | None = None,
         positions: Sequence[int] | None = None,
-        unwritten: bool = False,
     ) -> list[torch.Tensor]:
         """The central difference of fn's outputs (those at `positions`, else all), each flat.
 
         `entry` is the part of an input that moves (an element, or a whole input's data), by -δ
         and +δ in turn, one plain call each; it is restored even when fn raises. `idx` is the
-        element's index in the neighbourhood check's error. `unwritten`: raise InputWritten where
-        a call leaves `entry` other than it was set (the function writes into its input).
+        element's index in the neighbourhood check's error.
         """
+        return self.along_parts([(entry, delta)], idx=idx, positions=positions)
+
+    def along_parts(
+        self,
+        moves: Sequence[tuple[torch.Tensor, torch.Tensor | complex]],
+        *,
+        idx: tuple[int, ...] | None = None,
+        positions: Sequence[int] | None = None,
+        unwritten: bool = False,
+    ) -> list[torch.Tensor]:
+        """`along`, moving several parts at once, each (entry, δ) by its own -δ, then +δ.
+        `unwritten`: raise InputWritten where a call leaves an entry other than it was set (the
+        function writes into its input)."""
         check = neighbourhood_check(self.eps)
-        orig = entry.clone()
+        origs = [entry.clone() for entry, _ in moves]
         try:
-            before = self._at(entry, orig - delta, unwritten)
-            after = self._at(entry, orig + delta, unwritten)
+            before = self._at(moves, [o - d for o, (_, d) in zip(origs, moves)], unwritten)
+            after = self._at(moves, [o + d for o, (_, d) in zip(origs, moves)], unwritten)
         finally:
-            entry.copy_(orig)
+            for (entry, _), orig in zip(moves, origs):
+                entry.copy_(orig)
         pairs = zip(before, after) if positions is None else ((before[p], after[p]) for p in positions)
         columns = []
         for a, b in pairs:
@@ -83,11 +95,14 @@ class Differences:
             columns.append(difference_quotient(a.detach(), b.detach(), self.eps).reshape(-1))
         return columns
 
-    def _at(self, entry: torch.Tensor, value: torch.Tensor, unwritten: bool) -> tuple[torch.Tensor, ...]:
-        entry.copy_(value)
+    def _at(
+        self, moves: Sequence[tuple[torch.Tensor, Any]], values: list[torch.Tensor], unwritten: bool
+    ) -> tuple[torch.Tensor, ...]:
+        for (entry, _), value in zip(moves, values):
+            entry.copy_(value)
         outputs = self.ev.call_cloned(self.fn, self.inputs)
-        if unwritten and not torch.equal(entry, value):
-            raise InputWritten("the function wrote into the input it was called on")
+        if unwritten and any(not torch.equal(entry, value) for (entry, _), value in zip(moves, values)):
+            raise InputWritten("the function wrote into an input it was called on")
         return outputs
 
     def column(self, idx: int, k: int, p: complex = 1, positions: Sequence[int] | None = None) -> list[torch.Tensor]:

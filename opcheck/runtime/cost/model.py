@@ -270,7 +270,7 @@ class _Planner:
         if by_groups is None:
             raise _Fallback(loops=True, projections=True)
         self.plan.note("auto: full Jacobian, fused" + (", grouped finite differences" if by_groups else ""))
-        self.add(Kind.FORWARD, 2 * (route.GROUP_WEIGHTINGS * sum(p.column_groups) if by_groups else columns))
+        self.add(Kind.FORWARD, 2 * (route.GROUP_WEIGHTINGS * p.column_groups if by_groups else columns))
         if self.fails:  # a group's disagreement hands the call to the step-by-step full check
             raise _Fallback(loops=by_groups)
         if f.undefined_grad:

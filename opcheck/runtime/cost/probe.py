@@ -191,11 +191,11 @@ class Probe:
         self._alone: dict[int, bool] = {}  # vmaps_alone, by input
 
     @functools.cached_property
-    def column_groups(self) -> list[int]:
-        """Per differentiable input, how many groups of columns sharing no row of backward's
-        Jacobian the engine's grouped finite differences perturb (opcheck.engine.auto.grouped), as
-        many as route.grouped_differences needs to tell: from backward's rows in one batched backward
-        (the plan asks only where the engine's batched backward runs)."""
+    def column_groups(self) -> int:
+        """How many groups of columns sharing no row of backward's Jacobian (every input's columns
+        side by side) the engine's grouped finite differences perturb (opcheck.engine.auto.grouped),
+        as many as route.grouped_differences needs to tell: from backward's rows in one batched
+        backward (the plan asks only where the engine's batched backward runs)."""
         from opcheck.engine.auto.grouped import column_groups
 
         most = route.loop_columns(self.n_inputs) // route.GROUP_WEIGHTINGS + 1
@@ -207,12 +207,12 @@ class Probe:
             cotangents.append(v.view(total, *o.shape))
             offset += o.numel()
         grads = self._grad(cotangents, batched=True)
-        counts = []
-        for j, g in zip(self.diff, grads):
-            rows = torch.zeros((total, self.inputs[j].numel())) if g is None else g.detach().reshape(total, -1)
-            found = column_groups(rows != 0, most)
-            counts.append(most if found is None else len(found))
-        return counts
+        rows = [
+            torch.zeros((total, self.inputs[j].numel())) if g is None else g.detach().reshape(total, -1).cpu()
+            for j, g in zip(self.diff, grads)
+        ]
+        found = column_groups(torch.cat(rows, dim=1) != 0, most)
+        return most if found is None else len(found)
 
     @property
     def backward_raises(self) -> bool:
