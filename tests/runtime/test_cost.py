@@ -111,15 +111,20 @@ class KernelCube(torch.autograd.Function):
         return torch.from_numpy(3 * x.numpy() ** 2 * g.numpy())
 
 
-class CountingSinNoVmap(torch.autograd.Function):
-    """sin with forward AD and a differentiable backward but no vmap rule (as an aten op without a
-    batching rule): its JVPs do not batch, its backward does (the legacy batched backward)."""
+class _NoVmap(torch.autograd.Function):
+    """A Function without a vmap rule: a call under torch.func's transforms raises as it enters,
+    and `apply` counts it."""
 
     @classmethod
     def apply(cls, x):
         if torch._C._functorch.maybe_current_level() is not None:
-            COUNTS["batched"] += 1  # raises as it enters, under torch.func's transforms
+            COUNTS["batched"] += 1
         return super().apply(x)
+
+
+class CountingSinNoVmap(_NoVmap):
+    """sin with forward AD and a differentiable backward but no vmap rule (as an aten op without a
+    batching rule): its JVPs do not batch, its backward does (the legacy batched backward)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -140,15 +145,9 @@ class CountingSinNoVmap(torch.autograd.Function):
         return t * torch.cos(ctx.x)
 
 
-class CountingRowScanNoVmap(torch.autograd.Function):
+class CountingRowScanNoVmap(_NoVmap):
     """cumsum along rows with no vmap rule, its backward the reverse scan (which batches): a
     block-diagonal Jacobian whose columns fall in as many groups as a row has elements."""
-
-    @classmethod
-    def apply(cls, x):
-        if torch._C._functorch.maybe_current_level() is not None:
-            COUNTS["batched"] += 1  # raises as it enters, under torch.func's transforms
-        return super().apply(x)
 
     @staticmethod
     def forward(ctx, x):

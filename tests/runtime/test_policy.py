@@ -10,6 +10,7 @@ from opcheck.runtime.policy import choose_policy, jacobian_entries
 from opcheck.runtime.samples import build_calls
 from opcheck.spec.case import CaseId
 from opcheck.spec.model import FastMode, GradcheckFlags, OpSpec, Sample, TensorArg
+from tests.broken_ops import SQUARE
 
 
 def test_jacobian_entries_first_and_second_order():
@@ -29,18 +30,7 @@ def test_auto_hands_the_budget_to_the_engine():
     assert choose_policy("false", Settings(), never).engine_kwargs() == {"fast_mode": False}
 
 
-class _SquareNoVmap(torch.autograd.Function):
-    """x² without vmap support; its backward, of torch ops, batches."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x * g
+_SquareNoVmap = SQUARE.function("SquareNoVmap")  # no vmap rule; its backward, of torch ops, batches
 
 
 def test_auto_describes_what_the_engine_did():
