@@ -29,6 +29,10 @@ def test_columns_sharing_no_row_fall_in_one_group():
     empty_column = torch.tensor([[True, False, False], [False, False, True]])
     assert column_groups(empty_column) == [[0, 1, 2]]
     assert column_groups(torch.zeros(0, 0, dtype=torch.bool)) == []
+    tall = torch.eye(100, dtype=torch.bool)  # rows beyond one machine word
+    assert column_groups(tall) == [list(range(100))]
+    tall[99, 0] = True  # column 0 now shares row 99 with column 99
+    assert column_groups(tall) == [list(range(99)), [99]]
 
 
 class _Square(torch.autograd.Function):

@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from opcheck.engine import aux_checks, route
@@ -58,11 +57,9 @@ def column_groups(pattern: torch.Tensor, most: int | None = None) -> list[list[i
     cols = pattern.shape[1] if pattern.dim() == 2 else 0
     if cols == 0:
         return []
-    bits = np.packbits(pattern.detach().to("cpu", torch.bool).t().numpy(), axis=1, bitorder="little")
     masks: list[int] = []
     groups: list[list[int]] = []
-    for k in range(cols):
-        rows = int.from_bytes(bits[k].tobytes(), "little")
+    for k, rows in enumerate(_row_sets(pattern.detach().to("cpu", torch.bool))):
         for g, mask in enumerate(masks):
             if not mask & rows:
                 masks[g] = mask | rows
@@ -74,6 +71,26 @@ def column_groups(pattern: torch.Tensor, most: int | None = None) -> list[list[i
             masks.append(rows)
             groups.append([k])
     return groups
+
+
+_BITS = 62
+"""Rows per int64 word of _row_sets (below the sign bit)."""
+
+
+def _row_sets(pattern: torch.Tensor) -> list[int]:
+    """Per column of a bool (rows, columns) pattern, its nonzero rows as the bits of a Python int."""
+    rows = pattern.shape[0]
+    powers = torch.ones(_BITS, dtype=torch.int64).bitwise_left_shift_(torch.arange(_BITS))
+    words = []
+    for start in range(0, rows, _BITS):
+        part = pattern[start : start + _BITS].to(torch.int64)
+        words.append((part * powers[: part.shape[0]].unsqueeze(1)).sum(dim=0).tolist())
+    sets = [0] * pattern.shape[1]
+    for w, values in enumerate(words):
+        shift = w * _BITS
+        for k, value in enumerate(values):
+            sets[k] |= value << shift
+    return sets
 
 
 def groups_apply(ctx: CheckContext, call: Call) -> bool:
@@ -177,7 +194,7 @@ def _groups_agree(ctx: CheckContext, call: Call, a: torch.Tensor, groups: list[l
     numerical = numerical / scale
     expected = entry.unsqueeze(1).expand_as(numerical)
     if len(call.outputs) == len(data) == 1:
-        where = BACKWARD.block(0, 0).named(ctx, "grouped finite differences")
+        where = BACKWARD.block(0, 0).named(ctx)
         return allclose_promoted(expected.reshape(-1), numerical.reshape(-1), flags.rtol, flags.atol, where=where)
     # block by block (output i, the input j of the entry's column), as the margins name them; a row
     # without an entry in the group counts as the first input's
@@ -190,7 +207,7 @@ def _groups_agree(ctx: CheckContext, call: Call, a: torch.Tensor, groups: list[l
                 mine |= ~owned[part]
             mask = mine.unsqueeze(1).expand_as(numerical[part])
             if mask.any():
-                where = BACKWARD.block(i, j).named(ctx, "grouped finite differences")
+                where = BACKWARD.block(i, j).named(ctx)
                 a_ij, n_ij = expected[part][mask], numerical[part][mask]
                 if not allclose_promoted(a_ij, n_ij, flags.rtol, flags.atol, where=where):
                     return False
