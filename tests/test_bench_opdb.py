@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import torch
 from bench_runner import run_benchmark, script
 
+from tests import forked_python
+
 SCRIPT = script("bench_opdb")
 
 
@@ -25,7 +27,8 @@ def in_child(script: str) -> subprocess.CompletedProcess:
     """Python `script` in a child process, with the benchmark module loaded as `bench` (a time or
     memory limit, or a patched function, holds there for the rest of the process), and
     `run_main(argv)`, which runs bench.main(argv) as the script runs it: [its exit status, its
-    stdout, its stderr, the text its --out file holds after it (None without one)]."""
+    stdout, its stderr, the text its --out file holds after it (None without one)]. The child is
+    forked from a process that imported torch and op_db (tests/forked_python.py)."""
     loader = (
         "import contextlib, importlib.util, io, json, os, sys\n"
         f"spec = importlib.util.spec_from_file_location('bench_opdb', {str(SCRIPT)!r})\n"
@@ -45,7 +48,7 @@ def in_child(script: str) -> subprocess.CompletedProcess:
         "    return [status, stdout.getvalue(), stderr.getvalue(), text]\n"
         "\n"
     )
-    return subprocess.run([sys.executable, "-c", loader + script], capture_output=True, text=True, timeout=300)
+    return forked_python.run_code(loader + script, timeout=300, preload=forked_python.OP_DB)
 
 
 def ran(result: list) -> SimpleNamespace:

@@ -24,6 +24,7 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 from examples import triton_kernels as tk  # noqa: E402
 from opcheck.config import tomllib  # noqa: E402
 from opcheck.runtime.compiled import TRITON_INTERPRETED  # noqa: E402
+from tests import forked_python  # noqa: E402
 from tests.test_readme import blocks, section  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,11 +39,17 @@ def env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("OPCHECK_", "PYTEST_"))}
 
 
-def pytest_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """pytest on generated modules: interpreted on CPU here, compiled on the GPU where there is one."""
+def pytest_run(args: list[str], cwd: Path, fresh: bool = False) -> subprocess.CompletedProcess:
+    """pytest on generated modules: interpreted on CPU here, compiled on the GPU where there is one.
+    Unless `fresh`, pytest is forked with torch imported (tests/forked_python.py): the generated
+    tests run in the fresh process its supervisor starts."""
     device = [] if DEVICE == "cpu" else ["--opcheck-device", "cuda"]
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, *device]
-    return subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
+    args = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, *device]
+    if not fresh:
+        return forked_python.run("pytest", *args, cwd=cwd, env=env(), timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=600
+    )
 
 
 def summary(done: subprocess.CompletedProcess) -> str:
@@ -271,7 +278,7 @@ def run_line(line: str, cwd: Path) -> subprocess.CompletedProcess:
     if argv[0] == "opcheck":
         argv = [sys.executable, "-m", "opcheck", *argv[1:]]
     elif argv[:3] == ["python", "-m", "pytest"]:
-        return pytest_run(argv[3:], cwd)
+        return pytest_run(argv[3:], cwd, fresh=True)  # as written: a fresh interpreter
     else:
         raise AssertionError(f"README step runs something this test does not know: {line!r}")
     return subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)

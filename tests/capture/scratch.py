@@ -1,5 +1,6 @@
 """Scratch projects for the `opcheck capture` tests: files in a folder with an empty
-pyproject.toml (a project root), and `python -m opcheck ...` run there as a user runs it."""
+pyproject.toml (a project root), and `python -m opcheck ...` run there as a user runs it (in a
+process of its own, forked with torch imported: tests/forked_python.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests import forked_python
 
 TIMEOUT = 180
 NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
@@ -24,15 +27,25 @@ def project(tmp: Path, files: dict[str, str]) -> Path:
     return tmp
 
 
+def _env() -> dict[str, str]:
+    """This process's environment without the outer pytest's (and xdist's) variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+
+
 def python(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python ARGS` in `tmp`, without the outer pytest's (and xdist's) variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    return subprocess.run([sys.executable, *args], cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    """`python ARGS` in `tmp`, a fresh interpreter."""
+    return subprocess.run([sys.executable, *args], cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
 
 
 def opcheck(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m opcheck ARGS` in `tmp`."""
-    return python(tmp, "-m", "opcheck", *args)
+    """`python -m opcheck ARGS` in `tmp`, forked with torch imported (tests/forked_python.py)."""
+    return forked_python.run("opcheck", *args, cwd=tmp, env=_env(), timeout=TIMEOUT)
+
+
+def pytest_in(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m pytest ARGS` in `tmp`, forked with torch imported: the generated tests themselves
+    run in the fresh process its supervisor starts."""
+    return forked_python.run("pytest", *args, cwd=tmp, env=_env(), timeout=TIMEOUT)
 
 
 def capture(tmp: Path, ops: list[str], command: list[str], *options: str, cost: bool = False):

@@ -3,13 +3,12 @@ pytest, green; and the reason for it: a tail-tile mutant of the model's RMSNorm 
 captured sample catches and the hand-written toy sample (op_specs/rms_norm.yaml) does not."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from opcheck.spec import load_specs
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_SPEC = REPO / "op_specs" / "rms_norm.yaml"
@@ -17,9 +16,18 @@ NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
 """For the pytest runs of generated suites: hypothesis' plugin, which they do not use, costs a second of each."""
 
 
-def _run(args, cwd):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+def _env():
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+
+
+def _run(module, *args, cwd):
+    """`python -m MODULE ARGS`, in a process of its own forked with torch imported
+    (tests/forked_python.py): the generated tests run in the fresh process pytest's supervisor starts."""
+    return forked_python.run(module, *args, cwd=cwd, env=_env(), timeout=600)
+
+
+def _opcheck(*args, cwd):
+    return _run("opcheck", *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -27,21 +35,17 @@ def captured(tmp_path_factory):
     """A scratch project with the example model's rms_norm and gelu calls captured into op_specs/."""
     project = tmp_path_factory.mktemp("project")
     (project / "pyproject.toml").write_text("[tool.opcheck]\n", encoding="utf-8")
-    done = _run(
-        [
-            "-m",
-            "opcheck",
-            "capture",
-            "--op",
-            "torch.ops.opcheck_examples.rms_norm",
-            "--op",
-            "torch.nn.functional.gelu",
-            "--",
-            "python",
-            "-m",
-            "examples.transformer",
-        ],
-        project,
+    done = _opcheck(
+        "capture",
+        "--op",
+        "torch.ops.opcheck_examples.rms_norm",
+        "--op",
+        "torch.nn.functional.gelu",
+        "--",
+        "python",
+        "-m",
+        "examples.transformer",
+        cwd=project,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return project, done.stdout
@@ -66,11 +70,10 @@ def test_the_example_model_is_captured_at_its_real_sizes(captured):
 
 def test_generate_and_pytest_pass_on_the_captured_specs(captured):
     project, _ = captured
-    generated = _run(["-m", "opcheck", "generate"], project)
+    generated = _opcheck("generate", cwd=project)
     assert generated.returncode == 0, generated.stdout + generated.stderr
     ran = _run(
-        ["-m", "pytest", "generated_tests", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", *NO_HYPOTHESIS],
-        project,
+        "pytest", "generated_tests", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", *NO_HYPOTHESIS, cwd=project
     )
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert " passed" in ran.stdout and "failed" not in ran.stdout
@@ -98,24 +101,21 @@ def test_a_tail_tile_mutant_fails_the_captured_sample_and_passes_the_toy_one(cap
     captured_text = (project / "op_specs" / "rms_norm.yaml").read_text(encoding="utf-8")
     (specs / "captured.yaml").write_text(_as_mutant(captured_text, "captured_mutant"), encoding="utf-8")
     (specs / "toy.yaml").write_text(_as_mutant(TOY_SPEC.read_text(encoding="utf-8"), "toy_mutant"), encoding="utf-8")
-    generated = _run(["-m", "opcheck", "generate"], tmp_path)
+    generated = _opcheck("generate", cwd=tmp_path)
     assert generated.returncode == 0, generated.stdout + generated.stderr
     ran = _run(
-        [
-            "-m",
-            "pytest",
-            "generated_tests",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:warnings",
-            *NO_HYPOTHESIS,
-            "-k",
-            "test_gradcheck",
-            "-rf",
-        ],
-        tmp_path,
+        "pytest",
+        "generated_tests",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:warnings",
+        *NO_HYPOTHESIS,
+        "-k",
+        "test_gradcheck",
+        "-rf",
+        cwd=tmp_path,
     )
     failed = {line.split(" ")[1].split("::")[0] for line in ran.stdout.splitlines() if line.startswith("FAILED")}
     assert failed == {"generated_tests/test_captured_mutant.py"}, ran.stdout[-3000:]

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from opcheck.spec import load_specs
-from tests.capture.scratch import NO_HYPOTHESIS, capture, opcheck, project, python, shown
+from tests.capture.scratch import NO_HYPOTHESIS, capture, opcheck, project, pytest_in, shown
 
 
 def spec_data(tmp: Path, name: str) -> dict:
@@ -89,7 +89,7 @@ def test_script_records_two_shapes_and_the_generated_tests_pass(tmp_path):
     assert generated.returncode == 0, shown(generated)
     assert opcheck(tmp, "generate", "--specs", "op_specs", "--out", "gen", "--check").returncode == 0
     assert (tmp / "gen" / "test_gelu.py").is_file()
-    tests = python(tmp, "-m", "pytest", "gen", "-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS)
+    tests = pytest_in(tmp, "gen", "-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS)
     assert tests.returncode == 0, shown(tests)
     assert " passed" in tests.stdout and "failed" not in tests.stdout
 
@@ -277,12 +277,13 @@ def test_an_autograd_function_under_torch_compile_is_named_with_how_to_record_it
     assert "rerun with TORCHDYNAMO_DISABLE=1 (compile off) to record its calls" in result.stdout
     # What the hint says works.
     import os
-    import subprocess
-    import sys
+
+    from tests import forked_python
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {"TORCHDYNAMO_DISABLE": "1"}
-    argv = [sys.executable, "-m", "opcheck", "capture", "--op", "mypkg.mod:Square.apply", "--no-cost", "--"]
-    again = subprocess.run([*argv, "python", "run.py"], cwd=tmp, env=env, capture_output=True, text=True, timeout=180)
+    argv = ["capture", "--op", "mypkg.mod:Square.apply", "--no-cost", "--", "python", "run.py"]
+    # forked with torch imported, not torch._dynamo, which reads the variable (tests/forked_python.py)
+    again = forked_python.run("opcheck", *argv, cwd=tmp, env=env, timeout=180)
     assert again.returncode == 0, shown(again)
     assert sample_names(tmp, "square_apply") == ["4x5"]
 

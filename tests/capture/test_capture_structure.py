@@ -268,7 +268,7 @@ OPS = [f"masked_model.ops:{op}{bug}" for op in ("masked_softmax", "scale_cols") 
 
 def test_a_model_whose_ops_are_wrong_only_for_a_fully_masked_row_and_a_transposed_input(tmp_path, monkeypatch):
     from opcheck.spec import load_specs
-    from tests.capture.scratch import NO_HYPOTHESIS, capture, opcheck, project, python, shown
+    from tests.capture.scratch import NO_HYPOTHESIS, capture, opcheck, project, pytest_in, shown
 
     tmp = project(tmp_path, MODEL)
     monkeypatch.syspath_prepend(str(tmp))
@@ -284,9 +284,7 @@ def test_a_model_whose_ops_are_wrong_only_for_a_fully_masked_row_and_a_transpose
     generated = opcheck(tmp, "generate")
     assert generated.returncode == 0, shown(generated)
     only_gradcheck = ["-k", "gradcheck and not grad_"]
-    run = python(
-        tmp, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS, "generated_tests", *only_gradcheck
-    )
+    run = pytest_in(tmp, "-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS, "generated_tests", *only_gradcheck)
     failed = sorted(line.split()[1].split("::")[1] for line in run.stdout.splitlines() if line.startswith("FAILED"))
     # the hand-written toys pass the buggy ops; the captured samples fail them; the right ops pass all
     assert failed == [

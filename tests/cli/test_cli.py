@@ -10,16 +10,29 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked_python
+
 REPO = Path(__file__).resolve().parents[2]
 NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
 """For the runs of generated suites: hypothesis' pytest plugin, which they do not use, costs a second of each."""
 
 
-def opcheck(*args, cwd: Path, **popen) -> subprocess.CompletedProcess:
+def opcheck(*args, cwd: Path, fresh: bool = False, **popen) -> subprocess.CompletedProcess:
+    """`python -m opcheck ARGS` in `cwd`, in a process of its own forked with torch imported
+    (tests/forked_python.py); `fresh`, or with Popen options (a signal's disposition), in a fresh
+    interpreter."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    if not (fresh or popen):
+        return forked_python.run("opcheck", *args, cwd=cwd, env=env)
     return subprocess.run(
         [sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True, text=True, **popen
     )
+
+
+def pytest_run(*args: str, cwd: Path, pythonpath: str = str(REPO)) -> subprocess.CompletedProcess:
+    """`python -m pytest ARGS` in `cwd`, forked with torch imported (tests/forked_python.py): the
+    generated tests themselves run in the fresh process its supervisor starts."""
+    return forked_python.run("pytest", *args, cwd=cwd, env=dict(os.environ, PYTHONPATH=pythonpath))
 
 
 @pytest.fixture
@@ -81,13 +94,7 @@ def test_new_scaffolds_a_spec_that_validates_generates_and_runs(tmp_path):
     assert "\n# compile: true " in text and "\ncompile:" not in text
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS, "generated_tests"],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-    )
+    run = pytest_run("-q", "-p", "no:cacheprovider", *NO_HYPOTHESIS, "generated_tests", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert " passed" in run.stdout
 
@@ -133,13 +140,11 @@ def test_new_reads_a_custom_ops_schema_and_says_what_torch_library_implies(tmp_p
     assert "\ncompile: true " in text  # a custom op: its fake registration under torch.compile
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS,
-         "generated_tests", "--opcheck-device", "cpu", "-rA"],
+    run = pytest_run(
+        "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS,
+        "generated_tests", "--opcheck-device", "cpu", "-rA",
         cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)])),
-        capture_output=True,
-        text=True,
+        pythonpath=os.pathsep.join([str(REPO), str(tmp_path)]),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     for check in ("gradcheck", "gradgradcheck", "forward_ad_unsupported", "library_opcheck", "compile"):
@@ -165,13 +170,10 @@ def test_new_imports_the_module_registering_a_torch_ops_operator_and_writes_it(t
     assert "args: [{shape: [3, 3]}, 1.5]" in text and "kwargs: {shift: 2}" in text  # the schema was read
     assert opcheck("validate", cwd=tmp_path).returncode == 0
     assert opcheck("generate", cwd=tmp_path).returncode == 0
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS,
-         "generated_tests", "--opcheck-device", "cpu", "-rA", "-k", "gradcheck and not gradgrad"],
+    run = pytest_run(
+        "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS,
+        "generated_tests", "--opcheck-device", "cpu", "-rA", "-k", "gradcheck and not gradgrad",
         cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "PASSED generated_tests/test_scaled_sin.py::test_gradcheck[cpu-float64-small]" in run.stdout
@@ -231,7 +233,7 @@ def test_version_is_the_installed_package_version_and_needs_no_torch(tmp_path):
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("opcheck is not installed (pip install -e .)")
     assert package.__version__ == installed, "reinstall (pip install -e .) after changing opcheck.__version__"
-    result = opcheck("--version", cwd=tmp_path)
+    result = opcheck("--version", cwd=tmp_path, fresh=True)
     assert (result.returncode, result.stdout, result.stderr) == (0, f"opcheck {installed}\n", "")
     probe = (
         "import sys\nfrom opcheck.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit as e:\n"
@@ -347,15 +349,11 @@ def test_a_spec_whose_required_module_is_missing_validates_generates_and_skips(p
     module = (project / "generated_tests" / "test_kernel.py").read_text()
     assert f'requires=("{missing}",),' in module and missing not in module.replace(f'requires=("{missing}",)', "")
 
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS]
-        + ["-o", "addopts=", "-rs"]
-        + ["generated_tests/test_kernel.py"],
+    run = pytest_run(
+        "-p", "no:cacheprovider", "-p", "no:randomly", *NO_HYPOTHESIS, "-o", "addopts=", "-rs",
+        "generated_tests/test_kernel.py",
         cwd=project,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-    )
+    )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 skipped" in run.stdout and "failed" not in run.stdout and "error" not in run.stdout
     assert f"requires {missing}, which is not installed (op_specs/kernel.yaml: requires: [{missing}])" in run.stdout

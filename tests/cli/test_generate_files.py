@@ -23,6 +23,7 @@ from opcheck.codegen.write import generated_source, remove_stale_temp_files
 from opcheck.spec import load_specs
 from opcheck.spec import model as M
 from opcheck.spec.loader import spec_sha256
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = "devices: [cpu]\nsamples: [{name: v, args: [{shape: [3]}]}]\n"
@@ -30,10 +31,11 @@ posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX file kinds and
 
 
 def opcheck(*args, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m opcheck ARGS` in `cwd`, in a process of its own forked with torch imported
+    (tests/forked_python.py)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )  # a hang (a FIFO opened) fails instead of stalling the suite
+    # a hang (a FIFO opened) fails instead of stalling the suite
+    return forked_python.run("opcheck", *args, cwd=cwd, env=env, timeout=120)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import unittest
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 
 from opcheck.spec import opinfo_db, opinfo_skipops, torch_condition
 from opcheck.spec import opinfo_import as oi
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -101,6 +101,13 @@ def run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complete
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def run_script(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -c SCRIPT ARGS` in `cwd`, forked from a process that imported torch and op_db
+    (tests/forked_python.py)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return forked_python.run_code(script, *args, cwd=cwd, env=env, timeout=600, preload=forked_python.OP_DB)
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     (tmp_path / "pyproject.toml").write_text("")
@@ -122,7 +129,7 @@ def test_round_trip_import_validate_generate_run(project):
         "imported = max(main(['import-opinfo', name]) for name in sys.argv[1:])\n"
         "print(json.dumps([imported, main(['validate']), main(['generate'])]))\n"
     )
-    commands = run([sys.executable, "-c", script, *ROUND_TRIP], project)
+    commands = run_script(script, *ROUND_TRIP, cwd=project)
     assert commands.returncode == 0, commands.stderr
     imported, validated, generated = json.loads(commands.stdout.splitlines()[-1])
     assert imported == 0, commands.stderr
@@ -146,11 +153,9 @@ def test_round_trip_import_validate_generate_run(project):
 
     assert validated == 0, commands.stderr
     assert generated == 0, commands.stderr
-    tests = run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
+    tests = forked_python.run(  # forked with torch imported; the tests run in a fresh process
+        "pytest",
+        *[
             "generated_tests",
             "-q",
             "-p",
@@ -164,7 +169,9 @@ def test_round_trip_import_validate_generate_run(project):
             "-k",
             " or ".join(("float64", *COMPLEX_RUN)),
         ],
-        project,
+        cwd=project,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=600,
     )
     summary = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else tests.stderr
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
@@ -184,7 +191,7 @@ def test_cli_errors_are_one_line_without_traceback(project):
         "import sys\nfrom opcheck.cli import main\n"
         "for name in sys.argv[1:]:\n    print(main(['import-opinfo', name]), file=sys.stderr)\n"
     )
-    result = run([sys.executable, "-c", script, *cases], project)
+    result = run_script(script, *cases, cwd=project)
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr
     assert len(lines) == 2 * len(cases), result.stderr
@@ -207,7 +214,7 @@ def test_existing_file_needs_force_and_out_names_the_file(project):
         "print(Path('specs/my_sin.yaml').read_text(), end='')\n"
         "print(main([*out, '--force']))\n"
     )
-    result = run([sys.executable, "-c", script], project)
+    result = run_script(script, cwd=project)
     assert "Traceback" not in result.stderr
     assert result.stdout.splitlines() == [
         "wrote specs/my_sin.yaml; next: opcheck validate && opcheck generate && pytest generated_tests/test_sin.py",

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,11 +40,11 @@ def cube(x):
 
 
 def opcheck(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m opcheck ARGS` in `cwd`, in a process of its own forked with torch imported
+    (tests/forked_python.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCHECK_")}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run(
-        [sys.executable, "-m", "opcheck", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    return forked_python.run("opcheck", *args, cwd=cwd, env=env, timeout=600)
 
 
 @pytest.fixture(scope="module")

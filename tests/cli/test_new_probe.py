@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from opcheck import cli
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -139,13 +139,13 @@ def test_a_function_without_vmap_rule_or_double_backward_says_so_and_its_tests_p
     assert "supports_gradgrad: false" in keys(text) and "supports_forward_ad: false" in keys(text)
     assert "compile: true" in keys(text)  # an autograd.Function: the compile check is on
     assert cli.main(["generate"]) == 0
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
-        + ["generated_tests", "--opcheck-device", "cpu"],
+    # forked with torch imported (tests/forked_python.py); the tests run in the fresh process
+    # pytest's supervisor starts
+    run = forked_python.run(
+        "pytest",
+        *["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "generated_tests", "--opcheck-device", "cpu"],
         cwd=project,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(project)])),
-        capture_output=True,
-        text=True,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
 

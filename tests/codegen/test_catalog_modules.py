@@ -25,6 +25,7 @@ import pytest
 
 from opcheck.spec import load_specs
 from opcheck.spec.case import NEVER_RUNS, CaseId
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_IDS = Path(__file__).with_name("catalog_ids.txt")
@@ -68,9 +69,7 @@ def collect() -> list[tuple[str, str]]:
         args = ["generated_tests", "--collect-only", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
         args += ["-p", "no:hypothesispytest"]  # a second of the run, for a plugin the catalog does not use
         args += ["-p", "catalog_rows", "--opcheck-device", "all", "-o", "addopts="]
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", *args], cwd=REPO, env=env, capture_output=True, text=True
-        )
+        result = forked_python.run("pytest", *args, cwd=REPO, env=env)  # forked with torch imported
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return _rows(out)
 

@@ -23,6 +23,7 @@ from opcheck.codegen import GENERATED_MARKER, GenerationError, apply_plan, plan_
 from opcheck.spec import load_specs
 from opcheck.spec import model as M
 from opcheck.spec.case import cases_of
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -241,9 +242,7 @@ def test_byte_identical_across_hash_seeds(tmp_path):
 
 
 def test_committed_generated_tests_are_fresh():
-    result = subprocess.run(
-        [sys.executable, "-m", "opcheck", "generate", "--check"], cwd=REPO, capture_output=True, text=True
-    )
+    result = forked_python.run("opcheck", "generate", "--check", cwd=REPO)  # torch imported (forked_python.py)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -252,10 +251,8 @@ def test_check_mode_prints_a_diff_and_fails_when_stale(tmp_path):
     (tmp_path / "generated_tests").mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
-    def run(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "opcheck", *args], cwd=tmp_path, env=env, capture_output=True, text=True
-        )
+    def run(*args):  # `python -m opcheck ARGS`, forked with torch imported (tests/forked_python.py)
+        return forked_python.run("opcheck", *args, cwd=tmp_path, env=env)
 
     stale = run("generate", "--check")
     assert stale.returncode == 1 and "+++ b/generated_tests/test_everything.py" in stale.stdout

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
 from opcheck.codegen import cache
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = """\
@@ -58,10 +57,8 @@ def test_opcheck_generate_validates_again_after_a_values_file_changed(tmp_path):
     root = _project(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
-    def generate():
-        return subprocess.run(
-            [sys.executable, "-m", "opcheck", "generate"], cwd=root, env=env, capture_output=True, text=True
-        )
+    def generate():  # `python -m opcheck generate`, forked with torch imported (tests/forked_python.py)
+        return forked_python.run("opcheck", "generate", cwd=root, env=env)
 
     first = generate()
     assert first.returncode == 0 and "1 written" in first.stdout, first.stdout + first.stderr

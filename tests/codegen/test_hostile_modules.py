@@ -16,7 +16,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 import tokenize
 from pathlib import Path
@@ -31,6 +30,7 @@ from opcheck.codegen import GENERATED_MARKER, GenerationError, apply_plan, modul
 from opcheck.codegen.source import MODEL_CLASSES
 from opcheck.spec import load_specs
 from opcheck.spec import model as M
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_EXPECTED = Path(__file__).parent / "golden" / "expected"
@@ -275,14 +275,8 @@ def test_cli_with_a_spec_path_ending_in_a_newline(tmp_path):
     (tmp_path / "op_specs" / "sin.yaml\n").write_text(_spec_yaml(0, "plain"), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
-    def run(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "opcheck", "generate", "--specs", "op_specs/sin.yaml\n", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+    def run(*args):  # `python -m opcheck generate ...`, forked with torch imported (tests/forked_python.py)
+        return forked_python.run("opcheck", "generate", "--specs", "op_specs/sin.yaml\n", *args, cwd=tmp_path, env=env)
 
     first = run("--no-cache")
     assert first.returncode == 0, first.stdout + first.stderr

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ import pytest
 from opcheck.codegen import apply_plan, plan_generation
 from opcheck.spec import load_specs
 from opcheck.spec.loader import generated_test_ids
+from tests import forked_python
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -299,11 +298,11 @@ def suite(tmp_path_factory) -> SuiteRun:
     junit = out / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPCHECK_", "PYTEST_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
+    # forked with torch imported (tests/forked_python.py); the tests run in the fresh process
+    # pytest's supervisor starts
+    run = forked_python.run(
+        "pytest",
+        *[
             "-q",
             "-rf",
             "-p",
@@ -319,8 +318,6 @@ def suite(tmp_path_factory) -> SuiteRun:
         ],
         cwd=out,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     output = run.stdout + run.stderr
