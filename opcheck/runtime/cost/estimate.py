@@ -252,7 +252,7 @@ def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProb
         advice = (slow,) if slow else ()
         return Estimate(case, low.calls, total, path + notes, advice=advice, evaluations=low.seconds)
     if check == LIBRARY_OPCHECK:
-        seconds = sum(LIBRARY_OPCHECK_RUNS * (p.forward + (p.backward or 0.0)) for p in probes.first_order(case))
+        seconds = sum(LIBRARY_OPCHECK_RUNS * (p.forward + (p.backward or 0.0)) for p in probes.timing(case))
         return Estimate(case, Calls(), fixed + seconds, ("torch.library.opcheck",) + notes, evaluations=seconds)
     plans = plans_of(spec, case, settings, probes, fails=fails)
     evaluations = sum(plan.seconds for plan in plans)
@@ -289,7 +289,7 @@ def _compile_estimate(
     made = Case.of(spec, case.check, case.device, case.dtype, case.sample)
     graphs, runs, evaluations = 0, 0, 0.0
     state_graphs, state_runs, state_evaluations = 0, 0, 0.0
-    for call, p in zip(probes.calls(case), probes.first_order(case)):
+    for call, p in zip(probes.calls(case), probes.timing(case)):
         planned, _ = comparisons(made, call)
         per_backend = [which for which, _ in planned if which is not STATE]
         each = sum(2 if which is CompileCase.DYNAMIC else 1 for which in per_backend)

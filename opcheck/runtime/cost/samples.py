@@ -3,9 +3,12 @@
 runs of the low-precision check, timed.
 
 Each is probed once per sample: the op's probe serves the first-order checks and, for the draw of
-their grad_outputs, the second-order ones; the low-precision runs are timed at the first dtype asked
-for and priced the same at the others (the same kernel at another element type: its time is the
-launch and the loop over elements, not the dtype; the float64 reference runs are the same runs)."""
+their grad_outputs, the second-order ones. The checks that only run the op (compile,
+torch.library.opcheck, the low-precision check's run of the op) take the sample's probe at the first
+dtype asked for, and the low-precision check's reference runs are timed there too; all are priced the
+same at the other dtypes (the same kernel at another element type: its time is the launch and the
+loop over elements, not the dtype; the float64 reference runs are the same runs). A check the model
+plans keeps a probe per dtype (`timing`)."""
 
 from __future__ import annotations
 
@@ -76,12 +79,26 @@ class SampleProbes:
     def first_order(self, case: CaseId) -> list[Probe]:
         return [p for p, _ in self.for_check(case, second_order=False)]
 
+    def timing(self, case: CaseId) -> list[Probe]:
+        """Per call of the sample, a probe whose forward and backward seconds price a run of the op
+        at the case's dtype: the sample's probe at any dtype of the same kind (real or complex)
+        already made, else the case's own. The checks that only run the op (compile, low precision,
+        torch.library.opcheck) share it; a check the model plans needs its own dtype's probe (which
+        batched evaluations agree with a plain call, whether a JVP agrees with finite differences)."""
+        complex_kind = getattr(torch, case.dtype).is_complex
+        for (device, dtype, sample, second_order), found in self.found.items():
+            if (device, sample, second_order) == (case.device, case.sample, False):
+                if getattr(torch, dtype).is_complex == complex_kind:
+                    return [p for p, _ in found]
+        return self.first_order(case)
+
     def lowprec(self, case: CaseId) -> LowprecCost:
         """The low-precision test's runs, timed once per sample (at the first dtype asked for)."""
         key = (case.device, case.sample)
         if key not in self.lowprec_found:
             warm_up = self.first(f"low precision {case.device}")
-            self.lowprec_found[key] = _lowprec_runs(self.spec, case, self.calls(case), warm_up)
+            ops = self.timing(case)
+            self.lowprec_found[key] = _lowprec_runs(self.spec, case, self.calls(case), ops, warm_up)
         return _lowprec_cost(self.spec, case, self.lowprec_found[key])
 
 
@@ -113,11 +130,14 @@ def _forward_ad(spec: OpSpec) -> bool:
     return spec.gradcheck.check_forward_ad and spec.supports_forward_ad
 
 
-def _lowprec_runs(spec: OpSpec, case: CaseId, calls: list[Any], warm_up: bool = False) -> list[_LowprecRuns]:
-    """Each run timed once per call (opcheck.engine.lowprec): the op at the dtype, its float64
-    reference, and the reference rounded to the dtype; each run a forward, a backward and, with
-    forward AD, a JVP. `warm_up`: the spec's first, timed twice (a kernel's first launch, the first
-    rounded run pay a warm-up the test does not)."""
+def _lowprec_runs(
+    spec: OpSpec, case: CaseId, calls: list[Any], ops: list[Probe], warm_up: bool = False
+) -> list[_LowprecRuns]:
+    """Each run timed once per call (opcheck.engine.lowprec): the op at the dtype (its forward and
+    backward from the call's probe in `ops`, which the other checks share), its float64 reference,
+    and the reference rounded to the dtype; each run a forward, a backward and, with forward AD, a
+    JVP. `warm_up`: the spec's first, timed twice (a kernel's first launch, the first rounded run
+    pay a warm-up the test does not)."""
     from opcheck.engine.lowprec.numbers import RoundedTo, upcast
     from opcheck.runtime.devices import reference_device
     from opcheck.spec.oppath import resolve_op
@@ -126,12 +146,14 @@ def _lowprec_runs(spec: OpSpec, case: CaseId, calls: list[Any], warm_up: bool = 
     reference = resolve_op(spec.reference, imports=spec.imports) if spec.reference else None
     ref_device = reference_device(case.device)
     found = []
-    for k, call in enumerate(calls):
+    for k, (call, op) in enumerate(zip(calls, ops)):
         ref_call = call.map_tensors(lambda t: upcast(t, ref_device))
         if reference is not None:
             ref_call = replace(ref_call, op=reference)
         at_least = 2 if warm_up and k == 0 else 1
-        low = _run_seconds(call.as_function(), call.gradcheck_inputs(), forward_ad, at_least)
+        low = op.forward + (op.backward or 0.0)
+        if forward_ad:
+            low += _run_seconds(call.as_function(), call.gradcheck_inputs(), forward_ad, at_least, plain=False)
         ref = _run_seconds(ref_call.as_function(), ref_call.gradcheck_inputs(), forward_ad, at_least)
         emulated = ref
         with contextlib.suppress(Exception), RoundedTo(getattr(torch, case.dtype)):
@@ -153,19 +175,23 @@ def _lowprec_cost(spec: OpSpec, case: CaseId, runs: list[_LowprecRuns]) -> Lowpr
     return LowprecCost(total, calls, len(runs), op_run)
 
 
-def _run_seconds(fn: Callable[..., Any], inputs: Sequence[Any], forward_ad: bool, at_least: int = 1) -> float:
-    """Seconds of one run of the low-precision check: a forward, a backward, a JVP (the best of two)."""
+def _run_seconds(
+    fn: Callable[..., Any], inputs: Sequence[Any], forward_ad: bool, at_least: int = 1, plain: bool = True
+) -> float:
+    """Seconds of one run of the low-precision check: a forward, a backward, a JVP (the best of two);
+    without `plain`, the JVP alone."""
     import torch.autograd.forward_ad as fwAD
 
     diff = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
 
     def run() -> None:
         xs = [x.detach().requires_grad_() for x in diff]
-        out = fn(*xs)
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
-        pairs = [o for o in outs if o.requires_grad]
-        if pairs and xs:
-            torch.autograd.grad(pairs, xs, [torch.ones_like(o) for o in pairs], allow_unused=True)
+        if plain:
+            out = fn(*xs)
+            outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+            pairs = [o for o in outs if o.requires_grad]
+            if pairs and xs:
+                torch.autograd.grad(pairs, xs, [torch.ones_like(o) for o in pairs], allow_unused=True)
         if forward_ad and xs:
             with contextlib.suppress(Exception), fwAD.dual_level():
                 fn(*[fwAD.make_dual(x.detach(), torch.ones_like(x)) for x in xs])
