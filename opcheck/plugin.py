@@ -45,6 +45,8 @@ opcheck.plugins, one per module, and turns on Triton's interpreter before confte
   as pytest's skip, with its reason and at the line that raised it.
 """
 
+import pytest
+
 # Triton's interpreter is turned on (where there is no GPU) before conftest files define kernels.
 from opcheck.triton.pytest_hooks import pytest_load_initial_conftests  # noqa: F401
 
@@ -59,3 +61,8 @@ pytest_plugins = [
     "opcheck.plugins.selection",
     "opcheck.plugins.settings",
 ]
+# Marked for pytest's assertion rewriting before any of them is imported: pytest marks each plugin
+# just before importing it, and the first imports the later ones (runtest imports settings), which
+# an installed package's marks cover but an editable install's do not (pytest would warn that each
+# was already imported).
+pytest.register_assert_rewrite(*pytest_plugins)
