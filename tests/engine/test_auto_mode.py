@@ -334,3 +334,23 @@ def test_an_op_that_cannot_be_vmapped_loops_over_its_columns_only_while_the_proj
             assert wrong.mismatch.pinned[0].input_index == (size - 1,)
     finally:
         _CountedCube.tail, _CountedCube.coupled = 1.0, 0.0
+
+
+def test_a_failing_check_does_not_repeat_the_plain_calls_of_its_fused_pass():
+    """Without vmap support the fused pass takes its columns by plain call pairs; where its
+    comparison fails, the step-by-step check that decides as torch's slow mode does reads those
+    columns (computed by the same calls) instead of making them again: the call itself, the call
+    pairs, and the step-by-step check's fresh call."""
+    size = 6
+    x = torch.linspace(0.5, 1.5, size, dtype=torch.float64).requires_grad_()
+    _CountedCube.tail, _CountedCube.coupled, _CountedCube.forward_calls = 1.5, 0.1, 0
+    try:
+        wrong = opcheck.gradcheck_report(_CountedCube.apply, (x,), fast_mode="auto")
+        assert not wrong.passed and any(f.startswith("fused: backward") for f in wrong.stats.fallbacks), wrong.stats
+        assert _CountedCube.forward_calls == 1 + 2 * size + 1, _CountedCube.forward_calls
+        assert isinstance(wrong.mismatch, JacobianMismatch) and wrong.mismatch.worst[0].input_index == (size - 1,)
+        with pytest.raises(RuntimeError) as theirs:  # torch.autograd.gradcheck.GradcheckError
+            torch.autograd.gradcheck(_CountedCube.apply, (x,))
+        assert wrong.message.splitlines()[0] == str(theirs.value).splitlines()[0]
+    finally:
+        _CountedCube.tail, _CountedCube.coupled = 1.0, 0.0

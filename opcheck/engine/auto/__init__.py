@@ -74,8 +74,9 @@ def _fused_passes(ctx: CheckContext, call: Call, full_mode: bool) -> tuple[bool,
             ctx.evaluator.stop(*e.distrust)
             stats.auto_paths.clear()
             stats.failed_path = None
-            ctx.numerical_cache.clear()
-            call = Call.of(call.func, call.inputs)
+            fresh = Call.of(call.func, call.inputs)
+            ctx.numerical_cache.carry(call.func_out, fresh.func_out)  # what plain calls computed stays
+            call = fresh
             viewed = viewed and real_inputs_call(call)
             start = route.after_fallback(
                 attempt, loops=e.loops, projections=e.projections, complex_inputs=complex_inputs

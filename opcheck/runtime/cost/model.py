@@ -85,6 +85,9 @@ class _Planner:
         self.batch = {"forward": True, "vjp": True, "jvp": True}  # the Evaluator's kinds still on
         self.stepwise = Stepwise()  # CheckContext.stepwise
         self.loop_columns: int | None = None  # Evaluator.loop_columns
+        # a fused pass took the numerical columns by plain calls: after its fallback the step-by-step
+        # full check reads them (NumericalCache.carry) instead of making them again
+        self.plain_columns = False
 
     # ----------------------------------------------------------------------- costs
     def seconds(self, kind: Kind, rows: int = 1) -> float:
@@ -271,6 +274,7 @@ class _Planner:
             raise _Fallback(loops=True, projections=True)
         self.plan.note("auto: full Jacobian, fused" + (", grouped finite differences" if by_groups else ""))
         self.add(Kind.FORWARD, 2 * (route.GROUP_WEIGHTINGS * p.column_groups if by_groups else columns))
+        self.plain_columns = not by_groups and not p.complex_outputs
         if self.fails:  # a group's disagreement hands the call to the step-by-step full check
             raise _Fallback(loops=by_groups)
         if f.undefined_grad:
@@ -543,17 +547,22 @@ class _Planner:
 
     # ------------------------------------------------------ batched columns and rows
     def _numerical_columns(self, center_probe: bool) -> None:
-        """batching.fd_columns.numerical_columns: vmapped chunks of columns, else two calls each."""
+        """batching.fd_columns.numerical_columns: vmapped chunks of columns, else two calls each;
+        none where a fused pass that fell back made them by plain calls (`plain_columns`)."""
         p = self.p
         total = sum(p.columns)
         outs = p.func_out
         if total == 0 or (outs and all(isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs)):
             return  # no column, or only empty ones
+        if self.plain_columns:
+            return
+        batched = False
         few = total < (FUSED_MIN_COLUMNS if center_probe else MIN_BATCH_COLUMNS)  # the loop, by choice
         if self.batch["forward"] and not few:
             if p.vmap is None:
                 self._failed_batch("forward", Kind.VMAP)
             else:
+                batched = True
                 out = p.m
                 groups = [total] if total <= FUSE_MAX_COLUMNS else [c for c in p.columns if c]
                 trial = Plan()
@@ -569,6 +578,8 @@ class _Planner:
         if self.loop_columns is not None and total > self.loop_columns and not (few and self.batch["forward"]):
             raise _Fallback(loops=True, projections=True)
         self.add(Kind.FORWARD, 2 * total)
+        if center_probe and not batched and not self.viewed and not p.complex_outputs:
+            self.plain_columns = True
 
     def _jvp_columns(self, legacy_first: bool) -> None:
         """batching.jvp_columns: vmapped chunks of J e_k (one probe JVP), else one JVP per column."""
