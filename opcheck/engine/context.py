@@ -75,10 +75,13 @@ class NumericalCache:
         by position with `before`), the blocks that plain calls computed for the call that gave
         `before`; drop the rest. After a fused pass falls back, the step-by-step check would compute
         those blocks again by the same plain calls; vmapped blocks it recomputes by plain calls."""
-        same = len(before) == len(after) and all(
-            not isinstance(b, torch.Tensor) or (isinstance(a, torch.Tensor) and (a.shape, a.dtype) == (b.shape, b.dtype))
-            for b, a in zip(before, after)
-        )
+
+        def alike(b: Any, a: Any) -> bool:
+            if not isinstance(b, torch.Tensor):
+                return True
+            return isinstance(a, torch.Tensor) and (a.shape, a.dtype) == (b.shape, b.dtype)
+
+        same = len(before) == len(after) and all(alike(b, a) for b, a in zip(before, after))
         renamed = {id(b): id(a) for b, a in zip(before, after)} if same else {}
         kept = {
             (fn, ins, tuple(renamed[o] for o in outs)): blocks
