@@ -14,42 +14,14 @@ import torch
 import opcheck
 from opcheck.runtime.cost.probe import Probe
 from opcheck.runtime.cost.standin import stand_in
+from tests import broken_ops
 
-
-class Cube(torch.autograd.Function):
-    """x**3 as a kernel is: no vmap rule, no forward AD; its backward scaled by `scale`."""
-
-    scale = 1.0
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 3 * x * x * g * Cube.scale
-
-
-class Sin(torch.autograd.Function):
-    """sin with a vmap rule and no forward AD; its backward scaled by `scale`."""
-
-    generate_vmap_rule = True
-    scale = 1.0
-
-    @staticmethod
-    def forward(x):
-        return torch.sin(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return torch.cos(x) * g * Sin.scale
+# Kernel-like Functions (tests/broken_ops.py): sin with a vmap rule, x*x without one; neither has
+# forward AD. The wrong ones' backward is off by 2x.
+SIN = broken_ops.SIN.function("StandInSin", vmap=True)
+WRONG_SIN = broken_ops.SIN.function("StandInWrongSin", bug=broken_ops.scaled(2.0), vmap=True)
+SQUARE = broken_ops.SQUARE.function("StandInSquare")
+WRONG_SQUARE = broken_ops.SQUARE.function("StandInWrongSquare", bug=broken_ops.scaled(2.0))
 
 
 def _x(*shape, seed=0):
@@ -63,16 +35,16 @@ PASSING = {
     "sum": (torch.sum, [(3, 4)]),
     "softmax": (lambda t: torch.softmax(t, -1), [(4, 5)]),
     "mul": (torch.mul, [(3, 4), (3, 4)]),
-    "no vmap, 2": (Cube.apply, [(2,)]),
-    "no vmap, 12 (grouped)": (Cube.apply, [(3, 4)]),
-    "no vmap, 40 (grouped)": (Cube.apply, [(40,)]),
+    "no vmap, 2": (SQUARE.apply, [(2,)]),
+    "no vmap, 12 (grouped)": (SQUARE.apply, [(3, 4)]),
+    "no vmap, 40 (grouped)": (SQUARE.apply, [(40,)]),
 }
-FAILING = {
-    "sin, 12": (Sin.apply, [(3, 4)]),
-    "sin, 2": (Sin.apply, [(2,)]),
-    "no vmap, 2": (Cube.apply, [(2,)]),
-    "no vmap, 12": (Cube.apply, [(3, 4)]),
-    "no vmap, 40": (Cube.apply, [(40,)]),
+FAILING = {  # (the function as it is, the wrong one, shapes)
+    "sin, 12": (SIN.apply, WRONG_SIN.apply, [(3, 4)]),
+    "sin, 2": (SIN.apply, WRONG_SIN.apply, [(2,)]),
+    "no vmap, 2": (SQUARE.apply, WRONG_SQUARE.apply, [(2,)]),
+    "no vmap, 12": (SQUARE.apply, WRONG_SQUARE.apply, [(3, 4)]),
+    "no vmap, 40": (SQUARE.apply, WRONG_SQUARE.apply, [(40,)]),
 }
 MODES = {
     "auto": dict(fast_mode="auto"),
@@ -96,7 +68,7 @@ def _made(fn, shapes, flags):
 
 
 def _forward_ad(fn) -> bool:
-    return fn != Cube.apply and fn != Sin.apply
+    return fn != SQUARE.apply
 
 
 @pytest.mark.parametrize(
@@ -116,16 +88,10 @@ def test_a_dry_run_on_the_stand_in_makes_the_evaluations_of_a_passing_check(name
 @pytest.mark.parametrize("mode", ["auto", "full", "fast"])
 @pytest.mark.parametrize("name", list(FAILING))
 def test_a_dry_run_on_a_wrong_stand_in_makes_the_evaluations_of_a_failing_check(name, mode):
-    fn, shapes = FAILING[name]
-    probe = Probe(fn, _inputs(shapes))  # the function as it is: its backward right
-    kernel = Sin if fn == Sin.apply else Cube
-    kernel.scale = 2.0
-    try:
-        made = _made(fn, shapes, MODES[mode])
-    finally:
-        kernel.scale = 1.0
+    right, wrong, shapes = FAILING[name]
+    made = _made(wrong, shapes, MODES[mode])
     assert not made[0], made
-    standin = stand_in(probe, wrong=2.0)
+    standin = stand_in(Probe(right, _inputs(shapes)), wrong=2.0)
     assert standin is not None
     assert _made(standin, shapes, MODES[mode]) == made
 
