@@ -18,6 +18,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
 from opcheck.engine.auto import fused, fused_backward
+from tests import broken_ops
 
 AUTO = SimpleNamespace(
     name="opcheck auto",
@@ -167,16 +168,69 @@ def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch)
     assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1
 
 
-def test_columns_the_legacy_vmap_cannot_batch_come_from_torch_func_in_the_same_pass():
-    # Complex inputs reach the fused pass as real views, which the legacy vmap cannot batch here
-    # ("view_as_real doesn't work on unresolved conjugated tensors"): torch.func's jvp gives the
-    # columns, and the batched forward-AD check runs on its own after them.
+class _SinNoLegacyJvp(torch.autograd.Function):
+    """sin whose jvp raises under the legacy vmap (torch.func.vmap batches it: generate_vmap_rule)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.x = inputs[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+    @staticmethod
+    def jvp(ctx, t):
+        if torch._C._functorch.is_legacy_batchedtensor(t):
+            raise RuntimeError("no batching rule for this jvp under the legacy vmap")
+        return t * ctx.x.cos()
+
+
+def test_a_jvp_the_legacy_vmap_cannot_batch_fails_the_batched_forward_check_as_torchs():
+    # the fused pass's columns come from torch.func's jvp after the legacy vmap raised; the
+    # batched forward-AD check is the legacy vmap's, in torch as here
+    x = _x(8)
+    flags = dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)
+    with pytest.raises(GradcheckError, match="batched"):
+        torch.autograd.gradcheck(_SinNoLegacyJvp.apply, (x,), **flags)
+    r = opcheck.gradcheck_report(_SinNoLegacyJvp.apply, (x,), fast_mode="auto", **flags)
+    assert not r.passed and r.check == "batched forward AD", r.message
+    assert any(f.startswith("jvp: ") for f in r.stats.fallbacks), r.stats.fallbacks
+    flags["check_batched_forward_grad"] = False  # the columns alone: one torch.func call
+    r = opcheck.gradcheck_report(_SinNoLegacyJvp.apply, (x,), fast_mode="auto", **flags)
+    assert r.passed and r.stats.fused and r.stats.fallbacks == [] and r.stats.batched_jvp_calls == 1, r.stats
+
+
+@pytest.mark.parametrize("op", [torch.sin, torch.exp, torch.reciprocal], ids=["sin", "exp", "reciprocal"])
+def test_complex_tangents_that_are_conjugate_views_batch_under_the_legacy_vmap(op):
+    # the fused pass sees complex outputs through view_as_real, which refuses a tangent that is a
+    # conjugate view (sin, exp, reciprocal on complex inputs under make_dual and the legacy vmap): a
+    # copy resolves it, and the columns come from the legacy vmap in one call, as torch's do
     x = torch.randn(8, dtype=torch.complex128, requires_grad=True, generator=torch.Generator().manual_seed(0))
     flags = dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)
-    r = opcheck.gradcheck_report(torch.sin, (x,), fast_mode="auto", **flags)
+    r = opcheck.gradcheck_report(op, (x,), fast_mode="auto", **flags)
     assert r.passed and r.stats.fused and r.stats.auto_paths == ["full"], r.stats
-    assert any(f.startswith("jvp: ") for f in r.stats.fallbacks), r.stats.fallbacks
-    assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 2 and r.stats.jvp_calls == 1
+    assert r.stats.fallbacks == [] and r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1, r.stats
+    assert torch.autograd.gradcheck(op, (x,), **flags)
+
+
+def test_a_wrong_jvp_of_complex_inputs_still_fails_the_fused_forward_check():
+    x = torch.randn(8, dtype=torch.complex128, requires_grad=True, generator=torch.Generator().manual_seed(0))
+    wrong = broken_ops.EXP.function("ComplexExpWrongJvp", jvp=True, jvp_bug=broken_ops.scaled(1.01, at=-1), vmap=True)
+    flags = dict(check_forward_ad=True, check_backward_ad=False, check_batched_forward_grad=True)
+    with pytest.raises(GradcheckError) as torch_error:
+        torch.autograd.gradcheck(wrong.apply, (x,), **flags)
+    with pytest.raises(GradcheckError) as ours:
+        opcheck.gradcheck(wrong.apply, (x,), fast_mode="auto", **flags)
+    assert str(ours.value).splitlines()[0] == str(torch_error.value).splitlines()[0]
 
 
 def _is_batched(t):

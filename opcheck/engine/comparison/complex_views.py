@@ -13,15 +13,21 @@ from typing import Any
 
 import torch
 
-from opcheck.engine._util import Func, Inputs, as_tuple, mapped
+from opcheck.engine._util import Func, Inputs, as_tuple, mapped, unpack_dual
 
 
 def as_real(outputs: Any) -> tuple[Any, ...]:
     """The outputs with every complex tensor as torch.view_as_real (shape (..., 2))."""
-    return tuple(
-        torch.view_as_real(o.resolve_conj()) if isinstance(o, torch.Tensor) and o.is_complex() else o
-        for o in as_tuple(outputs)
-    )
+    return tuple(_real_view(o) if isinstance(o, torch.Tensor) and o.is_complex() else o for o in as_tuple(outputs))
+
+
+def _real_view(o: torch.Tensor) -> torch.Tensor:
+    o = o.resolve_conj()
+    if unpack_dual(o)[1] is not None:
+        # make_dual under the legacy vmap: the tangent can be a conjugate view (exp, sin), which
+        # resolve_conj leaves and view_as_real refuses; a copy resolves it
+        o = o.clone()
+    return torch.view_as_real(o)
 
 
 def real_outputs(func: Func) -> Func:
