@@ -317,6 +317,21 @@ class Probe:
     @functools.cached_property
     def vmap(self) -> Batched | None:
         """A vmapped forward (finite differences' batches), or None where the engine loops."""
+        whole = self.vmap_whole
+        if whole is not None and self.complex_outputs and not self.fused_only:
+            # the step-by-step check vmaps their imaginary and real parts (parts.py)
+            f = self._of_diff()
+            imag = lambda *xs: tuple(o.imag if o.is_complex() else o for o in f(*xs))  # noqa: E731
+            try:
+                _quiet(lambda: _vmap(imag)(*self._batched_inputs(SMALL_BATCH)))
+            except Exception:
+                return None
+        return whole
+
+    @functools.cached_property
+    def vmap_whole(self) -> Batched | None:
+        """The vmapped forward with its complex outputs whole, as the fused passes see them (through
+        torch.view_as_real), or None; `vmap` also asks that their parts batch."""
         if not self.diff or self.layouts:
             return None
         f = self._of_diff()
@@ -328,14 +343,6 @@ class Probe:
                 for o, p in zip(outs, plain)
             )
 
-        if (
-            self.complex_outputs and not self.fused_only
-        ):  # the step-by-step check vmaps their imaginary and real parts (parts.py)
-            imag = lambda *xs: tuple(o.imag if o.is_complex() else o for o in f(*xs))  # noqa: E731
-            try:
-                _quiet(lambda: _vmap(imag)(*self._batched_inputs(SMALL_BATCH)))
-            except Exception:
-                return None
         return Batched.probe(lambda rows: _vmap(f)(*self._batched_inputs(rows)), self.device, agrees)
 
     def vmaps_alone(self, k: int) -> bool:

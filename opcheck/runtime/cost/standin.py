@@ -5,27 +5,33 @@ instead runs the engine itself on a function that has what those decisions read 
 and counts what it evaluates:
 
 - the probed inputs' and outputs' shapes and dtypes, through a linear map with unit-scale random
-  entries (so that a wrong stand-in's error stands well above any tolerance);
+  entries (so that a wrong stand-in's error stands well above any tolerance) of the inputs seen as
+  real (a complex one as its real and imaginary parts) to the outputs that require grad (a complex
+  one rebuilt from two real parts); the other outputs (indices, float outputs without a gradient)
+  are the probed ones, as constants;
 - vmap support only where the probe's vmapped forward worked (`generate_vmap_rule`), forward AD
   only where its JVP gave the tangent finite differences give, and a backward that raises on a
-  batched grad_output where its batched backward raised;
+  batched grad_output (torch.func.vmap's or the legacy vmap's) where its batched backward raised;
+- complex outputs that are conjugate views where the probed outputs batch and their parts do not
+  (`.imag` of a conjugate view is a negative view, which has no batching rule);
 - where the forward cannot be vmapped, a Jacobian whose columns fall in the probe's number of
   groups sharing no row (`Probe.column_groups`: blocks of that many columns, one block per row),
   which the grouped finite differences count;
-- with `wrong`, a backward off by that factor: the failing check's path.
+- with `wrong`, a backward and a JVP off by that factor: the failing check's path.
 
-Real floating inputs and tensor outputs only: `stand_in` returns None for complex or sparse inputs,
-complex or non-tensor outputs, and gradgradcheck's first derivative.
+`stand_in` returns None for sparse inputs, non-tensor outputs, a function without an output that
+requires grad, and gradgradcheck's first derivative.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._C._functorch import is_batchedtensor
+from torch._C._functorch import is_batchedtensor, is_legacy_batchedtensor
 
+from opcheck.engine._util import unpack_dual
 from opcheck.runtime.cost.probe import Probe
 
 __all__ = ["stand_in"]
@@ -33,21 +39,23 @@ __all__ = ["stand_in"]
 
 def stand_in(probe: Probe, wrong: float = 1.0) -> Callable[..., Any] | None:
     """A function the engine checks as it checks the probed one (None where it has no stand-in);
-    its backward is scaled by `wrong`."""
+    its backward and JVP are scaled by `wrong`."""
     outs = probe.func_out
-    if (
-        probe.layouts
-        or probe.complex_inputs
-        or hasattr(probe.fn, "vmap_form")
-        or not outs
-        or not all(isinstance(o, torch.Tensor) and o.is_floating_point() for o in outs)
-    ):
+    if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
         return None
-    diff, n = probe.diff, probe.n
+    diff = probe.diff
+    shapes = [_real(probe.inputs[j]).shape for j in diff]  # the Function's inputs: real views
+    n = sum(s.numel() for s in shapes)
+    mapped = [o for o in outs if o.requires_grad]  # the rest are constants, as the probed outputs
+    if not mapped:
+        return None
     generator = torch.Generator().manual_seed(0)
-    maps = [torch.randn(o.numel(), n, generator=generator, dtype=torch.float64) for o in outs]
-    vmaps, batched_backward = probe.vmap is not None, probe.batched_backward is not None
-    if not vmaps and batched_backward and n:
+    maps = [torch.randn(_real(o).numel(), n, generator=generator, dtype=torch.float64) for o in mapped]
+    vmaps, batched_backward = probe.vmap_whole is not None, probe.batched_backward is not None
+    # complex outputs whose parts do not batch (a conjugate view's .imag is a negative view, which
+    # has no batching rule) though the outputs do: the stand-in's are conjugate views too
+    conjugate = vmaps and probe.vmap is None
+    if not vmaps and batched_backward and n and not probe.complex_inputs:
         groups = max(1, min(n, probe.column_groups))
         blocks = -(-n // groups)
         for w in maps:
@@ -55,51 +63,62 @@ def stand_in(probe: Probe, wrong: float = 1.0) -> Callable[..., Any] | None:
             columns = torch.arange(n) // groups
             w.mul_(rows[:, None] == columns[None, :])
 
-    def flat(xs: tuple[Any, ...]) -> torch.Tensor:
-        return torch.cat([xs[j].reshape(-1) for j in diff])
-
-    def mapped(f: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple((w.to(o.dtype) @ f.to(o.dtype)).reshape(o.shape) for w, o in zip(maps, outs))
+    def apply_maps(xs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        f = torch.cat([x.reshape(-1) for x in xs])
+        return tuple((w.to(r.dtype) @ f.to(r.dtype)).reshape(r.shape) for w, r in zip(maps, map(_real, mapped)))
 
     class StandIn(torch.autograd.Function):
         generate_vmap_rule = vmaps
 
         @staticmethod
-        def forward(*xs: Any) -> tuple[torch.Tensor, ...]:
-            return mapped(flat(xs))
+        def forward(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return apply_maps(xs)
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            ctx.shapes = [inputs[j].shape for j in diff]
-            ctx.dtypes = [inputs[j].dtype for j in diff]
+            ctx.dtypes = [x.dtype for x in inputs]
 
         @staticmethod
-        def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-            if not batched_backward and any(g is not None and is_batchedtensor(g) for g in grads):
+        def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+            if not batched_backward and any(_batched(g) for g in grads):
                 raise RuntimeError("the stand-in's backward has no batching rule, as the probed one")
             total = sum(g.reshape(-1) @ w.to(g.dtype) for g, w in zip(grads, maps) if g is not None)
-            result: list[torch.Tensor | None] = [None] * len(probe.inputs)
-            start = 0
-            for j, shape, dtype in zip(diff, ctx.shapes, ctx.dtypes):
-                size = shape.numel()
-                part = total[start : start + size] if isinstance(total, torch.Tensor) else torch.zeros(size)
-                result[j] = (wrong * part).reshape(shape).to(dtype)
-                start += size
-            return tuple(result)
+            if not isinstance(total, torch.Tensor):
+                total = torch.zeros(n, dtype=torch.float64)
+            parts = torch.split(wrong * total, [s.numel() for s in shapes])
+            return tuple(part.reshape(s).to(dtype) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
 
     if probe.jvp is not None and probe.jvp_right:
 
         def jvp(ctx: Any, *tangents: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-            parts = []
-            for j in diff:
-                t = tangents[j]
-                parts.append((torch.zeros_like(probe.inputs[j]) if t is None else t).reshape(-1))
-            return mapped(torch.cat(parts))
+            zeros = [torch.zeros(s, dtype=torch.float64) if t is None else t for t, s in zip(tangents, shapes)]
+            return tuple(wrong * t for t in apply_maps(zeros))
 
         StandIn.jvp = staticmethod(jvp)  # type: ignore[method-assign]
 
     def function(*xs: Any) -> Any:
-        out = StandIn.apply(*xs)
-        return out if len(out) > 1 else out[0]
+        reals = iter(StandIn.apply(*(_real(xs[j]) for j in diff)))
+        result = []
+        for o in outs:
+            if o.requires_grad:
+                r = next(reals)
+                if o.is_complex() and conjugate and unpack_dual(r)[1] is None:
+                    r = torch.complex(r[..., 0], -r[..., 1]).conj()  # (forward AD's legacy batching takes none)
+                elif o.is_complex():
+                    r = torch.complex(r[..., 0], r[..., 1])
+                result.append(r)
+            else:
+                result.append(o.detach().clone())
+        return tuple(result) if len(result) > 1 else result[0]
 
     return function
+
+
+def _real(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack((x.real, x.imag), -1) if x.is_complex() else x
+
+
+def _batched(g: torch.Tensor | None) -> bool:
+    """Whether a grad_output is a batched one (torch.func.vmap's, or the legacy vmap's of
+    torch.autograd.grad(is_grads_batched=True))."""
+    return g is not None and (is_batchedtensor(g) or is_legacy_batchedtensor(g))
