@@ -15,8 +15,15 @@ test that passes differs, unless its plan makes a timed choice (model.TIMED: the
 calls there, as a batch schedule's later batches, and the plan takes the probe's times, so a loaded
 machine can move the counts; those are counted apart). Counts only: nothing here reads a clock.
 
+--dry-run also takes the forward_ad tests, and for each first-order test runs the engine with the
+test's own arguments on the probed function's stand-in (opcheck.runtime.cost.standin: a function
+with the probe's shapes and its vmap, forward-AD and batched-backward support; for an expected
+failure, a wrong one), counting the stand-in's calls as the op's are counted: the dry run against
+the calls made, beside the model's plan. It reports; the exit status stays the model's.
+
     python benchmarks/bench_plan.py                          # the catalog (about 3 minutes, one core)
     python benchmarks/bench_plan.py --specs op_specs/sin.yaml --specs op_specs/cube.yaml
+    python benchmarks/bench_plan.py --dry-run
 """
 
 from __future__ import annotations
@@ -38,15 +45,17 @@ sys.path.insert(0, str(REPO))
 import opcheck.runtime.samples as samples  # noqa: E402
 from opcheck.runtime.checks import run_check  # noqa: E402
 from opcheck.runtime.context import Settings  # noqa: E402
-from opcheck.runtime.cost.estimate import estimate, expected_failure, plans_of  # noqa: E402
+from opcheck.runtime.cost.estimate import engine_kwargs, estimate, expected_failure, plans_of  # noqa: E402
 from opcheck.runtime.cost.model import TIMED  # noqa: E402
 from opcheck.runtime.cost.plan import Kind  # noqa: E402
 from opcheck.runtime.cost.samples import SampleProbes  # noqa: E402
+from opcheck.runtime.cost.standin import dry_run  # noqa: E402
 from opcheck.runtime.outcomes import CheckSkipped  # noqa: E402
 from opcheck.spec import load_specs  # noqa: E402
 from opcheck.spec.case import cases_of  # noqa: E402
 
 CHECKS = ("gradcheck", "gradgradcheck")
+FORWARD_AD = "forward_ad"
 FORWARD_SIDE = (Kind.FORWARD, Kind.JVP, Kind.VMAP, Kind.VMAP_JVP, Kind.VMAP_TANGENTS)
 """The plan's kinds of evaluation that call the op itself (a batched one once)."""
 
@@ -87,16 +96,18 @@ def counted_ops(counter: _Counter) -> Iterator[None]:
         samples._op = resolve
 
 
-def compare(spec_paths: list[Path]) -> list[dict[str, Any]]:
-    """One record per cpu gradcheck/gradgradcheck test of the specs that is neither skipped nor unestimated."""
+def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
+    """One record per cpu gradcheck/gradgradcheck test of the specs (with `dry`, forward_ad too, and
+    the dry runs' counts) that is neither skipped nor unestimated."""
     specs = sorted(load_specs(spec_paths, root=REPO), key=lambda s: s.name)
     settings, counter, records = Settings(), _Counter(), []
+    checks = CHECKS + (FORWARD_AD,) if dry else CHECKS
     with counted_ops(counter), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for spec in specs:
             probes = SampleProbes(spec)
             for case in cases_of(spec):
-                if case.device != "cpu" or case.check not in CHECKS:
+                if case.device != "cpu" or case.check not in checks:
                     continue
                 est = estimate(spec, case, settings, probes)
                 if est.skipped is not None:
@@ -104,6 +115,7 @@ def compare(spec_paths: list[Path]) -> list[dict[str, Any]]:
                 fails = expected_failure(spec, case)
                 plans = plans_of(spec, case, settings, probes, fails=fails)
                 planned = sum(n for plan in plans for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)
+                dry_runs = _dry_runs(spec, case, settings, probes, fails) if dry else None
                 with counter.counting(), contextlib.redirect_stdout(io.StringIO()):
                     try:
                         run_check(spec, case.check, case.device, case.dtype, case.sample)
@@ -121,9 +133,25 @@ def compare(spec_paths: list[Path]) -> list[dict[str, Any]]:
                         "made": counter.calls,
                         "path": list(dict.fromkeys(text for plan in plans for text in plan.path)),
                         "timed": any(plan.steps[TIMED] for plan in plans),
+                        "dry_run": dry_runs,
                     }
                 )
     return records
+
+
+def _dry_runs(spec: Any, case: Any, settings: Settings, probes: SampleProbes, fails: bool) -> int | None:
+    """The stand-ins' forward-side calls in the engine's check, summed over the sample's calls
+    (None: a second-order check, or a function without a stand-in)."""
+    if case.check == "gradgradcheck":
+        return None
+    kwargs, total = engine_kwargs(spec, case, settings), 0
+    for probe, _ in probes.for_check(case, second_order=False):
+        run = dry_run(probe, kwargs, wrong=2.0 if fails else 1.0)
+        if run is None:
+            return None
+        # as plans_of: in auto mode, the crash's report calls the op once more (the policy's count)
+        total += run.forward_side + (run.crashed and kwargs.get("fast_mode") == "auto")
+    return total
 
 
 def report(records: list[dict[str, Any]]) -> int:
@@ -148,7 +176,21 @@ def report(records: list[dict[str, Any]]) -> int:
         f"of the tests, {len(timed)} make a timed choice (the engine times its own calls there, the plan"
         f" takes the probe's times): {sum(r['planned'] == r['made'] for r in timed)} of them planned exactly"
     )
-    return 1 if any(r["planned"] != r["made"] and not r["timed"] for r in passing) else 0
+    dry = [r for r in records if r.get("dry_run") is not None]
+    if dry:
+        for r in dry:
+            if r["dry_run"] != r["made"]:
+                print(f"dry run differs: {r['test']}: dry run {r['dry_run']}, made {r['made']}, planned {r['planned']}")
+        for label, group in (
+            ("tests", [r for r in dry if not r["expected_failure"]]),
+            ("expected failures", [r for r in dry if r["expected_failure"]]),
+        ):
+            print(
+                f"dry run, {label}: {sum(r['dry_run'] == r['made'] for r in group)} of {len(group)} made the op's calls"
+                f" (the model's plan: {sum(r['planned'] == r['made'] for r in group)} of them)"
+            )
+    modelled = [r for r in passing if r["test"].split("::")[1].startswith(("test_gradcheck", "test_gradgradcheck"))]
+    return 1 if any(r["planned"] != r["made"] and not r["timed"] for r in modelled) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         "--specs", action="append", type=Path, help="a spec file or folder (repeatable; default op_specs)"
     )
     parser.add_argument("--json", type=Path, help="write every record here")
+    parser.add_argument("--dry-run", action="store_true", help="also the forward_ad tests, and the dry runs")
     args = parser.parse_args(argv)
-    records = compare(args.specs or [REPO / "op_specs"])
+    records = compare(args.specs or [REPO / "op_specs"], dry=args.dry_run)
     if args.json:
         args.json.write_text(json.dumps(records, indent=1))
     return report(records)

@@ -32,6 +32,29 @@ def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_p
     assert all(r["planned"] == r["made"] for r in untimed), [r for r in untimed if r["planned"] != r["made"]]
 
 
+DRY_RUN_SPECS = ("complex", "unary", "rms_norm", "cube", "multi_output")
+"""Complex inputs and outputs, forward AD (sin, exp, ... on complex inputs), a custom op whose
+backward has no batching rule, a Function without a vmap rule, outputs without a gradient."""
+
+
+def test_the_engine_run_on_a_stand_in_makes_the_calls_it_makes_on_the_op(tmp_path):
+    """The dry run (--dry-run: the engine's own check of a function with the probed shapes and
+    support) makes the op's calls on every first-order test of these specs, forward_ad included,
+    where the model's second walk misses some."""
+    out = tmp_path / "plan.json"
+    specs = [arg for name in DRY_RUN_SPECS for arg in ("--specs", f"op_specs/{name}.yaml")]
+    proc = run_benchmark("bench_plan", *specs, "--dry-run", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())
+    dry = [r for r in records if r["dry_run"] is not None]
+    checks = {r["test"].split("::")[1].split("[")[0] for r in dry}
+    assert checks == {"test_gradcheck", "test_forward_ad"}, checks
+    assert len(dry) >= 200 and any("complex128" in r["test"] for r in dry)
+    assert all(r["outcome"] == "passed" for r in dry)
+    assert all(r["dry_run"] == r["made"] for r in dry), [r for r in dry if r["dry_run"] != r["made"]]
+    assert all(r["dry_run"] is None for r in records if "test_gradgradcheck" in r["test"])
+
+
 CRASHING_SPEC = """\
 op: torch.scatter_add
 samples:
@@ -47,15 +70,16 @@ expected_failures:
 
 def test_a_test_expected_to_crash_is_planned_to_its_crash(tmp_path):
     """The fused passes fall back from the raising backward, the step-by-step check's first plain
-    backward ends the call, and the crash's report calls the op once more (the policy's count)."""
+    backward ends the call, and the crash's report calls the op once more (the policy's count);
+    the engine run on the op's stand-in, whose backward raises too, makes the same calls."""
     spec = tmp_path / "scatter_add.yaml"
     spec.write_text(CRASHING_SPEC)
     out = tmp_path / "plan.json"
-    proc = run_benchmark("bench_plan", "--specs", str(spec), "--json", str(out))
+    proc = run_benchmark("bench_plan", "--specs", str(spec), "--json", str(out), "--dry-run")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (record,) = [r for r in json.loads(out.read_text()) if "test_gradcheck" in r["test"]]
     assert record["expected_failure"] and record["outcome"] == "CheckCrashed", record
-    assert record["planned"] == record["made"] > 0, record
+    assert record["planned"] == record["made"] == record["dry_run"] > 0, record
     assert record["path"][-1] == "crashes: a plain backward raises", record
 
 

@@ -7,13 +7,14 @@ choice between backward's rows and the columns' differences)."""
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import pytest
 import torch
 
 import opcheck
 from opcheck.runtime.cost.probe import Probe
-from opcheck.runtime.cost.standin import stand_in
+from opcheck.runtime.cost.standin import dry_run, stand_in
 from tests import broken_ops
 
 # Kernel-like Functions (tests/broken_ops.py): sin with a vmap rule, x*x without one; neither has
@@ -160,3 +161,45 @@ def test_no_stand_in_for_sparse_inputs_or_outputs_without_a_gradient():
     x = _x(3).requires_grad_()
     assert stand_in(Probe(lambda t: t.argmax(), (x,))) is None
     assert stand_in(Probe(lambda t: (t.sum(), 2), (x,))) is None
+
+
+def _backward_of_the_wrong_shape(ctx, grad):
+    return grad.sum(0)  # the input's gradient without its first dimension: autograd raises
+
+
+WRONG_SHAPE = broken_ops.function("StandInWrongShape", torch.sin, _backward_of_the_wrong_shape, vmap=True)
+
+
+@pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+def test_a_dry_run_crashes_where_the_probed_backward_raises_after_the_same_calls(mode):
+    x = _inputs([(3, 4)])
+    calls = Counter[str]()
+
+    def counted(*args):
+        calls["forward"] += 1
+        return WRONG_SHAPE.apply(*args)
+
+    with pytest.raises(RuntimeError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opcheck.gradcheck_report(counted, x, **MODES[mode])
+    run = dry_run(Probe(WRONG_SHAPE.apply, x), MODES[mode])
+    assert run is not None and run.crashed and run.report is None
+    assert run.forward_side == calls["forward"] > 0
+
+
+@pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+@pytest.mark.parametrize("fn", [SIN.apply, SQUARE.apply], ids=["vmap", "no vmap"])
+def test_a_dry_run_counts_the_calls_the_check_makes_of_the_function(fn, mode):
+    x = _inputs([(3, 4)])
+    calls = Counter[str]()
+
+    def counted(*args):
+        calls["forward"] += 1
+        return fn(*args)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert opcheck.gradcheck_report(counted, x, **MODES[mode]).passed
+    run = dry_run(Probe(fn, x), MODES[mode])
+    assert run is not None and not run.crashed and run.report.passed
+    assert run.forward_side == calls["forward"] > 0 and run.backward_side > 0

@@ -30,6 +30,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -374,6 +375,11 @@ def _declared_plan(check: str, p: Probe) -> Plan:
 
 def _flags(spec: OpSpec, case: CaseId, settings: Settings) -> Flags:
     """The engine flags the runtime passes for this test (checks.engine_call)."""
+    return Flags.of(engine_kwargs(spec, case, settings), second_order=Check.parse(case.check).second_order)
+
+
+def engine_kwargs(spec: OpSpec, case: CaseId, settings: Settings) -> dict[str, Any]:
+    """The keyword arguments the runtime passes the engine for this test (checks.engine_call)."""
     from opcheck.runtime.checks import engine_call
     from opcheck.runtime.policy import choose_policy
     from opcheck.runtime.report import Case
@@ -382,7 +388,7 @@ def _flags(spec: OpSpec, case: CaseId, settings: Settings) -> Flags:
     tol = resolve_tolerances(spec, case.check, case.device, case.dtype, case.sample)
     policy = choose_policy(spec.gradcheck.fast_mode, settings)
     _, kwargs = engine_call(Case.of(spec, case.check, case.device, case.dtype, case.sample), tol, policy)
-    return Flags.of(kwargs, second_order=Check.parse(case.check).second_order)
+    return dict(kwargs)
 
 
 # ------------------------------------------------------------------------------ advice

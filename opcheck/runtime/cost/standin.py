@@ -11,7 +11,8 @@ and counts what it evaluates:
   are the probed ones, as constants;
 - vmap support only where the probe's vmapped forward worked (`generate_vmap_rule`), forward AD
   only where its JVP gave the tangent finite differences give, and a backward that raises on a
-  batched grad_output (torch.func.vmap's or the legacy vmap's) where its batched backward raised;
+  batched grad_output (torch.func.vmap's or the legacy vmap's) where its batched backward raised,
+  and on any grad_output where its plain backward raised;
 - complex outputs that are conjugate views where the probed outputs batch and their parts do not
   (`.imag` of a conjugate view is a negative view, which has no batching rule);
 - where the forward cannot be vmapped, a Jacobian whose columns fall in the probe's number of
@@ -25,7 +26,10 @@ requires grad, and gradgradcheck's first derivative.
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,12 +38,42 @@ from torch._C._functorch import is_batchedtensor, is_legacy_batchedtensor
 from opcheck.engine._util import unpack_dual
 from opcheck.runtime.cost.probe import Probe
 
-__all__ = ["stand_in"]
+__all__ = ["DryRun", "dry_run", "stand_in"]
 
 
-def stand_in(probe: Probe, wrong: float = 1.0) -> Callable[..., Any] | None:
+@dataclass(frozen=True)
+class DryRun:
+    """The engine's check of a stand-in: the stand-in's calls (forward side: every call of the
+    function, plain, forward-mode or batched, once; backward side: its backward's), and the report."""
+
+    forward_side: int
+    backward_side: int
+    report: Any  # opcheck.engine.GradcheckReport; None where the check raised (a backward that raises)
+    crashed: bool = False
+
+
+def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun | None:
+    """The engine's first-order check (gradcheck_report with the test's keyword arguments) of the
+    probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient."""
+    from opcheck.engine import gradcheck_report
+
+    counts = Counter[str]()
+    fn = stand_in(probe, wrong, counts)
+    if fn is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            report = gradcheck_report(fn, probe.inputs, **kwargs)
+        except RuntimeError:  # the stand-in's backward raised through the check, as the probed one's
+            return DryRun(counts["forward"], counts["backward"], None, crashed=True)
+    return DryRun(counts["forward"], counts["backward"], report)
+
+
+def stand_in(probe: Probe, wrong: float = 1.0, counts: Counter[str] | None = None) -> Callable[..., Any] | None:
     """A function the engine checks as it checks the probed one (None where it has no stand-in);
-    its backward and JVP are scaled by `wrong`."""
+    its backward and JVP are scaled by `wrong`; `counts` counts its calls ("forward", "backward")."""
+    calls: Counter[str] = Counter() if counts is None else counts
     outs = probe.func_out
     if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
         return None
@@ -52,6 +86,7 @@ def stand_in(probe: Probe, wrong: float = 1.0) -> Callable[..., Any] | None:
     generator = torch.Generator().manual_seed(0)
     maps = [torch.randn(_real(o).numel(), n, generator=generator, dtype=torch.float64) for o in mapped]
     vmaps, batched_backward = probe.vmap_whole is not None, probe.batched_backward is not None
+    backward_raises = probe.backward_raises
     # complex outputs whose parts do not batch (a conjugate view's .imag is a negative view, which
     # has no batching rule) though the outputs do: the stand-in's are conjugate views too
     conjugate = vmaps and probe.vmap is None
@@ -80,6 +115,9 @@ def stand_in(probe: Probe, wrong: float = 1.0) -> Callable[..., Any] | None:
 
         @staticmethod
         def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+            calls["backward"] += 1
+            if backward_raises:
+                raise RuntimeError("the stand-in's backward raises, as the probed one")
             if not batched_backward and any(_batched(g) for g in grads):
                 raise RuntimeError("the stand-in's backward has no batching rule, as the probed one")
             total = sum(g.reshape(-1) @ w.to(g.dtype) for g, w in zip(grads, maps) if g is not None)
@@ -97,6 +135,7 @@ def stand_in(probe: Probe, wrong: float = 1.0) -> Callable[..., Any] | None:
         StandIn.jvp = staticmethod(jvp)  # type: ignore[method-assign]
 
     def function(*xs: Any) -> Any:
+        calls["forward"] += 1
         reals = iter(StandIn.apply(*(_real(xs[j]) for j in diff)))
         result = []
         for o in outs:
