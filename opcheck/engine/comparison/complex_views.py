@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from opcheck.engine._util import Func, Inputs, as_tuple, mapped, unpack_dual
+from opcheck.engine._util import Func, Inputs, as_tuple, mapped
 
 
 def as_real(outputs: Any) -> tuple[Any, ...]:
@@ -23,11 +23,12 @@ def as_real(outputs: Any) -> tuple[Any, ...]:
 
 def _real_view(o: torch.Tensor) -> torch.Tensor:
     o = o.resolve_conj()
-    if unpack_dual(o)[1] is not None:
+    try:
+        return torch.view_as_real(o)
+    except RuntimeError:
         # make_dual under the legacy vmap: the tangent can be a conjugate view (exp, sin), which
         # resolve_conj leaves and view_as_real refuses; a copy resolves it
-        o = o.clone()
-    return torch.view_as_real(o)
+        return torch.view_as_real(o.clone())
 
 
 def real_outputs(func: Func) -> Func:
