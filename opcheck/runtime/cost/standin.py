@@ -35,7 +35,9 @@ from typing import Any
 import torch
 from torch._C._functorch import is_batchedtensor, is_legacy_batchedtensor
 
+from opcheck.engine import route
 from opcheck.engine._util import unpack_dual
+from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.runtime.cost.probe import Probe
 
 __all__ = ["DryRun", "dry_run", "stand_in"]
@@ -58,7 +60,7 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun 
     from opcheck.engine import gradcheck_report
 
     counts = Counter[str]()
-    fn = stand_in(probe, wrong, counts)
+    fn = stand_in(probe, wrong, counts, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET)
     if fn is None:
         return None
     with warnings.catch_warnings():
@@ -70,9 +72,12 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun 
     return DryRun(counts["forward"], counts["backward"], report)
 
 
-def stand_in(probe: Probe, wrong: float = 1.0, counts: Counter[str] | None = None) -> Callable[..., Any] | None:
+def stand_in(
+    probe: Probe, wrong: float = 1.0, counts: Counter[str] | None = None, budget: int = DEFAULT_JACOBIAN_BUDGET
+) -> Callable[..., Any] | None:
     """A function the engine checks as it checks the probed one (None where it has no stand-in);
-    its backward and JVP are scaled by `wrong`; `counts` counts its calls ("forward", "backward")."""
+    its backward and JVP are scaled by `wrong`; `counts` counts its calls ("forward", "backward");
+    `budget` is the check's Jacobian budget (fast_mode="auto"'s jacobian_budget)."""
     calls: Counter[str] = Counter() if counts is None else counts
     outs = probe.func_out
     if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
@@ -83,24 +88,39 @@ def stand_in(probe: Probe, wrong: float = 1.0, counts: Counter[str] | None = Non
     mapped = [o for o in outs if o.requires_grad]  # the rest are constants, as the probed outputs
     if not mapped:
         return None
-    generator = torch.Generator().manual_seed(0)
-    maps = [torch.randn(_real(o).numel(), n, generator=generator, dtype=torch.float64) for o in mapped]
     vmaps, batched_backward = probe.vmap_whole is not None, probe.batched_backward is not None
     backward_raises = probe.backward_raises
     # complex outputs whose parts do not batch (a conjugate view's .imag is a negative view, which
     # has no batching rule) though the outputs do: the stand-in's are conjugate views too
     conjugate = vmaps and probe.vmap is None
-    if not vmaps and batched_backward and n and not probe.complex_inputs:
-        groups = max(1, min(n, probe.column_groups))
-        blocks = -(-n // groups)
-        for w in maps:
-            rows = torch.arange(w.shape[0]) % blocks
-            columns = torch.arange(n) // groups
-            w.mul_(rows[:, None] == columns[None, :])
+    sizes = [_real(o).numel() for o in mapped]
+    groups = 1
+    sizes_of = route.Sizes(probe.n, probe.m_real, len(diff), budget, backward=True)
+    if not vmaps and batched_backward and n and not probe.complex_inputs and sizes_of.full_first:
+        groups = probe.column_groups  # (where the grouped finite differences can run: the full check first)
+    # every column in some row: no more blocks than rows
+    groups = max(1, min(n, max(groups, -(-n // max(1, sum(sizes))))))
+    blocks = max(1, -(-n // groups))
+    generator = torch.Generator().manual_seed(0)
+    coefficients = [torch.randn(size, groups, generator=generator, dtype=torch.float64) for size in sizes]
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    block_of = [(start + torch.arange(size)) % blocks for start, size in zip(starts, sizes)]
 
     def apply_maps(xs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         f = torch.cat([x.reshape(-1) for x in xs])
-        return tuple((w.to(r.dtype) @ f.to(r.dtype)).reshape(r.shape) for w, r in zip(maps, map(_real, mapped)))
+        grid = torch.nn.functional.pad(f, (0, blocks * groups - n)).reshape(blocks, groups)
+        return tuple(
+            (grid[rows] * c.to(f.dtype)).sum(-1).to(r.dtype).reshape(r.shape)
+            for rows, c, r in zip(block_of, coefficients, map(_real, mapped))
+        )
+
+    def transposed(grads: Sequence[torch.Tensor | None], dtype: torch.dtype) -> torch.Tensor:
+        """The inputs' flat gradient for the outputs' grads: the maps transposed."""
+        grid = torch.zeros(blocks, groups, dtype=dtype)
+        for g, rows, c in zip(grads, block_of, coefficients):
+            if g is not None:
+                grid = grid.index_add(0, rows, g.reshape(-1, 1).to(dtype) * c.to(dtype))
+        return grid.reshape(-1)[:n]
 
     class StandIn(torch.autograd.Function):
         generate_vmap_rule = vmaps
@@ -120,10 +140,8 @@ def stand_in(probe: Probe, wrong: float = 1.0, counts: Counter[str] | None = Non
                 raise RuntimeError("the stand-in's backward raises, as the probed one")
             if not batched_backward and any(_batched(g) for g in grads):
                 raise RuntimeError("the stand-in's backward has no batching rule, as the probed one")
-            total = sum(g.reshape(-1) @ w.to(g.dtype) for g, w in zip(grads, maps) if g is not None)
-            if not isinstance(total, torch.Tensor):
-                total = torch.zeros(n, dtype=torch.float64)
-            parts = torch.split(wrong * total, [s.numel() for s in shapes])
+            dtype = next((g.dtype for g in grads if g is not None), torch.float64)
+            parts = torch.split(wrong * transposed(grads, dtype), [s.numel() for s in shapes])
             return tuple(part.reshape(s).to(dtype) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
 
     if probe.jvp is not None and probe.jvp_right:
