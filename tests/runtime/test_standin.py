@@ -13,6 +13,8 @@ import pytest
 import torch
 
 import opcheck
+from opcheck.runtime.cost.model import plan_check
+from opcheck.runtime.cost.plan import Flags
 from opcheck.runtime.cost.probe import Probe
 from opcheck.runtime.cost.standin import dry_run, stand_in
 from tests import broken_ops
@@ -203,3 +205,14 @@ def test_a_dry_run_counts_the_calls_the_check_makes_of_the_function(fn, mode):
     run = dry_run(Probe(fn, x), MODES[mode])
     assert run is not None and not run.crashed and run.report.passed
     assert run.forward_side == calls["forward"] > 0 and run.backward_side > 0
+
+
+@pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+@pytest.mark.parametrize("name", ["sin, 12", "matmul", "softmax", "no vmap, 12 (grouped)", "no vmap, 40 (grouped)"])
+def test_a_dry_runs_evaluations_by_kind_and_rows_are_the_cost_models_plan(name, mode):
+    fn, shapes = PASSING[name]
+    probe = Probe(fn, _inputs(shapes))
+    run = dry_run(probe, MODES[mode])
+    assert run is not None and run.report.passed
+    planned = plan_check(Flags.of(MODES[mode]), probe)
+    assert run.plan(probe).evals == planned.evals, (run.evaluations, planned.evals)

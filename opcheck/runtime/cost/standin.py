@@ -26,6 +26,7 @@ requires grad, and gradgradcheck's first derivative.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,11 +34,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch._C._functorch import is_batchedtensor, is_legacy_batchedtensor
+from torch._C._functorch import (
+    CVmapInterpreterPtr,
+    TransformType,
+    get_interpreter_stack,
+    is_batchedtensor,
+    is_legacy_batchedtensor,
+)
 
 from opcheck.engine import route
 from opcheck.engine._util import unpack_dual
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
+from opcheck.runtime.cost.plan import Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
 __all__ = ["DryRun", "dry_run", "stand_in"]
@@ -45,13 +53,33 @@ __all__ = ["DryRun", "dry_run", "stand_in"]
 
 @dataclass(frozen=True)
 class DryRun:
-    """The engine's check of a stand-in: the stand-in's calls (forward side: every call of the
-    function, plain, forward-mode or batched, once; backward side: its backward's), and the report."""
+    """The engine's check of a stand-in: the stand-in's evaluations by kind and rows per call (a
+    batched evaluation that raised as one row), and the engine's report."""
 
-    forward_side: int
-    backward_side: int
+    evaluations: Counter[tuple[Kind, int]]
     report: Any  # opcheck.engine.GradcheckReport; None where the check raised (a backward that raises)
     crashed: bool = False
+
+    @property
+    def forward_side(self) -> int:
+        """Every call of the function, plain, forward-mode or batched, once."""
+        return sum(n for (kind, _), n in self.evaluations.items() if kind not in _BACKWARD_SIDE)
+
+    @property
+    def backward_side(self) -> int:
+        return sum(n for (kind, _), n in self.evaluations.items() if kind in _BACKWARD_SIDE)
+
+    def plan(self, probe: Probe) -> Plan:
+        """The evaluations, each priced at the probe's times (model.unit_seconds)."""
+        from opcheck.runtime.cost.model import unit_seconds
+
+        plan = Plan(crashed=self.crashed)
+        for (kind, rows), count in sorted(self.evaluations.items(), key=lambda e: (e[0][0].value, e[0][1])):
+            plan.add(kind, count, rows, unit_seconds(probe, kind, rows))
+        return plan
+
+
+_BACKWARD_SIDE = (Kind.BACKWARD, Kind.BATCHED_BACKWARD, Kind.DOUBLE_BACKWARD)
 
 
 def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun | None:
@@ -59,8 +87,8 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun 
     probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient."""
     from opcheck.engine import gradcheck_report
 
-    counts = Counter[str]()
-    fn = stand_in(probe, wrong, counts, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET)
+    evaluations = Counter[tuple[Kind, int]]()
+    fn = stand_in(probe, wrong, evaluations, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET)
     if fn is None:
         return None
     with warnings.catch_warnings():
@@ -68,17 +96,20 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun 
         try:
             report = gradcheck_report(fn, probe.inputs, **kwargs)
         except RuntimeError:  # the stand-in's backward raised through the check, as the probed one's
-            return DryRun(counts["forward"], counts["backward"], None, crashed=True)
-    return DryRun(counts["forward"], counts["backward"], report)
+            return DryRun(evaluations, None, crashed=True)
+    return DryRun(evaluations, report)
 
 
 def stand_in(
-    probe: Probe, wrong: float = 1.0, counts: Counter[str] | None = None, budget: int = DEFAULT_JACOBIAN_BUDGET
+    probe: Probe,
+    wrong: float = 1.0,
+    evaluations: Counter[tuple[Kind, int]] | None = None,
+    budget: int = DEFAULT_JACOBIAN_BUDGET,
 ) -> Callable[..., Any] | None:
     """A function the engine checks as it checks the probed one (None where it has no stand-in);
-    its backward and JVP are scaled by `wrong`; `counts` counts its calls ("forward", "backward");
+    its backward and JVP are scaled by `wrong`; `evaluations` counts its calls by kind and rows;
     `budget` is the check's Jacobian budget (fast_mode="auto"'s jacobian_budget)."""
-    calls: Counter[str] = Counter() if counts is None else counts
+    calls: Counter[tuple[Kind, int]] = Counter() if evaluations is None else evaluations
     outs = probe.func_out
     if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
         return None
@@ -135,11 +166,13 @@ def stand_in(
 
         @staticmethod
         def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-            calls["backward"] += 1
-            if backward_raises:
-                raise RuntimeError("the stand-in's backward raises, as the probed one")
-            if not batched_backward and any(_batched(g) for g in grads):
+            rows = _batch_rows(grads)
+            if backward_raises or (rows and not batched_backward):
+                calls[(Kind.BATCHED_BACKWARD if rows else Kind.BACKWARD, 1)] += 1
+                if backward_raises:
+                    raise RuntimeError("the stand-in's backward raises, as the probed one")
                 raise RuntimeError("the stand-in's backward has no batching rule, as the probed one")
+            calls[(Kind.BATCHED_BACKWARD, rows) if rows else (Kind.BACKWARD, 1)] += 1
             dtype = next((g.dtype for g in grads if g is not None), torch.float64)
             parts = torch.split(wrong * transposed(grads, dtype), [s.numel() for s in shapes])
             return tuple(part.reshape(s).to(dtype) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
@@ -153,8 +186,13 @@ def stand_in(
         StandIn.jvp = staticmethod(jvp)  # type: ignore[method-assign]
 
     def function(*xs: Any) -> Any:
-        calls["forward"] += 1
-        reals = iter(StandIn.apply(*(_real(xs[j]) for j in diff)))
+        kind, rows = _forward_kind([xs[j] for j in diff])
+        try:
+            reals = iter(StandIn.apply(*(_real(xs[j]) for j in diff)))
+        except Exception:  # a batched attempt that raises: one call of the op, priced as one row
+            calls[(kind, 1)] += 1
+            raise
+        calls[(kind, rows)] += 1
         result = []
         for o in outs:
             if o.requires_grad:
@@ -175,7 +213,42 @@ def _real(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((x.real, x.imag), -1) if x.is_complex() else x
 
 
-def _batched(g: torch.Tensor | None) -> bool:
-    """Whether a grad_output is a batched one (torch.func.vmap's, or the legacy vmap's of
-    torch.autograd.grad(is_grads_batched=True))."""
-    return g is not None and (is_batchedtensor(g) or is_legacy_batchedtensor(g))
+def _vmap_rows() -> int:
+    """The rows of the torch.func.vmap calls around this one (0: none)."""
+    stack = get_interpreter_stack() or []
+    sizes = [CVmapInterpreterPtr(i).batchSize() for i in stack if i.key() == TransformType.Vmap]
+    return math.prod(sizes) if sizes else 0
+
+
+def _legacy_rows(t: torch.Tensor) -> int:
+    """The rows of a tensor batched by the legacy vmap (torch.autograd.grad's is_grads_batched,
+    make_dual's tangents under it): its level is the one below the next."""
+    level = torch._C._vmapmode_increment_nesting()
+    torch._C._vmapmode_decrement_nesting()
+    return int(torch._remove_batch_dim(t, level - 1, 1, 0).shape[0])
+
+
+def _batch_rows(grads: Sequence[torch.Tensor | None]) -> int:
+    """The rows of a batched backward's grad_outputs (torch.func.vmap's or the legacy vmap's; 0: not batched)."""
+    for g in grads:
+        if g is not None and is_legacy_batchedtensor(g):
+            return _legacy_rows(g)
+    return _vmap_rows() if any(g is not None and is_batchedtensor(g) for g in grads) else 0
+
+
+def _forward_kind(xs: Sequence[torch.Tensor]) -> tuple[Kind, int]:
+    """What kind of evaluation a call of the function is, and its rows."""
+    rows = _vmap_rows()
+    stack = get_interpreter_stack() or []
+    jvp = any(i.key() == TransformType.Jvp for i in stack)
+    if rows:
+        return (Kind.VMAP_JVP if jvp else Kind.VMAP), rows
+    if jvp:
+        return Kind.JVP, 1
+    for x in xs:
+        if is_legacy_batchedtensor(x):
+            return Kind.VMAP, _legacy_rows(x)
+        tangent = unpack_dual(x)[1]
+        if tangent is not None:
+            return (Kind.VMAP_TANGENTS, _legacy_rows(tangent)) if is_legacy_batchedtensor(tangent) else (Kind.JVP, 1)
+    return Kind.FORWARD, 1
