@@ -14,7 +14,7 @@ import torch
 
 import opcheck
 from opcheck.runtime.cost.model import plan_check
-from opcheck.runtime.cost.plan import Flags
+from opcheck.runtime.cost.plan import Flags, Kind
 from opcheck.runtime.cost.probe import Probe
 from opcheck.runtime.cost.standin import dry_run, stand_in
 from tests import broken_ops
@@ -216,3 +216,20 @@ def test_a_dry_runs_evaluations_by_kind_and_rows_are_the_cost_models_plan(name, 
     assert run is not None and run.report.passed
     planned = plan_check(Flags.of(MODES[mode]), probe)
     assert run.plan(probe).evals == planned.evals, (run.evaluations, planned.evals)
+
+
+@pytest.mark.parametrize("per_row, loops", [(1.0, True), (1e-9, False)])
+def test_a_dry_runs_timed_choices_follow_the_probed_prices(per_row, loops):
+    # a failing full check's finite differences: batches timed against a plain call (the engine's
+    # adaptive rule), by the virtual clock the stand-in's evaluations advance at the probe's prices
+    x = _inputs([(16, 16)])
+    probe = Probe(torch.sin, x)
+    probe.vmap.at = lambda rows: per_row * rows  # a vmapped forward of 1 s a row, or of nothing
+    run = dry_run(probe, MODES["full"], wrong=2.0)
+    assert run is not None and not run.report.passed
+    plain = run.evaluations[(Kind.FORWARD, 1)]
+    batched = sum(n for (kind, rows), n in run.evaluations.items() if kind == Kind.VMAP and rows > 1)
+    if loops:  # the loop takes over after the pilot batch: two calls per column of the 256
+        assert plain >= 2 * 256 and batched <= 4, run.evaluations
+    else:
+        assert plain < 10 and batched < 10, run.evaluations

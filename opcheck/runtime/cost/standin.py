@@ -84,14 +84,27 @@ _BACKWARD_SIDE = (Kind.BACKWARD, Kind.BATCHED_BACKWARD, Kind.DOUBLE_BACKWARD)
 
 def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun | None:
     """The engine's first-order check (gradcheck_report with the test's keyword arguments) of the
-    probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient."""
+    probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient.
+
+    The engine's timed choices (a batch schedule's growth, a batched kind that costs more per column
+    than the loop) read a virtual clock that each of the stand-in's evaluations advances by what
+    that evaluation of the probed function costs (model.unit_seconds): they are the choices the
+    engine would make on the function, at the probe's times."""
     from opcheck.engine import gradcheck_report
+    from opcheck.engine.batching import batching_clock
+    from opcheck.runtime.cost.model import unit_seconds
 
     evaluations = Counter[tuple[Kind, int]]()
-    fn = stand_in(probe, wrong, evaluations, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET)
+    elapsed = [0.0]
+
+    def record(kind: Kind, rows: int) -> None:
+        evaluations[(kind, rows)] += 1
+        elapsed[0] += unit_seconds(probe, kind, rows)
+
+    fn = stand_in(probe, wrong, record, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET)
     if fn is None:
         return None
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]):
         warnings.simplefilter("ignore")
         try:
             report = gradcheck_report(fn, probe.inputs, **kwargs)
@@ -103,13 +116,13 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun 
 def stand_in(
     probe: Probe,
     wrong: float = 1.0,
-    evaluations: Counter[tuple[Kind, int]] | None = None,
+    record: Callable[[Kind, int], None] | None = None,
     budget: int = DEFAULT_JACOBIAN_BUDGET,
 ) -> Callable[..., Any] | None:
     """A function the engine checks as it checks the probed one (None where it has no stand-in);
-    its backward and JVP are scaled by `wrong`; `evaluations` counts its calls by kind and rows;
+    its backward and JVP are scaled by `wrong`; `record(kind, rows)` is told of each of its calls;
     `budget` is the check's Jacobian budget (fast_mode="auto"'s jacobian_budget)."""
-    calls: Counter[tuple[Kind, int]] = Counter() if evaluations is None else evaluations
+    called: Callable[[Kind, int], None] = record or (lambda kind, rows: None)
     outs = probe.func_out
     if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
         return None
@@ -168,11 +181,11 @@ def stand_in(
         def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
             rows = _batch_rows(grads)
             if backward_raises or (rows and not batched_backward):
-                calls[(Kind.BATCHED_BACKWARD if rows else Kind.BACKWARD, 1)] += 1
+                called(Kind.BATCHED_BACKWARD if rows else Kind.BACKWARD, 1)
                 if backward_raises:
                     raise RuntimeError("the stand-in's backward raises, as the probed one")
                 raise RuntimeError("the stand-in's backward has no batching rule, as the probed one")
-            calls[(Kind.BATCHED_BACKWARD, rows) if rows else (Kind.BACKWARD, 1)] += 1
+            called(*((Kind.BATCHED_BACKWARD, rows) if rows else (Kind.BACKWARD, 1)))
             dtype = next((g.dtype for g in grads if g is not None), torch.float64)
             parts = torch.split(wrong * transposed(grads, dtype), [s.numel() for s in shapes])
             return tuple(part.reshape(s).to(dtype) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
@@ -190,9 +203,9 @@ def stand_in(
         try:
             reals = iter(StandIn.apply(*(_real(xs[j]) for j in diff)))
         except Exception:  # a batched attempt that raises: one call of the op, priced as one row
-            calls[(kind, 1)] += 1
+            called(kind, 1)
             raise
-        calls[(kind, rows)] += 1
+        called(kind, rows)
         result = []
         for o in outs:
             if o.requires_grad:
