@@ -15,8 +15,8 @@ test that passes differs, unless its plan makes a timed choice (model.TIMED: the
 calls there, as a batch schedule's later batches, and the plan takes the probe's times, so a loaded
 machine can move the counts; those are counted apart). Counts only: nothing here reads a clock.
 
---dry-run also takes the forward_ad tests, and for each first-order test runs the engine with the
-test's own arguments on the probed function's stand-in (opcheck.runtime.cost.standin: a function
+--dry-run also takes the forward_ad tests, and for each test runs the engine with the test's own
+arguments on the probed function's stand-in (opcheck.runtime.cost.standin: a function
 with the probe's shapes and its vmap, forward-AD and batched-backward support; for an expected
 failure, a wrong one), counting the stand-in's calls as the op's are counted: the dry run against
 the calls made, beside the model's plan. It reports; the exit status stays the model's.
@@ -141,12 +141,15 @@ def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
 
 def _dry_runs(spec: Any, case: Any, settings: Settings, probes: SampleProbes, fails: bool) -> int | None:
     """The stand-ins' forward-side calls in the engine's check, summed over the sample's calls
-    (None: a second-order check, or a function without a stand-in)."""
-    if case.check == "gradgradcheck":
-        return None
+    (None: a function without a stand-in)."""
     kwargs, total = engine_kwargs(spec, case, settings), 0
-    for probe, _ in probes.for_check(case, second_order=False):
-        run = dry_run(probe, kwargs, wrong=2.0 if fails else 1.0)
+    second_order = case.check == "gradgradcheck"
+    for probe, op in probes.for_check(case, second_order=second_order):
+        run = (
+            dry_run(op, kwargs, wrong=2.0 if fails else 1.0, second=probe)
+            if op is not None
+            else dry_run(probe, kwargs, wrong=2.0 if fails else 1.0)
+        )
         if run is None:
             return None
         # as plans_of: in auto mode, the crash's report calls the op once more (the policy's count)

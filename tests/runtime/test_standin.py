@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import opcheck
+from opcheck.engine.second_order import first_derivative
 from opcheck.runtime.cost.model import plan_check
 from opcheck.runtime.cost.plan import Flags, Kind
 from opcheck.runtime.cost.probe import Probe
@@ -233,3 +234,42 @@ def test_a_dry_runs_timed_choices_follow_the_probed_prices(per_row, loops):
         assert plain >= 2 * 256 and batched <= 4, run.evaluations
     else:
         assert plain < 10 and batched < 10, run.evaluations
+
+
+def _first_derivative_probe(fn, x):
+    """gradgradcheck's first derivative of fn at x, probed as the estimate probes it."""
+    first = first_derivative(fn, x, None, False)
+    return Probe(first.func, first.inputs)
+
+
+ONCE = broken_ops.SIN.function("StandInOnceDifferentiableSin", vmap=True, once_differentiable=True)
+
+
+# (not auto on a function without a vmap rule: its first derivative's grouped finite differences
+# count column groups, and the stand-in's first derivative, of a linear map, is constant in the
+# inputs: its Jacobian's columns differ from the function's)
+@pytest.mark.parametrize(
+    "fn, mode",
+    [(torch.sin, "auto"), (torch.sin, "full"), (ONCE.apply, "auto"), (ONCE.apply, "full"), (SQUARE.apply, "full")],
+    ids=["sin-auto", "sin-full", "no double backward-auto", "no double backward-full", "no vmap-full"],
+)
+def test_a_second_order_dry_run_makes_the_calls_of_gradgradcheck(fn, mode):
+    x = _inputs([(3, 4)])
+    calls = Counter[str]()
+
+    def counted(*args):
+        calls["forward"] += 1
+        return fn(*args)
+
+    flags = MODES[mode]
+    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        try:
+            passed = opcheck.gradgradcheck_report(counted, x, **flags).passed
+        except RuntimeError:
+            passed = None  # the double backward raised through the check
+    run = dry_run(Probe(fn, x), flags, second=_first_derivative_probe(fn, x))
+    assert run is not None
+    assert (None if run.crashed else run.report.passed) == passed
+    assert run.forward_side == calls["forward"] > 0

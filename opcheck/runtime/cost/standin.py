@@ -82,15 +82,18 @@ class DryRun:
 _BACKWARD_SIDE = (Kind.BACKWARD, Kind.BATCHED_BACKWARD, Kind.DOUBLE_BACKWARD)
 
 
-def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun | None:
+def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0, second: Probe | None = None) -> DryRun | None:
     """The engine's first-order check (gradcheck_report with the test's keyword arguments) of the
-    probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient.
+    probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient. With
+    `second`, the probe of its first derivative, the second-order check (gradgradcheck_report), of
+    a wrong second derivative with `wrong`; its evaluations are of the function, its backward and
+    double backward (each of the first derivative's calls is a call and a backward).
 
     The engine's timed choices (a batch schedule's growth, a batched kind that costs more per column
     than the loop) read a virtual clock that each of the stand-in's evaluations advances by what
     that evaluation of the probed function costs (model.unit_seconds): they are the choices the
     engine would make on the function, at the probe's times."""
-    from opcheck.engine import gradcheck_report
+    from opcheck.engine import gradcheck_report, gradgradcheck_report
     from opcheck.engine.batching import batching_clock
     from opcheck.runtime.cost.model import unit_seconds
 
@@ -101,13 +104,15 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0) -> DryRun 
         evaluations[(kind, rows)] += 1
         elapsed[0] += unit_seconds(probe, kind, rows)
 
-    fn = stand_in(probe, wrong, record, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET)
+    fn = stand_in(probe, wrong, record, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET, second)
     if fn is None:
         return None
-    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]):
+    check = gradcheck_report if second is None else gradgradcheck_report
+    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]), torch.random.fork_rng(devices=[]):
         warnings.simplefilter("ignore")
+        torch.manual_seed(0)  # gradgradcheck draws its grad_outputs from the global generator
         try:
-            report = gradcheck_report(fn, probe.inputs, **kwargs)
+            report = check(fn, probe.inputs, **kwargs)
         except RuntimeError:  # the stand-in's backward raised through the check, as the probed one's
             return DryRun(evaluations, None, crashed=True)
     return DryRun(evaluations, report)
@@ -118,10 +123,13 @@ def stand_in(
     wrong: float = 1.0,
     record: Callable[[Kind, int], None] | None = None,
     budget: int = DEFAULT_JACOBIAN_BUDGET,
+    second: Probe | None = None,
 ) -> Callable[..., Any] | None:
     """A function the engine checks as it checks the probed one (None where it has no stand-in);
     its backward and JVP are scaled by `wrong`; `record(kind, rows)` is told of each of its calls;
-    `budget` is the check's Jacobian budget (fast_mode="auto"'s jacobian_budget)."""
+    `budget` is the check's Jacobian budget (fast_mode="auto"'s jacobian_budget). With `second`, the
+    probe of the function's first derivative (gradgradcheck's), the stand-in's backward has that
+    probe's support, and `wrong` scales its double backward instead of its backward."""
     called: Callable[[Kind, int], None] = record or (lambda kind, rows: None)
     outs = probe.func_out
     if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
@@ -149,6 +157,12 @@ def stand_in(
     coefficients = [torch.randn(size, groups, generator=generator, dtype=torch.float64) for size in sizes]
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
     block_of = [(start + torch.arange(size)) % blocks for start, size in zip(starts, sizes)]
+
+    reals = [_real(o) for o in mapped]
+    detached = second is not None and probe.double_backward == "detached"
+    second_wrong = 1.0
+    if second is not None:  # a wrong second derivative; one the probe found wrong (@once_differentiable) too
+        wrong, second_wrong = 1.0, wrong * (2.0 if probe.double_backward == "wrong" else 1.0)
 
     def apply_maps(xs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         f = torch.cat([x.reshape(-1) for x in xs])
@@ -187,8 +201,39 @@ def stand_in(
                 raise RuntimeError("the stand-in's backward has no batching rule, as the probed one")
             called(*((Kind.BATCHED_BACKWARD, rows) if rows else (Kind.BACKWARD, 1)))
             dtype = next((g.dtype for g in grads if g is not None), torch.float64)
-            parts = torch.split(wrong * transposed(grads, dtype), [s.numel() for s in shapes])
+            if second is None:
+                flat = wrong * transposed(grads, dtype)
+            elif detached:
+                with torch.no_grad():
+                    flat = transposed(grads, dtype)
+            else:
+                given = (torch.zeros(r.shape, dtype=dtype) if g is None else g for g, r in zip(grads, reals))
+                flat = Transposed.apply(*given)
+            parts = torch.split(flat, [s.numel() for s in shapes])
             return tuple(part.reshape(s).to(dtype) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
+
+    class Transposed(torch.autograd.Function):
+        """Backward's map, whose own backward (the double backward) has the first derivative's
+        probed support: vmap, a backward that raises; scaled by `wrong`."""
+
+        generate_vmap_rule = second is not None and second.vmap_whole is not None
+
+        @staticmethod
+        def forward(*grads: torch.Tensor) -> torch.Tensor:
+            return transposed(grads, grads[0].dtype)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            pass
+
+        @staticmethod
+        def backward(ctx: Any, gg: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            assert second is not None
+            rows = _batch_rows([gg])
+            called(Kind.DOUBLE_BACKWARD, rows or 1)
+            if second.backward_raises:
+                raise RuntimeError("the stand-in's double backward raises, as the probed one")
+            return tuple(second_wrong * t for t in apply_maps([gg]))
 
     if probe.jvp is not None and probe.jvp_right:
 
