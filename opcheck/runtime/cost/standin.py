@@ -4,24 +4,31 @@ The cost model (model.py) walks the engine's decisions a second time to plan a c
 instead runs the engine itself on a function that has what those decisions read from the probe,
 and counts what it evaluates:
 
-- the probed inputs' and outputs' shapes and dtypes, through a linear map with unit-scale random
-  entries (so that a wrong stand-in's error stands well above any tolerance) of the inputs seen as
-  real (a complex one as its real and imaginary parts) to the outputs that require grad (a complex
-  one rebuilt from two real parts); the other outputs (indices, float outputs without a gradient)
-  are the probed ones, as constants;
+- the probed inputs' and outputs' shapes and dtypes, through a linear map of O(n + m) entries with
+  unit-scale random coefficients (so that a wrong stand-in's error stands well above any tolerance):
+  each output element reads one block of input elements, the inputs seen as real (a complex one as
+  its real and imaginary parts), to the outputs that require grad (a complex one rebuilt from two
+  real parts); the other outputs (indices, float outputs without a gradient) are the probed ones,
+  as constants;
 - vmap support only where the probe's vmapped forward worked (`generate_vmap_rule`), forward AD
   only where its JVP gave the tangent finite differences give, and a backward that raises on a
   batched grad_output (torch.func.vmap's or the legacy vmap's) where its batched backward raised,
   and on any grad_output where its plain backward raised;
 - complex outputs that are conjugate views where the probed outputs batch and their parts do not
   (`.imag` of a conjugate view is a negative view, which has no batching rule);
-- where the forward cannot be vmapped, a Jacobian whose columns fall in the probe's number of
-  groups sharing no row (`Probe.column_groups`: blocks of that many columns, one block per row),
-  which the grouped finite differences count;
-- with `wrong`, a backward and a JVP off by that factor: the failing check's path.
+- where the forward cannot be vmapped, blocks as wide as the probe's number of column groups (the
+  columns of one block share rows, those of different blocks none), which the grouped finite
+  differences count;
+- for gradgradcheck (`second`, the first derivative's probe), a double backward that raises where
+  that probe's backward raised and is wrong where the op's double backward was;
+- with `wrong`, a derivative off by that factor: the failing check's path.
 
-`stand_in` returns None for sparse inputs, non-tensor outputs, a function without an output that
-requires grad, and gradgradcheck's first derivative.
+Each evaluation is recorded by kind and rows (`DryRun.evaluations`), priced at the probe's times
+(`DryRun.plan`), and advances the virtual clock the engine's timed choices read in a dry run.
+`stand_in` returns None for sparse inputs, non-tensor outputs, and a function without an output
+that requires grad. What it does not mirror: a batching rule that works at some batch sizes only,
+a first derivative without a batching rule where the forward has one, and the first derivative's
+column groups (the stand-in's, of a linear map, is constant in the inputs).
 """
 
 from __future__ import annotations
