@@ -168,30 +168,14 @@ def test_batched_forward_check_is_the_legacy_columns_probed_densely(monkeypatch)
     assert r.stats.batched_calls == 1 and r.stats.batched_jvp_calls == 1 and r.stats.jvp_calls == 1
 
 
-class _SinNoLegacyJvp(torch.autograd.Function):
-    """sin whose jvp raises under the legacy vmap (torch.func.vmap batches it: generate_vmap_rule)."""
+def _raises_under_the_legacy_vmap(tangent, derivative):
+    if torch._C._functorch.is_legacy_batchedtensor(tangent):
+        raise RuntimeError("no batching rule for this jvp under the legacy vmap")
+    return broken_ops.right(tangent, derivative)
 
-    generate_vmap_rule = True
 
-    @staticmethod
-    def forward(x):
-        return x.sin()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.x = inputs[0]
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
-
-    @staticmethod
-    def jvp(ctx, t):
-        if torch._C._functorch.is_legacy_batchedtensor(t):
-            raise RuntimeError("no batching rule for this jvp under the legacy vmap")
-        return t * ctx.x.cos()
+# sin whose jvp raises under the legacy vmap (torch.func.vmap batches it: generate_vmap_rule)
+_SinNoLegacyJvp = broken_ops.SIN.function("SinNoLegacyJvp", jvp=True, jvp_bug=_raises_under_the_legacy_vmap, vmap=True)
 
 
 def test_a_jvp_the_legacy_vmap_cannot_batch_fails_the_batched_forward_check_as_torchs():
