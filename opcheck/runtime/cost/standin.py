@@ -25,10 +25,11 @@ and counts what it evaluates:
 
 Each evaluation is recorded by kind and rows (`DryRun.evaluations`), priced at the probe's times
 (`DryRun.plan`), and advances the virtual clock the engine's timed choices read in a dry run.
-`stand_in` returns None for sparse inputs, non-tensor outputs, and a function without an output
-that requires grad. What it does not mirror: a batching rule that works at some batch sizes only,
-a first derivative without a batching rule where the forward has one, and the first derivative's
-column groups (the stand-in's, of a linear map, is constant in the inputs).
+`stand_in` returns None for sparse inputs, non-tensor outputs, a function without an output that
+requires grad, and a first derivative (gradgradcheck's stand-in is the op's, with `second`). What
+it does not mirror: a batching rule that works at some batch sizes only, a first derivative without
+a batching rule where the forward has one, and the first derivative's column groups (the
+stand-in's, of a linear map, is constant in the inputs).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class DryRun:
         from opcheck.runtime.cost.model import unit_seconds
 
         plan = Plan(crashed=self.crashed)
-        for (kind, rows), count in sorted(self.evaluations.items(), key=lambda e: (e[0][0].value, e[0][1])):
+        for (kind, rows), count in self.evaluations.items():
             plan.add(kind, count, rows, unit_seconds(probe, kind, rows))
         return plan
 
@@ -120,7 +121,10 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0, second: Pr
         torch.manual_seed(0)  # gradgradcheck draws its grad_outputs from the global generator
         try:
             report = check(fn, probe.inputs, **kwargs)
-        except RuntimeError:  # the stand-in's backward raised through the check, as the probed one's
+        except RuntimeError:
+            if not (probe.backward_raises or (second is not None and second.backward_raises)):
+                raise
+            # the stand-in's backward (or double backward) raised through the check, as the probed one's
             return DryRun(evaluations, None, crashed=True)
     return DryRun(evaluations, report)
 
@@ -165,7 +169,7 @@ def stand_in(
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
     block_of = [(start + torch.arange(size)) % blocks for start, size in zip(starts, sizes)]
 
-    reals = [_real(o) for o in mapped]
+    real_outputs = [_real(o) for o in mapped]
     detached = second is not None and probe.double_backward == "detached"
     second_wrong = 1.0
     if second is not None:  # a wrong second derivative; one the probe found wrong (@once_differentiable) too
@@ -176,7 +180,7 @@ def stand_in(
         grid = torch.nn.functional.pad(f, (0, blocks * groups - n)).reshape(blocks, groups)
         return tuple(
             (grid[rows] * c.to(f.dtype)).sum(-1).to(r.dtype).reshape(r.shape)
-            for rows, c, r in zip(block_of, coefficients, map(_real, mapped))
+            for rows, c, r in zip(block_of, coefficients, real_outputs)
         )
 
     def transposed(grads: Sequence[torch.Tensor | None], dtype: torch.dtype) -> torch.Tensor:
@@ -214,7 +218,7 @@ def stand_in(
                 with torch.no_grad():
                     flat = transposed(grads, dtype)
             else:
-                given = (torch.zeros(r.shape, dtype=dtype) if g is None else g for g, r in zip(grads, reals))
+                given = (torch.zeros(r.shape, dtype=dtype) if g is None else g for g, r in zip(grads, real_outputs))
                 flat = Transposed.apply(*given)
             parts = torch.split(flat, [s.numel() for s in shapes])
             return tuple(part.reshape(s).to(dtype) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
@@ -262,8 +266,8 @@ def stand_in(
         for o in outs:
             if o.requires_grad:
                 r = next(reals)
-                if o.is_complex() and conjugate and unpack_dual(r)[1] is None:
-                    r = torch.complex(r[..., 0], -r[..., 1]).conj()  # (forward AD's legacy batching takes none)
+                if o.is_complex() and conjugate and kind in (Kind.FORWARD, Kind.VMAP):
+                    r = torch.complex(r[..., 0], -r[..., 1]).conj()  # (forward AD's batching takes none)
                 elif o.is_complex():
                     r = torch.complex(r[..., 0], r[..., 1])
                 result.append(r)
