@@ -166,6 +166,17 @@ def test_no_stand_in_for_sparse_inputs_or_outputs_without_a_gradient():
     assert stand_in(Probe(lambda t: (t.sum(), 2), (x,))) is None
 
 
+def _counted(fn):
+    """fn, and a Counter of its calls ("forward")."""
+    calls = Counter[str]()
+
+    def counted(*args):
+        calls["forward"] += 1
+        return fn(*args)
+
+    return calls, counted
+
+
 def _backward_of_the_wrong_shape(ctx, grad):
     return grad.sum(0)  # the input's gradient without its first dimension: autograd raises
 
@@ -176,11 +187,7 @@ WRONG_SHAPE = broken_ops.function("StandInWrongShape", torch.sin, _backward_of_t
 @pytest.mark.parametrize("mode", ["auto", "full", "fast"])
 def test_a_dry_run_crashes_where_the_probed_backward_raises_after_the_same_calls(mode):
     x = _inputs([(3, 4)])
-    calls = Counter[str]()
-
-    def counted(*args):
-        calls["forward"] += 1
-        return WRONG_SHAPE.apply(*args)
+    calls, counted = _counted(WRONG_SHAPE.apply)
 
     with pytest.raises(RuntimeError), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -194,11 +201,7 @@ def test_a_dry_run_crashes_where_the_probed_backward_raises_after_the_same_calls
 @pytest.mark.parametrize("fn", [SIN.apply, SQUARE.apply], ids=["vmap", "no vmap"])
 def test_a_dry_run_counts_the_calls_the_check_makes_of_the_function(fn, mode):
     x = _inputs([(3, 4)])
-    calls = Counter[str]()
-
-    def counted(*args):
-        calls["forward"] += 1
-        return fn(*args)
+    calls, counted = _counted(fn)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -255,11 +258,7 @@ ONCE = broken_ops.SIN.function("StandInOnceDifferentiableSin", vmap=True, once_d
 )
 def test_a_second_order_dry_run_makes_the_calls_of_gradgradcheck(fn, mode):
     x = _inputs([(3, 4)])
-    calls = Counter[str]()
-
-    def counted(*args):
-        calls["forward"] += 1
-        return fn(*args)
+    calls, counted = _counted(fn)
 
     flags = MODES[mode]
     with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
