@@ -7,10 +7,11 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -55,17 +56,19 @@ def project(tmp_path: Path) -> Path:
 
 
 def run(line: str, cwd: Path) -> subprocess.CompletedProcess:
-    """A README command line (`opcheck ...` or `python -m pytest ...`) with this interpreter."""
+    """A README command line (`opcheck ...` or `python -m pytest ...`) with this interpreter, in a
+    process of its own forked with torch imported (tests/forked_python.py): what the step does, not
+    what a fresh interpreter costs."""
     argv = shlex.split(line)
     if argv[0] == "opcheck":
-        argv = [sys.executable, "-m", "opcheck", *argv[1:]]
+        module, args = "opcheck", argv[1:]
     elif argv[:3] == ["python", "-m", "pytest"]:
         # without hypothesis' plugin, which README's `.[suite]` install does not have: a second of the run
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *argv[3:]]
+        module, args = "pytest", ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", *argv[3:]]
     else:
         raise AssertionError(f"README step runs something this test does not know: {line!r}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPCHECK_", "PYTEST_"))}
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return forked_python.run(module, *args, cwd=cwd, env=env, timeout=600)
 
 
 def test_add_an_op_steps_work_as_written(project):
