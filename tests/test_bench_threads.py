@@ -8,7 +8,7 @@ from bench_runner import run_benchmark
 
 
 def test_one_round_on_one_module():
-    proc = run_benchmark("bench_threads", "--suite", "generated_tests/test_sin.py", "--rounds", "1", "--threads", "2")
+    proc = run_benchmark("bench_threads", "--suite", "generated_tests/test_flip.py", "--rounds", "1", "--threads", "2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for setting in ("1", "keep", "2"):
