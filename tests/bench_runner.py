@@ -20,8 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 READ_OP_DB = {"bench_opinfo", "bench_opdb", "bench_auto_sets"}
 """The scripts whose own process imports torch's OpInfo database."""
 
-_RUN_SCRIPT = "import runpy, sys\nsys.path.insert(0, {folder!r})\nrunpy.run_path({path!r}, run_name='__main__')\n"
-"""`python PATH`: the script's folder first on sys.path, the script as __main__ with sys.argv[0] its path."""
+_RUN_SCRIPT = "import runpy, sys\nsys.path[0] = {folder!r}\nrunpy.run_path({path!r}, run_name='__main__')\n"
+"""`python PATH`: the script's folder first on sys.path, in place of the working directory, and the
+script as __main__ with sys.argv[0] its path."""
 
 
 def script(name: str) -> Path:
