@@ -247,6 +247,40 @@ def test_vmap_rows_is_torch_func_vmap_on_tensors_of_one_batch():
         vmap_rows(lambda a, s: a * s, (x, 2.0))
 
 
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda a: a.sin(),  # one tensor
+        lambda a: (a.cos(), a * 2),  # a tuple of tensors
+        lambda a: a.max(dim=-1),  # a structseq (torch.return_types.max): its type kept
+        lambda a: [a.exp(), a],  # a list
+        lambda a: {"y": a.tanh()},  # a dict
+        lambda a: (torch.ones(2, dtype=a.dtype), a),  # an output that does not depend on the input
+    ],
+    ids=["tensor", "tuple", "structseq", "list", "dict", "unbatched_output"],
+)
+def test_vmap_rows_returns_what_torch_func_vmap_returns(f):
+    from opcheck.engine._util import vmap_rows
+
+    x = torch.randn(5, 3, dtype=torch.float64)
+    got, want = vmap_rows(f, (x,)), torch.func.vmap(f)(x)
+    assert type(got) is type(want)
+    got_leaves, want_leaves = torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)
+    assert len(got_leaves) == len(want_leaves) and all(torch.equal(g, w) for g, w in zip(got_leaves, want_leaves))
+
+
+def test_vmap_rows_says_what_torch_func_vmap_says_of_an_output_and_leaves_no_level_behind():
+    from opcheck.engine._util import vmap_rows
+
+    x = torch.randn(4, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="must only return Tensors, got type <class 'float'>"):
+        vmap_rows(lambda a: (a, 1.0), (x,))
+    with pytest.raises(ZeroDivisionError):
+        vmap_rows(lambda a: 1 / 0, (x,))
+    assert torch._C._functorch.maybe_current_level() is None  # every vmap level it entered, it left
+    assert not torch._C._functorch.is_batchedtensor(vmap_rows(lambda a: a * 2, (x,)))
+
+
 def test_the_first_cotangent_is_the_batched_checks_first_draw():
     o = torch.empty(2, 3, dtype=torch.float32)
     first = aux_checks.first_cotangent(o, 1)
