@@ -52,15 +52,16 @@ def _flat_vmap() -> Callable[..., Any] | None:
         return None
     functorch = torch._C._functorch
     names = ("_vmap_increment_nesting", "_vmap_decrement_nesting", "_add_batch_dim", "_remove_batch_dim")
-    steps = [getattr(functorch, name, None) for name in names]
+    found = [getattr(functorch, name, None) for name in names]
     unwrap, load = getattr(module, "_unwrap_batched", None), getattr(module, "lazy_load_decompositions", None)
-    if None in steps or unwrap is None or load is None:
+    if None in found or unwrap is None or load is None:
         return None  # pragma: no cover - depends on the torch release
+    steps: list[Callable[..., Any]] = [step for step in found if step is not None]
     expected = ["batched_outputs", "out_dims", "vmap_level", "batch_size", "func"]  # torch 2.0 to 2.14
     if list(inspect.signature(unwrap).parameters) != expected:
         return None  # pragma: no cover - depends on the torch release
     increment, decrement, add, remove = steps
-    loaded = []
+    loaded: list[bool] = []
 
     def call(func: Func, args: Sequence[torch.Tensor], randomness: str) -> Any:
         if not loaded:  # what torch.func.vmap does first: its decompositions, registered once per process
