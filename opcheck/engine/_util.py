@@ -100,6 +100,45 @@ def vmap_rows(func: Func, args: Sequence[Any], randomness: str = "error") -> Any
     return torch.func.vmap(func, randomness=randomness)(*args)
 
 
+def _legacy_batching() -> tuple[Callable[..., Any], ...] | None:
+    """The legacy vmap's steps (torch._vmap_internals), or None where this torch lacks one of them."""
+    found = (
+        getattr(torch._C, "_vmapmode_increment_nesting", None),
+        getattr(torch._C, "_vmapmode_decrement_nesting", None),
+        getattr(torch, "_add_batch_dim", None),
+        getattr(torch, "_remove_batch_dim", None),
+    )
+    steps = tuple(step for step in found if step is not None)
+    return steps if len(steps) == len(found) else None
+
+
+_LEGACY_BATCHING = _legacy_batching()
+
+
+def batched_grad(
+    outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor | None, ...]:
+    """torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True,
+    is_grads_batched=True): the same backward under the same legacy vmap, its steps taken here
+    (a nesting level, a batch dimension on each grad_output, one backward, the batch dimension off
+    each gradient) instead of through torch._vmap_internals' tree-flattening wrapper (torch.sin of 5
+    elements, 7 rows: 41 us against 114 us)."""
+    batch = grad_outputs[0].shape[0] if grad_outputs else 0
+    if _LEGACY_BATCHING is None or any(g.dim() == 0 or g.shape[0] != batch for g in grad_outputs):
+        return torch.autograd.grad(
+            outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True, is_grads_batched=True
+        )
+    increment, decrement, add, remove = _LEGACY_BATCHING
+    level = increment()
+    try:
+        grads = torch.autograd.grad(
+            outputs, inputs, [add(g, 0, level) for g in grad_outputs], retain_graph=True, allow_unused=True
+        )
+        return tuple(None if g is None else remove(g, level, batch, 0) for g in grads)
+    finally:
+        decrement()
+
+
 def as_tuple(x: Any) -> tuple[Any, ...]:
     if isinstance(x, tuple):
         return x

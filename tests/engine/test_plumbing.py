@@ -281,6 +281,28 @@ def test_vmap_rows_says_what_torch_func_vmap_says_of_an_output_and_leaves_no_lev
     assert not torch._C._functorch.is_batchedtensor(vmap_rows(lambda a: a * 2, (x,)))
 
 
+def test_batched_grad_is_torch_s_is_grads_batched():
+    from opcheck.engine._util import batched_grad
+
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    unused = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    outputs = (x.sin(), (w @ x).tanh())
+    rows = (torch.randn(7, 5, dtype=torch.float64), torch.randn(7, 3, dtype=torch.float64))
+    got = batched_grad(outputs, (x, w, unused), rows)
+    want = torch.autograd.grad(
+        outputs, (x, w, unused), rows, retain_graph=True, allow_unused=True, is_grads_batched=True
+    )
+    assert got[2] is None and want[2] is None
+    assert all(torch.equal(g, v) for g, v in zip(got[:2], want[:2])) and got[1].shape == (7, 3, 5)
+    assert not torch._C._functorch.is_batchedtensor(got[0])
+    # what torch refuses, it refuses with its own words; the legacy vmap's level is left either way
+    with pytest.raises(RuntimeError, match="Mismatch in shape"):
+        batched_grad(outputs[:1], (x,), (torch.randn(7, 4, dtype=torch.float64),))
+    alone = torch.autograd.grad(outputs[:1], (x,), rows[:1], retain_graph=True, is_grads_batched=True)
+    assert torch.equal(batched_grad(outputs[:1], (x,), rows[:1])[0], alone[0])
+
+
 def test_the_first_cotangent_is_the_batched_checks_first_draw():
     o = torch.empty(2, 3, dtype=torch.float32)
     first = aux_checks.first_cotangent(o, 1)

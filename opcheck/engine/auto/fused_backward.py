@@ -20,6 +20,7 @@ from opcheck.engine._util import (
     Inputs,
     allclose_promoted,
     at_positions,
+    batched_grad,
     detached,
     diff_input_indices,
     identical,
@@ -246,9 +247,7 @@ def legacy_rows(
         fresh = [c.clone() for c in cotangents]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return torch.autograd.grad(
-                outputs, diff_inputs, fresh, retain_graph=True, allow_unused=True, is_grads_batched=True
-            )
+            return batched_grad(outputs, diff_inputs, fresh)
 
     if not timed:
         return rows()

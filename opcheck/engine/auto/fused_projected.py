@@ -54,6 +54,7 @@ from opcheck.engine._util import (
     Func,
     Inputs,
     allclose_promoted,
+    batched_grad,
     detached,
     diff_input_indices,
     exception_line,
@@ -395,7 +396,7 @@ def _vjp_of_vjp(
                 continue
             if not g.requires_grad:
                 raise Fallback("backward is not differentiable (its result does not require grad)")
-            rows = torch.autograd.grad([g], vs, [u], retain_graph=True, allow_unused=True, is_grads_batched=True)
+            rows = batched_grad([g], vs, [u])
             ev.stats.batched_vjp_calls += 1
             result.append(
                 [

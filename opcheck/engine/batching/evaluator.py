@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from opcheck.engine._util import Func, as_tuple, legacy_vmap, vmap_rows
+from opcheck.engine._util import Func, as_tuple, batched_grad, legacy_vmap, vmap_rows
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
 from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds, cpu_clock
 
@@ -244,14 +244,9 @@ class Evaluator:
             self.stats.vjp_calls += 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            grads = torch.autograd.grad(
-                output,
-                diff_inputs,
-                grad_output.clone(),
-                retain_graph=True,
-                allow_unused=True,
-                is_grads_batched=batched,
-            )
+            if batched:
+                return batched_grad((output,), diff_inputs, (grad_output.clone(),))
+            grads = torch.autograd.grad(output, diff_inputs, grad_output.clone(), retain_graph=True, allow_unused=True)
         return tuple(grads)
 
 

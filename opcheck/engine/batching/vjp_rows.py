@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
+from opcheck.engine._util import batched_grad
 from opcheck.engine.batching import settings
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
 from opcheck.engine.batching.evaluator import Evaluator, untimed
@@ -153,14 +154,7 @@ def vjp_batch(
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                grads = torch.autograd.grad(
-                    outputs,
-                    wrt,
-                    [c.clone() for c in cotangents],
-                    retain_graph=True,
-                    allow_unused=True,
-                    is_grads_batched=True,
-                )
+                grads = batched_grad(outputs, wrt, [c.clone() for c in cotangents])
             ev.stats.batched_vjp_calls += 1
             for gr, w in zip(grads, wrt):
                 if gr is not None and tuple(gr.shape[1:]) != tuple(w.shape):
