@@ -64,10 +64,17 @@ _NOT_A_TEST_RUN = (
 def wanted(config: pytest.Config) -> bool:
     """Whether this pytest process should supervise its session: a command-line run (not pytest.main
     from other code, not an xdist run, whose workers are replaced after a crash already, not under a
-    debugger or coverage) whose paths hold generated modules."""
+    debugger or coverage) whose paths hold generated modules.
+
+    It reads the command line as pytest parsed it before loading conftest files
+    (config.known_args_namespace), so that it answers the same before then, where the Triton setup
+    asks (a supervisor leaves that to its children), and after: options that conftest files add
+    play no part in it."""
     if os.environ.get(SUPERVISED_ENV) is not None or hasattr(config, "workerinput"):
         return False
-    option = config.option
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        return False
+    option = config.known_args_namespace
     if any(getattr(option, name, False) for name in _NOT_A_TEST_RUN):
         return False
     if getattr(option, "numprocesses", None) or getattr(option, "dist", "no") != "no" or getattr(option, "tx", None):
@@ -105,7 +112,7 @@ def _names_generated_tests(config: pytest.Config) -> bool:
     patterns = [str(p) for p in config.getini("python_files")]
     skip_dirs = [str(p) for p in config.getini("norecursedirs")]
     budget = SCAN_LIMIT
-    for arg in config.args:
+    for arg in _run_args(config):
         path = config.invocation_params.dir / arg.split("::", 1)[0]
         if path.is_file():
             if starts_generated(path):
@@ -126,6 +133,27 @@ def _names_generated_tests(config: pytest.Config) -> bool:
                 if budget <= 0:
                     return False
     return False
+
+
+def _run_args(config: pytest.Config) -> list[str]:
+    """The run's paths: config.args once pytest has parsed the command line; before, what it will
+    decide from the same inputs, as pytest's own pytest_load_initial_conftests decides them early."""
+    if config.args:
+        return list(config.args)
+    known = config.known_args_namespace
+    decide = getattr(config, "_decide_args", None)
+    if decide is not None:
+        with contextlib.suppress(TypeError):  # a pytest whose _decide_args takes other arguments
+            args, _ = decide(
+                args=known.file_or_dir,
+                pyargs=known.pyargs,
+                testpaths=config.getini("testpaths"),
+                invocation_dir=config.invocation_params.dir,
+                rootpath=config.rootpath,
+                warn=False,
+            )
+            return list(args)
+    return list(known.file_or_dir) or [str(config.invocation_params.dir)]  # pragma: no cover
 
 
 # ------------------------------------------------------------------------------------ the run

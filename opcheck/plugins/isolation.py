@@ -9,14 +9,30 @@ import pytest
 from opcheck.plugins.items import case_fields, is_generated_item, rerun_for
 from opcheck.plugins.settings import TIME_BUDGET_KEY, isolation_mode
 
+SUPERVISES_KEY = pytest.StashKey[bool]()
+
+
+def supervises(config: pytest.Config) -> bool:
+    """Whether this process runs its session in supervised children (opcheck.isolation) rather than
+    itself: decided once, from the command line, where first asked. The Triton setup asks before
+    conftest files are loaded, and a supervisor leaves it to its children, so that the process that
+    only supervises imports neither torch nor triton."""
+    decided = config.stash.get(SUPERVISES_KEY, None)
+    if decided is None:
+        from opcheck import isolation
+
+        decided = isolation.wanted(config) and isolation_mode(config) != "off"
+        config.stash[SUPERVISES_KEY] = decided
+    return decided
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """A serial run of generated tests runs its session in a supervised child (opcheck.isolation)."""
+    if not supervises(config):
+        return None
     from opcheck import isolation
 
-    if not isolation.wanted(config) or isolation_mode(config) == "off":
-        return None
     return isolation.supervise(config)
 
 

@@ -181,10 +181,15 @@ def _from_project(config: pytest.Config, name: str, ini_set: bool) -> project_co
     return setting
 
 
-def _option(config: pytest.Config, name: str) -> tuple[str | None, str]:
+def _option(config: pytest.Config, name: str, *, early: bool = False) -> tuple[str | None, str]:
     """The value of `--opcheck-NAME`, else of ini `opcheck_NAME`, else of `[tool.opcheck] NAME` (None when
-    none is set), and where it came from."""
-    raw = config.getoption(f"opcheck_{name}")
+    none is set), and where it came from. `early`: also before pytest has parsed the whole command
+    line, from what it parsed before loading conftest files (config.known_args_namespace: opcheck's
+    own options, where its plugin was loaded as an entry point or with -p)."""
+    dest = f"opcheck_{name}"
+    raw = getattr(config.known_args_namespace, dest, None) if early else None
+    if raw is None:
+        raw = config.getoption(dest, None)
     if raw is not None:
         return raw, f"--opcheck-{name.replace('_', '-')}"
     ini = str(config.getini(f"opcheck_{name}")).strip()
@@ -314,7 +319,9 @@ def _time_budget(config: pytest.Config) -> TimeBudget | None:
 
 
 def isolation_mode(config: pytest.Config) -> str:
-    raw, where = _option(config, "isolation")
+    """`--opcheck-isolation`, ini `opcheck_isolation` or `[tool.opcheck] isolation`; answered alike
+    before conftest files are loaded (opcheck.plugins.isolation.supervises asks then)."""
+    raw, where = _option(config, "isolation", early=True)
     if raw is None:
         return project_config.DEFAULT_ISOLATION
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from opcheck.triton import triton_installed
 from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,6 +215,49 @@ def test_isolation_off_runs_in_pytest_s_own_process(project):
     ran = pytest_run(project, "--opcheck-isolation", "off", *modules(["sin", "segv"]))
     assert ran.returncode == -signal.SIGSEGV, ran.stdout[-2000:]
     assert not (project / "build" / "results.json").exists()
+
+
+def torch_sees_a_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+PROCESS_MODULES = """
+import atexit, json, os, sys
+
+import opcheck.triton
+
+ROLE = "child" if "OPCHECK_SUPERVISED" in os.environ else "parent"  # read as pytest loads this plugin
+
+
+@atexit.register
+def record():  # a supervisor ends without configuring pytest: what its process imported, at its end
+    seen = {name: name in sys.modules for name in ("torch", "triton")}
+    seen["interpreting"] = opcheck.triton.status().interpreting
+    with open(os.path.join(os.environ["PROCESSES_DIR"], ROLE + ".json"), "w") as f:
+        json.dump(seen, f)
+"""
+
+
+@pytest.mark.skipif(not triton_installed(), reason="the Triton setup, which imports torch, runs where triton is")
+@pytest.mark.parametrize("isolation", ["process", "off"])
+def test_the_supervisor_leaves_torch_and_triton_to_the_child_that_runs_the_tests(project, isolation):
+    # The supervisor starts in a fraction of a second: it never imports torch, whose GPU it would
+    # ask about for the Triton setup. The process that runs the tests sets Triton up, supervised
+    # or not, before its conftest files load: with no GPU, its kernels run in the interpreter.
+    (project / "process_modules.py").write_text(PROCESS_MODULES)
+    out = project / "processes"
+    out.mkdir()
+    args = ("-p", "process_modules", "--opcheck-isolation", isolation, *modules(["sin"]))
+    ran = pytest_run(project, *args, PROCESSES_DIR=str(out), TRITON_INTERPRET="")  # the test process's own: unset
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    seen = {path.stem: json.loads(path.read_text()) for path in out.iterdir()}
+    runs_tests = {"torch": True, "triton": True, "interpreting": not torch_sees_a_gpu()}
+    if isolation == "process":
+        assert seen == {"parent": {"torch": False, "triton": False, "interpreting": False}, "child": runs_tests}
+    else:
+        assert seen == {"parent": runs_tests}
 
 
 @pytest.mark.parametrize("workers", [None, "1"], ids=["serial", "xdist"])
