@@ -22,6 +22,7 @@ from opcheck.engine._util import (
     Func,
     Inputs,
     as_tuple,
+    autograd_grad,
     detached,
     differentiable_outputs,
     exception_line,
@@ -187,7 +188,7 @@ def check_batched_grad(ctx: CheckContext, inputs: Inputs, output: torch.Tensor, 
     batched = _BatchedCheck("batched backward", f"batched {ctx.backward_path}", forward=False)
 
     def vjp(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        grads = torch.autograd.grad(output, diff_inputs, v, retain_graph=True, allow_unused=True)
+        grads = autograd_grad((output,), diff_inputs, (v,), retain_graph=True)
         return tuple(gr if gr is not None else zeros_like_shape(inp) for gr, inp in zip(grads, diff_inputs))
 
     grad_outputs = [randn_like(output, g) for _ in range(2)]
@@ -216,11 +217,8 @@ def check_backward_mul_by_grad_output(
     diff_inputs = [a for a in inputs if requires_grad(a)]
     if not diff_inputs:
         ctx.fail(torch_words.no_tensors_requiring_grad(), check="zero grad_output")
-    grads = torch.autograd.grad(
-        outputs,
-        diff_inputs,
-        [torch.zeros_like(o, memory_format=torch.legacy_contiguous_format) for o in outputs],
-        allow_unused=True,
+    grads = autograd_grad(
+        outputs, diff_inputs, [torch.zeros_like(o, memory_format=torch.legacy_contiguous_format) for o in outputs]
     )
     for k, (given, inp) in enumerate(zip(grads, diff_inputs)):
         if given is None:
@@ -332,7 +330,7 @@ def check_undefined_backward_mode(
     def check(to_check: list[torch.Tensor], which: str) -> bool:
         grads_output = [torch.zeros_like(o, memory_format=torch.legacy_contiguous_format) for o in to_check]
         try:
-            grads = torch.autograd.grad(to_check, diff_inputs, grads_output, allow_unused=True)
+            grads = autograd_grad(to_check, diff_inputs, grads_output)
         except RuntimeError as e:
             _warn_bc()
             raise GradcheckError(

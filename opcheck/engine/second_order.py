@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs, of_inputs, requires_grad
+from opcheck.engine._util import Func, Inputs, as_tuple, autograd_grad, differentiable_outputs, of_inputs, requires_grad
 from opcheck.engine.batching import batching_enabled, warm_functorch
 
 
@@ -76,7 +76,7 @@ def first_derivative(func: Func, inputs: Any, grad_outputs: Any, gen_non_contig_
         outputs = differentiable_outputs(func(*input_args))
         gos = tuple(x.requires_grad_() if i in diff_go_indices else x for i, x in enumerate(args[-num_outputs:]))
         diff_args = tuple(x for i, x in enumerate(input_args) if i in diff_input_indices)
-        grads = torch.autograd.grad(outputs, diff_args, gos, create_graph=True, allow_unused=True)
+        grads = autograd_grad(outputs, diff_args, gos, create_graph=True)
         return tuple(g for g in grads if g is not None)
 
     order = sorted(diff_input_indices)

@@ -303,6 +303,58 @@ def test_batched_grad_is_torch_s_is_grads_batched():
     assert torch.equal(batched_grad(outputs[:1], (x,), rows[:1])[0], alone[0])
 
 
+class _Logged(torch.Tensor):
+    """A tensor subclass that records the torch functions called on it."""
+
+    seen: list[object] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        cls.seen.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_autograd_grad_is_torch_autograd_grad(monkeypatch):
+    from opcheck.engine._util import autograd_grad
+
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    unused = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    outputs = (x.sin(), (w @ x).tanh())
+    cotangents = (torch.randn(5, dtype=torch.float64), torch.randn(3, dtype=torch.float64))
+    want = torch.autograd.grad(outputs, (x, w, unused), cotangents, retain_graph=True, allow_unused=True)
+    second = torch.autograd.grad(outputs, (x,), cotangents, create_graph=True)[0].sum()
+    want_second = torch.autograd.grad(second, (x, w), retain_graph=True)
+
+    real = torch.autograd.grad
+    with monkeypatch.context() as patched:  # plain tensors never reach torch.autograd.grad's wrapper
+        patched.setattr(torch.autograd, "grad", lambda *a, **k: pytest.fail("torch.autograd.grad was called"))
+        got = autograd_grad(outputs, (x, w, unused), cotangents, retain_graph=True)
+        assert got[2] is None and all(torch.equal(g, v) for g, v in zip(got[:2], want[:2]))
+        first = autograd_grad(outputs, (x,), cotangents, create_graph=True)[0]  # the graph is retained
+        assert first.requires_grad and torch.equal(first.detach(), want[0])
+        got_second = autograd_grad((first.sum(),), (x, w), (torch.ones((), dtype=torch.float64),), retain_graph=True)
+        assert all(torch.equal(g, v) for g, v in zip(got_second, want_second))
+        autograd_grad(outputs, (x,), cotangents)  # retain_graph defaults to create_graph, as torch's
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        autograd_grad(outputs, (x,), cotangents)
+
+    # what torch refuses, it refuses with its own words
+    y = x.sin()
+    with pytest.raises(RuntimeError, match="Mismatch in shape"):
+        autograd_grad((y,), (x,), (torch.ones(4, dtype=torch.float64),), retain_graph=True)
+    with pytest.raises(RuntimeError, match="For complex Tensors"):
+        autograd_grad((y,), (x,), (torch.ones(5, dtype=torch.complex128),), retain_graph=True)
+    with pytest.raises(RuntimeError, match="cannot be empty"):
+        autograd_grad((y,), (), (torch.ones(5, dtype=torch.float64),), retain_graph=True)
+    # a tensor subclass's __torch_function__ sees torch.autograd.grad, as it would without opcheck
+    logged = x.detach().as_subclass(_Logged).requires_grad_()
+    _Logged.seen.clear()
+    got_logged = autograd_grad((logged.sin(),), (logged,), (cotangents[0],))
+    assert real in _Logged.seen
+    assert torch.allclose(got_logged[0].as_subclass(torch.Tensor), x.detach().cos() * cotangents[0])
+
+
 def test_the_first_cotangent_is_the_batched_checks_first_draw():
     o = torch.empty(2, 3, dtype=torch.float32)
     first = aux_checks.first_cotangent(o, 1)

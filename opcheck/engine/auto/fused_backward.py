@@ -20,6 +20,7 @@ from opcheck.engine._util import (
     Inputs,
     allclose_promoted,
     at_positions,
+    autograd_grad,
     batched_grad,
     detached,
     diff_input_indices,
@@ -284,4 +285,4 @@ def _plain_vjp(
     fresh = v.clone()  # its own copy: a backward may write into its grad_output, and v is reused
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.autograd.grad(output, diff_inputs, fresh, retain_graph=True, allow_unused=True)
+        return autograd_grad((output,), diff_inputs, (fresh,), retain_graph=True)

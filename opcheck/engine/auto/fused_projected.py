@@ -54,6 +54,7 @@ from opcheck.engine._util import (
     Func,
     Inputs,
     allclose_promoted,
+    autograd_grad,
     batched_grad,
     detached,
     diff_input_indices,
@@ -387,7 +388,7 @@ def _vjp_of_vjp(
     vs = [v[0].clone().requires_grad_() for v in cotangents]  # any value
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        grads = torch.autograd.grad(outputs, diff_inputs, vs, create_graph=True, allow_unused=True)
+        grads = autograd_grad(outputs, diff_inputs, vs, create_graph=True)
         ev.stats.vjp_calls += 1
         result = []
         for g, u in zip(grads, directions):

@@ -21,6 +21,7 @@ from opcheck.engine._util import (
     Inputs,
     as_tuple,
     at_positions,
+    autograd_grad,
     detached,
     diff_input_indices,
     exception_line,
@@ -201,7 +202,7 @@ def double_backward(p: Projection) -> PerInputOutput:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            grads = torch.autograd.grad(p.call.outputs, diff_inputs, vs, create_graph=True, allow_unused=True)
+            grads = autograd_grad(p.call.outputs, diff_inputs, vs, create_graph=True)
     except Exception as e:
         raise Unavailable(f"{type(e).__name__}: {e}") from e
     p.ev.stats.vjp_calls += 1

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from opcheck.engine._util import Func, as_tuple, batched_grad, legacy_vmap, vmap_rows
+from opcheck.engine._util import Func, as_tuple, autograd_grad, batched_grad, legacy_vmap, vmap_rows
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
 from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds, cpu_clock
 
@@ -246,7 +246,7 @@ class Evaluator:
             warnings.simplefilter("ignore")
             if batched:
                 return batched_grad((output,), diff_inputs, (grad_output.clone(),))
-            grads = torch.autograd.grad(output, diff_inputs, grad_output.clone(), retain_graph=True, allow_unused=True)
+            grads = autograd_grad((output,), diff_inputs, (grad_output.clone(),), retain_graph=True)
         return tuple(grads)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from opcheck.engine._util import batched_grad
+from opcheck.engine._util import autograd_grad, batched_grad
 from opcheck.engine.batching import settings
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
 from opcheck.engine.batching.evaluator import Evaluator, untimed
@@ -148,7 +148,7 @@ def vjp_batch(
     def plain(r: int) -> tuple[torch.Tensor | None, ...]:
         ev.stats.vjp_calls += 1
         fresh = [c[r].clone() for c in cotangents]
-        return torch.autograd.grad(outputs, wrt, fresh, retain_graph=True, allow_unused=True)
+        return autograd_grad(outputs, wrt, fresh, retain_graph=True)
 
     if (ev.batch_vjp if batched is None else batched) and b >= 2:
         try:

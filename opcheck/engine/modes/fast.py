@@ -17,6 +17,7 @@ from opcheck.engine._util import (
     Inputs,
     allclose_promoted,
     as_tuple,
+    autograd_grad,
     diff_input_indices,
     float_outputs,
     is_float_or_complex,
@@ -158,7 +159,7 @@ def _analytical_fast_backward(
 
     def once() -> list[list[torch.Tensor | None]]:
         ctx.evaluator.stats.vjp_calls += 1
-        grads = torch.autograd.grad(output, diff_inputs, go, retain_graph=True, allow_unused=True)
+        grads = autograd_grad((output,), diff_inputs, (go,), retain_graph=True)
         return [[g.clone() if isinstance(g, torch.Tensor) else None] for g in grads]
 
     given = go.clone()  # torch hands go itself to both passes; this copy tells a write into it
