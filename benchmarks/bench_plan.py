@@ -24,6 +24,12 @@ the calls made, beside the model's plan. It reports; the exit status stays the m
     python benchmarks/bench_plan.py                          # the catalog (about 3 minutes, one core)
     python benchmarks/bench_plan.py --specs op_specs/sin.yaml --specs op_specs/cube.yaml
     python benchmarks/bench_plan.py --dry-run
+    python benchmarks/bench_plan.py --large                  # a dry run on meta tensors at real sizes
+
+--large times one dry run of fast_mode="auto" on a large check, on meta tensors (the default beyond
+the full check's first size: opcheck.runtime.cost.standin.on_meta) and on real ones, beside the check
+itself, for torch.sin at 1024x1024 and x*x without a vmap rule at 4096x1024, and says whether the
+two dry runs made the same evaluations (each probe's prices measured before either is timed).
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ import functools
 import io
 import json
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -48,6 +57,7 @@ from opcheck.runtime.context import Settings  # noqa: E402
 from opcheck.runtime.cost.estimate import engine_kwargs, estimate, expected_failure, plans_of  # noqa: E402
 from opcheck.runtime.cost.model import TIMED  # noqa: E402
 from opcheck.runtime.cost.plan import Kind  # noqa: E402
+from opcheck.runtime.cost.probe import Probe  # noqa: E402
 from opcheck.runtime.cost.samples import SampleProbes  # noqa: E402
 from opcheck.runtime.cost.standin import dry_run  # noqa: E402
 from opcheck.runtime.outcomes import CheckSkipped  # noqa: E402
@@ -196,6 +206,55 @@ def report(records: list[dict[str, Any]]) -> int:
     return 1 if any(r["planned"] != r["made"] and not r["timed"] for r in modelled) else 0
 
 
+class _SquareWithoutVmap(torch.autograd.Function):
+    """x*x as a kernel without a vmap rule: every finite difference a plain call."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+LARGE = {"torch.sin": (torch.sin, (1024, 1024)), "x*x without a vmap rule": (_SquareWithoutVmap.apply, (4096, 1024))}
+
+
+def large(cases: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = LARGE) -> list[str]:
+    """Per case, a line: the dry run's seconds on meta tensors and on real ones, the check's, and
+    whether the two dry runs made the same evaluations."""
+    from opcheck.engine import gradcheck_report
+
+    lines = []
+    flags = {"fast_mode": "auto"}
+    for name, (fn, shape) in cases.items():
+        x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        probe = Probe(fn, (x,))
+        dry_run(probe, flags)  # the probe measures what the dry run prices: its batched calls
+        seconds = {}
+        runs = {}
+        for where, meta in (("meta", True), ("real", False)):
+            start = time.perf_counter()
+            runs[where] = dry_run(probe, flags, meta=meta)
+            seconds[where] = time.perf_counter() - start
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            passed = gradcheck_report(fn, (x,), **flags).passed
+        check = time.perf_counter() - start
+        meta_run, real_run = runs["meta"], runs["real"]
+        same = meta_run is not None and real_run is not None and meta_run.evaluations == real_run.evaluations
+        size = "x".join(map(str, shape))
+        lines.append(
+            f"{name} at {size}: dry run on meta tensors {seconds['meta']:.2f} s, on real tensors "
+            f"{seconds['real']:.2f} s, the check {check:.2f} s (passed: {passed}); same evaluations: {same}"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -203,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="write every record here")
     parser.add_argument("--dry-run", action="store_true", help="also the forward_ad tests, and the dry runs")
+    parser.add_argument("--large", action="store_true", help="only: dry runs of two large checks, timed")
     args = parser.parse_args(argv)
+    if args.large:
+        print("\n".join(large()))
+        return 0
     records = compare(args.specs or [REPO / "op_specs"], dry=args.dry_run)
     if args.json:
         args.json.write_text(json.dumps(records, indent=1))

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import re
 
+import torch
 from bench_runner import run_benchmark, script
 
 
@@ -102,3 +103,13 @@ def test_a_plan_off_by_one_call_is_reported_and_fails_the_run(monkeypatch, capsy
     differs = re.findall(r"^differs: sin::test_\w+\[cpu-\w+-\w+\]: planned (\d+), made (\d+) \(passed\)", out, re.M)
     assert differs and all(int(planned) == int(made) + 1 for planned, made in differs), out
     assert re.search(r"^tests: 0 of \d+ planned the op's calls they made", out, re.M), out
+
+
+def test_large_dry_runs_on_meta_tensors_make_the_evaluations_of_real_ones():
+    spec = importlib.util.spec_from_file_location("bench_plan", script("bench_plan"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = {"sin": (torch.sin, (16, 16)), "square": (bench._SquareWithoutVmap.apply, (32, 16))}
+    lines = bench.large(cases)
+    assert [line.split(" at ")[0] for line in lines] == ["sin", "square"]
+    assert all(line.endswith("(passed: True); same evaluations: True") for line in lines), lines

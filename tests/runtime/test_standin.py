@@ -11,13 +11,14 @@ from collections import Counter
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import opcheck
 from opcheck.engine.second_order import first_derivative
 from opcheck.runtime.cost.model import plan_check
 from opcheck.runtime.cost.plan import Flags, Kind
 from opcheck.runtime.cost.probe import Probe
-from opcheck.runtime.cost.standin import dry_run, stand_in
+from opcheck.runtime.cost.standin import dry_run, on_meta, stand_in
 from tests import broken_ops
 
 # Kernel-like Functions (tests/broken_ops.py): sin with a vmap rule, x*x without one; neither has
@@ -272,3 +273,66 @@ def test_a_second_order_dry_run_makes_the_calls_of_gradgradcheck(fn, mode):
     assert run is not None
     assert (None if run.crashed else run.report.passed) == passed
     assert run.forward_side == calls["forward"] > 0
+
+
+def _larger(name, shapes):
+    """The case's shapes, of more elements than fast_mode="auto" runs the full check first on."""
+    if name.startswith("solve"):
+        return [(Z, 24, 3)]  # the matrix stays 3x3
+    larger = []
+    for shape in shapes:
+        tag, dims = (shape[:1], shape[1:]) if shape[:1] == (Z,) else ((), shape)
+        larger.append(tag + tuple(d * (64 if len(dims) == 1 else 4) for d in dims))
+    return larger
+
+
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        (n, m)
+        for n in PASSING
+        for m in MODES
+        if (_forward_ad(PASSING[n][0]) or "forward AD" not in m) and not (n in NO_BATCHED_FORWARD_AD and "batched" in m)
+    ],
+)
+def test_a_dry_run_on_meta_tensors_makes_the_evaluations_of_one_on_real_tensors(name, mode):
+    fn, shapes = PASSING[name]
+    probe = Probe(fn, _inputs(_larger(name, shapes)))
+    assert on_meta(probe)  # beyond the full check's first size, a passing check runs on meta tensors
+    real = dry_run(probe, MODES[mode], meta=False)
+    meta = dry_run(probe, MODES[mode])
+    assert real is not None and meta is not None and real.report.passed and meta.report.passed
+    assert meta.evaluations == real.evaluations
+    assert meta.report.stats.auto_paths == real.report.stats.auto_paths
+
+
+class _LargestComputed(TorchDispatchMode):
+    """The most elements of any new tensor (not a view of its arguments) made off the meta device."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(r.alias_info is not None for r in func._schema.returns):
+            return out  # a view (a detached input): nothing computed
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and not t.is_meta:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("fn", [SIN.apply, SQUARE.apply], ids=["vmap", "no vmap"])
+def test_a_dry_run_of_a_large_check_computes_nothing_of_its_size(fn):
+    probe = Probe(fn, _inputs([(512, 512)]))
+    warm = dry_run(probe, MODES["auto"])  # the probe measures the prices it had not measured yet
+    computed = _LargestComputed()
+    with computed:  # below the dry run's own mode: it sees what that mode lets through
+        run = dry_run(probe, MODES["auto"])
+    assert run is not None and run.report.passed and run.evaluations == warm.evaluations
+    assert computed.largest < 512  # at most a scalar read, never an input's or a Jacobian's size
+    on_real = _LargestComputed()
+    with on_real:
+        real = dry_run(probe, MODES["auto"], meta=False)
+    assert real.evaluations == run.evaluations and on_real.largest >= 512 * 512

@@ -34,6 +34,7 @@ stand-in's, of a linear map, is constant in the inputs).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections import Counter
@@ -49,6 +50,7 @@ from torch._C._functorch import (
     is_batchedtensor,
     is_legacy_batchedtensor,
 )
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from opcheck.engine import route
 from opcheck.engine._util import unpack_dual
@@ -56,7 +58,7 @@ from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 from opcheck.runtime.cost.plan import Kind, Plan
 from opcheck.runtime.cost.probe import Probe
 
-__all__ = ["DryRun", "dry_run", "stand_in"]
+__all__ = ["DryRun", "dry_run", "on_meta", "stand_in"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,9 @@ class DryRun:
 _BACKWARD_SIDE = (Kind.BACKWARD, Kind.BATCHED_BACKWARD, Kind.DOUBLE_BACKWARD)
 
 
-def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0, second: Probe | None = None) -> DryRun | None:
+def dry_run(
+    probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0, second: Probe | None = None, meta: bool | None = None
+) -> DryRun | None:
     """The engine's first-order check (gradcheck_report with the test's keyword arguments) of the
     probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient. With
     `second`, the probe of its first derivative, the second-order check (gradgradcheck_report), of
@@ -100,27 +104,39 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0, second: Pr
     The engine's timed choices (a batch schedule's growth, a batched kind that costs more per column
     than the loop) read a virtual clock that each of the stand-in's evaluations advances by what
     that evaluation of the probed function costs (model.unit_seconds): they are the choices the
-    engine would make on the function, at the probe's times."""
+    engine would make on the function, at the probe's times.
+
+    `meta` runs the check on meta tensors (on_meta says where, by default): no evaluation or
+    comparison computes anything, and every read of a value answers as a passing check's
+    (_PassingReads), so that a dry run of a large check costs what its number of evaluations costs,
+    not what its sizes do."""
     from opcheck.engine import gradcheck_report, gradgradcheck_report
     from opcheck.engine.batching import batching_clock
     from opcheck.runtime.cost.model import unit_seconds
 
+    if meta is None:
+        meta = on_meta(probe, wrong, second)
+    device = torch.device("meta") if meta else None
     evaluations = Counter[tuple[Kind, int]]()
     elapsed = [0.0]
 
     def record(kind: Kind, rows: int) -> None:
         evaluations[(kind, rows)] += 1
-        elapsed[0] += unit_seconds(probe, kind, rows)
+        with _disable_current_modes():  # a price the probe has yet to measure is measured on its own tensors
+            elapsed[0] += unit_seconds(probe, kind, rows)
 
-    fn = stand_in(probe, wrong, record, kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET, second)
+    budget = kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET
+    fn = stand_in(probe, wrong, record, budget, second, device=device)
     if fn is None:
         return None
     check = gradcheck_report if second is None else gradgradcheck_report
-    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]), torch.random.fork_rng(devices=[]):
+    inputs = tuple(_on(x, device) for x in probe.inputs)
+    reads = _PassingReads() if meta else contextlib.nullcontext()
+    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]), torch.random.fork_rng(devices=[]), reads:
         warnings.simplefilter("ignore")
         torch.manual_seed(0)  # gradgradcheck draws its grad_outputs from the global generator
         try:
-            report = check(fn, probe.inputs, **kwargs)
+            report = check(fn, inputs, **kwargs)
         except RuntimeError:
             if not (probe.backward_raises or (second is not None and second.backward_raises)):
                 raise
@@ -129,18 +145,63 @@ def dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0, second: Pr
     return DryRun(evaluations, report)
 
 
+def on_meta(probe: Probe, wrong: float = 1.0, second: Probe | None = None) -> bool:
+    """Whether a dry run runs on meta tensors: a passing first-order check beyond the size up to
+    which fast_mode="auto" runs the full check first (route.FULL_CHECK_ELEMENTS). Below it the
+    engine's choices read values (the grouped finite differences group backward's nonzero
+    entries), and evaluations of that size cost little; a failing check reads its values to
+    localize the failure; a second-order check's first derivative is the stand-in's backward."""
+    return wrong == 1.0 and second is None and probe.n + probe.m_real > route.FULL_CHECK_ELEMENTS
+
+
+def _on(x: Any, device: torch.device | None) -> Any:
+    """x on `device` (None: x itself), a tensor as a leaf that requires grad as x does."""
+    if device is None or not isinstance(x, torch.Tensor):
+        return x
+    return x.detach().to(device).requires_grad_(x.requires_grad)
+
+
+class _PassingReads(TorchDispatchMode):
+    """A passing check on meta tensors: factory calls without a device or on the CPU (the engine's
+    random directions, drawn on the CPU from its own generators) make meta tensors, and each read
+    of a meta tensor's values answers as it would in a check whose every comparison holds: equal,
+    close, no entry beyond its tolerance (`any` false, `all` true), every scalar read (a worst
+    excess, a count of entries beyond tolerance) zero."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if not tensors and any(a.name == "device" for a in func._schema.arguments):
+            device = kwargs.get("device")
+            if device is None or torch.device(device).type == "cpu":
+                kwargs["device"] = torch.device("meta")
+                if "generator" in kwargs:
+                    kwargs["generator"] = None  # a CPU generator draws for the CPU; nothing is drawn here
+        elif any(t.is_meta for t in tensors):
+            packet = func.overloadpacket
+            if func is torch.ops.aten._local_scalar_dense.default:
+                return False if tensors[0].dtype == torch.bool else 0
+            if packet in (torch.ops.aten.equal, torch.ops.aten.allclose):
+                return True
+            if packet in (torch.ops.aten.all, torch.ops.aten.any):
+                return torch.tensor(packet is torch.ops.aten.all)  # a CPU scalar, which bool() reads
+        return func(*args, **kwargs)
+
+
 def stand_in(
     probe: Probe,
     wrong: float = 1.0,
     record: Callable[[Kind, int], None] | None = None,
     budget: int = DEFAULT_JACOBIAN_BUDGET,
     second: Probe | None = None,
+    device: torch.device | None = None,
 ) -> Callable[..., Any] | None:
     """A function the engine checks as it checks the probed one (None where it has no stand-in);
     its backward and JVP are scaled by `wrong`; `record(kind, rows)` is told of each of its calls;
     `budget` is the check's Jacobian budget (fast_mode="auto"'s jacobian_budget). With `second`, the
     probe of the function's first derivative (gradgradcheck's), the stand-in's backward has that
-    probe's support, and `wrong` scales its double backward instead of its backward."""
+    probe's support, and `wrong` scales its double backward instead of its backward. Its maps and
+    constant outputs are on `device` (None: the probe's)."""
     called: Callable[[Kind, int], None] = record or (lambda kind, rows: None)
     outs = probe.func_out
     if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
@@ -165,11 +226,11 @@ def stand_in(
     groups = max(1, min(n, max(groups, -(-n // max(1, sum(sizes))))))
     blocks = max(1, -(-n // groups))
     generator = torch.Generator().manual_seed(0)
-    coefficients = [torch.randn(size, groups, generator=generator, dtype=torch.float64) for size in sizes]
+    coefficients = [_coefficients(size, groups, generator, device) for size in sizes]
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
-    block_of = [(start + torch.arange(size)) % blocks for start, size in zip(starts, sizes)]
+    block_of = [(start + torch.arange(size, device=device)) % blocks for start, size in zip(starts, sizes)]
 
-    real_outputs = [_real(o) for o in mapped]
+    real_outputs = [_real(_on(o, device)) for o in mapped]
     detached = second is not None and probe.double_backward == "detached"
     second_wrong = 1.0
     if second is not None:  # a wrong second derivative; one the probe found wrong (@once_differentiable) too
@@ -185,7 +246,7 @@ def stand_in(
 
     def transposed(grads: Sequence[torch.Tensor | None], dtype: torch.dtype) -> torch.Tensor:
         """The inputs' flat gradient for the outputs' grads: the maps transposed."""
-        grid = torch.zeros(blocks, groups, dtype=dtype)
+        grid = torch.zeros(blocks, groups, dtype=dtype, device=device)
         for g, rows, c in zip(grads, block_of, coefficients):
             if g is not None:
                 grid = grid.index_add(0, rows, g.reshape(-1, 1).to(dtype) * c.to(dtype))
@@ -249,10 +310,14 @@ def stand_in(
     if probe.jvp is not None and probe.jvp_right:
 
         def jvp(ctx: Any, *tangents: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-            zeros = [torch.zeros(s, dtype=torch.float64) if t is None else t for t, s in zip(tangents, shapes)]
+            zeros = [
+                torch.zeros(s, dtype=torch.float64, device=device) if t is None else t for t, s in zip(tangents, shapes)
+            ]
             return tuple(wrong * t for t in apply_maps(zeros))
 
         StandIn.jvp = staticmethod(jvp)  # type: ignore[method-assign]
+
+    constants = [o.detach() if device is None else o.detach().to(device) for o in outs]
 
     def function(*xs: Any) -> Any:
         kind, rows = _forward_kind([xs[j] for j in diff])
@@ -263,7 +328,7 @@ def stand_in(
             raise
         called(kind, rows)
         result = []
-        for o in outs:
+        for o, fixed in zip(outs, constants):
             if o.requires_grad:
                 r = next(reals)
                 if o.is_complex() and conjugate and kind in (Kind.FORWARD, Kind.VMAP):
@@ -272,10 +337,17 @@ def stand_in(
                     r = torch.complex(r[..., 0], r[..., 1])
                 result.append(r)
             else:
-                result.append(o.detach().clone())
+                result.append(fixed.clone())
         return tuple(result) if len(result) > 1 else result[0]
 
     return function
+
+
+def _coefficients(size: int, groups: int, generator: torch.Generator, device: torch.device | None) -> torch.Tensor:
+    """A map's (size, groups) unit-scale random coefficients; on meta tensors, none drawn."""
+    if device is not None and device.type == "meta":
+        return torch.empty(size, groups, dtype=torch.float64, device=device)
+    return torch.randn(size, groups, generator=generator, dtype=torch.float64)
 
 
 def _real(x: torch.Tensor) -> torch.Tensor:
