@@ -252,8 +252,13 @@ def stand_in(
                 grid = grid.index_add(0, rows, g.reshape(-1, 1).to(dtype) * c.to(dtype))
         return grid.reshape(-1)[:n]
 
+    # torch.func.jvp under torch.func.vmap with the point fixed and the tangents batched (the
+    # columns J e_k, the projections' J·U) batches where the forward does not (a batching rule
+    # that broadcasts its batch dimension against the sample's own)
+    tangents_only = probe.vmap_tangents is not None and not probe.layouts
+
     class StandIn(torch.autograd.Function):
-        generate_vmap_rule = vmaps
+        generate_vmap_rule = vmaps or tangents_only
 
         @staticmethod
         def forward(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -322,6 +327,9 @@ def stand_in(
     def function(*xs: Any) -> Any:
         kind, rows = _forward_kind([xs[j] for j in diff])
         try:
+            if kind in (Kind.VMAP, Kind.VMAP_JVP) and not vmaps:
+                if kind is Kind.VMAP or any(_batched_primal(xs[j]) for j in diff):
+                    raise RuntimeError("the stand-in's forward has no batching rule, as the probed one")
             reals = iter(StandIn.apply(*(_real(xs[j]) for j in diff)))
         except Exception:  # a batched attempt that raises: one call of the op, priced as one row
             called(kind, 1)
@@ -352,6 +360,16 @@ def _coefficients(size: int, groups: int, generator: torch.Generator, device: to
 
 def _real(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((x.real, x.imag), -1) if x.is_complex() else x
+
+
+def _batched_primal(x: Any) -> bool:
+    """Whether a point the function is called at is batched by torch.func.vmap at some level below
+    its other transforms' wrappers (a JVP's, whose tangents alone may be the batched ones)."""
+    while isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x):
+        if is_batchedtensor(x):
+            return True
+        x = torch._C._functorch.get_unwrapped(x)
+    return False
 
 
 def _vmap_rows() -> int:
