@@ -343,3 +343,18 @@ def test_a_dry_run_of_a_large_check_computes_nothing_of_its_size(fn):
     with on_real:
         real = dry_run(probe, MODES["auto"], meta=False)
     assert real.evaluations == run.evaluations and on_real.largest >= 512 * 512
+
+
+def test_a_dry_run_mirrors_a_backward_whose_own_derivative_is_wrong():
+    # the projections' VJP of the VJP, a source of J·U, disagrees with finite differences on a
+    # backward that is differentiable only once, and the engine takes the next source: the
+    # stand-in's backward is differentiated as the probe found the op's (before, it took the VJP of
+    # the VJP); such a dry run stays on real tensors, where that disagreement shows
+    shapes = [(12, 16)]
+    probe = Probe(ONCE.apply, _inputs(shapes))
+    assert probe.double_backward == "wrong" and not on_meta(probe)
+    made = _made(ONCE.apply, shapes, MODES["auto"])
+    assert made[0] and made[2] == ["projected (J·U from VJP rows, fused)"], made
+    assert _made(stand_in(probe), shapes, MODES["auto"]) == made
+    run = dry_run(probe, MODES["auto"])
+    assert run is not None and run.report.stats.auto_paths == made[2]

@@ -10,10 +10,13 @@ and counts what it evaluates:
   its real and imaginary parts), to the outputs that require grad (a complex one rebuilt from two
   real parts); the other outputs (indices, float outputs without a gradient) are the probed ones,
   as constants;
-- vmap support only where the probe's vmapped forward worked (`generate_vmap_rule`), forward AD
-  only where its JVP gave the tangent finite differences give, and a backward that raises on a
-  batched grad_output (torch.func.vmap's or the legacy vmap's) where its batched backward raised,
-  and on any grad_output where its plain backward raised;
+- vmap support only where the probe's vmapped forward worked (`generate_vmap_rule`), JVPs whose
+  tangents alone are batched where the probe's batched, forward AD only where its JVP gave the
+  tangent finite differences give, and a backward that raises on a batched grad_output
+  (torch.func.vmap's or the legacy vmap's) where its batched backward raised, and on any
+  grad_output where its plain backward raised;
+- a backward differentiable as the probe found the op's (`Probe.double_backward`: exactly, with a
+  wrong derivative, without a graph, or raising), which the projections' VJP of the VJP reads;
 - complex outputs that are conjugate views where the probed outputs batch and their parts do not
   (`.imag` of a conjugate view is a negative view, which has no batching rule);
 - where the forward cannot be vmapped, blocks as wide as the probe's number of column groups (the
@@ -28,8 +31,11 @@ Each evaluation is recorded by kind and rows (`DryRun.evaluations`), priced at t
 `stand_in` returns None for sparse inputs, non-tensor outputs, a function without an output that
 requires grad, and a first derivative (gradgradcheck's stand-in is the op's, with `second`). What
 it does not mirror: a batching rule that works at some batch sizes only, a first derivative without
-a batching rule where the forward has one, and the first derivative's column groups (the
-stand-in's, of a linear map, is constant in the inputs).
+a batching rule where the forward has one, the first derivative's column groups (the stand-in's, of
+a linear map, is constant in the inputs), and a batched backward that raises only where its graph
+is kept for a second derivative.
+
+A dry run beyond the full check's first size runs on meta tensors (`on_meta`, `_PassingReads`).
 """
 
 from __future__ import annotations
@@ -131,8 +137,8 @@ def dry_run(
         return None
     check = gradcheck_report if second is None else gradgradcheck_report
     inputs = tuple(_on(x, device) for x in probe.inputs)
-    reads = _PassingReads() if meta else contextlib.nullcontext()
-    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]), torch.random.fork_rng(devices=[]), reads:
+    passing = _PassingReads() if meta else contextlib.nullcontext()
+    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]), torch.random.fork_rng(devices=[]), passing:
         warnings.simplefilter("ignore")
         torch.manual_seed(0)  # gradgradcheck draws its grad_outputs from the global generator
         try:
@@ -150,8 +156,12 @@ def on_meta(probe: Probe, wrong: float = 1.0, second: Probe | None = None) -> bo
     which fast_mode="auto" runs the full check first (route.FULL_CHECK_ELEMENTS). Below it the
     engine's choices read values (the grouped finite differences group backward's nonzero
     entries), and evaluations of that size cost little; a failing check reads its values to
-    localize the failure; a second-order check's first derivative is the stand-in's backward."""
-    return wrong == 1.0 and second is None and probe.n + probe.m_real > route.FULL_CHECK_ELEMENTS
+    localize the failure; a second-order check's first derivative is the stand-in's backward; and
+    where backward's own derivative is wrong (Probe.double_backward), a passing check finds that
+    source of J·U disagreeing with finite differences, which a meta tensor cannot show."""
+    if wrong != 1.0 or second is not None or probe.double_backward == "wrong":
+        return False
+    return probe.n + probe.m_real > route.FULL_CHECK_ELEMENTS
 
 
 def _on(x: Any, device: torch.device | None) -> Any:
@@ -231,10 +241,11 @@ def stand_in(
     block_of = [(start + torch.arange(size, device=device)) % blocks for start, size in zip(starts, sizes)]
 
     real_outputs = [_real(_on(o, device)) for o in mapped]
-    detached = second is not None and probe.double_backward == "detached"
+    double_backward = probe.double_backward  # probed here: the check's transforms are no place to probe
+    detached = second is not None and double_backward == "detached"
     second_wrong = 1.0
     if second is not None:  # a wrong second derivative; one the probe found wrong (@once_differentiable) too
-        wrong, second_wrong = 1.0, wrong * (2.0 if probe.double_backward == "wrong" else 1.0)
+        wrong, second_wrong = 1.0, wrong * (2.0 if double_backward == "wrong" else 1.0)
 
     def apply_maps(xs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         f = torch.cat([x.reshape(-1) for x in xs])
@@ -278,8 +289,9 @@ def stand_in(
                 raise RuntimeError("the stand-in's backward has no batching rule, as the probed one")
             called(*((Kind.BATCHED_BACKWARD, rows) if rows else (Kind.BACKWARD, 1)))
             dtype = next((g.dtype for g in grads if g is not None), torch.float64)
-            if second is None:
-                flat = wrong * transposed(grads, dtype)
+            if second is None:  # backward's own derivative (the VJP of the VJP) as the probe found it
+                with torch.set_grad_enabled(torch.is_grad_enabled() and double_backward != "detached"):
+                    flat = _as_differentiated(wrong * transposed(grads, dtype), double_backward)
             elif detached:
                 with torch.no_grad():
                     flat = transposed(grads, dtype)
@@ -349,6 +361,37 @@ def stand_in(
         return tuple(result) if len(result) > 1 else result[0]
 
     return function
+
+
+class _WrongWhenDifferentiated(torch.autograd.Function):
+    """The identity, whose backward doubles its gradient (`double`) or raises: a backward whose own
+    derivative is wrong, or raises."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, double: bool) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.double = inputs[1]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        if not ctx.double:
+            raise RuntimeError("the stand-in's double backward raises, as the probed one")
+        return 2 * grad, None
+
+
+def _as_differentiated(flat: torch.Tensor, double_backward: str) -> torch.Tensor:
+    """Backward's result, differentiable as the probe found the op's (Probe.double_backward): exactly
+    ("ok"), with a derivative twice what it is ("wrong": a graph kept where backward is not
+    differentiable), or by a backward that raises ("raises"); "detached" is computed without a
+    graph by the caller."""
+    if double_backward in ("wrong", "raises") and flat.requires_grad:
+        return _WrongWhenDifferentiated.apply(flat, double_backward == "wrong")
+    return flat
 
 
 def _coefficients(size: int, groups: int, generator: torch.Generator, device: torch.device | None) -> torch.Tensor:
