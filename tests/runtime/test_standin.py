@@ -129,15 +129,16 @@ def _forward_ad(fn) -> bool:
     return fn not in (SQUARE.apply, SIN_UNBATCHED_BACKWARD.apply)
 
 
-@pytest.mark.parametrize(
-    "name, mode",
-    [
-        (n, m)
-        for n in PASSING
-        for m in MODES
-        if (_forward_ad(PASSING[n][0]) or "forward AD" not in m) and not (n in NO_BATCHED_FORWARD_AD and "batched" in m)
-    ],
-)
+PASSING_CASES = [
+    (n, m)
+    for n in PASSING
+    for m in MODES
+    if (_forward_ad(PASSING[n][0]) or "forward AD" not in m) and not (n in NO_BATCHED_FORWARD_AD and "batched" in m)
+]
+"""(name, mode): every passing case in every mode it has (forward AD where the function has it)."""
+
+
+@pytest.mark.parametrize("name, mode", PASSING_CASES)
 def test_a_dry_run_on_the_stand_in_makes_the_evaluations_of_a_passing_check(name, mode):
     fn, shapes = PASSING[name]
     flags = MODES[mode]
@@ -293,15 +294,7 @@ def _larger(name, shapes):
     return larger
 
 
-@pytest.mark.parametrize(
-    "name, mode",
-    [
-        (n, m)
-        for n in PASSING
-        for m in MODES
-        if (_forward_ad(PASSING[n][0]) or "forward AD" not in m) and not (n in NO_BATCHED_FORWARD_AD and "batched" in m)
-    ],
-)
+@pytest.mark.parametrize("name, mode", PASSING_CASES)
 def test_a_dry_run_on_meta_tensors_makes_the_evaluations_of_one_on_real_tensors(name, mode):
     fn, shapes = PASSING[name]
     probe = Probe(fn, _inputs(_larger(name, shapes)))
