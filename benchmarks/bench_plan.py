@@ -19,7 +19,10 @@ machine can move the counts; those are counted apart). Counts only: nothing here
 arguments on the probed function's stand-in (opcheck.runtime.cost.standin: a function
 with the probe's shapes and its vmap, forward-AD and batched-backward support; for an expected
 failure, a wrong one), counting the stand-in's calls as the op's are counted: the dry run against
-the calls made, beside the model's plan. It reports; the exit status stays the model's.
+the calls made, beside the model's plan; and the engine's backward passes (its plain and batched
+VJPs, as its report counts them) in the dry run against those in the test, where neither raised
+through the check: the calls inside autograd that a wrapper of the op does not see. It reports;
+the exit status stays the model's.
 
     python benchmarks/bench_plan.py                          # the catalog (about 3 minutes, one core)
     python benchmarks/bench_plan.py --specs op_specs/sin.yaml --specs op_specs/cube.yaml
@@ -125,8 +128,8 @@ def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
                 fails = expected_failure(spec, case)
                 plans = plans_of(spec, case, settings, probes, fails=fails)
                 planned = sum(n for plan in plans for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)
-                dry_runs = _dry_runs(spec, case, settings, probes, fails) if dry else None
-                with counter.counting(), contextlib.redirect_stdout(io.StringIO()):
+                dry_runs, dry_backward = _dry_runs(spec, case, settings, probes, fails) if dry else (None, None)
+                with counter.counting(), contextlib.redirect_stdout(io.StringIO()), engine_stats() as stats:
                     try:
                         run_check(spec, case.check, case.device, case.dtype, case.sample)
                         outcome = "passed"
@@ -144,15 +147,51 @@ def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
                         "path": list(dict.fromkeys(text for plan in plans for text in plan.path)),
                         "timed": any(plan.steps[TIMED] for plan in plans),
                         "dry_run": dry_runs,
+                        "backward_made": _backward_passes(stats) if len(stats) == len(plans) - _draws(plans) else None,
+                        "dry_run_backward": dry_backward,
                     }
                 )
     return records
 
 
-def _dry_runs(spec: Any, case: Any, settings: Settings, probes: SampleProbes, fails: bool) -> int | None:
-    """The stand-ins' forward-side calls in the engine's check, summed over the sample's calls
-    (None: a function without a stand-in)."""
-    kwargs, total = engine_kwargs(spec, case, settings), 0
+@contextlib.contextmanager
+def engine_stats() -> Iterator[list[Any]]:
+    """The engine's EvalStats of every check that returned a report inside (its reports'
+    opcheck.engine.api._report): a check that raised through has none."""
+    from opcheck.engine import api
+
+    found: list[Any] = []
+    report = api._report
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        result = report(*args, **kwargs)
+        found.append(result.stats)
+        return result
+
+    api._report = recorded
+    try:
+        yield found
+    finally:
+        api._report = report
+
+
+def _backward_passes(stats: list[Any]) -> int:
+    """The engine's backward passes, plain and batched, as its reports count them."""
+    return sum(s.vjp_calls + s.batched_vjp_calls for s in stats)
+
+
+def _draws(plans: list[Any]) -> int:
+    """The plans of the op's call that draws a second-order check's grad_outputs: no engine call."""
+    return sum(1 for plan in plans if not plan.path and list(plan.evals) == [(Kind.FORWARD, 1)])
+
+
+def _dry_runs(
+    spec: Any, case: Any, settings: Settings, probes: SampleProbes, fails: bool
+) -> tuple[int | None, int | None]:
+    """The stand-ins' forward-side calls in the engine's check, summed over the sample's calls, and
+    the engine's backward passes in it (None: a function without a stand-in; backward passes, a
+    check that raised through)."""
+    kwargs, total, backward = engine_kwargs(spec, case, settings), 0, 0
     second_order = case.check == "gradgradcheck"
     for probe, op in probes.for_check(case, second_order=second_order):
         run = (
@@ -161,10 +200,11 @@ def _dry_runs(spec: Any, case: Any, settings: Settings, probes: SampleProbes, fa
             else dry_run(probe, kwargs, wrong=2.0 if fails else 1.0)
         )
         if run is None:
-            return None
+            return None, None
         # as plans_of: in auto mode, the crash's report calls the op once more (the policy's count)
         total += run.forward_side + (run.crashed and kwargs.get("fast_mode") == "auto")
-    return total
+        backward = None if backward is None or run.report is None else backward + _backward_passes([run.report.stats])
+    return total, backward
 
 
 def report(records: list[dict[str, Any]]) -> int:
@@ -202,6 +242,17 @@ def report(records: list[dict[str, Any]]) -> int:
                 f"dry run, {label}: {sum(r['dry_run'] == r['made'] for r in group)} of {len(group)} made the op's calls"
                 f" (the model's plan: {sum(r['planned'] == r['made'] for r in group)} of them)"
             )
+        compared = [r for r in dry if r["backward_made"] is not None and r["dry_run_backward"] is not None]
+        for r in compared:
+            if r["dry_run_backward"] != r["backward_made"]:
+                print(
+                    f"dry run's backward passes differ: {r['test']}: dry run {r['dry_run_backward']}, "
+                    f"made {r['backward_made']}"
+                )
+        print(
+            f"dry run, backward passes: {sum(r['dry_run_backward'] == r['backward_made'] for r in compared)} of "
+            f"{len(compared)} tests made the engine's backward passes"
+        )
     modelled = [r for r in passing if r["test"].split("::")[1].startswith(("test_gradcheck", "test_gradgradcheck"))]
     return 1 if any(r["planned"] != r["made"] and not r["timed"] for r in modelled) else 0
 

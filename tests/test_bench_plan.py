@@ -56,6 +56,12 @@ def test_the_engine_run_on_a_stand_in_makes_the_calls_it_makes_on_the_op(tmp_pat
     # backward batches wherever its forward does (generate_vmap_rule), so its gradgradcheck differs
     unlike = [r for r in dry if r["dry_run"] != r["made"]]
     assert [r["test"] for r in unlike] == ["rms_norm::test_gradgradcheck[cpu-float64-toy]"], unlike
+    # the engine's backward passes, which a wrapper of the op does not see: the same in every
+    # first-order test's dry run
+    first_order = [r for r in dry if "test_gradgradcheck" not in r["test"]]
+    assert first_order and all(r["backward_made"] is not None for r in first_order)
+    assert all(r["dry_run_backward"] == r["backward_made"] > 0 for r in first_order if "forward_ad" not in r["test"])
+    assert all(r["dry_run_backward"] == r["backward_made"] for r in first_order)
 
 
 CRASHING_SPEC = """\
