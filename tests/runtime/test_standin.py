@@ -351,3 +351,41 @@ def test_a_dry_run_mirrors_a_backward_whose_own_derivative_is_wrong():
     assert _made(stand_in(probe), shapes, MODES["auto"]) == made
     run = dry_run(probe, MODES["auto"])
     assert run is not None and run.report.stats.auto_paths == made[2]
+
+
+def _cos_times(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * torch.cos(x)
+
+
+def _doubled_jvp(ctx, tangent):
+    (x,) = ctx.saved_tensors
+    return 2 * tangent * torch.cos(x)
+
+
+def _save_for_both(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+    ctx.save_for_forward(*inputs)
+
+
+# sin whose backward is right and whose forward AD is twice what it should be
+WRONG_JVP_SIN = broken_ops.function(
+    "StandInWrongJvpSin", torch.sin, _cos_times, setup=_save_for_both, jvp=_doubled_jvp, vmap=True
+)
+
+
+def test_a_dry_run_mirrors_forward_ad_that_disagrees_with_finite_differences():
+    # fast_mode="auto" checks backward alone here, yet the projections try forward AD first as a
+    # source of J·U: it disagrees, and the engine takes the next source. The stand-in's JVP is
+    # wrong where the probe's disagreed (before, it had none, and took the next source at once);
+    # such a dry run stays on real tensors, where the disagreement shows
+    shapes = [(12, 16)]
+    probe = Probe(WRONG_JVP_SIN.apply, _inputs(shapes))
+    assert probe.jvp is not None and not probe.jvp_right and not on_meta(probe)
+    made = _made(WRONG_JVP_SIN.apply, shapes, MODES["auto"])
+    assert made[0], made
+    assert _made(stand_in(probe), shapes, MODES["auto"]) == made
+    run = dry_run(probe, MODES["auto"])
+    assert run is not None and run.report.stats.fallbacks[:1] == [
+        "projected: J·U from forward AD disagrees with finite differences"
+    ]

@@ -11,8 +11,8 @@ and counts what it evaluates:
   real parts); the other outputs (indices, float outputs without a gradient) are the probed ones,
   as constants;
 - vmap support only where the probe's vmapped forward worked (`generate_vmap_rule`), JVPs whose
-  tangents alone are batched where the probe's batched, forward AD only where its JVP gave the
-  tangent finite differences give, and a backward that raises on a batched grad_output
+  tangents alone are batched where the probe's batched, forward AD where the probe's ran (off by 2x
+  where it disagreed with finite differences), and a backward that raises on a batched grad_output
   (torch.func.vmap's or the legacy vmap's) where its batched backward raised, and on any
   grad_output where its plain backward raised;
 - a backward differentiable as the probe found the op's (`Probe.double_backward`: exactly, with a
@@ -157,9 +157,12 @@ def on_meta(probe: Probe, wrong: float = 1.0, second: Probe | None = None) -> bo
     engine's choices read values (the grouped finite differences group backward's nonzero
     entries), and evaluations of that size cost little; a failing check reads its values to
     localize the failure; a second-order check's first derivative is the stand-in's backward; and
-    where backward's own derivative is wrong (Probe.double_backward), a passing check finds that
-    source of J·U disagreeing with finite differences, which a meta tensor cannot show."""
+    where backward's own derivative is wrong (Probe.double_backward), or forward AD is (a JVP that
+    disagrees with finite differences), a passing check finds that source of J·U disagreeing, which
+    a meta tensor cannot show."""
     if wrong != 1.0 or second is not None or probe.double_backward == "wrong":
+        return False
+    if probe.jvp is not None and not probe.jvp_right:
         return False
     return probe.n + probe.m_real > route.FULL_CHECK_ELEMENTS
 
@@ -324,13 +327,14 @@ def stand_in(
                 raise RuntimeError("the stand-in's double backward raises, as the probed one")
             return tuple(second_wrong * t for t in apply_maps([gg]))
 
-    if probe.jvp is not None and probe.jvp_right:
+    if probe.jvp is not None:  # a JVP that disagrees with finite differences where the probe's did
+        jvp_wrong = wrong * (1.0 if probe.jvp_right else 2.0)
 
         def jvp(ctx: Any, *tangents: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
             zeros = [
                 torch.zeros(s, dtype=torch.float64, device=device) if t is None else t for t, s in zip(tangents, shapes)
             ]
-            return tuple(wrong * t for t in apply_maps(zeros))
+            return tuple(jvp_wrong * t for t in apply_maps(zeros))
 
         StandIn.jvp = staticmethod(jvp)  # type: ignore[method-assign]
 
