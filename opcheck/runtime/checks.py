@@ -45,7 +45,7 @@ from opcheck.runtime.budget import within_time_budget
 from opcheck.runtime.context import Settings, current_item, current_settings
 from opcheck.runtime.declared import Tolerance as DeclaredTolerance
 from opcheck.runtime.declared import UnsupportedCase, UnsupportedOutcome, forward_ad_outcome, gradgrad_outcome
-from opcheck.runtime.devices import unavailable_reason, unsupported_dtype_reason
+from opcheck.runtime.devices import seed_global, unavailable_reason, unsupported_dtype_reason
 from opcheck.runtime.gaps import fill_gaps, gaps_note, lowprec_gaps_note, nan_gaps, nonfinite
 from opcheck.runtime.input_names import gradcheck_input_names, with_spec_names
 from opcheck.runtime.lowprec import compare_lowprec, resolve_parts
@@ -266,7 +266,7 @@ def _seeded(check_fn, case: Case):
         else:
             fork = torch.random.fork_rng(device_type=case.device.split(":")[0])
         with fork:
-            torch.manual_seed(case.seed)
+            seed_global(case.device, case.seed)
             return check_fn(*args, **kwargs)
 
     run.__name__ = check_fn.__name__

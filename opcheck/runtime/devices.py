@@ -108,3 +108,13 @@ def unsupported_dtype_reason(device: str, dtype: str) -> str | None:
 def reference_device(device: str) -> str:
     """Where the low-precision check computes its float64 reference."""
     return "cpu" if device == "mps" else device
+
+
+def seed_global(device: str, seed: int) -> None:
+    """Seed the global generators a check on `device` draws from: on the cpu, the cpu's alone
+    (torch.manual_seed also queues every accelerator's seeding, with a stack trace for each, where
+    none is initialized); elsewhere, as torch.manual_seed does."""
+    if device == "cpu":
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)

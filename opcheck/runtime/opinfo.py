@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from opcheck.runtime.call import SampleCall, describe_call
+from opcheck.runtime.devices import seed_global
 from opcheck.runtime.outcomes import CheckSkipped
 from opcheck.spec.opinfo_db import EXPECTTEST_MISSING, OpInfoUnavailable, UnknownOpInfo, find_entry
 
@@ -39,7 +40,7 @@ def opinfo_calls(ref: str, op: Callable, device: str, dtype: torch.dtype, seed: 
     devices: list[int] | None = [] if device == "cpu" else None
     kwargs = {"device_type": device} if device not in ("cpu", "cuda") else {}
     with torch.random.fork_rng(devices=devices, **kwargs):
-        torch.manual_seed(seed)
+        seed_global(device, seed)
         samples = list(info.sample_inputs(device, dtype, requires_grad=True))
     calls = []
     for i, s in enumerate(samples):

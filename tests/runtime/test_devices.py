@@ -30,3 +30,15 @@ def test_mps_cannot_run_double_precision():
     assert devices.unsupported_dtype_reason("mps", "float32") is None
     assert devices.unsupported_dtype_reason("cuda", "float64") is None
     assert devices.reference_device("mps") == "cpu" and devices.reference_device("cuda") == "cuda"
+
+
+
+def test_a_cpu_check_seeds_the_cpu_generator_alone(monkeypatch):
+    torch.manual_seed(5)
+    expected = torch.randn(4, dtype=torch.float64)
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    devices.seed_global("cpu", 5)
+    assert torch.equal(torch.randn(4, dtype=torch.float64), expected) and seeded == []
+    devices.seed_global("cuda", 5)  # another device's check seeds as torch.manual_seed does
+    assert torch.equal(torch.randn(4, dtype=torch.float64), expected) and seeded == [5]

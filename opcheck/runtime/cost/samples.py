@@ -105,9 +105,10 @@ class SampleProbes:
 def _first_derivative(fn: Callable[..., Any], inputs: tuple[Any, ...], case: CaseId, spec: OpSpec) -> Probe:
     """The probe of gradgradcheck's function (inputs and grad_outputs → the input gradients)."""
     from opcheck.engine.second_order import first_derivative
+    from opcheck.runtime.devices import seed_global
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(case.seed())
+        seed_global(case.device, case.seed())
         first = first_derivative(fn, inputs, None, spec.gradgradcheck.gen_non_contig_grad_outputs)
     return Probe(first.func, first.inputs)
 
