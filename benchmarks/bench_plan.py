@@ -1,12 +1,14 @@
 """The cost estimate's plans against the calls the generated tests make, over the catalog.
 
-For every cpu gradcheck and gradgradcheck test of the specs: the estimate's plan (opcheck.runtime.cost:
-one probe of the op per sample, the engine's evaluations planned from it; a test the spec expects to
-fail planned as a failing check), then the test itself through opcheck.runtime.checks.run_check, with
-the op wrapped to count its calls. Compared: the op's forward-side calls, every call of the op that
-Python sees (plain forwards, forward-mode calls, which run the op on dual inputs, and vmapped calls,
-one per batch), planned against made. The backward-side calls run inside autograd, where a wrapper
-does not see them; tests/runtime/test_cost.py counts those on functions of its own.
+For every cpu gradcheck, forward_ad and gradgradcheck test of the specs: the estimate's plan
+(opcheck.runtime.cost: one probe of the op per sample; a first-order check's evaluations those of the
+engine's own check of the op's stand-in, a second-order check's planned from the probe by the model;
+a test the spec expects to fail planned as a failing check), then the test itself through
+opcheck.runtime.checks.run_check, with the op wrapped to count its calls. Compared: the op's
+forward-side calls, every call of the op that Python sees (plain forwards, forward-mode calls, which
+run the op on dual inputs, and vmapped calls, one per batch), planned against made. The
+backward-side calls run inside autograd, where a wrapper does not see them; --dry-run compares the
+engine's own count of them, and tests/runtime/test_cost.py counts those on functions of its own.
 
 Prints each test whose counts differ (planned, made, the test's outcome, the plan's path), then the
 totals, passing tests and expected failures apart (a plan of an expected failure is of a wrong
@@ -15,14 +17,14 @@ test that passes differs, unless its plan makes a timed choice (model.TIMED: the
 calls there, as a batch schedule's later batches, and the plan takes the probe's times, so a loaded
 machine can move the counts; those are counted apart). Counts only: nothing here reads a clock.
 
---dry-run also takes the forward_ad tests, and for each test runs the engine with the test's own
+--dry-run also runs, for each test, second-order ones too, the engine with the test's own
 arguments on the probed function's stand-in (opcheck.runtime.cost.standin: a function
 with the probe's shapes and its vmap, forward-AD and batched-backward support; for an expected
 failure, a wrong one), counting the stand-in's calls as the op's are counted: the dry run against
 the calls made, beside the model's plan; and the engine's backward passes (its plain and batched
 VJPs, as its report counts them) in the dry run against those in the test, where neither raised
 through the check: the calls inside autograd that a wrapper of the op does not see. It reports;
-the exit status stays the model's.
+the exit status stays the estimate's plans'.
 
     python benchmarks/bench_plan.py                          # the catalog (about 3 minutes, one core)
     python benchmarks/bench_plan.py --specs op_specs/sin.yaml --specs op_specs/cube.yaml
@@ -67,8 +69,7 @@ from opcheck.runtime.outcomes import CheckSkipped  # noqa: E402
 from opcheck.spec import load_specs  # noqa: E402
 from opcheck.spec.case import cases_of  # noqa: E402
 
-CHECKS = ("gradcheck", "gradgradcheck")
-FORWARD_AD = "forward_ad"
+CHECKS = ("gradcheck", "forward_ad", "gradgradcheck")
 FORWARD_SIDE = (Kind.FORWARD, Kind.JVP, Kind.VMAP, Kind.VMAP_JVP, Kind.VMAP_TANGENTS)
 """The plan's kinds of evaluation that call the op itself (a batched one once)."""
 
@@ -110,17 +111,16 @@ def counted_ops(counter: _Counter) -> Iterator[None]:
 
 
 def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
-    """One record per cpu gradcheck/gradgradcheck test of the specs (with `dry`, forward_ad too, and
+    """One record per cpu gradcheck, forward_ad and gradgradcheck test of the specs (with `dry`, and
     the dry runs' counts) that is neither skipped nor unestimated."""
     specs = sorted(load_specs(spec_paths, root=REPO), key=lambda s: s.name)
     settings, counter, records = Settings(), _Counter(), []
-    checks = CHECKS + (FORWARD_AD,) if dry else CHECKS
     with counted_ops(counter), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for spec in specs:
             probes = SampleProbes(spec)
             for case in cases_of(spec):
-                if case.device != "cpu" or case.check not in checks:
+                if case.device != "cpu" or case.check not in CHECKS:
                     continue
                 est = estimate(spec, case, settings, probes)
                 if est.skipped is not None:

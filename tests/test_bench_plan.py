@@ -13,8 +13,9 @@ from bench_runner import run_benchmark, script
 
 
 def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_path):
-    """Every cpu gradcheck and gradgradcheck test of op_specs/: real ops, custom ops, complex,
-    sparse and second-order checks, batched and looped; but where the plan makes a timed choice
+    """Every cpu gradcheck, forward_ad and gradgradcheck test of op_specs/: real ops, custom ops,
+    complex, sparse and second-order checks, batched and looped, their first-order plans the engine's
+    own check of a stand-in; but where the plan makes a timed choice
     (the engine decides by timing its own calls, which a loaded machine moves), and an expected
     failure's (its batches too may grow otherwise than planned)."""
     out = tmp_path / "plan.json"
@@ -26,7 +27,7 @@ def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_p
     passing = [r for r in records if not r["expected_failure"]]
     assert len(passing) == int(found.group(2)) >= 500
     checks = {r["test"].split("::")[1].split("[")[0] for r in records}
-    assert checks == {"test_gradcheck", "test_gradgradcheck"}
+    assert checks == {"test_gradcheck", "test_forward_ad", "test_gradgradcheck"}
     assert all(r["outcome"] == "passed" and r["made"] > 0 for r in passing)
     untimed = [r for r in passing if not r["timed"]]
     assert len(untimed) >= 0.9 * len(passing), len(untimed)

@@ -53,8 +53,7 @@ class Policy:
     def describe(self, report: GradcheckReport | None = None) -> str:
         """One line for the `policy:` row; for auto, what the engine did according to `report`."""
         if self.fast_mode != AUTO:
-            kind = "fast mode (random projections)" if self.fast_mode else "full Jacobian"
-            return f"{kind}: {self.reason}"
+            return f"{paths_taken(self.fast_mode, report)[0]}: {self.reason}"
         where = "" if self.budget_source == "default" else f" from {self.budget_source}"
         n = self._count()
         size = f"{n} entries" if n is not None else "entries"
@@ -69,14 +68,7 @@ class Policy:
         # Within the budget the engine may still have passed the check on its projections (from
         # route.FULL_CHECK_ELEMENTS on); only the size says which side of the budget it is.
         within = n <= budget if n is not None and budget is not None else all(p.startswith("full") for p in paths)
-        done = list(
-            dict.fromkeys(
-                path.replace("full", "full Jacobian", 1)
-                if path.startswith("full")
-                else path.replace("projected", "projections", 1)
-                for path in paths
-            )
-        )
+        done = _words(paths)
         compare = f"{size} {'<=' if within else '>'} budget {self.budget}{where}"
         if done == ["full Jacobian"]:
             return f"auto: full Jacobian ({compare})"
@@ -89,6 +81,26 @@ class Policy:
             return self.entries()
         except Exception:  # the op raised: the report says why; the size is only context
             return None
+
+
+def paths_taken(fast_mode: bool | str, report: GradcheckReport | None) -> list[str]:
+    """What the engine's check did, in the words of the `policy:` row: for fast_mode="auto", each
+    comparison that decided (the full Jacobian, or projections and their source) once, the failing
+    one last; otherwise the mode's one comparison."""
+    if fast_mode != AUTO:
+        return ["fast mode (random projections)" if fast_mode else "full Jacobian"]
+    return _words(_auto_paths(report)) if report is not None else []
+
+
+def _words(paths: Iterable[str]) -> list[str]:
+    return list(
+        dict.fromkeys(
+            path.replace("full", "full Jacobian", 1)
+            if path.startswith("full")
+            else path.replace("projected", "projections", 1)
+            for path in paths
+        )
+    )
 
 
 def _auto_paths(report: GradcheckReport) -> list[str]:

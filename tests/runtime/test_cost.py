@@ -18,8 +18,9 @@ from opcheck.runtime.context import Settings
 from opcheck.runtime.cost.estimate import Calls, Estimate, estimate, estimate_spec, format_seconds, machine_factor
 from opcheck.runtime.cost.model import Flags, Kind, Plan, plan_check
 from opcheck.runtime.cost.probe import SMALL_BATCH, Batched, Probe
-from opcheck.runtime.policy import Policy
+from opcheck.runtime.policy import Policy, paths_taken
 from opcheck.runtime.report import Case
+from opcheck.runtime.samples import build_calls
 from opcheck.runtime.tolerances import resolve_tolerances
 from opcheck.spec.case import CaseId, cases_of
 from opcheck.spec.model import GradcheckFlags, GradgradcheckFlags, Location, OpSpec, Rule, Sample, TensorArg, Where
@@ -443,7 +444,7 @@ class _PerRow:
     def __init__(self, seconds: float):
         self.seconds = seconds
 
-    def at(self, rows: int) -> float:
+    def at(self, rows: int, measure: bool = True) -> float:
         return self.seconds * rows
 
 
@@ -569,7 +570,16 @@ def test_every_test_of_a_spec_is_estimated_or_says_why_not(monkeypatch):
         assert e.seconds > e.evaluations > 0 and e.calls.total > 0 and e.path, e
     gradgrad = found["test_gradgradcheck[cpu-float64-small]"]
     assert gradgrad.path == ("auto: full Jacobian, fused",)  # on the first derivative: 12 + 12 in, 12 out
-    assert found["test_gradcheck[cpu-float64-large]"].path == ("auto: projections (J·U from forward AD), fused",)
+    # a first-order check's path is the engine's on a stand-in, in the words of the test's policy row
+    assert found["test_gradcheck[cpu-float64-small]"].path == ("auto: full Jacobian",)
+    large = found["test_gradcheck[cpu-float64-large]"]
+    assert large.path == ("auto: projections (J·U from forward AD, fused)",)
+    made = Case.of(spec, "gradcheck", "cpu", "float64", "large")
+    tol = resolve_tolerances(spec, "gradcheck", "cpu", "float64", "large")
+    (call,) = build_calls(spec, spec.sample("large"), "cpu", "float64", large.case.seed())
+    _, kwargs = engine_call(made, tol, Policy("auto", "default"))
+    report = engine.gradcheck_report(call.as_function(), call.gradcheck_inputs(), **kwargs)
+    assert large.path == tuple(f"auto: {words}" for words in paths_taken("auto", report))
     assert _by_name(estimate_spec(spec, Settings(), devices=["cpu"])).keys() == {
         case.name for case in cases_of(spec) if case.device == "cpu"
     }
@@ -585,7 +595,7 @@ def test_an_expensive_test_says_what_would_make_it_cheaper():
     assert "the engine loops" in text and "no vmap rule" in text and "no forward AD" in text
     assert "`gradcheck: {fast_mode: true}`: ~" in text and "a smaller sample" in text
     fast = estimate(spec, case, Settings(policy="fast"))
-    assert fast.path == ("fast mode: one random projection per input and output",)
+    assert fast.path == ("fast mode (random projections)",)
     assert fast.calls.total < 20
 
 

@@ -32,7 +32,6 @@ def test_mps_cannot_run_double_precision():
     assert devices.reference_device("mps") == "cpu" and devices.reference_device("cuda") == "cuda"
 
 
-
 def test_a_cpu_check_seeds_the_cpu_generator_alone(monkeypatch):
     torch.manual_seed(5)
     expected = torch.randn(4, dtype=torch.float64)

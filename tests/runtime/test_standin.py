@@ -235,7 +235,7 @@ def test_a_dry_runs_timed_choices_follow_the_probed_prices(per_row, loops):
     # adaptive rule), by the virtual clock the stand-in's evaluations advance at the probe's prices
     x = _inputs([(16, 16)])
     probe = Probe(torch.sin, x)
-    probe.vmap.at = lambda rows: per_row * rows  # a vmapped forward of 1 s a row, or of nothing
+    probe.vmap.at = lambda rows, measure=True: per_row * rows  # a vmapped forward of 1 s a row, or of nothing
     run = dry_run(probe, MODES["full"], wrong=2.0)
     assert run is not None and not run.report.passed
     plain = run.evaluations[(Kind.FORWARD, 1)]
@@ -244,6 +244,31 @@ def test_a_dry_runs_timed_choices_follow_the_probed_prices(per_row, loops):
         assert plain >= 2 * 256 and batched <= 4, run.evaluations
     else:
         assert plain < 10 and batched < 10, run.evaluations
+
+
+@pytest.mark.parametrize("mode", ["forward AD alone, batched", "auto, forward AD", "full"])
+def test_a_dry_run_times_none_of_the_probes_batches_inside_the_check(mode):
+    """A batch of the probe's timed inside the check's vmap is a batch of batches, and inside its
+    forward-AD level or backward runs otherwise than alone: each is timed before or after the check,
+    with no transform, forward-AD level or backward of the check's around it."""
+    from torch._C._functorch import peek_interpreter_stack
+
+    probe = Probe(torch.sin, _inputs([(12, 16)]))
+    inside = []
+    for batched in (probe.vmap, probe.vmap_tangents, probe.vmap_jvp, probe.batched_backward):
+        run = batched._run
+
+        def watched(rows, run=run):
+            level = torch.autograd.forward_ad._current_level
+            inside.append(peek_interpreter_stack() is not None or level >= 0 or torch._C._current_graph_task_id() >= 0)
+            return run(rows)
+
+        batched._run = watched
+    made = dry_run(probe, MODES[mode])
+    assert made is not None and made.report.passed
+    assert inside and not any(inside), inside  # larger batches were timed, none inside the check
+    again = dry_run(probe, MODES[mode])
+    assert again.evaluations == made.evaluations
 
 
 def _first_derivative_probe(fn, x):

@@ -6,8 +6,9 @@ three for a quick call and once for one of probe.REPEAT_UNDER seconds or more, a
 needs them, one call of each batched evaluation the engine may use: which of its paths the op
 takes; samples.py probes each sample once for every dtype and check that shares it), plans the
 engine call the runtime makes, with the runtime's own flags, tolerances and policy
-(checks.engine_call; model.plan_check), and prices
-each evaluation at the probe's times, plus what surrounds the evaluations (building the sample,
+(checks.engine_call): a first-order check by running the engine's own check on a stand-in of the
+function and counting what it evaluates (standin.dry_run), a second-order one with model.plan_check;
+and prices each evaluation at the probe's times, plus what surrounds the evaluations (building the sample,
 the engine's bookkeeping and comparisons: FIXED, PER_EVALUATION, PER_STEP, measured on the catalog
 and scaled to this machine by `machine_factor`).
 
@@ -35,10 +36,11 @@ from typing import Any
 import torch
 
 from opcheck.runtime.context import Settings
-from opcheck.runtime.cost.model import plan_check, unit_seconds
+from opcheck.runtime.cost.model import TIMED, plan_check, unit_seconds
 from opcheck.runtime.cost.plan import Calls, Flags, Kind, Plan
 from opcheck.runtime.cost.probe import Probe, timed
 from opcheck.runtime.cost.samples import SampleProbes
+from opcheck.runtime.cost.standin import dry_run
 from opcheck.runtime.threads import torch_threads
 from opcheck.spec.case import CaseId, cases_of, deciding_rules
 from opcheck.spec.model import (
@@ -78,28 +80,28 @@ THRESHOLD = 1.0
 # measured them: the project's 2-core x86, torch 2.13, one thread (machine_factor scales them).
 # Fitted to the catalog's measured times by `python benchmarks/bench_cost.py --fit`: per test by
 # check kind; per evaluation by kind (the work around each call: one-hot rows, differences,
-# comparisons); per step-by-step comparison (a Jacobian or projection check of one part).
+# comparisons); per stage of the engine's check (a kind of batching given up, a timed choice).
 FIXED: dict[str, float] = {
-    GRADCHECK: 60e-6,
-    FORWARD_AD: 0.0,
-    GRADGRADCHECK: 490e-6,
-    FWGRAD_BWGRAD: 460e-6,
-    FORWARD_AD_UNSUPPORTED: 180e-6,
-    GRADGRAD_UNSUPPORTED: 130e-6,
-    LOWPREC: 1.4e-3,
-    LIBRARY_OPCHECK: 36e-3,
+    GRADCHECK: 200e-6,
+    FORWARD_AD: 110e-6,
+    GRADGRADCHECK: 270e-6,
+    FWGRAD_BWGRAD: 200e-6,
+    FORWARD_AD_UNSUPPORTED: 120e-6,
+    GRADGRAD_UNSUPPORTED: 24e-6,
+    LOWPREC: 0.85e-3,
+    LIBRARY_OPCHECK: 15e-3,
 }
 PER_EVALUATION = {
-    Kind.FORWARD: 1.5e-6,
-    Kind.BACKWARD: 20e-6,
-    Kind.JVP: 78e-6,
-    Kind.VMAP: 140e-6,
-    Kind.VMAP_JVP: 300e-6,
+    Kind.FORWARD: 5.0e-6,
+    Kind.BACKWARD: 3.3e-6,
+    Kind.JVP: 54e-6,
+    Kind.VMAP: 45e-6,
+    Kind.VMAP_JVP: 100e-6,
     Kind.VMAP_TANGENTS: 0.0,
-    Kind.BATCHED_BACKWARD: 170e-6,
-    Kind.DOUBLE_BACKWARD: 0.0,
+    Kind.BATCHED_BACKWARD: 0.0,
+    Kind.DOUBLE_BACKWARD: 24e-6,
 }
-PER_STEP = {"fused pass": 90e-6, "comparison": 130e-6, "failed batch": 490e-6}
+PER_STEP = {"fused pass": 0.0, "comparison": 0.0, "failed batch": 220e-6, TIMED: 70e-6}
 LIBRARY_OPCHECK_RUNS = 6
 """torch.library.opcheck's tests run the op about this many times (forward and backward) besides FIXED."""
 # What torch.compile spends on one new graph of a small op (dynamo's trace, AOTAutograd's forward
@@ -333,23 +335,34 @@ def plans_of(
     case: CaseId,
     settings: Settings,
     probes: SampleProbes,
-    flags: Flags | None = None,
     fails: bool = False,
+    **overrides: Any,
 ) -> list[Plan]:
     """The plans of the test's engine calls, one per call of its sample (and, before a second-order
-    check, the op's call that draws its grad_outputs); with `fails`, of a test expected to fail
-    (model.plan_check: a wrong gradient)."""
+    check, the op's call that draws its grad_outputs); with `fails`, of a test expected to fail (a
+    wrong gradient); `overrides` replace the runtime's keyword arguments to the engine (fast_mode).
+
+    A first-order check's plan is the engine's own check of the function's stand-in (standin.dry_run),
+    counted. A second-order check, and a function without a stand-in (sparse inputs, outputs that are
+    not tensors), are planned by model.plan_check: the stand-in's first derivative is linear, so its
+    second-order check's column groups and batching are not always the op's (benchmarks/bench_plan.py
+    --dry-run lists where)."""
     if Check.parse(case.check).declared:
         return [_declared_plan(case.check, p) for p in probes.first_order(case)]
-    flags = flags or _flags(spec, case, settings)
+    second_order = Check.parse(case.check).second_order
+    kwargs = {**engine_kwargs(spec, case, settings), **overrides}
     plans = []
-    for p, op in probes.for_check(case, second_order=Check.parse(case.check).second_order):
-        if op is not None:
-            draw = Plan()
-            draw.add(Kind.FORWARD, each=op.forward)
-            plans.append(draw)
-        plan = plan_check(flags, p, fails=fails)
-        if plan.crashed and flags.mode == "auto":  # the crash's report counts the Jacobian's entries (Policy)
+    for p, op in probes.for_check(case, second_order=second_order):
+        run = dry_run(p, kwargs, wrong=2.0 if fails else 1.0) if op is None else None
+        if run is not None:
+            plan = run.plan(p)
+        else:
+            if op is not None:
+                draw = Plan()
+                draw.add(Kind.FORWARD, each=op.forward)
+                plans.append(draw)
+            plan = plan_check(Flags.of(kwargs, second_order), p, fails=fails)
+        if plan.crashed and kwargs.get("fast_mode") == "auto":  # the crash's report counts the Jacobian's entries
             plan.add(Kind.FORWARD, each=(op or p).forward)
         plans.append(plan)
     return plans
@@ -371,11 +384,6 @@ def _declared_plan(check: str, p: Probe) -> Plan:
     for kind, count in evals.items():
         plan.add(kind, count, each=unit_seconds(p, kind))
     return plan
-
-
-def _flags(spec: OpSpec, case: CaseId, settings: Settings) -> Flags:
-    """The engine flags the runtime passes for this test (checks.engine_call)."""
-    return Flags.of(engine_kwargs(spec, case, settings), second_order=Check.parse(case.check).second_order)
 
 
 def engine_kwargs(spec: OpSpec, case: CaseId, settings: Settings) -> dict[str, Any]:
@@ -402,10 +410,9 @@ def _advice(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProbes
     loops = est.calls.forward + est.calls.backward + est.calls.jvp > 64
     if loops and missing:
         advice.append(f"the engine loops, a call per Jacobian row or column: the op has {', '.join(missing)}")
-    flags = _flags(spec, case, settings)
-    fast = plans_of(spec, case, settings, probes, replace(flags, mode="fast"))
+    fast = plans_of(spec, case, settings, probes, fast_mode=True)
     seconds = FIXED[case.check] * machine_factor() + sum(_priced(plan, machine_factor()) for plan in fast)
-    if flags.mode != "fast" and seconds < est.seconds / 2:
+    if engine_kwargs(spec, case, settings).get("fast_mode") is not True and seconds < est.seconds / 2:
         advice.append(
             f"`gradcheck: {{fast_mode: true}}`: ~{format_seconds(seconds)} (torch's fast mode, one random "
             "projection per input and output, misses single wrong entries); it is per spec, so give this "

@@ -1,4 +1,8 @@
-"""The evaluations one engine call makes, planned from a probe of the function (cost_probe.py).
+"""The evaluations one engine call makes, planned from a probe of the function (probe.py).
+
+An estimate plans a second-order check here, and a function without a stand-in (sparse inputs,
+outputs that are not tensors); a first-order check's plan is the engine's own check of the
+function's stand-in, counted (standin.dry_run).
 
 `plan_check(flags, probe)` follows the engine's decisions (opcheck.engine.api._gradcheck and the
 passes it runs) as far as a probe can tell them. fast_mode="auto"'s route (which pass first, where a
@@ -696,8 +700,9 @@ def plan_check(flags: Flags, probe: Probe, fails: bool = False) -> Plan:
 
 
 # ------------------------------------------------------------------------------- seconds
-def unit_seconds(p: Probe, kind: Kind, rows: int = 1) -> float:
-    """The seconds of one evaluation of this kind, from the probe's times."""
+def unit_seconds(p: Probe, kind: Kind, rows: int = 1, measure: bool = True) -> float:
+    """The seconds of one evaluation of this kind, from the probe's times; without `measure`, from
+    the batch sizes timed so far (Batched.at)."""
     forward = p.forward
     backward = p.backward if p.backward is not None else forward
     if kind == Kind.FORWARD:
@@ -707,14 +712,14 @@ def unit_seconds(p: Probe, kind: Kind, rows: int = 1) -> float:
     if kind == Kind.JVP:
         return p.jvp if p.jvp is not None else 2 * forward
     if kind == Kind.VMAP:
-        return p.vmap.at(rows) if p.vmap is not None else rows * forward
+        return p.vmap.at(rows, measure) if p.vmap is not None else rows * forward
     if kind in (Kind.VMAP_JVP, Kind.VMAP_TANGENTS):
         batched = p.vmap_jvp if kind == Kind.VMAP_JVP else p.vmap_tangents
         if batched is not None:
-            return batched.at(rows)
-        return p.vmap.at(rows) * 2 if p.vmap is not None else rows * 2 * forward
+            return batched.at(rows, measure)
+        return p.vmap.at(rows, measure) * 2 if p.vmap is not None else rows * 2 * forward
     if kind == Kind.BATCHED_BACKWARD:
-        return p.batched_backward.at(rows) if p.batched_backward is not None else rows * backward
+        return p.batched_backward.at(rows, measure) if p.batched_backward is not None else rows * backward
     # a backward through backward's graph, batched over `rows` cotangents (a batch costs less per row)
     once = p.double_backward_seconds if p.double_backward != "raises" else None
     return (once if once is not None else 2 * backward + forward) * (1 + (rows - 1) / 4)

@@ -68,12 +68,17 @@ class Batched:
                 self._times[rows] = self._times[SMALL_BATCH] * rows / SMALL_BATCH
         return self._times[rows]
 
-    def at(self, rows: int) -> float:
-        """Seconds of one evaluation of `rows` rows."""
+    def at(self, rows: int, measure: bool = True) -> float:
+        """Seconds of one evaluation of `rows` rows; without `measure`, from the sizes timed so far
+        (the largest, else the small batch's rate), timing none."""
         small = self._times[SMALL_BATCH]
         if rows <= SMALL_BATCH:
             return small
         size = min(LARGEST_TIMED, 1 << (rows - 1).bit_length())
+        if not measure and size not in self._times:
+            size = max(self._times)
+            if size == SMALL_BATCH:
+                return small * rows / SMALL_BATCH
         large = self._time(size)
         per_row = max(0.0, (large - small) / (size - SMALL_BATCH))
         return small + per_row * (rows - SMALL_BATCH)

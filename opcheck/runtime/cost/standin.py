@@ -1,8 +1,8 @@
 """A stand-in for a probed function, for a dry run of the engine's own check.
 
-The cost model (model.py) walks the engine's decisions a second time to plan a check. A dry run
-instead runs the engine itself on a function that has what those decisions read from the probe,
-and counts what it evaluates:
+An estimate's plan of a first-order check (estimate.plans_of) is a dry run: the engine itself run
+on a function that has what its decisions read from the probe, counting what it evaluates (the
+cost model, model.py, walks those decisions a second time, for second-order checks):
 
 - the probed inputs' and outputs' shapes and dtypes, through a linear map of O(n + m) entries with
   unit-scale random coefficients (so that a wrong stand-in's error stands well above any tolerance):
@@ -56,7 +56,7 @@ from torch._C._functorch import (
     is_batchedtensor,
     is_legacy_batchedtensor,
 )
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from opcheck.engine import route
 from opcheck.engine._util import unpack_dual
@@ -75,6 +75,8 @@ class DryRun:
     evaluations: Counter[tuple[Kind, int]]
     report: Any  # opcheck.engine.GradcheckReport; None where the check raised (a backward that raises)
     crashed: bool = False
+    fast_mode: bool | str = False  # the check's, as the engine was called
+    clock_reads: int = 0  # the engine's timed choices: reads of the virtual clock
 
     @property
     def forward_side(self) -> int:
@@ -86,12 +88,26 @@ class DryRun:
         return sum(n for (kind, _), n in self.evaluations.items() if kind in _BACKWARD_SIDE)
 
     def plan(self, probe: Probe) -> Plan:
-        """The evaluations, each priced at the probe's times (model.unit_seconds)."""
-        from opcheck.runtime.cost.model import unit_seconds
+        """The evaluations, each priced at the probe's times (model.unit_seconds); the engine's path
+        in the words of the test's `policy:` row (policy.paths_taken); and its stages, whose
+        bookkeeping an estimate prices (estimate.PER_STEP): its comparisons, the fused pass where
+        one decided, each kind of batching it gave up, and TIMED where it read its clock."""
+        from opcheck.runtime.cost.model import TIMED, unit_seconds
+        from opcheck.runtime.policy import AUTO, paths_taken
 
         plan = Plan(crashed=self.crashed)
         for (kind, rows), count in self.evaluations.items():
             plan.add(kind, count, rows, unit_seconds(probe, kind, rows))
+        if self.report is None:
+            plan.note("crashes: a plain backward raises")
+            return plan
+        stats = self.report.stats
+        for words in paths_taken(self.fast_mode, self.report):
+            plan.note(f"auto: {words}" if self.fast_mode == AUTO else words)
+        plan.steps["comparison"] = max(1, len(stats.auto_paths) + (stats.failed_path is not None))
+        plan.steps["fused pass"] = int(stats.fused)
+        plan.steps["failed batch"] = len(stats.fallbacks)
+        plan.steps[TIMED] = int(self.clock_reads > 0)
         return plan
 
 
@@ -110,26 +126,55 @@ def dry_run(
     The engine's timed choices (a batch schedule's growth, a batched kind that costs more per column
     than the loop) read a virtual clock that each of the stand-in's evaluations advances by what
     that evaluation of the probed function costs (model.unit_seconds): they are the choices the
-    engine would make on the function, at the probe's times.
+    engine would make on the function, at the probe's times. No price is measured inside the check
+    (a batch of the probe's timed inside the check's vmap is a batch of batches, and inside its
+    backward or forward-AD level runs otherwise than alone): the clock prices each evaluation from
+    the batch sizes timed so far; a run that read its clock runs again once the sizes it made are
+    timed (_RUNS).
 
     `meta` runs the check on meta tensors (on_meta says where, by default): no evaluation or
     comparison computes anything, and every read of a value answers as a passing check's
     (_PassingReads), so that a dry run of a large check costs what its number of evaluations costs,
     not what its sizes do."""
-    from opcheck.engine import gradcheck_report, gradgradcheck_report
-    from opcheck.engine.batching import batching_clock
     from opcheck.runtime.cost.model import unit_seconds
 
     if meta is None:
         meta = on_meta(probe, wrong, second)
+    # what the prices read, probed before the check: the probe's batched calls, tried alone
+    _ = probe.jvp, probe.vmap, probe.vmap_jvp, probe.vmap_tangents, probe.batched_backward
+    run = _dry_run(probe, kwargs, wrong, second, meta)
+    for _ in range(_RUNS):
+        if run is None or not run.clock_reads:
+            return run
+        # the sizes it made, timed: where one's price moves, the clock read another
+        moved = [unit_seconds(probe, k, r, measure=False) != unit_seconds(probe, k, r) for k, r in run.evaluations]
+        if not any(moved):
+            return run
+        run = _dry_run(probe, kwargs, wrong, second, meta)
+    return run
+
+
+_RUNS = 3
+"""A dry run that reads its clock runs again, up to this many times more, until every size it made
+was timed before it ran."""
+
+
+def _dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float, second: Probe | None, meta: bool) -> DryRun | None:
+    from opcheck.engine import gradcheck_report, gradgradcheck_report
+    from opcheck.engine.batching import batching_clock
+    from opcheck.runtime.cost.model import unit_seconds
+
     device = torch.device("meta") if meta else None
     evaluations = Counter[tuple[Kind, int]]()
-    elapsed = [0.0]
+    elapsed, reads = [0.0], [0]
+
+    def clock() -> float:
+        reads[0] += 1
+        return elapsed[0]
 
     def record(kind: Kind, rows: int) -> None:
         evaluations[(kind, rows)] += 1
-        with _disable_current_modes():  # a price the probe has yet to measure is measured on its own tensors
-            elapsed[0] += unit_seconds(probe, kind, rows)
+        elapsed[0] += unit_seconds(probe, kind, rows, measure=False)
 
     budget = kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET
     fn = stand_in(probe, wrong, record, budget, second, device=device)
@@ -138,17 +183,17 @@ def dry_run(
     check = gradcheck_report if second is None else gradgradcheck_report
     inputs = tuple(_on(x, device) for x in probe.inputs)
     passing = _PassingReads() if meta else contextlib.nullcontext()
-    with warnings.catch_warnings(), batching_clock(lambda: elapsed[0]), torch.random.fork_rng(devices=[]), passing:
+    with warnings.catch_warnings(), batching_clock(clock), torch.random.fork_rng(devices=[]), passing:
         warnings.simplefilter("ignore")
-        torch.manual_seed(0)  # gradgradcheck draws its grad_outputs from the global generator
+        torch.default_generator.manual_seed(0)  # gradgradcheck draws its grad_outputs from the global generator
         try:
             report = check(fn, inputs, **kwargs)
         except RuntimeError:
             if not (probe.backward_raises or (second is not None and second.backward_raises)):
                 raise
             # the stand-in's backward (or double backward) raised through the check, as the probed one's
-            return DryRun(evaluations, None, crashed=True)
-    return DryRun(evaluations, report)
+            return DryRun(evaluations, None, True, kwargs.get("fast_mode", False), reads[0])
+    return DryRun(evaluations, report, False, kwargs.get("fast_mode", False), reads[0])
 
 
 def on_meta(probe: Probe, wrong: float = 1.0, second: Probe | None = None) -> bool:
@@ -302,7 +347,8 @@ def stand_in(
                 given = (torch.zeros(r.shape, dtype=dtype) if g is None else g for g, r in zip(grads, real_outputs))
                 flat = Transposed.apply(*given)
             parts = torch.split(flat, [s.numel() for s in shapes])
-            return tuple(part.reshape(s).to(dtype) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
+            # (copies, not views of one flat gradient: a second-order check's backward passes then are the op's)
+            return tuple(part.reshape(s).to(dtype, copy=True) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
 
     class Transposed(torch.autograd.Function):
         """Backward's map, whose own backward (the double backward) has the first derivative's
@@ -312,7 +358,7 @@ def stand_in(
 
         @staticmethod
         def forward(*grads: torch.Tensor) -> torch.Tensor:
-            return transposed(grads, grads[0].dtype)
+            return transposed(grads, grads[0].dtype).clone()  # not a view of the function's own tensor
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
