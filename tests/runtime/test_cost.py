@@ -569,7 +569,7 @@ def test_every_test_of_a_spec_is_estimated_or_says_why_not(monkeypatch):
     for e in done:
         assert e.seconds > e.evaluations > 0 and e.calls.total > 0 and e.path, e
     gradgrad = found["test_gradgradcheck[cpu-float64-small]"]
-    assert gradgrad.path == ("auto: full Jacobian, fused",)  # on the first derivative: 12 + 12 in, 12 out
+    assert gradgrad.path == ("auto: full Jacobian",)  # on the first derivative: 12 + 12 in, 12 out
     # a first-order check's path is the engine's on a stand-in, in the words of the test's policy row
     assert found["test_gradcheck[cpu-float64-small]"].path == ("auto: full Jacobian",)
     large = found["test_gradcheck[cpu-float64-large]"]

@@ -280,30 +280,56 @@ def _first_derivative_probe(fn, x):
 ONCE = broken_ops.SIN.function("StandInOnceDifferentiableSin", vmap=True, once_differentiable=True)
 
 
-# (not auto on a function without a vmap rule: its first derivative's grouped finite differences
-# count column groups, and the stand-in's first derivative, of a linear map, is constant in the
-# inputs: its Jacobian's columns differ from the function's)
-@pytest.mark.parametrize(
-    "fn, mode",
-    [(torch.sin, "auto"), (torch.sin, "full"), (ONCE.apply, "auto"), (ONCE.apply, "full"), (SQUARE.apply, "full")],
-    ids=["sin-auto", "sin-full", "no double backward-auto", "no double backward-full", "no vmap-full"],
-)
-def test_a_second_order_dry_run_makes_the_calls_of_gradgradcheck(fn, mode):
-    x = _inputs([(3, 4)])
-    calls, counted = _counted(fn)
+SECOND_ORDER_MODES = {
+    "auto": dict(fast_mode="auto"),
+    "full": dict(fast_mode=False),
+    # the runtime's fwgrad_bwgrad test: forward AD through the first derivative alone
+    "forward over backward": dict(
+        fast_mode="auto", check_fwd_over_rev=True, check_rev_over_rev=False, check_undefined_grad=False
+    ),
+}
+SECOND_ORDER = {
+    "sin": (torch.sin, [(3, 4)]),
+    "sin, complex": (torch.sin, [(Z, 3, 4)]),
+    "no double backward": (ONCE.apply, [(3, 4)]),
+    # the first derivative's columns cannot be batched: grouped finite differences by its column
+    # groups (two: x's and v's), where a first derivative constant in x had one
+    "no vmap": (SQUARE.apply, [(3, 4)]),
+    "no vmap, beyond the full check's first size": (SQUARE.apply, [(6, 8)]),
+    "a backward without a batching rule": (SIN_UNBATCHED_BACKWARD.apply, [(3, 4)]),
+    "broadcast solve": (
+        lambda a, b: torch.linalg.solve(a + 4 * torch.eye(3, dtype=a.dtype), b),
+        [(2, 1, 3, 3), (4, 3, 2)],
+    ),
+}
 
-    flags = MODES[mode]
+
+@pytest.mark.parametrize("mode", list(SECOND_ORDER_MODES))
+@pytest.mark.parametrize("name", list(SECOND_ORDER))
+def test_a_second_order_dry_run_makes_the_calls_of_gradgradcheck(name, mode):
+    """The calls and the engine's backward passes, where the first derivative (the stand-in's
+    backward, of y + y²/2 for maps y) batches, groups its columns and takes forward AD as the op's."""
+    fn, shapes = SECOND_ORDER[name]
+    if mode == "forward over backward" and not _forward_ad(fn):
+        pytest.skip("no forward AD to check through the first derivative")
+    x = _inputs(shapes)
+    calls, counted = _counted(fn)
+    flags = SECOND_ORDER_MODES[mode]
     with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
         warnings.simplefilter("ignore")
         torch.manual_seed(0)
         try:
-            passed = opcheck.gradgradcheck_report(counted, x, **flags).passed
+            report = opcheck.gradgradcheck_report(counted, x, **flags)
         except RuntimeError:
-            passed = None  # the double backward raised through the check
+            report = None  # the double backward raised through the check
     run = dry_run(Probe(fn, x), flags, second=_first_derivative_probe(fn, x))
     assert run is not None
-    assert (None if run.crashed else run.report.passed) == passed
+    assert (None if run.crashed else run.report.passed) == (None if report is None else report.passed)
     assert run.forward_side == calls["forward"] > 0
+    if report is not None and report.passed:  # (a failure's localization reads values)
+        made, dry = report.stats, run.report.stats
+        assert (dry.vjp_calls, dry.batched_vjp_calls) == (made.vjp_calls, made.batched_vjp_calls)
+        assert dry.auto_paths == made.auto_paths
 
 
 def _larger(name, shapes):

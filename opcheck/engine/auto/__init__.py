@@ -71,6 +71,7 @@ def _fused_passes(ctx: CheckContext, call: Call, full_mode: bool) -> tuple[bool,
         except Fallback as e:  # the next pass, or the step-by-step check, decides from a fresh start
             stats = ctx.evaluator.stats
             stats.fallbacks.append(f"{'projected' if attempt is Pass.PROJECTED else 'fused'}: {e}")
+            stats.disagreements += e.disagreed
             ctx.evaluator.stop(*e.distrust)
             stats.auto_paths.clear()
             stats.failed_path = None

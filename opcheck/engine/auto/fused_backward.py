@@ -139,6 +139,7 @@ class _Backward:
             if flat is not None and not self._tied(flat, flags.check_batched_grad):
                 # torch.func's batching rule disagrees: try the legacy one
                 ev.stats.fallbacks.append("fused: torch.func's batched backward differs from the plain one")
+                ev.stats.disagreements += 1
                 flat = None
         if flat is None:
             flat = self._legacy(ev)
@@ -196,7 +197,7 @@ class _Backward:
             for i in range(n_out)
             for j, p in enumerate(self.plain[i])
         ):
-            raise Fallback("the legacy batched gradient differs from the plain one")
+            raise Fallback("the legacy batched gradient differs from the plain one", disagreed=True)
 
 
 def _plain_gradients(

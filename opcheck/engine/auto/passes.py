@@ -43,15 +43,23 @@ class Fallback(Exception):
     `loops`: the function cannot be evaluated in batches as the pass needs (no vmap support, or
     batching is off), so a check of its every column and row would run them one call at a time.
     `projections`: the step-by-step projections cost fewer calls than the pass would: they go first.
+    `disagreed`: a batched result disagreed with a plain call (what the values decide, not the sizes;
+    set wherever `distrust` is).
     """
 
     def __init__(
-        self, message: str, distrust: tuple[BatchingKind, ...] = (), loops: bool = False, projections: bool = False
+        self,
+        message: str,
+        distrust: tuple[BatchingKind, ...] = (),
+        loops: bool = False,
+        projections: bool = False,
+        disagreed: bool = False,
     ):
         super().__init__(message)
         self.distrust = distrust
         self.loops = loops
         self.projections = projections
+        self.disagreed = disagreed or bool(distrust)
 
 
 @contextlib.contextmanager

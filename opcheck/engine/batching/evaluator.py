@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 import torch
 
 from opcheck.engine._util import Func, as_tuple, autograd_grad, batched_grad, legacy_vmap, vmap_rows
+from opcheck.engine.batching.agreement import Disagreement
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
 from opcheck.engine.batching.settings import DEFAULT_MEMORY_BUDGET, Clock, cost_seconds, cpu_clock
 
@@ -74,6 +75,12 @@ class EvalStats:
     # (the report's mismatch is that block, so only this says which comparison it was)
     failed_path: str | None = None
     fused: bool = False  # fast_mode="auto" or False: a fused pass (auto/fused.py) passed every check of the call
+    # numerical rows near the tolerance, recomputed by plain calls (evaluation/numerical.py): what
+    # the values decide, not the sizes
+    settled_rows: int = 0
+    # batched results that disagreed with a plain call, each handing its work to plain calls: what
+    # the values decide too
+    disagreements: int = 0
 
 
 class Evaluator:
@@ -150,6 +157,7 @@ class Evaluator:
         self.stop(kind)
         if isinstance(why, SlowerThanLoop):
             return  # recorded by keep_if_cheaper
+        self.stats.disagreements += isinstance(why, Disagreement)
         text = why if isinstance(why, str) else f"{type(why).__name__}: {str(why).splitlines()[0] if str(why) else ''}"
         self.stats.fallbacks.append(f"{kind}: {text}")
 

@@ -144,4 +144,5 @@ def settle_rows(
             block[r] = col.to(block.dtype)
         settled.add(r)
     ctx.evaluator.stats.fallbacks.append(f"settled {len(rows)} numerical rows of input {idx} by plain calls")
+    ctx.evaluator.stats.settled_rows += len(rows)
     return numerical

@@ -23,7 +23,8 @@ cost model, model.py, walks those decisions a second time, for second-order chec
   columns of one block share rows, those of different blocks none), which the grouped finite
   differences count;
 - for gradgradcheck (`second`, the first derivative's probe), a double backward that raises where
-  that probe's backward raised and is wrong where the op's double backward was;
+  that probe's backward raised and is wrong where the op's double backward was, and forward AD
+  through backward where that probe's forward AD ran (off by 2x where it disagreed);
 - with `wrong`, a derivative off by that factor: the failing check's path.
 
 Each evaluation is recorded by kind and rows (`DryRun.evaluations`), priced at the probe's times
@@ -189,9 +190,13 @@ def _dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float, second: Probe |
         try:
             report = check(fn, inputs, **kwargs)
         except RuntimeError:
-            if not (probe.backward_raises or (second is not None and second.backward_raises)):
+            if not (
+                probe.backward_raises
+                or (second is not None and second.backward_raises)
+                or (second is not None and second.jvp is None and kwargs.get("check_fwd_over_rev"))
+            ):
                 raise
-            # the stand-in's backward (or double backward) raised through the check, as the probed one's
+            # the stand-in's backward (its double backward, forward AD through it) raised, as the probed one's
             return DryRun(evaluations, None, True, kwargs.get("fast_mode", False), reads[0])
     return DryRun(evaluations, report, False, kwargs.get("fast_mode", False), reads[0])
 
@@ -274,7 +279,9 @@ def stand_in(
     backward_raises = probe.backward_raises
     # complex outputs whose parts do not batch (a conjugate view's .imag is a negative view, which
     # has no batching rule) though the outputs do: the stand-in's are conjugate views too
-    conjugate = vmaps and probe.vmap is None
+    # (not in a second-order check, whose first derivative takes no output's parts: its batching is
+    # the first derivative's probe's, and a negative view of its grad_output has no batching rule)
+    conjugate = vmaps and probe.vmap is None and second is None
     sizes = [_real(o).numel() for o in mapped]
     groups = 1
     sizes_of = route.Sizes(probe.n, probe.m_real, len(diff), budget, backward=True)
@@ -282,14 +289,23 @@ def stand_in(
         groups = probe.column_groups  # (where the grouped finite differences can run: the full check first)
     # every column in some row: no more blocks than rows
     groups = max(1, min(n, max(groups, -(-n // max(1, sum(sizes))))))
+    if second is not None and second.vmap_whole is None and second.batched_backward is not None and n:
+        # the first derivative's columns cannot be batched: blocks whose first derivative falls in
+        # as many column groups as the probed one's (where the grouped finite differences can run)
+        first = route.Sizes(second.n, second.m_real, len(second.diff), budget, backward=True)
+        if first.full_first:
+            groups = _second_order_groups(second.column_groups, groups, n, sizes, len(second.diff))
     blocks = max(1, -(-n // groups))
     generator = torch.Generator().manual_seed(0)
     coefficients = [_coefficients(size, groups, generator, device) for size in sizes]
-    starts = [sum(sizes[:k]) for k in range(len(sizes))]
-    block_of = [(start + torch.arange(size, device=device)) % blocks for start, size in zip(starts, sizes)]
+    block_of = [(start + torch.arange(size, device=device)) % blocks for start, size in zip(_starts(sizes), sizes)]
 
     real_outputs = [_real(_on(o, device)) for o in mapped]
-    double_backward = probe.double_backward  # probed here: the check's transforms are no place to probe
+    # probed here, as what follows: the check's transforms are no place to probe
+    double_backward = probe.double_backward
+    second_batched_backward = second is not None and second.batched_backward is not None
+    # a first derivative whose JVPs batch their tangents where it does not batch (tangents_only below)
+    second_tangents_only = second is not None and second.vmap_whole is None and second.vmap_tangents is not None
     detached = second is not None and double_backward == "detached"
     second_wrong = 1.0
     if second is not None:  # a wrong second derivative; one the probe found wrong (@once_differentiable) too
@@ -321,16 +337,22 @@ def stand_in(
 
         @staticmethod
         def forward(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return apply_maps(xs)
+            if second is None:
+                return apply_maps(xs)
+            return tuple(y + 0.5 * y * y for y in apply_maps(xs))
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
             ctx.dtypes = [x.dtype for x in inputs]
+            if second is not None:
+                ctx.save_for_backward(*inputs)
+                ctx.save_for_forward(*inputs)
 
         @staticmethod
         def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
             rows = _batch_rows(grads)
-            if backward_raises or (rows and not batched_backward):
+            # (a second-order check's batched backward is its first derivative's batched call: Transposed's)
+            if backward_raises or (rows and not batched_backward and second is None):
                 called(Kind.BATCHED_BACKWARD if rows else Kind.BACKWARD, 1)
                 if backward_raises:
                     raise RuntimeError("the stand-in's backward raises, as the probed one")
@@ -340,21 +362,25 @@ def stand_in(
             if second is None:  # backward's own derivative (the VJP of the VJP) as the probe found it
                 with torch.set_grad_enabled(torch.is_grad_enabled() and double_backward != "detached"):
                     flat = _as_differentiated(wrong * transposed(grads, dtype), double_backward)
-            elif detached:
-                with torch.no_grad():
-                    flat = transposed(grads, dtype)
-            else:
-                given = (torch.zeros(r.shape, dtype=dtype) if g is None else g for g, r in zip(grads, real_outputs))
-                flat = Transposed.apply(*given)
+            else:  # the maps' VJP at y = maps(x): (1 + y) * grad, transposed, differentiable in x and grad
+                with torch.set_grad_enabled(torch.is_grad_enabled() and not detached):
+                    given = [
+                        (torch.zeros(r.shape, dtype=dtype) if g is None else g) * (1 + y)
+                        for g, r, y in zip(grads, real_outputs, apply_maps(ctx.saved_tensors))
+                    ]
+                    if second_tangents_only and any(_batched_primal(g) for g in given):
+                        raise RuntimeError("the stand-in's backward has no batching rule, as its first derivative")
+                    flat = transposed(given, dtype) if detached else Transposed.apply(*given)
             parts = torch.split(flat, [s.numel() for s in shapes])
             # (copies, not views of one flat gradient: a second-order check's backward passes then are the op's)
             return tuple(part.reshape(s).to(dtype, copy=True) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
 
     class Transposed(torch.autograd.Function):
         """Backward's map, whose own backward (the double backward) has the first derivative's
-        probed support: vmap, a backward that raises; scaled by `wrong`."""
+        probed support: vmap, a backward that raises, a batched backward that raises; scaled by
+        `wrong`."""
 
-        generate_vmap_rule = second is not None and second.vmap_whole is not None
+        generate_vmap_rule = second is not None and (second.vmap_whole is not None or second_tangents_only)
 
         @staticmethod
         def forward(*grads: torch.Tensor) -> torch.Tensor:
@@ -371,7 +397,18 @@ def stand_in(
             called(Kind.DOUBLE_BACKWARD, rows or 1)
             if second.backward_raises:
                 raise RuntimeError("the stand-in's double backward raises, as the probed one")
+            if rows and not second_batched_backward:
+                raise RuntimeError("the stand-in's double backward has no batching rule, as the probed one")
             return tuple(second_wrong * t for t in apply_maps([gg]))
+
+    if second is not None and second.jvp is not None:  # forward AD through backward, where the probe's ran
+        second_jvp_wrong = second_wrong * (1.0 if second.jvp_right else 2.0)
+
+        def transposed_jvp(ctx: Any, *tangents: torch.Tensor | None) -> torch.Tensor:
+            dtype = next((t.dtype for t in tangents if t is not None), torch.float64)
+            return second_jvp_wrong * transposed(tangents, dtype)
+
+        Transposed.jvp = staticmethod(transposed_jvp)  # type: ignore[method-assign]
 
     if probe.jvp is not None:  # a JVP that disagrees with finite differences where the probe's did
         jvp_wrong = wrong * (1.0 if probe.jvp_right else 2.0)
@@ -380,7 +417,10 @@ def stand_in(
             zeros = [
                 torch.zeros(s, dtype=torch.float64, device=device) if t is None else t for t, s in zip(tangents, shapes)
             ]
-            return tuple(jvp_wrong * t for t in apply_maps(zeros))
+            if second is None:
+                return tuple(jvp_wrong * t for t in apply_maps(zeros))
+            ys = apply_maps(ctx.saved_tensors)
+            return tuple(jvp_wrong * t * (1 + y) for t, y in zip(apply_maps(zeros), ys))
 
         StandIn.jvp = staticmethod(jvp)  # type: ignore[method-assign]
 
@@ -404,13 +444,46 @@ def stand_in(
                 if o.is_complex() and conjugate and kind in (Kind.FORWARD, Kind.VMAP):
                     r = torch.complex(r[..., 0], -r[..., 1]).conj()  # (forward AD's batching takes none)
                 elif o.is_complex():
-                    r = torch.complex(r[..., 0], r[..., 1])
+                    r = torch.view_as_complex(r)  # (its backward takes a conjugate grad_output under vmap)
                 result.append(r)
             else:
                 result.append(fixed.clone())
         return tuple(result) if len(result) > 1 else result[0]
 
     return function
+
+
+def _second_order_groups(target: int, least: int, n: int, sizes: Sequence[int], inputs: int) -> int:
+    """The block width from `least` up whose stand-in's first derivative has `target` column groups
+    (opcheck.engine.auto.grouped.column_groups, bounded as the probe bounds them), else the nearest.
+
+    With blocks of `g` input elements, each output element reading one block, and the stand-in's
+    y + y²/2 of the maps y, the first derivative (x, v) -> Jᵀ((1 + y) v) has, in the rows of a
+    block, the block's x columns and the v columns of the outputs that read it."""
+    from opcheck.engine.auto.grouped import column_groups
+
+    most = route.loop_columns(inputs) // route.GROUP_WEIGHTINGS + 1
+    reads = torch.cat([start + torch.arange(size) for start, size in zip(_starts(sizes), sizes)])
+    best, off = least, None
+    for g in range(least, n + 1):
+        blocks = -(-n // g)
+        row_block = torch.arange(n) // g
+        read_block = reads % blocks
+        read = torch.zeros(blocks, dtype=torch.bool)
+        read[read_block] = True
+        x_columns = (row_block[:, None] == row_block[None, :]) & read[row_block][None, :]
+        v_columns = row_block[:, None] == read_block[None, :]
+        found = column_groups(torch.cat([x_columns, v_columns], dim=1), most)
+        count = most if found is None else len(found)
+        if off is None or abs(count - target) < off:
+            best, off = g, abs(count - target)
+        if count == target:
+            break
+    return best
+
+
+def _starts(sizes: Sequence[int]) -> list[int]:
+    return [sum(sizes[:k]) for k in range(len(sizes))]
 
 
 class _WrongWhenDifferentiated(torch.autograd.Function):
