@@ -6,9 +6,9 @@ three for a quick call and once for one of probe.REPEAT_UNDER seconds or more, a
 needs them, one call of each batched evaluation the engine may use: which of its paths the op
 takes; samples.py probes each sample once for every dtype and check that shares it), plans the
 engine call the runtime makes, with the runtime's own flags, tolerances and policy
-(checks.engine_call): a first-order check by running the engine's own check on a stand-in of the
-function and counting what it evaluates (standin.dry_run), a second-order one with model.plan_check;
-and prices each evaluation at the probe's times, plus what surrounds the evaluations (building the sample,
+(checks.engine_call) by running the engine's own check on a stand-in of the function and counting
+what it evaluates (standin.dry_run; model.plan_check where the function has none), and prices each
+evaluation at the probe's times, plus what surrounds the evaluations (building the sample,
 the engine's bookkeeping and comparisons: FIXED, PER_EVALUATION, PER_STEP, measured on the catalog
 and scaled to this machine by `machine_factor`).
 
@@ -342,11 +342,8 @@ def plans_of(
     check, the op's call that draws its grad_outputs); with `fails`, of a test expected to fail (a
     wrong gradient); `overrides` replace the runtime's keyword arguments to the engine (fast_mode).
 
-    A first-order check's plan is the engine's own check of the function's stand-in (standin.dry_run),
-    counted. A second-order check, and a function without a stand-in (sparse inputs, outputs that are
-    not tensors), are planned by model.plan_check: the stand-in's first derivative is linear, so its
-    second-order check's column groups and batching are not always the op's (benchmarks/bench_plan.py
-    --dry-run lists where)."""
+    Each is the engine's own check of the function's stand-in (standin.dry_run), counted; a function
+    without a stand-in (sparse inputs, outputs that are not tensors) is planned by model.plan_check."""
     if Check.parse(case.check).declared:
         return [_declared_plan(case.check, p) for p in probes.first_order(case)]
     second_order = Check.parse(case.check).second_order

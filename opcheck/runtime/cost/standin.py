@@ -1,8 +1,8 @@
 """A stand-in for a probed function, for a dry run of the engine's own check.
 
-An estimate's plan of a first-order check (estimate.plans_of) is a dry run: the engine itself run
-on a function that has what its decisions read from the probe, counting what it evaluates (the
-cost model, model.py, walks those decisions a second time, for second-order checks):
+An estimate's plan of a check (estimate.plans_of) is a dry run: the engine itself run on a function
+that has what its decisions read from the probe, counting what it evaluates (the cost model,
+model.py, walks those decisions a second time, where a function has no stand-in):
 
 - the probed inputs' and outputs' shapes and dtypes, through a linear map of O(n + m) entries with
   unit-scale random coefficients (so that a wrong stand-in's error stands well above any tolerance):
