@@ -15,7 +15,7 @@ from bench_runner import run_benchmark, script
 def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_path):
     """Every cpu gradcheck, forward_ad, gradgradcheck and fwgrad_bwgrad test of op_specs/: real ops,
     custom ops, complex, sparse and second-order checks, batched and looped, each planned by the
-    engine's own check of a stand-in (sparse inputs by the model); but where the engine makes a timed
+    engine's own check of a stand-in (complex sparse inputs by the model); but where the engine makes a timed
     choice (it decides by timing its own calls, which a loaded machine moves), where the test's
     values decide (entries near the tolerance, batched results that disagree with plain calls), and
     an expected failure's (its batches too may grow otherwise than planned)."""

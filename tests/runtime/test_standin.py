@@ -165,12 +165,43 @@ def test_a_dry_run_on_a_wrong_stand_in_makes_the_evaluations_of_a_failing_check(
     assert _made(standin, shapes, flags) == made
 
 
-def test_no_stand_in_for_sparse_inputs_or_outputs_without_a_gradient():
-    sparse = _x(3, 4).to_sparse().requires_grad_()
+def test_no_stand_in_for_complex_sparse_inputs_or_outputs_without_a_gradient():
+    sparse = _x(Z, 3, 4).to_sparse().requires_grad_()
     assert stand_in(Probe(lambda t: t.to_dense(), (sparse,))) is None
     x = _x(3).requires_grad_()
     assert stand_in(Probe(lambda t: t.argmax(), (x,))) is None
     assert stand_in(Probe(lambda t: (t.sum(), 2), (x,))) is None
+
+
+def _sparse(layout, masked_out=0.5):
+    dense = _x(6, 5)
+    dense[dense.abs() < masked_out] = 0
+    return {"coo": dense.to_sparse(), "csr": dense.to_sparse_csr()}[layout].requires_grad_()
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_a_dry_run_of_a_sparse_input_makes_the_calls_of_its_check(layout, mode, masked):
+    """The engine's own dense stand-ins rebuild the input for the stand-in as for the op: the same
+    loops over the positions the numerical side moves (all, or with masked=True the specified
+    ones), and the same backward passes."""
+    w = _x(5, 3, seed=1)
+    x = _sparse(layout)
+
+    def op(t):  # a gradient at every position (torch.mm), or masked to the input's pattern
+        return torch.sparse.mm(t, w) if masked else torch.mm(t, w)
+
+    calls, counted = _counted(op)
+    flags = dict(MODES[mode], masked=masked, check_batched_grad=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = opcheck.gradcheck_report(counted, (x,), **flags)
+        run = dry_run(Probe(op, (x,), masked=masked), flags)
+    assert run is not None and run.report.passed == report.passed is True
+    assert run.forward_side == calls["forward"] > 0
+    made, dry = report.stats, run.report.stats
+    assert (dry.vjp_calls, dry.batched_vjp_calls) == (made.vjp_calls, made.batched_vjp_calls)
 
 
 def _counted(fn):

@@ -343,7 +343,8 @@ def plans_of(
     wrong gradient); `overrides` replace the runtime's keyword arguments to the engine (fast_mode).
 
     Each is the engine's own check of the function's stand-in (standin.dry_run), counted; a function
-    without a stand-in (sparse inputs, outputs that are not tensors) is planned by model.plan_check."""
+    without a stand-in (complex sparse inputs, a second-order check of sparse inputs, outputs that
+    are not tensors) is planned by model.plan_check."""
     if Check.parse(case.check).declared:
         return [_declared_plan(case.check, p) for p in probes.first_order(case)]
     second_order = Check.parse(case.check).second_order

@@ -1,8 +1,8 @@
 """The evaluations one engine call makes, planned from a probe of the function (probe.py).
 
-An estimate plans here only a function without a stand-in (sparse inputs, outputs that are not
-tensors); every other check's plan is the engine's own check of the function's stand-in, counted
-(standin.dry_run).
+An estimate plans here only a function without a stand-in (complex sparse inputs, a second-order
+check of sparse inputs, outputs that are not tensors); every other check's plan is the engine's
+own check of the function's stand-in, counted (standin.dry_run).
 
 `plan_check(flags, probe)` follows the engine's decisions (opcheck.engine.api._gradcheck and the
 passes it runs) as far as a probe can tell them. fast_mode="auto"'s route (which pass first, where a

@@ -164,6 +164,8 @@ class Probe:
         # layout), the numerical columns only at the positions its pattern perturbs, with loops.
         self.layouts = any(self.inputs[j].layout != torch.strided for j in self.diff)
         self.columns = [self.inputs[j].numel() * (2 if self.inputs[j].is_complex() else 1) for j in self.diff]
+        self.given_inputs = self.inputs  # as the engine gets them (sparse ones too)
+        self.perturbed: dict[int, list[int]] = {}  # a sparse input's dense positions the numerical side moves
         if self.layouts:
             from opcheck.engine.layouts import LayoutInputs
 
@@ -173,6 +175,7 @@ class Probe:
                 positions = stand_ins.numerical_positions(self.inputs[j])
                 if positions is not None:
                     self.columns[k] = max(1, len(positions)) * (2 if self.inputs[j].is_complex() else 1)
+                    self.perturbed[j] = positions
         fn = self.fn
         tensors = [x for x in self.inputs if isinstance(x, torch.Tensor)]
         self.device = tensors[0].device if tensors else None

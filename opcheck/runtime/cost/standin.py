@@ -29,12 +29,15 @@ model.py, walks those decisions a second time, where a function has no stand-in)
 
 Each evaluation is recorded by kind and rows (`DryRun.evaluations`), priced at the probe's times
 (`DryRun.plan`), and advances the virtual clock the engine's timed choices read in a dry run.
-`stand_in` returns None for sparse inputs, non-tensor outputs, a function without an output that
-requires grad, and a first derivative (gradgradcheck's stand-in is the op's, with `second`). What
-it does not mirror: a batching rule that works at some batch sizes only, a first derivative without
-a batching rule where the forward has one, the first derivative's column groups (the stand-in's, of
-a linear map, is constant in the inputs), and a batched backward that raises only where its graph
-is kept for a second derivative.
+A sparse input goes into the stand-in as the engine gives it (the engine's own dense stand-ins
+rebuild it), read by dense position where the numerical side moves its values: with masked=True
+its specified positions alone, which alone a passing check's gradient has. `stand_in` returns None
+for complex sparse inputs, a second-order check of sparse inputs, non-tensor outputs, a function
+without an output that requires grad, and a first derivative (gradgradcheck's stand-in is the
+op's, with `second`). What it does not mirror: a batching rule that works at some batch sizes
+only, a batched backward that raises only where its graph is kept for a second derivative, and
+what a check's values decide (entries near the tolerance, batched results that disagree with a
+plain call).
 
 A dry run beyond the full check's first size runs on meta tensors (`on_meta`, `_PassingReads`).
 """
@@ -182,7 +185,7 @@ def _dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float, second: Probe |
     if fn is None:
         return None
     check = gradcheck_report if second is None else gradgradcheck_report
-    inputs = tuple(_on(x, device) for x in probe.inputs)
+    inputs = tuple(_on(x, device) for x in (probe.given_inputs if probe.layouts else probe.inputs))
     passing = _PassingReads() if meta else contextlib.nullcontext()
     with warnings.catch_warnings(), batching_clock(clock), torch.random.fork_rng(devices=[]), passing:
         warnings.simplefilter("ignore")
@@ -210,7 +213,7 @@ def on_meta(probe: Probe, wrong: float = 1.0, second: Probe | None = None) -> bo
     where backward's own derivative is wrong (Probe.double_backward), or forward AD is (a JVP that
     disagrees with finite differences), a passing check finds that source of J·U disagreeing, which
     a meta tensor cannot show."""
-    if wrong != 1.0 or second is not None or probe.double_backward == "wrong":
+    if wrong != 1.0 or second is not None or probe.double_backward == "wrong" or probe.layouts:
         return False
     if probe.jvp is not None and not probe.jvp_right:
         return False
@@ -267,10 +270,21 @@ def stand_in(
     constant outputs are on `device` (None: the probe's)."""
     called: Callable[[Kind, int], None] = record or (lambda kind, rows: None)
     outs = probe.func_out
-    if probe.layouts or hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
+    if hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
+        return None
+    if probe.layouts and (second is not None or probe.complex_inputs or device is not None):
         return None
     diff = probe.diff
     shapes = [_real(probe.inputs[j]).shape for j in diff]  # the Function's inputs: real views
+    # a sparse input, as the engine gives it: its dense values, where the numerical side moves them
+    # (masked=True: the specified positions alone, whose gradient alone a passing check has)
+    masks: dict[int, torch.Tensor] = {}
+    for k, j in enumerate(diff):
+        if j in probe.perturbed:
+            dense = probe.inputs[j]
+            mask = torch.zeros(dense.numel(), dtype=torch.bool)
+            mask[probe.perturbed[j]] = True
+            masks[k] = mask.reshape(dense.shape)
     n = sum(s.numel() for s in shapes)
     mapped = [o for o in outs if o.requires_grad]  # the rest are constants, as the probed outputs
     if not mapped:
@@ -312,7 +326,7 @@ def stand_in(
         wrong, second_wrong = 1.0, wrong * (2.0 if double_backward == "wrong" else 1.0)
 
     def apply_maps(xs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        f = torch.cat([x.reshape(-1) for x in xs])
+        f = torch.cat([_dense(x, masks.get(k)).reshape(-1) for k, x in enumerate(xs)])
         grid = torch.nn.functional.pad(f, (0, blocks * groups - n)).reshape(blocks, groups)
         return tuple(
             (grid[rows] * c.to(f.dtype)).sum(-1).to(r.dtype).reshape(r.shape)
@@ -373,7 +387,10 @@ def stand_in(
                     flat = transposed(given, dtype) if detached else Transposed.apply(*given)
             parts = torch.split(flat, [s.numel() for s in shapes])
             # (copies, not views of one flat gradient: a second-order check's backward passes then are the op's)
-            return tuple(part.reshape(s).to(dtype, copy=True) for part, s, dtype in zip(parts, shapes, ctx.dtypes))
+            return tuple(
+                _dense(part.reshape(s), masks.get(k)).to(dtype, copy=True)
+                for k, (part, s, dtype) in enumerate(zip(parts, shapes, ctx.dtypes))
+            )
 
     class Transposed(torch.autograd.Function):
         """Backward's map, whose own backward (the double backward) has the first derivative's
@@ -525,7 +542,16 @@ def _coefficients(size: int, groups: int, generator: torch.Generator, device: to
 
 
 def _real(x: torch.Tensor) -> torch.Tensor:
+    if x.layout != torch.strided:
+        return x  # a sparse input (real) into the stand-in as given
     return torch.stack((x.real, x.imag), -1) if x.is_complex() else x
+
+
+def _dense(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A sparse input's values by dense position (those the numerical side moves, with `mask`)."""
+    if x.layout != torch.strided:
+        x = x.to_dense()
+    return x if mask is None else x * mask.to(x.device)
 
 
 def _batched_primal(x: Any) -> bool:
