@@ -1,8 +1,8 @@
 """The cost estimate's plans against the calls the generated tests make, over the catalog.
 
-For every cpu gradcheck, forward_ad and gradgradcheck test of the specs: the estimate's plan
-(opcheck.runtime.cost: one probe of the op per sample; a first-order check's evaluations those of the
-engine's own check of the op's stand-in, a second-order check's planned from the probe by the model;
+For every cpu gradcheck, forward_ad, gradgradcheck and fwgrad_bwgrad test of the specs: the
+estimate's plan (opcheck.runtime.cost: one probe of the op per sample; the evaluations of the
+engine's own check of the op's stand-in, or where the op has none, the model's plan from the probe;
 a test the spec expects to fail planned as a failing check), then the test itself through
 opcheck.runtime.checks.run_check, with the op wrapped to count its calls. Compared: the op's
 forward-side calls, every call of the op that Python sees (plain forwards, forward-mode calls, which
@@ -15,13 +15,15 @@ totals, passing tests and expected failures apart (a plan of an expected failure
 gradient, or of a crash where the op's backward raises); --json writes every record. Exits 1 when a
 test that passes differs, unless its plan makes a timed choice (model.TIMED: the engine times its own
 calls there, as a batch schedule's later batches, and the plan takes the probe's times, so a loaded
-machine can move the counts; those are counted apart). Counts only: nothing here reads a clock.
+machine can move the counts) or its values decide its calls (the engine's stats: entries near the
+tolerance settled by plain calls, a batched result that disagreed with a plain call); those are
+counted apart. Counts only: nothing here reads a clock.
 
---dry-run also runs, for each test, second-order ones too, the engine with the test's own
-arguments on the probed function's stand-in (opcheck.runtime.cost.standin: a function
+--dry-run also runs, for each test, the engine with the test's own arguments on the probed
+function's stand-in apart from the estimate (opcheck.runtime.cost.standin: a function
 with the probe's shapes and its vmap, forward-AD and batched-backward support; for an expected
 failure, a wrong one), counting the stand-in's calls as the op's are counted: the dry run against
-the calls made, beside the model's plan; and the engine's backward passes (its plain and batched
+the calls made, beside the estimate's plan; and the engine's backward passes (its plain and batched
 VJPs, as its report counts them) in the dry run against those in the test, where neither raised
 through the check: the calls inside autograd that a wrapper of the op does not see. It reports;
 the exit status stays the estimate's plans'.
@@ -112,8 +114,8 @@ def counted_ops(counter: _Counter) -> Iterator[None]:
 
 
 def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
-    """One record per cpu gradcheck, forward_ad and gradgradcheck test of the specs (with `dry`, and
-    the dry runs' counts) that is neither skipped nor unestimated."""
+    """One record per cpu gradient test of the specs (CHECKS; with `dry`, and the dry runs' counts)
+    that is neither skipped nor unestimated."""
     specs = sorted(load_specs(spec_paths, root=REPO), key=lambda s: s.name)
     settings, counter, records = Settings(), _Counter(), []
     with counted_ops(counter), warnings.catch_warnings():
