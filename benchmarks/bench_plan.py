@@ -2,8 +2,8 @@
 
 For every cpu gradcheck, forward_ad, gradgradcheck and fwgrad_bwgrad test of the specs: the
 estimate's plan (opcheck.runtime.cost: one probe of the op per sample; the evaluations of the
-engine's own check of the op's stand-in, or where the op has none, the model's plan from the probe;
-a test the spec expects to fail planned as a failing check), then the test itself through
+engine's own check of the op's stand-in; a test the spec expects to fail planned as a failing
+check), then the test itself through
 opcheck.runtime.checks.run_check, with the op wrapped to count its calls. Compared: the op's
 forward-side calls, every call of the op that Python sees (plain forwards, forward-mode calls, which
 run the op on dual inputs, and vmapped calls, one per batch), planned against made. The
@@ -13,20 +13,18 @@ engine's own count of them, and tests/runtime/test_cost.py counts those on funct
 Prints each test whose counts differ (planned, made, the test's outcome, the plan's path), then the
 totals, passing tests and expected failures apart (a plan of an expected failure is of a wrong
 gradient, or of a crash where the op's backward raises); --json writes every record. Exits 1 when a
-test that passes differs, unless its plan makes a timed choice (model.TIMED: the engine times its own
+test that passes differs, unless its plan makes a timed choice (plan.TIMED: the engine times its own
 calls there, as a batch schedule's later batches, and the plan takes the probe's times, so a loaded
 machine can move the counts) or its values decide its calls (the engine's stats: entries near the
 tolerance settled by plain calls, a batched result that disagreed with a plain call); those are
 counted apart. Counts only: nothing here reads a clock.
 
---dry-run also runs, for each test, the engine with the test's own arguments on the probed
-function's stand-in apart from the estimate (opcheck.runtime.cost.standin: a function
-with the probe's shapes and its vmap, forward-AD and batched-backward support; for an expected
-failure, a wrong one), counting the stand-in's calls as the op's are counted: the dry run against
-the calls made, beside the estimate's plan; and the engine's backward passes (its plain and batched
-VJPs, as its report counts them) in the dry run against those in the test, where neither raised
-through the check: the calls inside autograd that a wrapper of the op does not see. It reports;
-the exit status stays the estimate's plans'.
+--dry-run also runs, for each test, the estimate's dry runs apart (opcheck.runtime.cost.standin:
+the engine with the test's own arguments on a function with the probe's shapes and its vmap,
+forward-AD and batched-backward support; for an expected failure, a wrong one), and compares the
+engine's backward passes (its plain and batched VJPs, as its report counts them) in the dry run
+with those in the test, where neither raised through the check: the calls inside autograd that a
+wrapper of the op does not see. It reports; the exit status stays the estimate's plans'.
 
     python benchmarks/bench_plan.py                          # the catalog (about 3 minutes, one core)
     python benchmarks/bench_plan.py --specs op_specs/sin.yaml --specs op_specs/cube.yaml
@@ -62,8 +60,7 @@ import opcheck.runtime.samples as samples  # noqa: E402
 from opcheck.runtime.checks import run_check  # noqa: E402
 from opcheck.runtime.context import Settings  # noqa: E402
 from opcheck.runtime.cost.estimate import engine_kwargs, estimate, expected_failure, plans_of  # noqa: E402
-from opcheck.runtime.cost.model import TIMED  # noqa: E402
-from opcheck.runtime.cost.plan import Kind  # noqa: E402
+from opcheck.runtime.cost.plan import TIMED, Kind  # noqa: E402
 from opcheck.runtime.cost.probe import Probe  # noqa: E402
 from opcheck.runtime.cost.samples import SampleProbes  # noqa: E402
 from opcheck.runtime.cost.standin import dry_run  # noqa: E402
@@ -192,8 +189,7 @@ def _dry_runs(
     spec: Any, case: Any, settings: Settings, probes: SampleProbes, fails: bool
 ) -> tuple[int | None, int | None]:
     """The stand-ins' forward-side calls in the engine's check, summed over the sample's calls, and
-    the engine's backward passes in it (None: a function without a stand-in; backward passes, a
-    check that raised through)."""
+    the engine's backward passes in it (None: a check that raised through)."""
     kwargs, total, backward = engine_kwargs(spec, case, settings), 0, 0
     second_order = Check.parse(case.check).second_order
     for probe, op in probes.for_check(case, second_order=second_order):
@@ -202,8 +198,6 @@ def _dry_runs(
             if op is not None
             else dry_run(probe, kwargs, wrong=2.0 if fails else 1.0)
         )
-        if run is None:
-            return None, None
         # as plans_of: in auto mode, the crash's report calls the op once more (the policy's count)
         total += run.forward_side + (run.crashed and kwargs.get("fast_mode") == "auto")
         backward = None if backward is None or run.report is None else backward + _backward_passes([run.report.stats])

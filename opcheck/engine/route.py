@@ -2,9 +2,9 @@
 falls back hands on, and where the full check's unbatched columns give way to the projections.
 
 Every decision of the route is a function of the call's sizes (and of what a fused pass found), and
-is made here only: the engine follows it (auto/__init__.py, auto/fused.py, auto/stepwise.py), the
-cost estimate runs the engine itself on a stand-in of the function (opcheck.runtime.cost.standin),
-and its model walks the route where a function has no stand-in (opcheck.runtime.cost.model).
+is made here only: the engine follows it (auto/__init__.py, auto/fused.py, auto/stepwise.py),
+and the cost estimate runs the engine itself on a stand-in of the function
+(opcheck.runtime.cost.standin).
 """
 
 from __future__ import annotations

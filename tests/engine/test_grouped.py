@@ -12,9 +12,8 @@ import opcheck
 from opcheck.engine.auto.grouped import column_groups
 from opcheck.engine.route import GROUP_WEIGHTINGS
 from opcheck.runtime.cost.estimate import Calls
-from opcheck.runtime.cost.model import plan_check
-from opcheck.runtime.cost.plan import Flags
 from opcheck.runtime.cost.probe import Probe
+from opcheck.runtime.cost.standin import dry_run
 
 
 def test_columns_sharing_no_row_fall_in_one_group():
@@ -164,7 +163,8 @@ def test_the_columns_of_every_input_share_the_groups(scale):
         assert r.stats.auto_paths == ["full (grouped finite differences)"]
         assert calls == 1 + 2 * 2 * GROUP_WEIGHTINGS
         # the cost estimate counts the same groups, from its probe's batched backward
-        plan = plan_check(Flags(mode="auto"), Probe(_Product.apply, (x, y)))
+        probe = Probe(_Product.apply, (x, y))
+        plan = dry_run(probe, dict(fast_mode="auto")).plan(probe)
         assert Calls.of(plan).forward == calls, (plan.evals, plan.path)
     else:
         assert any("grouped finite differences" in f for f in r.stats.fallbacks), r.stats.fallbacks

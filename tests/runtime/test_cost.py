@@ -1,11 +1,13 @@
-"""The cost model (opcheck.runtime.cost): the calls it plans are the calls the engine makes, counted
-by the op itself, on the full Jacobian, the projections, the step-by-step and fast checks and a
-kernel with a backward alone; and the estimates of generated tests (skips, second order, advice).
-Nothing here judges a time: only counts, paths and the arithmetic of the model."""
+"""The cost estimate (opcheck.runtime.cost): the calls its plans count (the engine's own check of
+a stand-in of the op, standin.dry_run) are the calls the engine makes, counted by the op itself,
+on the full Jacobian, the projections, the step-by-step and fast checks and a kernel with a
+backward alone; and the estimates of generated tests (skips, second order, advice). Nothing here
+judges a time: only counts, paths and the arithmetic of the estimate."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,9 +17,18 @@ import opcheck.engine as engine
 from opcheck.engine import route
 from opcheck.runtime.checks import engine_call
 from opcheck.runtime.context import Settings
-from opcheck.runtime.cost.estimate import Calls, Estimate, estimate, estimate_spec, format_seconds, machine_factor
-from opcheck.runtime.cost.model import Flags, Kind, Plan, plan_check
+from opcheck.runtime.cost.estimate import (
+    Calls,
+    Estimate,
+    engine_kwargs,
+    estimate,
+    estimate_spec,
+    format_seconds,
+    machine_factor,
+)
+from opcheck.runtime.cost.plan import Kind, Plan
 from opcheck.runtime.cost.probe import SMALL_BATCH, Batched, Probe
+from opcheck.runtime.cost.standin import dry_run
 from opcheck.runtime.policy import Policy, paths_taken
 from opcheck.runtime.report import Case
 from opcheck.runtime.samples import build_calls
@@ -193,6 +204,13 @@ def _counted() -> tuple[int, int, int, int]:
     )
 
 
+def _plan(probe: Probe, fails: bool = False, second: Probe | None = None, **kwargs) -> Plan:
+    """The estimate's plan of gradcheck_report(**kwargs) on the probed function (estimate.plans_of's):
+    the engine's check of its stand-in, counted; with `fails`, of a wrong gradient; with `second`,
+    the probe of its first derivative, of gradgradcheck_report."""
+    return dry_run(probe, kwargs, wrong=2.0 if fails else 1.0, second=second).plan(probe)
+
+
 def _x(*shape: int) -> torch.Tensor:
     return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
 
@@ -251,7 +269,7 @@ CASES = {
 def test_planned_calls_are_the_calls_the_op_sees(name):
     fn, shape, kwargs = CASES[name]
     x = _x(*shape)
-    plan = plan_check(Flags.of(dict(kwargs, check_backward_ad=kwargs.get("check_backward_ad", True))), Probe(fn, (x,)))
+    plan = _plan(Probe(fn, (x,)), **kwargs)
     COUNTS.clear()
     report = engine.gradcheck_report(fn, (x,), **kwargs)
     assert report.passed, report.message
@@ -288,21 +306,12 @@ FAILING = {
 }
 
 
-@pytest.mark.parametrize(
-    "name, fast_mode",
-    # auto on the 16x16 kernel: the projections' bisection pins the entries before the rows the
-    # plan counts (model.py's doc), so the plan is above the calls there
-    [
-        (name, mode)
-        for name in FAILING
-        for mode in ("auto", False, True)
-        if (name, mode) != ("backward-only kernel", "auto")
-    ],
-)
+@pytest.mark.parametrize("fast_mode", ["auto", False, True])
+@pytest.mark.parametrize("name", list(FAILING))
 def test_a_failing_checks_planned_calls_are_the_calls_the_op_sees(name, fast_mode):
     wrong, right, shape = FAILING[name]
     x = _x(*shape)
-    plan = plan_check(Flags.of(dict(fast_mode=fast_mode)), Probe(right, (x,)), fails=True)
+    plan = _plan(Probe(right, (x,)), fails=True, fast_mode=fast_mode)
     COUNTS.clear()
     report = engine.gradcheck_report(wrong, (x,), fast_mode=fast_mode)
     assert not report.passed
@@ -367,8 +376,8 @@ def test_a_second_order_checks_planned_calls_are_the_calls_the_op_sees(name):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         first = first_derivative(fn, (x,), None, False)
-    plan = plan_check(Flags.of(dict(fast_mode="auto"), second_order=True), Probe(first.func, first.inputs))
-    planned = 1 + sum(n for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)  # 1: the draw's call
+    plan = _plan(Probe(fn, (x,)), second=Probe(first.func, first.inputs), fast_mode="auto")
+    planned = sum(n for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)  # the draw's call too
     COUNTS.clear()
     torch.manual_seed(0)
     report = engine.gradgradcheck_report(fn, (x,), fast_mode="auto")
@@ -391,7 +400,7 @@ def test_a_crashing_checks_planned_calls_end_where_the_engine_lets_the_backward_
     """The fused passes fall back from the raising backward; the step-by-step check's (or fast
     mode's) first plain backward raises, and the call ends there."""
     x = _x(3, 4)
-    plan = plan_check(Flags.of(dict(fast_mode=fast_mode)), Probe(WrongShapeKernelCube.apply, (x,)), fails=True)
+    plan = _plan(Probe(WrongShapeKernelCube.apply, (x,)), fails=True, fast_mode=fast_mode)
     COUNTS.clear()
     with pytest.raises(RuntimeError, match="invalid gradient"):
         engine.gradcheck_report(WrongShapeKernelCube.apply, (x,), fast_mode=fast_mode)
@@ -416,10 +425,9 @@ def test_the_engine_and_the_estimate_take_one_route(name, monkeypatch):
     case, constant, value = ROUTES[name]
     fn, shape, kwargs = CASES[case]
     x = _x(*shape)
-    flags = Flags.of(dict(kwargs, check_backward_ad=True))
-    before = plan_check(flags, Probe(fn, (x,))).path
+    before = _plan(Probe(fn, (x,)), **kwargs).path
     monkeypatch.setattr(route, constant, value)
-    plan = plan_check(flags, Probe(fn, (x,)))
+    plan = _plan(Probe(fn, (x,)), **kwargs)
     assert plan.path != before, plan.path
     COUNTS.clear()
     report = engine.gradcheck_report(fn, (x,), **kwargs)
@@ -429,13 +437,13 @@ def test_the_engine_and_the_estimate_take_one_route(name, monkeypatch):
 
 def test_a_backward_only_kernel_loops_over_its_rows():
     x = _x(10, 10)
-    plan = plan_check(Flags(mode="auto"), Probe(KernelCube.apply, (x,)))
+    plan = _plan(Probe(KernelCube.apply, (x,)), fast_mode="auto")
     calls = Calls.of(plan)
     # one backward per output element; batched, only the tries that raise: the fused pass's, the
     # differences', the JVPs' and the backward's
     assert calls.batched <= 4 and calls.backward > 100
-    assert plan.path == ["auto: projections (J·U from VJP rows), step by step"]
-    assert Calls.of(plan_check(Flags(mode="fast"), Probe(KernelCube.apply, (x,)))).backward < 10
+    assert plan.path == ["auto: projections (J·U from VJP rows)"]
+    assert Calls.of(_plan(Probe(KernelCube.apply, (x,)), fast_mode=True)).backward < 10
 
 
 class _PerRow:
@@ -457,41 +465,44 @@ def test_a_backward_alone_takes_the_cheaper_of_its_rows_and_every_columns_differ
     x = _x(10, 12)
     kwargs = dict(fast_mode="auto", check_batched_grad=True)
     for forward_row, backward_row, path in [
-        (1e-6, 1.0, "auto: projections (JᵀV against finite-difference columns), fused"),
-        (1.0, 1e-6, "auto: projections (J·U from VJP rows), fused"),
+        (1e-6, 1.0, "auto: projections (JᵀV against finite-difference columns, fused)"),
+        (1.0, 1e-6, "auto: projections (J·U from VJP rows, fused)"),
     ]:
         probe = Probe(CountingScan.apply, (x,))
         probe.vmap, probe.batched_backward = _PerRow(forward_row), _PerRow(backward_row)
-        plan = plan_check(Flags.of(dict(kwargs, check_backward_ad=True)), probe)
+        plan = _plan(probe, **kwargs)
         assert plan.path == [path], plan.path
         COUNTS.clear()
         with batching_clock(Spans(17 * forward_row, 10 * backward_row)):
             report = engine.gradcheck_report(CountingScan.apply, (x,), **kwargs)
         assert report.passed, report.message
-        assert Calls.of(plan).astuple()[:4] == _counted(), (plan.evals, report.stats)
+        # (CountingScan has no forward AD: the JVP the engine tries is a call of forward that it sees)
+        forward, backward, jvp, batched = Calls.of(plan).astuple()[:4]
+        seen = _counted()
+        assert (forward + jvp, backward, batched) == (seen[0] + seen[2], seen[1], seen[3]), (plan.evals, report.stats)
 
 
 def test_the_paths_follow_the_engines_sizes_and_budget():
+    def path(probe: Probe, **kwargs) -> list[str]:
+        return _plan(probe, **{"fast_mode": "auto", **kwargs}).path
+
     small, large = Probe(torch.sin, (_x(3, 4),)), Probe(torch.sin, (_x(40, 40),))
-    assert plan_check(Flags(), small).path == ["auto: full Jacobian, fused"]
-    assert plan_check(Flags(), large).path == ["auto: projections (J·U from forward AD), fused"]
-    assert plan_check(Flags(mode="full"), small).path == ["full Jacobian, fused"]
+    assert path(small) == ["auto: full Jacobian"]
+    assert path(large) == ["auto: projections (J·U from forward AD, fused)"]
+    assert path(small, fast_mode=False) == ["full Jacobian"]
     complex_ = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128, requires_grad=True),))
     # the fused passes see complex inputs through torch.view_as_real, but not a conjugate view
-    assert plan_check(Flags(), complex_).path == ["auto: full Jacobian, fused"]
+    assert path(complex_) == ["auto: full Jacobian"]
     conj = Probe(torch.sin, (torch.randn(3, 4, dtype=torch.complex128).conj().requires_grad_(),))
-    assert plan_check(Flags(), conj).path == ["auto: full Jacobian, step by step"]
+    assert path(conj) == ["auto: full Jacobian"]
     kernel = Probe(KernelCube.apply, (_x(12, 12),))
-    assert plan_check(Flags(budget=10), kernel).path == ["auto: projections (J·U from VJP rows), step by step"]
-    # fast_mode=False with a kernel that cannot be vmapped: its fused pass falls back at once
-    assert plan_check(Flags(mode="full"), kernel).path == ["full Jacobian, fused", "full Jacobian"]
+    assert path(kernel, jacobian_budget=10) == ["auto: projections (J·U from VJP rows)"]
+    assert path(kernel, fast_mode=False) == ["full Jacobian"]
     # forward AD alone: the full check first up to 32 input elements only (route.Sizes.full_first)
-    forward_only = Flags(backward=False, forward=True)
-    assert plan_check(forward_only, Probe(torch.sin, (_x(4, 8),))).path == ["auto: full Jacobian, fused"]
-    assert plan_check(forward_only, Probe(torch.sin, (_x(6, 8),))).path == [
-        "auto: projections (J·U from forward AD), fused"
-    ]
-    assert plan_check(Flags(), Probe(torch.sin, (_x(6, 8),))).path == ["auto: full Jacobian, fused"]
+    forward_only = dict(check_backward_ad=False, check_forward_ad=True)
+    assert path(Probe(torch.sin, (_x(4, 8),)), **forward_only) == ["auto: full Jacobian"]
+    assert path(Probe(torch.sin, (_x(6, 8),)), **forward_only) == ["auto: projections (J·U from forward AD, fused)"]
+    assert path(Probe(torch.sin, (_x(6, 8),))) == ["auto: full Jacobian"]
 
 
 def test_a_probe_learns_what_batches():
@@ -601,18 +612,21 @@ def test_an_expensive_test_says_what_would_make_it_cheaper():
 
 def test_the_flags_are_the_runtimes():
     spec = _spec(gradcheck=GradcheckFlags(check_forward_ad=True, check_batched_grad=False))
+    estimated = CaseId("sin", "gradcheck", "cpu", "float64", "small")
     for check, backward, forward in (
-        ("gradcheck", True, False),
-        ("forward_ad", False, True),
-        ("gradgradcheck", True, False),
-        ("fwgrad_bwgrad", False, True),
+        ("gradcheck", "check_backward_ad", "check_forward_ad"),
+        ("forward_ad", "check_forward_ad", "check_backward_ad"),
+        ("gradgradcheck", "check_rev_over_rev", "check_fwd_over_rev"),
+        ("fwgrad_bwgrad", "check_fwd_over_rev", "check_rev_over_rev"),
     ):
         case = Case.of(spec, check, "cpu", "float64", "small")
         tol = resolve_tolerances(spec, check, "cpu", "float64", "small")
         _, kwargs = engine_call(case, tol, Policy("auto", "", budget=1000))
-        flags = Flags.of(kwargs, second_order=check in ("gradgradcheck", "fwgrad_bwgrad"))
-        assert (flags.backward, flags.forward, flags.mode, flags.budget) == (backward, forward, "auto", 1000), check
-        assert not flags.batched_grad
+        assert kwargs[backward] is True and kwargs.get(forward, False) is False, (check, kwargs)
+        assert (kwargs["fast_mode"], kwargs["jacobian_budget"]) == ("auto", 1000)
+        assert not kwargs.get("check_batched_grad")
+        # ... and the estimate's dry runs are called with them
+        assert engine_kwargs(spec, replace(estimated, check=check), Settings(budget=1000)) == dict(kwargs)
 
 
 def test_the_machine_factor_is_a_bounded_ratio():
@@ -656,7 +670,7 @@ def test_the_estimate_decides_skips_and_expected_failures_as_the_generated_marks
     found = estimate_spec(spec, Settings())
     assert {e.case.sample for e in found if "expected to fail" in " ".join(e.path)} == {"a"}
     # ... and prices an expected failure as one: the comparison that fails, then the step-by-step
-    # one that names the entries, and no side check after them (model.plan_check's fails)
+    # one that names the entries, and no side check after them
     failing = [e for e in found if e.not_estimated is None and e.case.check == "gradcheck"]
     assert [e.case.sample for e in failing] == ["a"], failing
     assert "side checks" not in dict(failing[0].counts) and "comparison" in dict(failing[0].counts), failing

@@ -15,10 +15,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import opcheck
 from opcheck.engine.second_order import first_derivative
-from opcheck.runtime.cost.model import plan_check
-from opcheck.runtime.cost.plan import Flags, Kind
+from opcheck.runtime.cost.plan import Kind
 from opcheck.runtime.cost.probe import Probe
-from opcheck.runtime.cost.standin import dry_run, on_meta, stand_in
+from opcheck.runtime.cost.standin import _forward_kind, dry_run, on_meta, stand_in
 from tests import broken_ops
 
 # Kernel-like Functions (tests/broken_ops.py): sin with a vmap rule, x*x without one; neither has
@@ -165,29 +164,47 @@ def test_a_dry_run_on_a_wrong_stand_in_makes_the_evaluations_of_a_failing_check(
     assert _made(standin, shapes, flags) == made
 
 
-def test_no_stand_in_for_complex_sparse_inputs_or_outputs_without_a_gradient():
-    sparse = _x(Z, 3, 4).to_sparse().requires_grad_()
-    assert stand_in(Probe(lambda t: t.to_dense(), (sparse,))) is None
-    x = _x(3).requires_grad_()
-    assert stand_in(Probe(lambda t: t.argmax(), (x,))) is None
-    assert stand_in(Probe(lambda t: (t.sum(), 2), (x,))) is None
+@pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda t: t.argmax(), lambda t: (t.sum(), 2), lambda t: (t.argmax(), t.sin()), lambda t: (t.sin(), t.argmax())],
+    ids=["no output requires grad", "an output that is not a tensor", "an index output first", "an index output"],
+)
+def test_a_dry_run_of_outputs_without_a_gradient_makes_the_calls_of_its_check(fn, mode):
+    """The outputs that do not require grad are the probed ones, as constants: the check calls a
+    function without an output that requires grad as often, and raises on the stand-in's outputs
+    where it raises on the probed ones (an output that is not a tensor; an index output before a
+    float one, where torch's full check raises too)."""
+    x = _x(3, 4).requires_grad_()
+    calls, counted = _counted(fn)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            made = opcheck.gradcheck_report(counted, (x,), **MODES[mode]).passed
+    except (AttributeError, IndexError):
+        made = None
+    run = dry_run(Probe(fn, (x,)), MODES[mode])
+    assert (None if run.crashed else run.report.passed) == made
+    assert run.forward_side == calls["forward"] > 0
 
 
-def _sparse(layout, masked_out=0.5):
-    dense = _x(6, 5)
+def _sparse(layout, z=(), masked_out=0.5):
+    dense = _x(*z, 6, 5)
     dense[dense.abs() < masked_out] = 0
     return {"coo": dense.to_sparse(), "csr": dense.to_sparse_csr()}[layout].requires_grad_()
 
 
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("layout", ["coo", "csr"])
-def test_a_dry_run_of_a_sparse_input_makes_the_calls_of_its_check(layout, mode, masked):
+def test_a_dry_run_of_a_sparse_input_makes_the_calls_of_its_check(layout, dtype, mode, masked):
     """The engine's own dense stand-ins rebuild the input for the stand-in as for the op: the same
     loops over the positions the numerical side moves (all, or with masked=True the specified
-    ones), and the same backward passes."""
-    w = _x(5, 3, seed=1)
-    x = _sparse(layout)
+    ones), and the same backward passes; a complex input's gradient from its two parts."""
+    z = (Z,) if dtype == "complex128" else ()
+    w = _x(*z, 5, 3, seed=1)
+    x = _sparse(layout, z)
 
     def op(t):  # a gradient at every position (torch.mm), or masked to the input's pattern
         return torch.sparse.mm(t, w) if masked else torch.mm(t, w)
@@ -197,8 +214,30 @@ def test_a_dry_run_of_a_sparse_input_makes_the_calls_of_its_check(layout, mode, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = opcheck.gradcheck_report(counted, (x,), **flags)
-        run = dry_run(Probe(op, (x,), masked=masked), flags)
-    assert run is not None and run.report.passed == report.passed is True
+    run = dry_run(Probe(op, (x,), masked=masked), flags)
+    assert run.report.passed == report.passed is True
+    assert run.forward_side == calls["forward"] > 0
+    made, dry = report.stats, run.report.stats
+    assert (dry.vjp_calls, dry.batched_vjp_calls) == (made.vjp_calls, made.batched_vjp_calls)
+    wrong = dry_run(Probe(op, (x,), masked=masked), flags, wrong=2.0)
+    assert not wrong.report.passed
+
+
+@pytest.mark.parametrize("mode", ["auto", "full"])
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_a_second_order_dry_run_of_a_sparse_input_makes_the_calls_of_gradgradcheck(layout, mode):
+    """torch.mm's gradient for a sparse input is dense, as the stand-in's, in its first derivative
+    too (differentiated in the sparse input: to_dense's gradient would be sparse, which the
+    engine's comparisons cannot read)."""
+    x, w = _sparse(layout), _x(5, 3, seed=1).requires_grad_()
+    calls, counted = _counted(torch.mm)
+    flags = SECOND_ORDER_MODES[mode]
+    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        report = opcheck.gradgradcheck_report(counted, (x, w), **flags)
+    run = dry_run(Probe(torch.mm, (x, w)), flags, second=_first_derivative_probe(torch.mm, (x, w)))
+    assert run.report.passed == report.passed is True
     assert run.forward_side == calls["forward"] > 0
     made, dry = report.stats, run.report.stats
     assert (dry.vjp_calls, dry.batched_vjp_calls) == (made.vjp_calls, made.batched_vjp_calls)
@@ -249,15 +288,43 @@ def test_a_dry_run_counts_the_calls_the_check_makes_of_the_function(fn, mode):
     assert run.forward_side == calls["forward"] > 0 and run.backward_side > 0
 
 
-@pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+FORWARD_SIDE = (Kind.FORWARD, Kind.JVP, Kind.VMAP, Kind.VMAP_JVP, Kind.VMAP_TANGENTS)
+
+
+def _by_kind_and_rows(fn):
+    """fn, and a Counter of its calls by (kind, rows) as a dry run records the stand-in's (a
+    batched attempt that raises as one row)."""
+    seen = Counter()
+
+    def recorded(*args):
+        kind, rows = _forward_kind([a for a in args if isinstance(a, torch.Tensor)])
+        try:
+            out = fn(*args)
+        except Exception:
+            seen[(kind, 1)] += 1
+            raise
+        seen[(kind, rows)] += 1
+        return out
+
+    return seen, recorded
+
+
+@pytest.mark.parametrize("mode", ["auto", "full", "fast", "auto, forward AD"])
 @pytest.mark.parametrize("name", ["sin, 12", "matmul", "softmax", "no vmap, 12 (grouped)", "no vmap, 40 (grouped)"])
-def test_a_dry_runs_evaluations_by_kind_and_rows_are_the_cost_models_plan(name, mode):
+def test_a_dry_runs_evaluations_by_kind_and_rows_are_the_checks(name, mode):
+    """The forward-side evaluations (plain, vmapped, forward-mode; a batch by its rows) of the
+    stand-in are those of the function itself, which prices them."""
     fn, shapes = PASSING[name]
-    probe = Probe(fn, _inputs(shapes))
-    run = dry_run(probe, MODES[mode])
-    assert run is not None and run.report.passed
-    planned = plan_check(Flags.of(MODES[mode]), probe)
-    assert run.plan(probe).evals == planned.evals, (run.evaluations, planned.evals)
+    if "forward AD" in mode and not _forward_ad(fn):
+        pytest.skip("no forward AD")
+    seen, recorded = _by_kind_and_rows(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert opcheck.gradcheck_report(recorded, _inputs(shapes), **MODES[mode]).passed
+    run = dry_run(Probe(fn, _inputs(shapes)), MODES[mode])
+    assert run.report.passed
+    forward_side = Counter({key: n for key, n in run.evaluations.items() if key[0] in FORWARD_SIDE})
+    assert forward_side == seen, (forward_side, seen)
 
 
 @pytest.mark.parametrize("per_row, loops", [(1.0, True), (1e-9, False)])

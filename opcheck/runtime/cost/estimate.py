@@ -7,7 +7,7 @@ needs them, one call of each batched evaluation the engine may use: which of its
 takes; samples.py probes each sample once for every dtype and check that shares it), plans the
 engine call the runtime makes, with the runtime's own flags, tolerances and policy
 (checks.engine_call) by running the engine's own check on a stand-in of the function and counting
-what it evaluates (standin.dry_run; model.plan_check where the function has none), and prices each
+what it evaluates (standin.dry_run), and prices each
 evaluation at the probe's times, plus what surrounds the evaluations (building the sample,
 the engine's bookkeeping and comparisons: FIXED, PER_EVALUATION, PER_STEP, measured on the catalog
 and scaled to this machine by `machine_factor`).
@@ -36,9 +36,8 @@ from typing import Any
 import torch
 
 from opcheck.runtime.context import Settings
-from opcheck.runtime.cost.model import TIMED, plan_check, unit_seconds
-from opcheck.runtime.cost.plan import Calls, Flags, Kind, Plan
-from opcheck.runtime.cost.probe import Probe, timed
+from opcheck.runtime.cost.plan import TIMED, Calls, Kind, Plan
+from opcheck.runtime.cost.probe import Probe, timed, unit_seconds
 from opcheck.runtime.cost.samples import SampleProbes
 from opcheck.runtime.cost.standin import dry_run
 from opcheck.runtime.threads import torch_threads
@@ -342,9 +341,8 @@ def plans_of(
     check, the op's call that draws its grad_outputs); with `fails`, of a test expected to fail (a
     wrong gradient); `overrides` replace the runtime's keyword arguments to the engine (fast_mode).
 
-    Each is the engine's own check of the function's stand-in (standin.dry_run), counted; a function
-    without a stand-in (complex sparse inputs, a second-order check of sparse inputs, outputs that
-    are not tensors) is planned by model.plan_check."""
+    Each is the engine's own check of the function's stand-in (standin.dry_run), counted; a
+    second-order check's draw of its grad_outputs is a call of the stand-in."""
     if Check.parse(case.check).declared:
         return [_declared_plan(case.check, p) for p in probes.first_order(case)]
     second_order = Check.parse(case.check).second_order
@@ -356,14 +354,7 @@ def plans_of(
             if op is not None
             else dry_run(p, kwargs, wrong=2.0 if fails else 1.0)
         )
-        if run is not None:  # (a second-order check's draw of its grad_outputs is a call of the stand-in)
-            plan = run.plan(op or p)
-        else:
-            if op is not None:
-                draw = Plan()
-                draw.add(Kind.FORWARD, each=op.forward)
-                plans.append(draw)
-            plan = plan_check(Flags.of(kwargs, second_order), p, fails=fails)
+        plan = run.plan(op or p)
         if plan.crashed and kwargs.get("fast_mode") == "auto":  # the crash's report counts the Jacobian's entries
             plan.add(Kind.FORWARD, each=(op or p).forward)
         plans.append(plan)

@@ -1,12 +1,11 @@
-"""What a cost plan is made of: the kinds of evaluation of a function under check, the flags of
-an engine call, the plan of its evaluations, and the calls of the op a plan adds up to."""
+"""What a cost plan is made of: the kinds of evaluation of a function under check, the plan of
+an engine call's evaluations, and the calls of the op a plan adds up to."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 
 class Kind(Enum):
@@ -28,42 +27,11 @@ class Kind(Enum):
         return self in (Kind.VMAP, Kind.VMAP_JVP, Kind.VMAP_TANGENTS, Kind.BATCHED_BACKWARD)
 
 
-@dataclass(frozen=True)
-class Flags:
-    """What an engine call is asked to check (its keyword arguments, as the runtime passes them)."""
-
-    backward: bool = True
-    forward: bool = False
-    batched_grad: bool = False
-    batched_forward_grad: bool = False
-    undefined_grad: bool = True
-    mode: str = "auto"  # "auto", "fast" (torch's fast mode) or "full"
-    budget: int = 2**20
-
-    @classmethod
-    def of(cls, kwargs: dict[str, Any], second_order: bool = False) -> Flags:
-        """The flags of gradcheck(**kwargs), or with second_order of gradgradcheck(**kwargs)."""
-        fast_mode = kwargs.get("fast_mode", False)
-        mode = "auto" if fast_mode == "auto" else "fast" if fast_mode else "full"
-        budget = kwargs.get("jacobian_budget") or 2**20
-        if second_order:
-            return cls(
-                backward=bool(kwargs.get("check_rev_over_rev", True)),
-                forward=bool(kwargs.get("check_fwd_over_rev", False)),
-                batched_grad=bool(kwargs.get("check_batched_grad", False)),
-                undefined_grad=bool(kwargs.get("check_undefined_grad", True)),
-                mode=mode,
-                budget=budget,
-            )
-        return cls(
-            backward=bool(kwargs.get("check_backward_ad", True)),
-            forward=bool(kwargs.get("check_forward_ad", False)),
-            batched_grad=bool(kwargs.get("check_batched_grad", False)),
-            batched_forward_grad=bool(kwargs.get("check_batched_forward_grad", False)),
-            undefined_grad=bool(kwargs.get("check_undefined_grad", True)),
-            mode=mode,
-            budget=budget,
-        )
+TIMED = "timed choice"
+"""A plan step where the engine decides by timing its own calls (a batch schedule's later batches,
+the fused projections' choice between backward's rows and every column's differences): a dry run
+decides it on its virtual clock, from the probe's times, and its counts can differ from the
+engine's there."""
 
 
 @dataclass

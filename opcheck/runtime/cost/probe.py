@@ -1,5 +1,6 @@
 """What a probe learns about a function under check: its sizes, the seconds of its calls, and which
-of the engine's batched evaluations work for it (cost_model.py plans a check from these).
+of the engine's batched evaluations work for it (standin.py builds a check's stand-in from these,
+and `unit_seconds` prices each of its evaluations).
 
 The probe calls the function the way a check will: a plain forward and a backward along a random
 cotangent, each timed (the best of a few repeats); and, only when a plan asks, each batched
@@ -22,8 +23,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from opcheck.engine import route
-from opcheck.engine._util import batched_grad, legacy_vmap, unpack_dual
+from opcheck.engine._util import batched_grad, unpack_dual
 from opcheck.engine.batching import warm_functorch
+from opcheck.runtime.cost.plan import Kind
 
 REPEATS = 3
 """Timed repeats of the forward and the backward (the best counts: the others caught a busy machine)."""
@@ -149,15 +151,11 @@ class Probe:
         repeats: int = REPEATS,
         masked: bool = False,
         first: bool = False,
-        fused_only: bool = False,
     ):
         """`first`: the first probe of its op in the process, whose first call may pay a warm-up
-        (its forward and backward are then timed at least twice). `fused_only`: a function only the
-        fused passes check (real_view's), which see complex outputs through torch.view_as_real, not
-        part by part."""
+        (its forward and backward are then timed at least twice)."""
         warm()
         self.fn, self.inputs, self.repeats = fn, tuple(inputs), repeats
-        self.fused_only = fused_only
         self._at_least = 2 if first else 1
         self.diff = [i for i, x in enumerate(self.inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
         # Sparse inputs: the engine checks them through dense stand-ins (the function rebuilds the
@@ -190,10 +188,6 @@ class Probe:
         self.output_sizes = [o.numel() for o in self.outputs]
         self.complex_inputs = any(self.inputs[j].is_complex() for j in self.diff)
         self.complex_outputs = any(o.is_complex() for o in self.float_outs)
-        self.itemsize = max((self.inputs[j].element_size() for j in self.diff), default=8)
-        self.real_outputs = self._fused_outputs(all_require_grad=True)
-        # the full check's pass of backward alone also takes float outputs that do not require grad
-        self.real_outputs_backward = self._fused_outputs(all_require_grad=False)
         self.backward = self._time_backward()
         self.double_backward_seconds: float | None = None  # one backward through backward's graph, once probed
         self._alone: dict[int, bool] = {}  # vmaps_alone, by input
@@ -229,14 +223,6 @@ class Probe:
         return bool(self.outputs and self.diff) and self.backward is None
 
     # ------------------------------------------------------------------ always measured
-    def _fused_outputs(self, all_require_grad: bool) -> bool:
-        """Whether the engine's fused passes take the outputs (passes.output_refusal, on the outputs
-        with complex ones seen through torch.view_as_real, as the passes see them)."""
-        from opcheck.engine.auto.passes import output_refusal
-        from opcheck.engine.comparison.complex_views import as_real
-
-        return bool(self.outputs) and output_refusal(as_real(self.func_out), all_require_grad) is None
-
     def cotangents(self, rows: int | None = None) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(0)
         if rows is None:
@@ -269,43 +255,6 @@ class Probe:
             return None
         return seconds
 
-    @functools.cached_property
-    def real_view(self) -> Probe | None:
-        """The function the engine's fused passes check for complex inputs: of their torch.view_as_real
-        views (opcheck.engine.auto.passes.real_inputs_call); None where the passes do not take them
-        (no complex input, a conjugate or negative view, sparse inputs)."""
-        from opcheck.engine.auto.passes import real_inputs_call
-        from opcheck.engine.context import Call
-
-        if self.layouts or not self.complex_inputs:
-            return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            viewed = real_inputs_call(Call.at(self.fn, self.inputs, self.func_out))
-        return None if viewed is None else Probe(viewed.func, viewed.inputs, self.repeats, fused_only=True)
-
-    @functools.cached_property
-    def forward_part(self) -> Probe:
-        """The function forward AD checks for complex inputs: of their imaginary parts, the real
-        parts held (opcheck.engine.comparison.parts; its real-part twin costs the same)."""
-        complex_idx = [j for j in self.diff if self.inputs[j].is_complex()]
-        originals = {j: self.inputs[j] for j in complex_idx}
-
-        def rebuilt(args: Sequence[Any]) -> list[Any]:
-            new = list(args)
-            for j in complex_idx:
-                new[j] = originals[j].real + new[j] * 1j
-            return new
-
-        def of_parts(fn: Callable[..., Any]) -> Callable[..., Any]:
-            return lambda *args: _as_tuple(fn(*rebuilt(args)))
-
-        part = of_parts(self.fn)
-        if hasattr(self.fn, "vmap_form"):
-            part.vmap_form = of_parts(self.fn.vmap_form)  # type: ignore[attr-defined]
-        inputs = [x.imag if j in originals else x for j, x in enumerate(self.inputs)]
-        return Probe(part, inputs, self.repeats)
-
     # ------------------------------------------------------------- probed on first use
     def _batched_inputs(self, rows: int) -> list[torch.Tensor]:
         return [self.inputs[j].detach().unsqueeze(0).expand(rows, *self.inputs[j].shape).clone() for j in self.diff]
@@ -328,7 +277,7 @@ class Probe:
     def vmap(self) -> Batched | None:
         """A vmapped forward (finite differences' batches), or None where the engine loops."""
         whole = self.vmap_whole
-        if whole is not None and self.complex_outputs and not self.fused_only:
+        if whole is not None and self.complex_outputs:
             # the step-by-step check vmaps their imaginary and real parts (parts.py)
             f = self._of_diff()
             imag = lambda *xs: tuple(o.imag if o.is_complex() else o for o in f(*xs))  # noqa: E731
@@ -420,29 +369,6 @@ class Probe:
             return _vmap(lambda *t: torch.func.jvp(f, base, t))(*self._batched_inputs(rows))
 
         return Batched.probe(run, self.device)
-
-    @functools.cached_property
-    def legacy_jvp(self) -> bool:
-        """Whether the legacy vmap batches the function's JVPs (make_dual under torch's legacy vmap, as
-        the batched forward-AD check and the fused pass's columns do), tried on two tangent rows. It
-        cannot where a tangent becomes a conjugate view of a real view (sin on complex inputs)."""
-        if not self.diff or self.layouts or legacy_vmap is None:
-            return False
-        f = self._of_diff()
-        base = [self.inputs[j].detach() for j in self.diff]
-
-        def columns(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            with fwAD.dual_level():
-                outs = f(*(fwAD.make_dual(b, t) for b, t in zip(base, ts)))
-                return tuple(_tangent_or_zeros(o) for o in outs)
-
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                legacy_vmap(columns)(*self._batched_inputs(2))
-        except Exception:  # noqa: BLE001 - any failure: the engine's columns come from torch.func
-            return False
-        return True
 
     @functools.cached_property
     def batched_backward(self) -> Batched | None:
@@ -587,3 +513,28 @@ def _vmap(f: Callable[..., Any]) -> Callable[..., Any]:
 def _tangent_or_zeros(o: torch.Tensor) -> torch.Tensor:
     _, tangent = unpack_dual(o)
     return tangent if tangent is not None else torch.zeros_like(o)
+
+
+def unit_seconds(p: Probe, kind: Kind, rows: int = 1, measure: bool = True) -> float:
+    """The seconds of one evaluation of this kind, from the probe's times; without `measure`, from
+    the batch sizes timed so far (Batched.at)."""
+    forward = p.forward
+    backward = p.backward if p.backward is not None else forward
+    if kind == Kind.FORWARD:
+        return forward
+    if kind == Kind.BACKWARD:
+        return backward
+    if kind == Kind.JVP:
+        return p.jvp if p.jvp is not None else 2 * forward
+    if kind == Kind.VMAP:
+        return p.vmap.at(rows, measure) if p.vmap is not None else rows * forward
+    if kind in (Kind.VMAP_JVP, Kind.VMAP_TANGENTS):
+        batched = p.vmap_jvp if kind == Kind.VMAP_JVP else p.vmap_tangents
+        if batched is not None:
+            return batched.at(rows, measure)
+        return p.vmap.at(rows, measure) * 2 if p.vmap is not None else rows * 2 * forward
+    if kind == Kind.BATCHED_BACKWARD:
+        return p.batched_backward.at(rows, measure) if p.batched_backward is not None else rows * backward
+    # a backward through backward's graph, batched over `rows` cotangents (a batch costs less per row)
+    once = p.double_backward_seconds if p.double_backward != "raises" else None
+    return (once if once is not None else 2 * backward + forward) * (1 + (rows - 1) / 4)

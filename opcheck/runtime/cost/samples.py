@@ -7,8 +7,8 @@ their grad_outputs, the second-order ones. The checks that only run the op (comp
 torch.library.opcheck, the low-precision check's run of the op) take the sample's probe at the first
 dtype asked for, and the low-precision check's reference runs are timed there too; all are priced the
 same at the other dtypes (the same kernel at another element type: its time is the launch and the
-loop over elements, not the dtype; the float64 reference runs are the same runs). A check the model
-plans keeps a probe per dtype (`timing`)."""
+loop over elements, not the dtype; the float64 reference runs are the same runs). A gradient check
+keeps a probe per dtype (`timing`)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ class SampleProbes:
         """Per call of the sample, a probe whose forward and backward seconds price a run of the op
         at the case's dtype: the sample's probe at any dtype of the same kind (real or complex)
         already made, else the case's own. The checks that only run the op (compile, low precision,
-        torch.library.opcheck) share it; a check the model plans needs its own dtype's probe (which
+        torch.library.opcheck) share it; a gradient check needs its own dtype's probe (which
         batched evaluations agree with a plain call, whether a JVP agrees with finite differences)."""
         complex_kind = getattr(torch, case.dtype).is_complex
         for (device, dtype, sample, second_order), found in self.found.items():

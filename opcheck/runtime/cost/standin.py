@@ -1,18 +1,19 @@
 """A stand-in for a probed function, for a dry run of the engine's own check.
 
 An estimate's plan of a check (estimate.plans_of) is a dry run: the engine itself run on a function
-that has what its decisions read from the probe, counting what it evaluates (the cost model,
-model.py, walks those decisions a second time, where a function has no stand-in):
+that has what its decisions read from the probe, counting what it evaluates:
 
 - the probed inputs' and outputs' shapes and dtypes, through a linear map of O(n + m) entries with
   unit-scale random coefficients (so that a wrong stand-in's error stands well above any tolerance):
   each output element reads one block of input elements, the inputs seen as real (a complex one as
   its real and imaginary parts), to the outputs that require grad (a complex one rebuilt from two
-  real parts); the other outputs (indices, float outputs without a gradient) are the probed ones,
-  as constants;
+  real parts); the other outputs (indices, float outputs without a gradient, values that are not
+  tensors) are the probed ones, as constants, so that the check raises on them where it raises on
+  the probed ones, and calls a function without an output that requires grad as often;
 - vmap support only where the probe's vmapped forward worked (`generate_vmap_rule`), JVPs whose
   tangents alone are batched where the probe's batched, forward AD where the probe's ran (off by 2x
-  where it disagreed with finite differences), and a backward that raises on a batched grad_output
+  where it disagreed with finite differences; raising on dual tensors under torch.func.vmap where
+  the probe's did: `Probe.dual_jvp_raises`), and a backward that raises on a batched grad_output
   (torch.func.vmap's or the legacy vmap's) where its batched backward raised, and on any
   grad_output where its plain backward raised;
 - a backward differentiable as the probe found the op's (`Probe.double_backward`: exactly, with a
@@ -31,13 +32,12 @@ Each evaluation is recorded by kind and rows (`DryRun.evaluations`), priced at t
 (`DryRun.plan`), and advances the virtual clock the engine's timed choices read in a dry run.
 A sparse input goes into the stand-in as the engine gives it (the engine's own dense stand-ins
 rebuild it), read by dense position where the numerical side moves its values: with masked=True
-its specified positions alone, which alone a passing check's gradient has. `stand_in` returns None
-for complex sparse inputs, a second-order check of sparse inputs, non-tensor outputs, a function
-without an output that requires grad, and a first derivative (gradgradcheck's stand-in is the
-op's, with `second`). What it does not mirror: a batching rule that works at some batch sizes
-only, a batched backward that raises only where its graph is kept for a second derivative, and
-what a check's values decide (entries near the tolerance, batched results that disagree with a
-plain call).
+its specified positions alone, which alone a passing check's gradient has; its gradient is dense,
+in a second-order check too (the first derivative's, differentiated in the sparse input), and a
+complex one's is rebuilt from its real and imaginary parts. What it does not mirror: a batching
+rule that works at some batch sizes only, a batched backward that raises only where its graph is
+kept for a second derivative, and what a check's values decide (entries near the tolerance, batched
+results that disagree with a plain call).
 
 A dry run beyond the full check's first size runs on meta tensors (`on_meta`, `_PassingReads`).
 """
@@ -65,8 +65,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from opcheck.engine import route
 from opcheck.engine._util import unpack_dual
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
-from opcheck.runtime.cost.plan import Kind, Plan
-from opcheck.runtime.cost.probe import Probe
+from opcheck.runtime.cost.plan import TIMED, Kind, Plan
+from opcheck.runtime.cost.probe import Probe, unit_seconds
 
 __all__ = ["DryRun", "dry_run", "on_meta", "stand_in"]
 
@@ -92,11 +92,10 @@ class DryRun:
         return sum(n for (kind, _), n in self.evaluations.items() if kind in _BACKWARD_SIDE)
 
     def plan(self, probe: Probe) -> Plan:
-        """The evaluations, each priced at the probe's times (model.unit_seconds); the engine's path
+        """The evaluations, each priced at the probe's times (probe.unit_seconds); the engine's path
         in the words of the test's `policy:` row (policy.paths_taken); and its stages, whose
         bookkeeping an estimate prices (estimate.PER_STEP): its comparisons, the fused pass where
         one decided, each kind of batching it gave up, and TIMED where it read its clock."""
-        from opcheck.runtime.cost.model import TIMED, unit_seconds
         from opcheck.runtime.policy import AUTO, paths_taken
 
         plan = Plan(crashed=self.crashed)
@@ -120,35 +119,33 @@ _BACKWARD_SIDE = (Kind.BACKWARD, Kind.BATCHED_BACKWARD, Kind.DOUBLE_BACKWARD)
 
 def dry_run(
     probe: Probe, kwargs: dict[str, Any], wrong: float = 1.0, second: Probe | None = None, meta: bool | None = None
-) -> DryRun | None:
+) -> DryRun:
     """The engine's first-order check (gradcheck_report with the test's keyword arguments) of the
-    probed function's stand-in (None where it has none); with `wrong`, of a wrong gradient. With
+    probed function's stand-in; with `wrong`, of a wrong gradient. With
     `second`, the probe of its first derivative, the second-order check (gradgradcheck_report), of
     a wrong second derivative with `wrong`; its evaluations are of the function, its backward and
     double backward (each of the first derivative's calls is a call and a backward).
 
     The engine's timed choices (a batch schedule's growth, a batched kind that costs more per column
     than the loop) read a virtual clock that each of the stand-in's evaluations advances by what
-    that evaluation of the probed function costs (model.unit_seconds): they are the choices the
+    that evaluation of the probed function costs (probe.unit_seconds): they are the choices the
     engine would make on the function, at the probe's times. No price is measured inside the check
     (a batch of the probe's timed inside the check's vmap is a batch of batches, and inside its
     backward or forward-AD level runs otherwise than alone): the clock prices each evaluation from
     the batch sizes timed so far; a run that read its clock runs again once the sizes it made are
     timed (_RUNS).
 
-    `meta` runs the check on meta tensors (on_meta says where, by default): no evaluation or
+    `meta` runs the check on meta tensors (on_meta says where, by default; never with sparse
+    inputs, which the engine's dense stand-ins rebuild on their own device): no evaluation or
     comparison computes anything, and every read of a value answers as a passing check's
     (_PassingReads), so that a dry run of a large check costs what its number of evaluations costs,
     not what its sizes do."""
-    from opcheck.runtime.cost.model import unit_seconds
-
-    if meta is None:
-        meta = on_meta(probe, wrong, second)
+    meta = on_meta(probe, wrong, second) if meta is None else meta and not probe.layouts
     # what the prices read, probed before the check: the probe's batched calls, tried alone
     _ = probe.jvp, probe.vmap, probe.vmap_jvp, probe.vmap_tangents, probe.batched_backward
     run = _dry_run(probe, kwargs, wrong, second, meta)
     for _ in range(_RUNS):
-        if run is None or not run.clock_reads:
+        if not run.clock_reads:
             return run
         # the sizes it made, timed: where one's price moves, the clock read another
         moved = [unit_seconds(probe, k, r, measure=False) != unit_seconds(probe, k, r) for k, r in run.evaluations]
@@ -163,10 +160,9 @@ _RUNS = 3
 was timed before it ran."""
 
 
-def _dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float, second: Probe | None, meta: bool) -> DryRun | None:
+def _dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float, second: Probe | None, meta: bool) -> DryRun:
     from opcheck.engine import gradcheck_report, gradgradcheck_report
     from opcheck.engine.batching import batching_clock
-    from opcheck.runtime.cost.model import unit_seconds
 
     device = torch.device("meta") if meta else None
     evaluations = Counter[tuple[Kind, int]]()
@@ -182,8 +178,6 @@ def _dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float, second: Probe |
 
     budget = kwargs.get("jacobian_budget") or DEFAULT_JACOBIAN_BUDGET
     fn = stand_in(probe, wrong, record, budget, second, device=device)
-    if fn is None:
-        return None
     check = gradcheck_report if second is None else gradgradcheck_report
     inputs = tuple(_on(x, device) for x in (probe.given_inputs if probe.layouts else probe.inputs))
     passing = _PassingReads() if meta else contextlib.nullcontext()
@@ -192,16 +186,23 @@ def _dry_run(probe: Probe, kwargs: dict[str, Any], wrong: float, second: Probe |
         torch.default_generator.manual_seed(0)  # gradgradcheck draws its grad_outputs from the global generator
         try:
             report = check(fn, inputs, **kwargs)
-        except RuntimeError:
-            if not (
-                probe.backward_raises
-                or (second is not None and second.backward_raises)
-                or (second is not None and second.jvp is None and kwargs.get("check_fwd_over_rev"))
-            ):
+        except Exception as e:
+            if not _raises_as_probed(e, probe, second, kwargs):
                 raise
-            # the stand-in's backward (its double backward, forward AD through it) raised, as the probed one's
             return DryRun(evaluations, None, True, kwargs.get("fast_mode", False), reads[0])
     return DryRun(evaluations, report, False, kwargs.get("fast_mode", False), reads[0])
+
+
+def _raises_as_probed(e: Exception, probe: Probe, second: Probe | None, kwargs: dict[str, Any]) -> bool:
+    """Whether the check raised on the stand-in where it raises on the probed function: on the
+    outputs, which are the probed ones' (one that is not a tensor, an integer output before a float
+    one: torch's gradcheck raises there too, not with a RuntimeError), or through a backward that
+    raises as the probed one's (its double backward, forward AD through it)."""
+    return not isinstance(e, RuntimeError) or (
+        probe.backward_raises
+        or (second is not None and second.backward_raises)
+        or (second is not None and second.jvp is None and bool(kwargs.get("check_fwd_over_rev")))
+    )
 
 
 def on_meta(probe: Probe, wrong: float = 1.0, second: Probe | None = None) -> bool:
@@ -261,19 +262,23 @@ def stand_in(
     budget: int = DEFAULT_JACOBIAN_BUDGET,
     second: Probe | None = None,
     device: torch.device | None = None,
-) -> Callable[..., Any] | None:
-    """A function the engine checks as it checks the probed one (None where it has no stand-in);
-    its backward and JVP are scaled by `wrong`; `record(kind, rows)` is told of each of its calls;
-    `budget` is the check's Jacobian budget (fast_mode="auto"'s jacobian_budget). With `second`, the
-    probe of the function's first derivative (gradgradcheck's), the stand-in's backward has that
-    probe's support, and `wrong` scales its double backward instead of its backward. Its maps and
-    constant outputs are on `device` (None: the probe's)."""
+) -> Callable[..., Any]:
+    """A function the engine checks as it checks the probed one; its backward and JVP are scaled
+    by `wrong`; `record(kind, rows)` is told of each of its calls; `budget` is the check's Jacobian
+    budget (fast_mode="auto"'s jacobian_budget). With `second`, the probe of the function's first
+    derivative (gradgradcheck's), the stand-in's backward has that probe's support, and `wrong`
+    scales its double backward instead of its backward. Its maps and constant outputs are on
+    `device` (None: the probe's); sparse inputs stay on their own.
+
+    The probe is of a function as the user gives it: gradgradcheck's first derivative has no
+    stand-in of its own (the op's, with `second`, is the second-order check's)."""
     called: Callable[[Kind, int], None] = record or (lambda kind, rows: None)
     outs = probe.func_out
-    if hasattr(probe.fn, "vmap_form") or not all(isinstance(o, torch.Tensor) for o in outs):
-        return None
-    if probe.layouts and (second is not None or probe.complex_inputs or device is not None):
-        return None
+    if hasattr(probe.fn, "vmap_form"):
+        raise ValueError("a first derivative's stand-in is the op's, with second= its probe")
+    if probe.layouts and device is not None:
+        raise ValueError("a sparse input goes into the stand-in on its own device")
+    constants = [_on(o.detach(), device) if isinstance(o, torch.Tensor) else o for o in outs]
     diff = probe.diff
     shapes = [_real(probe.inputs[j]).shape for j in diff]  # the Function's inputs: real views
     # a sparse input, as the engine gives it: its dense values, where the numerical side moves them
@@ -286,9 +291,15 @@ def stand_in(
             mask[probe.perturbed[j]] = True
             masks[k] = mask.reshape(dense.shape)
     n = sum(s.numel() for s in shapes)
-    mapped = [o for o in outs if o.requires_grad]  # the rest are constants, as the probed outputs
-    if not mapped:
-        return None
+    # the rest are constants, as the probed outputs (those that are not tensors too)
+    mapped = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not mapped:  # nothing to differentiate: the engine calls it, and finds that
+
+        def constant(*xs: Any) -> Any:
+            called(*_forward_kind([xs[j] for j in diff]))
+            return _outputs(None, outs, constants)
+
+        return constant
     vmaps, batched_backward = probe.vmap_whole is not None, probe.batched_backward is not None
     backward_raises = probe.backward_raises
     # complex outputs whose parts do not batch (a conjugate view's .imag is a negative view, which
@@ -320,13 +331,21 @@ def stand_in(
     second_batched_backward = second is not None and second.batched_backward is not None
     # a first derivative whose JVPs batch their tangents where it does not batch (tangents_only below)
     second_tangents_only = second is not None and second.vmap_whole is None and second.vmap_tangents is not None
+    # ... and which of its inputs (the op's, then the grad_outputs) it batches along alone, the others
+    # fixed (a backward without a batching rule batches along the op's inputs, not its grad_outputs)
+    second_alone: list[bool] | None = None
+    if second is not None and second.vmap_whole is None and len(second.diff) == len(diff) + len(mapped):
+        second_alone = [second.vmaps_alone(k) for k in range(len(second.diff))]
     detached = second is not None and double_backward == "detached"
     second_wrong = 1.0
     if second is not None:  # a wrong second derivative; one the probe found wrong (@once_differentiable) too
         wrong, second_wrong = 1.0, wrong * (2.0 if double_backward == "wrong" else 1.0)
 
     def apply_maps(xs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        f = torch.cat([_dense(x, masks.get(k)).reshape(-1) for k, x in enumerate(xs)])
+        return maps(torch.cat([_real(_dense(x, masks.get(k))).reshape(-1) for k, x in enumerate(xs)]))
+
+    def maps(f: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The outputs' real parts for the inputs' flat real values."""
         grid = torch.nn.functional.pad(f, (0, blocks * groups - n)).reshape(blocks, groups)
         return tuple(
             (grid[rows] * c.to(f.dtype)).sum(-1).to(r.dtype).reshape(r.shape)
@@ -382,13 +401,14 @@ def stand_in(
                         (torch.zeros(r.shape, dtype=dtype) if g is None else g) * (1 + y)
                         for g, r, y in zip(grads, real_outputs, apply_maps(ctx.saved_tensors))
                     ]
-                    if second_tangents_only and any(_batched_primal(g) for g in given):
+                    along = [k for k, t in enumerate((*ctx.saved_tensors, *grads)) if _batched_primal(t)]
+                    if along and second_alone is not None and (len(along) > 1 or not second_alone[along[0]]):
                         raise RuntimeError("the stand-in's backward has no batching rule, as its first derivative")
                     flat = transposed(given, dtype) if detached else Transposed.apply(*given)
             parts = torch.split(flat, [s.numel() for s in shapes])
             # (copies, not views of one flat gradient: a second-order check's backward passes then are the op's)
             return tuple(
-                _dense(part.reshape(s), masks.get(k)).to(dtype, copy=True)
+                _dense(_as_dtype(part.reshape(s), dtype), masks.get(k)).to(dtype, copy=True)
                 for k, (part, s, dtype) in enumerate(zip(parts, shapes, ctx.dtypes))
             )
 
@@ -397,7 +417,9 @@ def stand_in(
         probed support: vmap, a backward that raises, a batched backward that raises; scaled by
         `wrong`."""
 
-        generate_vmap_rule = second is not None and (second.vmap_whole is not None or second_tangents_only)
+        generate_vmap_rule = second is not None and (
+            second.vmap_whole is not None or second_tangents_only or any(second_alone or ())
+        )
 
         @staticmethod
         def forward(*grads: torch.Tensor) -> torch.Tensor:
@@ -416,7 +438,7 @@ def stand_in(
                 raise RuntimeError("the stand-in's double backward raises, as the probed one")
             if rows and not second_batched_backward:
                 raise RuntimeError("the stand-in's double backward has no batching rule, as the probed one")
-            return tuple(second_wrong * t for t in apply_maps([gg]))
+            return tuple(second_wrong * t for t in maps(gg))
 
     if second is not None and second.jvp is not None:  # forward AD through backward, where the probe's ran
         second_jvp_wrong = second_wrong * (1.0 if second.jvp_right else 2.0)
@@ -429,8 +451,11 @@ def stand_in(
 
     if probe.jvp is not None:  # a JVP that disagrees with finite differences where the probe's did
         jvp_wrong = wrong * (1.0 if probe.jvp_right else 2.0)
+        dual_jvp_raises = probe.dual_jvp_raises
 
         def jvp(ctx: Any, *tangents: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+            if dual_jvp_raises and _vmap_rows() and not _in_jvp_transform():
+                raise RuntimeError("the stand-in's JVP of dual tensors under vmap raises, as the probed one's")
             zeros = [
                 torch.zeros(s, dtype=torch.float64, device=device) if t is None else t for t, s in zip(tangents, shapes)
             ]
@@ -440,8 +465,6 @@ def stand_in(
             return tuple(jvp_wrong * t * (1 + y) for t, y in zip(apply_maps(zeros), ys))
 
         StandIn.jvp = staticmethod(jvp)  # type: ignore[method-assign]
-
-    constants = [o.detach() if device is None else o.detach().to(device) for o in outs]
 
     def function(*xs: Any) -> Any:
         kind, rows = _forward_kind([xs[j] for j in diff])
@@ -455,19 +478,29 @@ def stand_in(
             raise
         called(kind, rows)
         result = []
-        for o, fixed in zip(outs, constants):
-            if o.requires_grad:
-                r = next(reals)
-                if o.is_complex() and conjugate and kind in (Kind.FORWARD, Kind.VMAP):
-                    r = torch.complex(r[..., 0], -r[..., 1]).conj()  # (forward AD's batching takes none)
-                elif o.is_complex():
-                    r = torch.view_as_complex(r)  # (its backward takes a conjugate grad_output under vmap)
-                result.append(r)
-            else:
-                result.append(fixed.clone())
-        return tuple(result) if len(result) > 1 else result[0]
+        for o in mapped:
+            r = next(reals)
+            if o.is_complex() and conjugate and kind in (Kind.FORWARD, Kind.VMAP):
+                r = torch.complex(r[..., 0], -r[..., 1]).conj()  # (forward AD's batching takes none)
+            elif o.is_complex():
+                r = torch.view_as_complex(r)  # (its backward takes a conjugate grad_output under vmap)
+            result.append(r)
+        return _outputs(result, outs, constants)
 
     return function
+
+
+def _outputs(mapped: list[torch.Tensor] | None, outs: Sequence[Any], constants: Sequence[Any]) -> Any:
+    """The stand-in's outputs: the mapped ones in the places of the probed outputs that require
+    grad, copies of the others (as the probed function returns new ones at each call)."""
+    found = iter(mapped or ())
+    result = []
+    for o, c in zip(outs, constants):
+        if isinstance(o, torch.Tensor) and o.requires_grad:
+            result.append(next(found))
+        else:
+            result.append(c.clone() if isinstance(c, torch.Tensor) else c)
+    return tuple(result) if len(result) > 1 else result[0]
 
 
 def _second_order_groups(target: int, least: int, n: int, sizes: Sequence[int], inputs: int) -> int:
@@ -547,11 +580,35 @@ def _real(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((x.real, x.imag), -1) if x.is_complex() else x
 
 
+def _as_dtype(real: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A gradient of real parts as an input of `dtype` takes it: a complex (sparse) input, which
+    goes into the stand-in as given, from its real and imaginary parts."""
+    return torch.view_as_complex(real.contiguous()) if dtype.is_complex else real
+
+
 def _dense(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """A sparse input's values by dense position (those the numerical side moves, with `mask`)."""
+    """A sparse input's values by dense position (those the numerical side moves, with `mask`),
+    whose gradient is dense, as a dense input's."""
     if x.layout != torch.strided:
-        x = x.to_dense()
+        x = _Densified.apply(x)
     return x if mask is None else x * mask.to(x.device)
+
+
+class _Densified(torch.autograd.Function):
+    """A sparse tensor's values by dense position, whose gradient is dense (to_dense's is sparse,
+    which the engine's comparisons of a second-order check's gradients cannot read)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.to_dense()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
 
 
 def _batched_primal(x: Any) -> bool:
@@ -587,11 +644,15 @@ def _batch_rows(grads: Sequence[torch.Tensor | None]) -> int:
     return _vmap_rows() if any(g is not None and is_batchedtensor(g) for g in grads) else 0
 
 
+def _in_jvp_transform() -> bool:
+    """Whether a torch.func.jvp is around this call (not torch's forward AD of dual tensors)."""
+    return any(i.key() == TransformType.Jvp for i in get_interpreter_stack() or [])
+
+
 def _forward_kind(xs: Sequence[torch.Tensor]) -> tuple[Kind, int]:
     """What kind of evaluation a call of the function is, and its rows."""
     rows = _vmap_rows()
-    stack = get_interpreter_stack() or []
-    jvp = any(i.key() == TransformType.Jvp for i in stack)
+    jvp = _in_jvp_transform()
     if rows:
         return (Kind.VMAP_JVP if jvp else Kind.VMAP), rows
     if jvp:
