@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 import opcheck.runtime.samples as samples  # noqa: E402
 from opcheck.runtime.checks import run_check  # noqa: E402
 from opcheck.runtime.context import Settings  # noqa: E402
-from opcheck.runtime.cost.estimate import engine_kwargs, estimate, expected_failure, plans_of  # noqa: E402
+from opcheck.runtime.cost.estimate import engine_kwargs, estimate, expected_failure  # noqa: E402
 from opcheck.runtime.cost.plan import TIMED, Kind  # noqa: E402
 from opcheck.runtime.cost.probe import Probe  # noqa: E402
 from opcheck.runtime.cost.samples import SampleProbes  # noqa: E402
@@ -126,7 +126,7 @@ def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
                 if est.skipped is not None:
                     continue
                 fails = expected_failure(spec, case)
-                plans = plans_of(spec, case, settings, probes, fails=fails)
+                plans = est.plans  # (plans_of's, as `opcheck list --cost` prices them)
                 planned = sum(n for plan in plans for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)
                 dry_runs, dry_backward = _dry_runs(spec, case, settings, probes, fails) if dry else (None, None)
                 # one engine call per call of the sample; a kink's redraw, or a crash, makes it another count

@@ -15,7 +15,7 @@ from bench_runner import run_benchmark, script
 def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_path):
     """Every cpu gradcheck, forward_ad, gradgradcheck and fwgrad_bwgrad test of op_specs/: real ops,
     custom ops, complex, sparse and second-order checks, batched and looped, each planned by the
-    engine's own check of a stand-in (complex sparse inputs by the model); but where the engine makes a timed
+    engine's own check of a stand-in; but where the engine makes a timed
     choice (it decides by timing its own calls, which a loaded machine moves), where the test's
     values decide (entries near the tolerance, batched results that disagree with plain calls), and
     an expected failure's (its batches too may grow otherwise than planned)."""
@@ -98,14 +98,16 @@ def test_a_plan_off_by_one_call_is_reported_and_fails_the_run(monkeypatch, capsy
     spec = importlib.util.spec_from_file_location("bench_plan", script("bench_plan"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    plans_of = bench.plans_of
+    from opcheck.runtime.cost import estimate
+
+    plans_of = estimate.plans_of
 
     def one_more(*args, **kwargs):
         plans = plans_of(*args, **kwargs)
         plans[-1].add(bench.Kind.FORWARD)
         return plans
 
-    monkeypatch.setattr(bench, "plans_of", one_more)
+    monkeypatch.setattr(estimate, "plans_of", one_more)
     assert bench.main(["--specs", "op_specs/sin.yaml"]) == 1
     out = capsys.readouterr().out
     differs = re.findall(r"^differs: sin::test_\w+\[cpu-\w+-\w+\]: planned (\d+), made (\d+) \(passed\)", out, re.M)

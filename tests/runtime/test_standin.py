@@ -14,6 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import opcheck
+from opcheck.engine import route
 from opcheck.engine.second_order import first_derivative
 from opcheck.runtime.cost.plan import Kind
 from opcheck.runtime.cost.probe import Probe
@@ -439,7 +440,9 @@ def _larger(name, shapes):
     larger = []
     for shape in shapes:
         tag, dims = (shape[:1], shape[1:]) if shape[:1] == (Z,) else ((), shape)
-        larger.append(tag + tuple(d * (64 if len(dims) == 1 else 4) for d in dims))
+        # a vector: just past the full check's first size (n + m over it), however long it was
+        scale = [max(4, -(-(route.FULL_CHECK_ELEMENTS + 1) // d)) if len(dims) == 1 else 4 for d in dims]
+        larger.append(tag + tuple(d * k for d, k in zip(dims, scale)))
     return larger
 
 

@@ -139,6 +139,7 @@ class Estimate:
     not_estimated: str | None = None
     evaluations: float = 0.0  # of `seconds`, the evaluations of the op at the probe's times
     counts: tuple[tuple[str, int], ...] = ()  # evaluations by kind and step-by-step comparisons (for fitting)
+    plans: tuple[Plan, ...] = ()  # a gradient check's: one per engine call (plans_of), as priced
 
     def over(self, threshold: float) -> bool:
         return self.skipped is None and self.seconds > threshold
@@ -271,6 +272,7 @@ def _estimate(spec: OpSpec, case: CaseId, settings: Settings, probes: SampleProb
         tuple(dict.fromkeys(text for plan in plans for text in plan.path)) + notes,
         evaluations=evaluations,
         counts=tuple(sorted(counts.items())),
+        plans=tuple(plans),
     )
     if seconds <= threshold:
         return est
