@@ -322,6 +322,11 @@ SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sp
 MKLDNN = torch._mkldnn  # type: ignore[attr-defined]
 
 
+def is_layout_input(t: Any) -> bool:
+    """A tensor that gradcheck checks through a dense stand-in (sparse or MKLDNN: layouts.py)."""
+    return isinstance(t, torch.Tensor) and (t.layout in SPARSE_LAYOUTS or t.layout == MKLDNN)
+
+
 def _strided_content(inp: torch.Tensor) -> torch.Tensor | None:
     """What torch's stride-0 test looks at: the values of a sparse input, nothing of an MKLDNN one."""
     if inp.layout == MKLDNN:

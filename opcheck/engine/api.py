@@ -17,7 +17,9 @@ from opcheck.engine._util import (
     as_tuple,
     check_inputs,
     check_outputs,
+    is_layout_input,
     load_forward_ad_decompositions,
+    requires_grad,
 )
 from opcheck.engine.batching import (
     DEFAULT_MEMORY_BUDGET,
@@ -30,11 +32,9 @@ from opcheck.engine.comparison.parts import compare_parts
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL, CheckFlags, FastMode
-from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.modes.fast import fast_check
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.route import Stepwise
-from opcheck.engine.second_order import first_derivative
 
 if TYPE_CHECKING:  # the report's classes load with the first report
     from opcheck.engine.reporting.diagnostics import BlockMismatch
@@ -120,6 +120,8 @@ def gradgradcheck(
     )
 
     def body(ctx: CheckContext) -> bool:
+        from opcheck.engine.second_order import first_derivative  # (loaded by the first second-order check)
+
         first = first_derivative(func, inputs, grad_outputs, gen_non_contig_grad_outputs)
         ctx = replace(
             ctx,
@@ -205,8 +207,12 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
     call = Call.of(func, inputs)
     check_outputs(call.outputs)
     # The Jacobian comparisons' call: sparse and MKLDNN inputs through dense stand-ins
-    # (layouts.py); the checks after them run on the call as given, as torch's do.
-    layouts = LayoutInputs(inputs, bool(flags.masked))
+    # (layouts.py, loaded for them); the checks after them run on the call as given, as torch's do.
+    layouts = None
+    if any(requires_grad(a) and is_layout_input(a) for a in inputs):
+        from opcheck.engine.layouts import LayoutInputs
+
+        layouts = LayoutInputs(inputs, bool(flags.masked))
     if layouts:
         ctx = replace(
             ctx, layouts=layouts, stepwise=Stepwise(projections_first=True)
@@ -227,7 +233,7 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
             call = jacobian_call
     else:
         compare_parts(ctx, fast_check, jacobian_call, forward_ad=forward_ad)
-    if flags.check_forward_ad and layouts:
+    if flags.check_forward_ad and layouts is not None:
         layouts.refuse_forward_ad(call.inputs)
     _side_checks(ctx, call)
     return True

@@ -18,12 +18,12 @@ from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs
 from opcheck.engine.batching import Evaluator
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import CheckFlags
-from opcheck.engine.layouts import LayoutInputs
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.route import Sizes, Stepwise
 from opcheck.failure_facts import FailureFacts
 
-if TYPE_CHECKING:  # the report's classes load with the first report
+if TYPE_CHECKING:  # the report's classes load with the first report; layouts with a sparse input
+    from opcheck.engine.layouts import LayoutInputs
     from opcheck.engine.reporting.diagnostics import BlockMismatch
 
 Blocks = list[tuple[torch.Tensor, ...]]

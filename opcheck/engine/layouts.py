@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import MKLDNN, SPARSE_LAYOUTS, is_float_or_complex, make_dual, requires_grad, unravel
+from opcheck.engine._util import (
+    MKLDNN,
+    is_float_or_complex,
+    is_layout_input,
+    make_dual,
+    requires_grad,
+    unravel,
+)
 from opcheck.engine.batching import Differences
 from opcheck.engine.reporting import torch_words
 
@@ -48,11 +55,6 @@ if TYPE_CHECKING:
     from opcheck.engine.reporting.diagnostics import JacobianMismatch
 
 _ROW_COMPRESSED = (torch.sparse_csr, torch.sparse_bsr)
-
-
-def is_layout_input(t: Any) -> bool:
-    """A tensor that gradcheck checks through a dense stand-in (sparse or MKLDNN)."""
-    return isinstance(t, torch.Tensor) and (t.layout in SPARSE_LAYOUTS or t.layout == MKLDNN)
 
 
 # ------------------------------------------------------------------------------------ patterns

@@ -69,3 +69,28 @@ def test_a_passing_check_loads_neither_the_step_by_step_check_nor_the_failure_re
     assert before == "[]"
     assert "opcheck.engine.auto.stepwise" in after and "opcheck.engine.reporting.diagnostics" in after
     assert same == "True"
+
+
+ON_USE = ("opcheck.engine.layouts", "opcheck.engine.second_order")
+
+ON_USE_CODE = f"""
+import sys, torch, opcheck
+modules = {ON_USE!r}
+x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto")
+print([m for m in modules if m in sys.modules])
+s = torch.randn(3, 4, dtype=torch.float64).to_sparse().requires_grad_()
+assert opcheck.gradcheck(lambda t: t.to_dense(), (s,), fast_mode="auto", masked=True)
+assert opcheck.gradgradcheck(torch.sin, (x,), fast_mode="auto")
+print([m for m in modules if m in sys.modules])
+"""
+
+
+def test_sparse_inputs_and_second_order_checks_load_their_modules_on_first_use():
+    """A first check of dense inputs loads neither the sparse stand-ins nor gradgradcheck's first
+    derivative; a check of a sparse input and a gradgradcheck load them and pass."""
+    done = subprocess.run([sys.executable, "-c", ON_USE_CODE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.splitlines()
+    assert before == "[]"
+    assert after == repr(list(ON_USE))
