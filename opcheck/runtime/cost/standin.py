@@ -333,8 +333,9 @@ def stand_in(
     second_tangents_only = second is not None and second.vmap_whole is None and second.vmap_tangents is not None
     # ... and which of its inputs (the op's, then the grad_outputs) it batches along alone, the others
     # fixed (a backward without a batching rule batches along the op's inputs, not its grad_outputs)
+    second_vmaps = second is None or second.vmap_whole is not None
     second_alone: list[bool] | None = None
-    if second is not None and second.vmap_whole is None and len(second.diff) == len(diff) + len(mapped):
+    if not second_vmaps and second is not None and len(second.diff) == len(diff) + len(mapped):
         second_alone = [second.vmaps_alone(k) for k in range(len(second.diff))]
     detached = second is not None and double_backward == "detached"
     second_wrong = 1.0
@@ -402,7 +403,8 @@ def stand_in(
                         for g, r, y in zip(grads, real_outputs, apply_maps(ctx.saved_tensors))
                     ]
                     along = [k for k, t in enumerate((*ctx.saved_tensors, *grads)) if _batched_primal(t)]
-                    if along and second_alone is not None and (len(along) > 1 or not second_alone[along[0]]):
+                    alone = second_alone is not None and len(along) == 1 and second_alone[along[0]]
+                    if along and not second_vmaps and not alone:
                         raise RuntimeError("the stand-in's backward has no batching rule, as its first derivative")
                     flat = transposed(given, dtype) if detached else Transposed.apply(*given)
             parts = torch.split(flat, [s.numel() for s in shapes])
