@@ -19,12 +19,13 @@ machine can move the counts) or its values decide its calls (the engine's stats:
 tolerance settled by plain calls, a batched result that disagreed with a plain call); those are
 counted apart. Counts only: nothing here reads a clock.
 
---dry-run also runs, for each test, the estimate's dry runs apart (opcheck.runtime.cost.standin:
+--dry-run also reports the estimate's dry runs by their own counts (opcheck.runtime.cost.standin:
 the engine with the test's own arguments on a function with the probe's shapes and its vmap,
-forward-AD and batched-backward support; for an expected failure, a wrong one), and compares the
-engine's backward passes (its plain and batched VJPs, as its report counts them) in the dry run
-with those in the test, where neither raised through the check: the calls inside autograd that a
-wrapper of the op does not see. It reports; the exit status stays the estimate's plans'.
+forward-AD and batched-backward support; for an expected failure, a wrong one): the op's calls, and
+the engine's backward passes (its plain and batched VJPs, as its report counts them:
+Plan.engine_backward) against those in the test, where neither raised through the check: the calls
+inside autograd that a wrapper of the op does not see. It reports; the exit status stays the
+estimate's plans'.
 
     python benchmarks/bench_plan.py                          # the catalog (about 3 minutes, one core)
     python benchmarks/bench_plan.py --specs op_specs/sin.yaml --specs op_specs/cube.yaml
@@ -59,7 +60,7 @@ sys.path.insert(0, str(REPO))
 import opcheck.runtime.samples as samples  # noqa: E402
 from opcheck.runtime.checks import run_check  # noqa: E402
 from opcheck.runtime.context import Settings  # noqa: E402
-from opcheck.runtime.cost.estimate import engine_kwargs, estimate, expected_failure  # noqa: E402
+from opcheck.runtime.cost.estimate import estimate, expected_failure  # noqa: E402
 from opcheck.runtime.cost.plan import TIMED, Kind  # noqa: E402
 from opcheck.runtime.cost.probe import Probe  # noqa: E402
 from opcheck.runtime.cost.samples import SampleProbes  # noqa: E402
@@ -128,7 +129,10 @@ def compare(spec_paths: list[Path], dry: bool = False) -> list[dict[str, Any]]:
                 fails = expected_failure(spec, case)
                 plans = est.plans  # (plans_of's, as `opcheck list --cost` prices them)
                 planned = sum(n for plan in plans for (kind, _), n in plan.evals.items() if kind in FORWARD_SIDE)
-                dry_runs, dry_backward = _dry_runs(spec, case, settings, probes, fails) if dry else (None, None)
+                # the dry runs' own counts: the op's calls (the plan's) and the engine's backward passes
+                backward = [plan.engine_backward for plan in plans]
+                dry_runs = planned if dry else None
+                dry_backward = sum(b for b in backward if b is not None) if dry and None not in backward else None
                 # one engine call per call of the sample; a kink's redraw, or a crash, makes it another count
                 engine_calls = len(probes.for_check(case, second_order=Check.parse(case.check).second_order))
                 with counter.counting(), contextlib.redirect_stdout(io.StringIO()), engine_stats() as stats:
@@ -183,25 +187,6 @@ def engine_stats() -> Iterator[list[Any]]:
 def _backward_passes(stats: list[Any]) -> int:
     """The engine's backward passes, plain and batched, as its reports count them."""
     return sum(s.vjp_calls + s.batched_vjp_calls for s in stats)
-
-
-def _dry_runs(
-    spec: Any, case: Any, settings: Settings, probes: SampleProbes, fails: bool
-) -> tuple[int | None, int | None]:
-    """The stand-ins' forward-side calls in the engine's check, summed over the sample's calls, and
-    the engine's backward passes in it (None: a check that raised through)."""
-    kwargs, total, backward = engine_kwargs(spec, case, settings), 0, 0
-    second_order = Check.parse(case.check).second_order
-    for probe, op in probes.for_check(case, second_order=second_order):
-        run = (
-            dry_run(op, kwargs, wrong=2.0 if fails else 1.0, second=probe)
-            if op is not None
-            else dry_run(probe, kwargs, wrong=2.0 if fails else 1.0)
-        )
-        # as plans_of: in auto mode, the crash's report calls the op once more (the policy's count)
-        total += run.forward_side + (run.crashed and kwargs.get("fast_mode") == "auto")
-        backward = None if backward is None or run.report is None else backward + _backward_passes([run.report.stats])
-    return total, backward
 
 
 def report(records: list[dict[str, Any]]) -> int:

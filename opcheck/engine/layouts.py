@@ -39,14 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from opcheck.engine._util import (
-    MKLDNN,
-    is_float_or_complex,
-    is_layout_input,
-    make_dual,
-    requires_grad,
-    unravel,
-)
+from opcheck.engine._util import MKLDNN, is_float_or_complex, is_layout_input, make_dual, requires_grad, unravel
 from opcheck.engine.batching import Differences
 from opcheck.engine.reporting import torch_words
 

@@ -351,14 +351,11 @@ def plans_of(
     kwargs = {**engine_kwargs(spec, case, settings), **overrides}
     plans = []
     for p, op in probes.for_check(case, second_order=second_order):
-        run = (
-            dry_run(op, kwargs, wrong=2.0 if fails else 1.0, second=p)
-            if op is not None
-            else dry_run(p, kwargs, wrong=2.0 if fails else 1.0)
-        )
-        plan = run.plan(op or p)
+        # (a second-order check's stand-in is the op's, with its first derivative's probe)
+        fn, first = (op, p) if op is not None else (p, None)
+        plan = dry_run(fn, kwargs, wrong=2.0 if fails else 1.0, second=first).plan(fn)
         if plan.crashed and kwargs.get("fast_mode") == "auto":  # the crash's report counts the Jacobian's entries
-            plan.add(Kind.FORWARD, each=(op or p).forward)
+            plan.add(Kind.FORWARD, each=fn.forward)
         plans.append(plan)
     return plans
 

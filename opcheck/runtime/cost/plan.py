@@ -43,6 +43,9 @@ class Plan:
     steps: Counter[str] = field(default_factory=Counter)  # the engine's stages run (their bookkeeping costs)
     seconds: float = 0.0  # the evaluations' seconds, each at its function's probed time
     crashed: bool = False  # the op raised where the engine lets it (a plain backward): the call ends there
+    # the engine's own count of its backward passes, plain and batched (its report's); None where
+    # the check raised, or where no check ran (a declared-unsupported test)
+    engine_backward: int | None = None
 
     def add(self, kind: Kind, count: int = 1, rows: int = 1, each: float = 0.0) -> None:
         if count > 0:
@@ -52,17 +55,6 @@ class Plan:
     def note(self, text: str) -> None:
         if text not in self.path:
             self.path.append(text)
-
-    def step(self, name: str) -> None:
-        self.steps[name] += 1
-
-    def extend(self, other: Plan) -> None:
-        self.evals.update(other.evals)
-        self.steps.update(other.steps)
-        self.seconds += other.seconds
-        self.crashed = self.crashed or other.crashed
-        for text in other.path:
-            self.note(text)
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ class DryRun:
         """The evaluations, each priced at the probe's times (probe.unit_seconds); the engine's path
         in the words of the test's `policy:` row (policy.paths_taken); and its stages, whose
         bookkeeping an estimate prices (estimate.PER_STEP): its comparisons, the fused pass where
-        one decided, each kind of batching it gave up, and TIMED where it read its clock."""
+        one decided, each kind of batching it gave up, and TIMED where it read its clock; and the
+        engine's count of its backward passes."""
         from opcheck.runtime.policy import AUTO, paths_taken
 
         plan = Plan(crashed=self.crashed)
@@ -111,6 +112,7 @@ class DryRun:
         plan.steps["fused pass"] = int(stats.fused)
         plan.steps["failed batch"] = len(stats.fallbacks)
         plan.steps[TIMED] = int(self.clock_reads > 0)
+        plan.engine_backward = stats.vjp_calls + stats.batched_vjp_calls
         return plan
 
 
