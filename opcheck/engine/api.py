@@ -32,7 +32,6 @@ from opcheck.engine.comparison.parts import compare_parts
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.flags import DEFAULT_ATOL, DEFAULT_EPS, DEFAULT_RTOL, CheckFlags, FastMode
-from opcheck.engine.modes.fast import fast_check
 from opcheck.engine.reporting import torch_words
 from opcheck.engine.route import Stepwise
 
@@ -232,6 +231,8 @@ def _gradcheck(ctx: CheckContext, func: Func, inputs: Inputs) -> bool:
         if not layouts:  # a fused pass that fell back leaves a fresh call, for the side checks too
             call = jacobian_call
     else:
+        from opcheck.engine.modes.fast import fast_check  # torch's fast mode: loaded on first use
+
         compare_parts(ctx, fast_check, jacobian_call, forward_ad=forward_ad)
     if flags.check_forward_ad and layouts is not None:
         layouts.refuse_forward_ad(call.inputs)

@@ -37,7 +37,6 @@ from opcheck.engine._util import (
 )
 from opcheck.engine.context import CheckContext
 from opcheck.engine.errors import GradcheckError, failed_batched_fwd_grad_note, failed_batched_grad_note
-from opcheck.engine.modes.fast import make_vectors, real_direction
 from opcheck.engine.reporting import torch_words
 from opcheck.failure_facts import FailureFacts
 
@@ -286,6 +285,8 @@ def check_undefined_forward_mode(
     `zero_tangent_jvps(k, all_u)`, when given, supplies the tangents of the float outputs (flat)
     for the directions all_u with the k-th differentiable input's zeroed, instead of a call.
     """
+    from opcheck.engine.modes.fast import make_vectors, real_direction  # forward AD's: on first use
+
     diff = [(i, a) for i, a in enumerate(inputs) if requires_grad(a)]
     _, all_u = make_vectors([a for _, a in diff], outputs, use_forward_ad=True)
     with fwAD.dual_level():

@@ -94,3 +94,38 @@ def test_sparse_inputs_and_second_order_checks_load_their_modules_on_first_use()
     before, after = done.stdout.splitlines()
     assert before == "[]"
     assert after == repr(list(ON_USE))
+
+
+FORWARD_ON_USE = (
+    "opcheck.engine.batching.jvp_columns",
+    "opcheck.engine.evaluation.analytical",
+    "opcheck.engine.modes.fast",
+    "opcheck.engine.comparison.complex_views",
+)
+
+FORWARD_ON_USE_CODE = f"""
+import sys, torch, opcheck
+modules = {FORWARD_ON_USE!r}
+loaded = lambda: [m for m in modules if m in sys.modules]
+x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto")
+print(loaded())
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto", check_forward_ad=True)
+print(loaded())
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode=True)
+print(loaded())
+assert opcheck.gradcheck(lambda t: torch.complex(t.sin(), t), (x,), fast_mode="auto")
+print(loaded())
+"""
+
+
+def test_forward_ad_torch_s_fast_mode_and_complex_outputs_load_their_modules_on_first_use():
+    """A first check of backward on real outputs, and auto's fused check of forward AD, load none of
+    forward AD's batched columns, torch's fast mode or the complex outputs' views; the checks that
+    need them load them and pass."""
+    done = subprocess.run([sys.executable, "-c", FORWARD_ON_USE_CODE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    backward, forward, fast, complex_outputs = done.stdout.splitlines()
+    assert backward == forward == "[]"
+    assert fast == repr(list(FORWARD_ON_USE[:3]))
+    assert complex_outputs == repr(list(FORWARD_ON_USE))

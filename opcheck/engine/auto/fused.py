@@ -88,7 +88,6 @@ from opcheck.engine.auto.passes import (
     tied_to_plain,
 )
 from opcheck.engine.batching import (
-    ForwardCalls,
     LoopOverBudget,
     close,
     difference_quotient,
@@ -97,7 +96,6 @@ from opcheck.engine.batching import (
 from opcheck.engine.comparison.compare import BACKWARD, FORWARD
 from opcheck.engine.context import Blocks, Call, CheckContext
 from opcheck.engine.errors import GradcheckError
-from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian
 from opcheck.engine.evaluation.numerical import numerical_jacobian
 from opcheck.engine.route import loop_columns
 
@@ -157,6 +155,8 @@ def _jacobians(ctx: CheckContext, call: Call) -> tuple[Blocks, Blocks, bool]:
     # With the batched forward-AD check on, the columns come from the legacy vmap, that check's own
     # machinery, probed by a plain JVP along a dense direction: vmapped against one at a time is
     # then tested, on every column.
+    from opcheck.engine.evaluation.analytical import analytical_jvp_jacobian  # forward AD's: on first use
+
     analytical = analytical_jvp_jacobian(ctx, func, inputs, func_out)
     return numerical, analytical, ctx.evaluator.jvp_kind_used == "jvp"
 
@@ -259,6 +259,8 @@ def _legacy_rows(
     passes.jvps_at_points. Returns (outputs, tangents, whether the legacy vmap gave them)."""
     ev = ctx.evaluator
     outs = outputs_at_points(ev, call.func, base, diff, *(d[: 2 * n + 1] for d in deltas))
+    from opcheck.engine.batching import ForwardCalls  # forward AD's: on first use
+
     calls = ForwardCalls(ev, call.func, call.inputs, ctx.check_forward_dtype)
     try:
         return as_tuple(outs), legacy_jvps(ev, calls, diff, *(t[2 * n :] for t in tangents)), True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -28,11 +28,13 @@ from opcheck.engine._util import (
     unpack_dual,
     vmap_form,
 )
-from opcheck.engine.batching import BatchingKind, Evaluator, ForwardCalls, combination_close, legacy_tangents
-from opcheck.engine.comparison.complex_views import as_real, real_outputs
+from opcheck.engine.batching import BatchingKind, Evaluator, combination_close
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.route import fused_elements
+
+if TYPE_CHECKING:  # forward AD's classes load with its first check
+    from opcheck.engine.batching import ForwardCalls
 
 
 class Fallback(Exception):
@@ -80,6 +82,8 @@ def real_call(call: Call) -> tuple[Call, bool]:
     """The call with its complex outputs seen through torch.view_as_real, and whether it had any."""
     if not any(isinstance(o, torch.Tensor) and o.is_complex() for o in call.func_out):
         return call, False
+    from opcheck.engine.comparison.complex_views import as_real, real_outputs  # complex outputs': on first use
+
     real_out = as_real(call.func_out)
     return Call(real_outputs(call.func), call.inputs, real_out, tuple(o for o in real_out if o.requires_grad)), True
 
@@ -255,5 +259,7 @@ def legacy_jvps(ev: Evaluator, calls: ForwardCalls, diff: Sequence[int], *tangen
     check computes them (one call, counted; calls.check_dtype sees the tangents)."""
     if legacy_vmap is None:  # pragma: no cover - depends on the torch release
         raise RuntimeError("no legacy vmap in this torch release")
+    from opcheck.engine.batching import legacy_tangents
+
     ev.stats.batched_jvp_calls += 1
     return as_tuple(legacy_vmap(legacy_tangents(calls, list(diff), flat=False))(*tangents))

@@ -16,8 +16,14 @@ Its rooms, imported one way (each only from those above it):
 - fd_columns: the numerical Jacobian's columns, vmapped;
 - vjp_rows: the analytical Jacobian's rows from backward, batched;
 - jvp_columns: its columns from forward-mode AD, vmapped.
+
+jvp_columns' names load on first use (a check of backward alone never needs them); its function
+is imported from its module, whose name it shares.
 """
 
+from typing import TYPE_CHECKING
+
+from opcheck._lazy import lazy_names
 from opcheck.engine.batching.agreement import Disagreement, close, combination_close
 from opcheck.engine.batching.evaluator import BatchingKind, EvalStats, Evaluator, warm_functorch
 from opcheck.engine.batching.fd_columns import LoopOverBudget, Segment, numerical_columns
@@ -27,7 +33,6 @@ from opcheck.engine.batching.finite_differences import (
     difference_quotient,
     neighbourhood_check,
 )
-from opcheck.engine.batching.jvp_columns import DtypeCheck, ForwardCalls, jvp_columns, legacy_tangents
 from opcheck.engine.batching.schedule import OneHotRows, Schedule, one_hot_rows
 from opcheck.engine.batching.settings import (
     DEFAULT_MEMORY_BUDGET,
@@ -69,7 +74,6 @@ __all__ = [
     "close",
     "combination_close",
     "difference_quotient",
-    "jvp_columns",
     "legacy_tangents",
     "neighbourhood_check",
     "numerical_columns",
@@ -80,3 +84,9 @@ __all__ = [
     "vmap_batching",
     "warm_functorch",
 ]
+
+if TYPE_CHECKING:
+    from opcheck.engine.batching.jvp_columns import DtypeCheck, ForwardCalls, legacy_tangents
+
+_FORWARD_NAMES = ("DtypeCheck", "ForwardCalls", "legacy_tangents")
+__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(_FORWARD_NAMES, "opcheck.engine.batching.jvp_columns"))

@@ -8,7 +8,8 @@ from typing import Any, NoReturn
 import torch
 
 from opcheck.engine._util import Inputs, diff_input_indices, float_outputs, identical, requires_grad
-from opcheck.engine.batching import BatchedRows, ForwardCalls, LoopRows, jvp_columns, vjp_rows
+from opcheck.engine.batching import BatchedRows, LoopRows, vjp_rows
+from opcheck.engine.batching.jvp_columns import ForwardCalls, jvp_columns
 from opcheck.engine.context import Blocks, CheckContext
 from opcheck.engine.errors import failed_nondet_note
 from opcheck.engine.reporting import torch_words
