@@ -189,6 +189,18 @@ def test_a_dry_run_of_outputs_without_a_gradient_makes_the_calls_of_its_check(fn
     assert run.forward_side == calls["forward"] > 0
 
 
+@pytest.mark.parametrize("mode", ["auto", "full", "fast"])
+def test_a_dry_run_raises_what_is_not_the_probed_function_s_crash(mode):
+    """An exception other than a RuntimeError counts as the check crashing as it does on the probed
+    function only where the probed outputs explain it (one without a gradient); elsewhere it is a
+    mistake of the stand-in or the arguments, and the dry run raises it instead of pricing a crash."""
+    x = (_x(3, 4).requires_grad_(),)
+    with pytest.raises(TypeError):
+        dry_run(Probe(torch.sin, x), dict(MODES[mode], atol="loose"))
+    run = dry_run(Probe(lambda t: (t.sum(), 2), x), dict(MODES[mode], atol="loose"))
+    assert run.crashed and run.report is None
+
+
 def _sparse(layout, z=(), masked_out=0.5):
     dense = _x(*z, 6, 5)
     dense[dense.abs() < masked_out] = 0

@@ -199,12 +199,21 @@ def _raises_as_probed(e: Exception, probe: Probe, second: Probe | None, kwargs: 
     """Whether the check raised on the stand-in where it raises on the probed function: on the
     outputs, which are the probed ones' (one that is not a tensor, an integer output before a float
     one: torch's gradcheck raises there too, not with a RuntimeError), or through a backward that
-    raises as the probed one's (its double backward, forward AD through it)."""
-    return not isinstance(e, RuntimeError) or (
+    raises as the probed one's (its double backward, forward AD through it). Any other exception
+    is the stand-in's own, and is raised."""
+    if not isinstance(e, RuntimeError):
+        return any(_has_constant_outputs(p) for p in (probe, second) if p is not None)
+    return (
         probe.backward_raises
         or (second is not None and second.backward_raises)
         or (second is not None and second.jvp is None and bool(kwargs.get("check_fwd_over_rev")))
     )
+
+
+def _has_constant_outputs(probe: Probe) -> bool:
+    """Whether some output of the probed function is not a tensor that requires grad (the stand-in
+    returns those as the probed values)."""
+    return len(probe.outputs) < len(probe.func_out)
 
 
 def on_meta(probe: Probe, wrong: float = 1.0, second: Probe | None = None) -> bool:
