@@ -1,5 +1,6 @@
 """The engine's first call in a process: torch's forward-AD decompositions (TorchScript, about 0.2 s)
-are loaded only by a check of forward AD, as torch's gradcheck loads them."""
+are loaded only by a check of forward AD, as torch's gradcheck loads them, and the engine's own
+modules that a check may not need load with the first check that does."""
 
 from __future__ import annotations
 
@@ -18,10 +19,27 @@ print(loaded())
 """
 
 
-def test_only_a_check_of_forward_ad_loads_torch_s_forward_ad_decompositions():
-    done = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=300)
+def _after_passing_sin(modules: tuple[str, ...], then: str) -> str:
+    """A script that prints which of `modules` are loaded after a passing check of torch.sin on 5x4,
+    then runs `then` (which may print loaded() again)."""
+    return f"""
+import sys, torch, opcheck
+modules = {modules!r}
+loaded = lambda: [m for m in modules if m in sys.modules]
+x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto")
+print(loaded())
+{then}"""
+
+
+def _printed(code: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]
+    return done.stdout.splitlines()
+
+
+def test_only_a_check_of_forward_ad_loads_torch_s_forward_ad_decompositions():
+    assert _printed(CODE) == ["False", "True"]
 
 
 REPORT_MODULES = (
@@ -31,13 +49,9 @@ REPORT_MODULES = (
     "opcheck.engine.reporting.diagnostics",
 )
 
-LAZY_CODE = f"""
-import sys, torch, opcheck
-modules = {REPORT_MODULES!r}
-loaded = lambda: [m for m in modules if m in sys.modules]
-x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
-assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto")
-print(loaded())
+LAZY_CODE = _after_passing_sin(
+    REPORT_MODULES,
+    """
 class WrongRow(torch.autograd.Function):  # sin, whose backward is wrong in its last row
     @staticmethod
     def forward(ctx, t):
@@ -56,16 +70,15 @@ assert not report.passed and report.mismatch is not None, report
 print(loaded())
 from opcheck.engine import JacobianMismatch, ProjectionMismatch
 print(isinstance(report.mismatch, (JacobianMismatch, ProjectionMismatch)))
-"""
+""",
+)
 
 
 def test_a_passing_check_loads_neither_the_step_by_step_check_nor_the_failure_report():
     """What only a failure or the fallback needs loads with its first use, so that a process's
     first check does not pay for it; the failure then reports as ever, through the same classes
     the package names."""
-    done = subprocess.run([sys.executable, "-c", LAZY_CODE], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    before, after, same = done.stdout.splitlines()
+    before, after, same = _printed(LAZY_CODE)
     assert before == "[]"
     assert "opcheck.engine.auto.stepwise" in after and "opcheck.engine.reporting.diagnostics" in after
     assert same == "True"
@@ -73,25 +86,21 @@ def test_a_passing_check_loads_neither_the_step_by_step_check_nor_the_failure_re
 
 ON_USE = ("opcheck.engine.layouts", "opcheck.engine.second_order")
 
-ON_USE_CODE = f"""
-import sys, torch, opcheck
-modules = {ON_USE!r}
-x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
-assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto")
-print([m for m in modules if m in sys.modules])
+ON_USE_CODE = _after_passing_sin(
+    ON_USE,
+    """
 s = torch.randn(3, 4, dtype=torch.float64).to_sparse().requires_grad_()
 assert opcheck.gradcheck(lambda t: t.to_dense(), (s,), fast_mode="auto", masked=True)
 assert opcheck.gradgradcheck(torch.sin, (x,), fast_mode="auto")
-print([m for m in modules if m in sys.modules])
-"""
+print(loaded())
+""",
+)
 
 
 def test_sparse_inputs_and_second_order_checks_load_their_modules_on_first_use():
     """A first check of dense inputs loads neither the sparse stand-ins nor gradgradcheck's first
     derivative; a check of a sparse input and a gradgradcheck load them and pass."""
-    done = subprocess.run([sys.executable, "-c", ON_USE_CODE], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    before, after = done.stdout.splitlines()
+    before, after = _printed(ON_USE_CODE)
     assert before == "[]"
     assert after == repr(list(ON_USE))
 
@@ -103,29 +112,24 @@ FORWARD_ON_USE = (
     "opcheck.engine.comparison.complex_views",
 )
 
-FORWARD_ON_USE_CODE = f"""
-import sys, torch, opcheck
-modules = {FORWARD_ON_USE!r}
-loaded = lambda: [m for m in modules if m in sys.modules]
-x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
-assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto")
-print(loaded())
+FORWARD_ON_USE_CODE = _after_passing_sin(
+    FORWARD_ON_USE,
+    """
 assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto", check_forward_ad=True)
 print(loaded())
 assert opcheck.gradcheck(torch.sin, (x,), fast_mode=True)
 print(loaded())
 assert opcheck.gradcheck(lambda t: torch.complex(t.sin(), t), (x,), fast_mode="auto")
 print(loaded())
-"""
+""",
+)
 
 
 def test_forward_ad_torch_s_fast_mode_and_complex_outputs_load_their_modules_on_first_use():
     """A first check of backward on real outputs, and auto's fused check of forward AD, load none of
     forward AD's batched columns, torch's fast mode or the complex outputs' views; the checks that
     need them load them and pass."""
-    done = subprocess.run([sys.executable, "-c", FORWARD_ON_USE_CODE], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    backward, forward, fast, complex_outputs = done.stdout.splitlines()
+    backward, forward, fast, complex_outputs = _printed(FORWARD_ON_USE_CODE)
     assert backward == forward == "[]"
     assert fast == repr(list(FORWARD_ON_USE[:3]))
     assert complex_outputs == repr(list(FORWARD_ON_USE))
