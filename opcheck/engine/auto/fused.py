@@ -257,10 +257,10 @@ def _legacy_rows(
     call), and the tangents of the last n rows of `tangents` from make_dual under the legacy vmap
     (every tangent's dtype checked, ctx.check_forward_dtype); where the legacy vmap raises, from
     passes.jvps_at_points. Returns (outputs, tangents, whether the legacy vmap gave them)."""
-    ev = ctx.evaluator
-    outs = outputs_at_points(ev, call.func, base, diff, *(d[: 2 * n + 1] for d in deltas))
     from opcheck.engine.batching import ForwardCalls  # forward AD's: on first use
 
+    ev = ctx.evaluator
+    outs = outputs_at_points(ev, call.func, base, diff, *(d[: 2 * n + 1] for d in deltas))
     calls = ForwardCalls(ev, call.func, call.inputs, ctx.check_forward_dtype)
     try:
         return as_tuple(outs), legacy_jvps(ev, calls, diff, *(t[2 * n :] for t in tangents)), True
