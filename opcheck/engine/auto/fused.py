@@ -257,7 +257,7 @@ def _legacy_rows(
     call), and the tangents of the last n rows of `tangents` from make_dual under the legacy vmap
     (every tangent's dtype checked, ctx.check_forward_dtype); where the legacy vmap raises, from
     passes.jvps_at_points. Returns (outputs, tangents, whether the legacy vmap gave them)."""
-    from opcheck.engine.batching import ForwardCalls  # forward AD's: on first use
+    from opcheck.engine.batching.jvp_columns import ForwardCalls  # forward AD's: on first use
 
     ev = ctx.evaluator
     outs = outputs_at_points(ev, call.func, base, diff, *(d[: 2 * n + 1] for d in deltas))

@@ -259,7 +259,7 @@ def legacy_jvps(ev: Evaluator, calls: ForwardCalls, diff: Sequence[int], *tangen
     check computes them (one call, counted; calls.check_dtype sees the tangents)."""
     if legacy_vmap is None:  # pragma: no cover - depends on the torch release
         raise RuntimeError("no legacy vmap in this torch release")
-    from opcheck.engine.batching import legacy_tangents
+    from opcheck.engine.batching.jvp_columns import legacy_tangents  # forward AD's: on first use
 
     ev.stats.batched_jvp_calls += 1
     return as_tuple(legacy_vmap(legacy_tangents(calls, list(diff), flat=False))(*tangents))
