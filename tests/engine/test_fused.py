@@ -399,6 +399,51 @@ def test_float_outputs_that_do_not_require_grad_stay_in_the_fused_pass_of_backwa
     assert not r.passed and r.message.splitlines()[0] == str(theirs.value).splitlines()[0]
 
 
+class SinIndexStat(torch.autograd.Function):
+    """(sin x, argmax of x, mean of x): an integer output, then a float one that does not require
+    grad (as linalg.lstsq's rank and singular values); `scale` multiplies backward (1: right)."""
+
+    generate_vmap_rule = True
+    scale = 1.0
+
+    @staticmethod
+    def forward(x):
+        return torch.sin(x), x.argmax(), x.mean()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[1], output[2])
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g, g_index, g_stat):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x) * SinIndexStat.scale
+
+
+def test_an_integer_output_before_float_outputs_without_grad_stays_in_the_fused_pass(monkeypatch):
+    """torch's slow mode pairs the k-th float output's differences with output k: right while every
+    output that requires grad comes before the integer ones."""
+    a, b = _x(2, 3), _x(2, 3, seed=1)
+    r = opcheck.gradcheck_report(torch.linalg.lstsq, (a, b), fast_mode="auto")
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    x = _x(2, 3)
+    r = opcheck.gradcheck_report(SinIndexStat.apply, (x,), fast_mode="auto")
+    assert r.passed and r.stats.fused, r.stats.fallbacks
+    monkeypatch.setattr(SinIndexStat, "scale", 1.1)
+    with pytest.raises(GradcheckError) as theirs:
+        torch.autograd.gradcheck(SinIndexStat.apply, (x,))
+    r = opcheck.gradcheck_report(SinIndexStat.apply, (x,), fast_mode="auto")
+    assert not r.passed and r.message.splitlines()[0] == str(theirs.value).splitlines()[0]
+    # an output that requires grad after an integer one is left to the step-by-step check, which
+    # pairs them as torch's slow mode does (and so fails as it does)
+    index_then_sin = lambda x: (x.argmax(), torch.sin(x))  # noqa: E731
+    with pytest.raises(IndexError):
+        torch.autograd.gradcheck(index_then_sin, (x,))
+    with pytest.raises(IndexError):
+        opcheck.gradcheck(index_then_sin, (x,), fast_mode="auto")
+
+
 class SinDetachedBackward(torch.autograd.Function):
     """sin whose backward uses x detached: right first derivative, second derivative missing its x term."""
 

@@ -140,9 +140,11 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
 
 def output_refusal(outs: Sequence[Any], all_require_grad: bool = True) -> str | None:
     """Why a fused pass does not take these outputs (None: it does): every output a tensor; the
-    float ones real, strided and, with `all_require_grad`, requiring grad, before any other (a
-    float output that does not require grad is then taken, and only its differences are computed).
-    The cost estimate's probe asks the same (opcheck.runtime.cost.probe)."""
+    float ones real and strided, and, with `all_require_grad`, requiring grad (without it, a float
+    output that does not require grad is taken, and only its differences are computed). An output
+    that requires grad comes before any integer or bool one: torch's slow mode pairs the k-th float
+    output's differences with output k (linalg.lstsq's rank, then its singular values without grad,
+    pair as they should; a differentiable output after an integer one does not)."""
     seen_other = False
     for p, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
@@ -152,8 +154,10 @@ def output_refusal(outs: Sequence[Any], all_require_grad: bool = True) -> str | 
                 return f"output {p} is complex"
             seen_other = True
             continue
-        if seen_other or o.layout != torch.strided or (all_require_grad and not o.requires_grad):
+        if o.layout != torch.strided or (all_require_grad and not o.requires_grad):
             return f"output {p} is not a real strided output that requires grad"
+        if seen_other and o.requires_grad:
+            return f"output {p} requires grad after an output that is not a float tensor"
     return None
 
 
