@@ -146,9 +146,9 @@ def heatmap_labels(mismatch) -> HeatmapLabels:
 
     A JacobianMismatch block is (input element, output element); a ProjectionMismatch is
     (direction u_l, output element) in the JVP stage and (cotangent v_i, direction u_l) in the
-    VJP stage (opcheck.engine.auto.stepwise).
+    VJP stage (opcheck.engine.auto.projections).
     """
-    from opcheck.engine.auto.stepwise import JVP_STAGE, VJP_STAGE, ProjectionMismatch
+    from opcheck.engine.auto.projections import JVP_STAGE, VJP_STAGE, ProjectionMismatch
 
     out = f"{mismatch.output_name} element (shape {tuple(mismatch.output_shape)})"
     if not isinstance(mismatch, ProjectionMismatch):

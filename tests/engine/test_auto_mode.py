@@ -14,8 +14,10 @@ from test_fused import _sin_wrong_tail
 from torch.autograd.function import once_differentiable
 
 import opcheck
-from opcheck.engine.auto import stepwise as auto_mod
-from opcheck.engine.auto.stepwise import ProjectionMismatch
+from opcheck.engine import route
+from opcheck.engine.auto import projection_check, stepwise
+from opcheck.engine.auto import projections as auto_mod
+from opcheck.engine.auto.projections import ProjectionMismatch
 from opcheck.engine.batching import vmap_batching
 from opcheck.engine.reporting.diagnostics import JacobianMismatch
 from tests.broken_ops import SIN, scaled
@@ -63,7 +65,7 @@ def test_beyond_budget_failure_names_projection_entries():
     assert "not recomputed in full" in r.message
     assert r.mismatch.comparison == auto_mod.JVP_STAGE
     # the 7 wrong elements are the last 7 of the last row, each wrong along every direction
-    assert r.mismatch.mismatched == 7 * auto_mod.DIRECTIONS
+    assert r.mismatch.mismatched == 7 * route.DIRECTIONS
     assert {e.output_index for e in r.mismatch.worst} <= {(127, c) for c in range(121, 128)}
 
 
@@ -71,7 +73,7 @@ def test_vjp_stage_failure_names_cotangent_direction_pairs():
     m = MUTANTS["exp_96x96_one_entry"]
     r = _report(m, m.wrong)
     assert isinstance(r.mismatch, ProjectionMismatch) and r.mismatch.comparison == auto_mod.VJP_STAGE
-    assert r.mismatch.mismatched == auto_mod.COTANGENTS * auto_mod.DIRECTIONS  # ±δ in every pair
+    assert r.mismatch.mismatched == route.COTANGENTS * route.DIRECTIONS  # ±δ in every pair
     assert "v_" in r.message and "J u_" in r.message
 
 
@@ -127,8 +129,9 @@ def test_no_full_jacobian_beyond_budget(monkeypatch, mid):
 
         return f
 
-    for name in ("numerical_jacobian", "analytical_vjp_jacobian", "analytical_jvp_jacobian", "full_check"):
-        monkeypatch.setattr(auto_mod, name, forbidden(name))
+    for name in ("numerical_jacobian", "analytical_vjp_jacobian", "analytical_jvp_jacobian"):
+        monkeypatch.setattr(projection_check, name, forbidden(name))
+    monkeypatch.setattr(stepwise, "full_check", forbidden("full_check"))
     m = MUTANTS[mid]
     for fn in (m.right, torch.sin):  # the complex mutants' inputs are complex: torch.sin takes them too
         r = _report(m, fn)

@@ -49,9 +49,7 @@ REPORT_MODULES = (
     "opcheck.engine.reporting.diagnostics",
 )
 
-LAZY_CODE = _after_passing_sin(
-    REPORT_MODULES,
-    """
+WRONG_ROW = """
 class WrongRow(torch.autograd.Function):  # sin, whose backward is wrong in its last row
     @staticmethod
     def forward(ctx, t):
@@ -64,7 +62,12 @@ class WrongRow(torch.autograd.Function):  # sin, whose backward is wrong in its 
         grad = g * t.cos()
         grad[-1] *= 2
         return grad
+"""
 
+LAZY_CODE = _after_passing_sin(
+    REPORT_MODULES,
+    WRONG_ROW
+    + """
 report = opcheck.gradcheck_report(WrongRow.apply, (x,), fast_mode="auto", raise_exception=False)
 assert not report.passed and report.mismatch is not None, report
 print(loaded())
@@ -82,6 +85,35 @@ def test_a_passing_check_loads_neither_the_step_by_step_check_nor_the_failure_re
     assert before == "[]"
     assert "opcheck.engine.auto.stepwise" in after and "opcheck.engine.reporting.diagnostics" in after
     assert same == "True"
+
+
+PROJECTION_MODULES = (
+    "opcheck.engine.auto.projection_check",
+    "opcheck.engine.auto.projections",
+    "opcheck.engine.auto.sources",
+    "opcheck.engine.auto.pinpoint",
+)
+
+
+def test_a_failure_the_full_check_decides_loads_no_step_by_step_projections():
+    """A small call that fails goes to the step-by-step full check, which needs none of the
+    projection check's modules; a call beyond the full check's size loads them, and its failure
+    is the projections'."""
+    code = _after_passing_sin(
+        PROJECTION_MODULES,
+        WRONG_ROW
+        + """
+report = opcheck.gradcheck_report(WrongRow.apply, (x,), fast_mode="auto", raise_exception=False)
+assert not report.passed and report.mismatch is not None, report
+print(loaded())
+big = torch.randn(300, dtype=torch.float64, requires_grad=True)
+report = opcheck.gradcheck_report(WrongRow.apply, (big,), fast_mode="auto", raise_exception=False)
+print(loaded(), type(report.mismatch).__name__)
+""",
+    )
+    before, after_small, after_big = _printed(code)
+    assert before == after_small == "[]"
+    assert after_big == f"{list(PROJECTION_MODULES)!r} ProjectionMismatch"
 
 
 ON_USE = ("opcheck.engine.layouts", "opcheck.engine.second_order")

@@ -13,7 +13,7 @@ import torch
 from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import opcheck
-from opcheck.engine.auto import stepwise as auto
+from opcheck.engine.auto import projection_check as auto
 from opcheck.engine.errors import GradcheckError
 from opcheck.engine.reporting.pattern_hints import swapped_in_projections
 

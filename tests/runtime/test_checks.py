@@ -8,8 +8,9 @@ import runtime_ops
 import torch
 
 import opcheck
-from opcheck.engine.auto import stepwise as auto
-from opcheck.engine.auto.stepwise import ProjectionMismatch
+from opcheck.engine import route
+from opcheck.engine.auto import projections as auto
+from opcheck.engine.auto.projections import ProjectionMismatch
 from opcheck.runtime import (
     CheckCrashed,
     CheckSkipped,
@@ -335,7 +336,7 @@ def test_heatmap_of_a_vjp_projection_failure(tmp_path, drawn_labels):
     x = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
     r = opcheck.gradcheck_report(SquareWrongBackward.apply, (x,), fast_mode="auto", jacobian_budget=1)
     assert isinstance(r.mismatch, ProjectionMismatch) and r.mismatch.comparison == auto.VJP_STAGE
-    assert tuple(r.mismatch.analytical.shape) == (auto.COTANGENTS, auto.DIRECTIONS)
+    assert tuple(r.mismatch.analytical.shape) == (route.COTANGENTS, route.DIRECTIONS)
     case = Case.of(spec("runtime_ops:square_wrong"), "gradcheck", "cpu", "float64", VEC)
     path = write_heatmap(r.mismatch, case, str(tmp_path))
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
