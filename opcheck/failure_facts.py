@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
+
+from opcheck._records import record
 
 FAILURE_PROPERTY = "opcheck_failure"
 HINT_PREFIX = "hint: "
 
 
-@dataclass(frozen=True)
+@record
 class FailureFacts:
     # The block or part, then its first worst entry: "d output 0 / d input 0, d out[1] / d in[1]:
     # analytical 4.557, ..."; "" when the failure names no entry.

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from torch.autograd.gradcheck import GradcheckError as _TorchGradcheckError
 
+from opcheck._records import record
 from opcheck.engine import auto, aux_checks
 from opcheck.engine._util import (
     Func,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # the report's classes load with the first report
 __all__ = ["FastMode", "GradcheckReport", "gradcheck", "gradcheck_report", "gradgradcheck", "gradgradcheck_report"]
 
 
-@dataclass(frozen=True)
+@record
 class GradcheckReport:
     """The outcome of one gradcheck/gradgradcheck call as a value."""
 

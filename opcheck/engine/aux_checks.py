@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck._records import record
 from opcheck.engine._util import (
     SPARSE_LAYOUTS,
     Func,
@@ -77,7 +77,7 @@ def first_cotangent(output: torch.Tensor, i: int) -> torch.Tensor:
     return found
 
 
-@dataclass(frozen=True)
+@record
 class _BatchedCheck:
     """One of the two batched-gradient checks, as its failures name it."""
 

@@ -34,11 +34,12 @@ import math
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import load_forward_ad_decompositions, make_dual, unpack_dual
 from opcheck.engine.lowprec.criterion import Criterion
 from opcheck.engine.lowprec.numbers import _is_float, _num, _outputs, _random_like, _scalar, _unravel
@@ -54,7 +55,7 @@ WORST_SHOWN = 5
 
 
 # ------------------------------------------------------------------------------------ compiling
-@dataclass
+@record(frozen=False)
 class Graphs:
     """What dynamo did: graphs compiled by the backend, runs of them, graph breaks and why."""
 
@@ -119,7 +120,7 @@ def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ------------------------------------------------------------------------------------ evaluating
-@dataclass
+@record(frozen=False)
 class Evaluation:
     """One run: its outputs, the VJP per distinct input requiring grad, the JVP per output, and
     the inputs that do not require grad as they were after the call."""
@@ -232,7 +233,7 @@ Between = Callable[[], contextlib.AbstractContextManager[None]]
 _VALUE_GUARDS = ("CONSTANT_MATCH", "EQUALS_MATCH")  # dynamo's guards on a Python value
 
 
-@dataclass(frozen=True)
+@record
 class StateRead:
     """A Python number that the op's backward reads, where it lives: `holder[key]` (a dict's item,
     a module's globals) or `holder.key` (an attribute)."""
@@ -434,7 +435,7 @@ def state_report(
 
 
 # ------------------------------------------------------------------------------------ comparing
-@dataclass
+@record(frozen=False)
 class CompileReport:
     """What one comparison found: `error` None when compiled and eager agree."""
 
@@ -481,7 +482,7 @@ def compile_report(
     return _against_eager(fn, inputs, run, check_forward_ad, gen, compare_written)
 
 
-@dataclass
+@record(frozen=False)
 class _Bound:
     compiled: CompiledFunction
     leading: tuple[Any, ...]

@@ -9,11 +9,12 @@ and the counters) and its NumericalCache (the numerical Jacobians already comput
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import Func, Inputs, as_tuple, differentiable_outputs
 from opcheck.engine.batching import Evaluator
 from opcheck.engine.errors import GradcheckError
@@ -100,7 +101,7 @@ class NumericalCache:
         self._keep.clear()
 
 
-@dataclass(frozen=True)
+@record
 class Call:
     """A function at a point, as a check sees it: func(*inputs) gave func_out, and `outputs` are
     those of its outputs that require grad."""
@@ -133,7 +134,7 @@ def _named_inputs(i: int | None, j: int | None) -> tuple[int, ...]:
     return () if j is None else (j,)
 
 
-@dataclass(frozen=True)
+@record
 class CheckContext:
     """Settings and state shared by every comparison of one gradcheck call."""
 

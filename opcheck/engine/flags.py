@@ -7,9 +7,10 @@ The defaults are torch.autograd.gradcheck 2.13's, and are written only here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Literal
 
+from opcheck._records import record
 from opcheck.engine.reporting import torch_words
 
 DEFAULT_EPS = 1e-6
@@ -25,7 +26,7 @@ a call that its projection checks do not pass."""
 FastMode = bool | Literal["auto"]
 
 
-@dataclass(frozen=True)
+@record
 class CheckFlags:
     """The flags of one call, validated as torch validates them, in torch's order.
 

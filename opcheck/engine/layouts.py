@@ -33,12 +33,13 @@ refused the way torch refuses it (make_dual cannot take a sparse tensor; MKLDNN 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck._records import record
 from opcheck.engine._util import MKLDNN, is_float_or_complex, is_layout_input, make_dual, requires_grad, unravel
 from opcheck.engine.batching import Differences
 from opcheck.engine.reporting import torch_words
@@ -102,7 +103,7 @@ def _last_occurrences(pos: torch.Tensor) -> torch.Tensor:
     return keep
 
 
-@dataclass
+@record(frozen=False)
 class _Pattern:
     """A layout's index structure with a map from its values to dense positions."""
 
@@ -169,7 +170,7 @@ def _numerical_pattern(x: torch.Tensor, masked: bool) -> _Pattern:
 
 
 # ------------------------------------------------------------------------------------ stand-ins
-@dataclass(frozen=True)
+@record
 class ValueDifferences(Differences):
     """Central differences where some inputs are sparse tensors of the numerical pattern: their
     column for a dense position comes from moving the value stored there, as torch moves it."""

@@ -27,14 +27,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 
 import torch
+
+from opcheck._records import record
 
 __all__ = ["Margin", "MarginRecorder", "current_recorder", "recording_margins", "worst_ratio"]
 
 
-@dataclass(frozen=True)
+@record
 class Margin:
     """The worst comparison seen: error / allowed, and which comparison it was in the engine's words
     ("VJP: d output 0 / d input 1")."""

@@ -9,9 +9,9 @@ and the cost estimate runs the engine itself on a stand-in of the function
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
+from opcheck._records import record
 from opcheck.engine.flags import DEFAULT_JACOBIAN_BUDGET
 
 DIRECTIONS = 8
@@ -38,7 +38,7 @@ perturbs groups of columns that share no row of backward's Jacobian (auto/groupe
 under this many independent random weightings, one call pair each, within the same loop columns."""
 
 
-@dataclass(frozen=True)
+@record
 class Sizes:
     """What the route depends on: a Jacobian of m rows (float output elements) and n columns
     (differentiable input elements) over `inputs` differentiable inputs, the Jacobian budget, and
@@ -146,7 +146,7 @@ def fused_order(sizes: Sizes) -> tuple[Pass, ...]:
     return (Pass.PROJECTED, Pass.FULL) if sizes.within_budget else (Pass.PROJECTED,)
 
 
-@dataclass(frozen=True)
+@record
 class Stepwise:
     """How the step-by-step check starts once the fused passes handed the call on.
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import Func, Inputs, as_tuple, autograd_grad, differentiable_outputs, of_inputs, requires_grad
 from opcheck.engine.batching import batching_enabled, warm_functorch
 
@@ -29,7 +29,7 @@ def random_grad_outputs(outputs: Sequence[torch.Tensor], noncontiguous: bool) ->
     )
 
 
-@dataclass(frozen=True)
+@record
 class FirstDerivative:
     """What gradgradcheck checks: func, its inputs and the names its failures use."""
 

@@ -32,10 +32,11 @@ full check, which decides.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import unravel
 from opcheck.engine.auto.projections import PinnedEntry
 from opcheck.engine.auto.sources import Projection, jvp_along
@@ -52,7 +53,7 @@ def elements_out_of_tolerance(analytical: torch.Tensor, numerical: torch.Tensor,
     return bad.any(dim=0).nonzero().reshape(-1)[:ROWS].cpu().tolist()
 
 
-@dataclass
+@record(frozen=False)
 class Bisection:
     """One block's bisection: output i of the projection, input p.diff[jj].
 

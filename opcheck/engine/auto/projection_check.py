@@ -8,11 +8,12 @@ full check's size, and where a function that cannot be vmapped makes the project
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NoReturn
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import (
     allclose_promoted,
     diff_input_indices,
@@ -69,7 +70,7 @@ def projection_check(ctx: CheckContext, call: Call, part: Part, full_decides: bo
     return _ProjectionCheck(Projection.of(ctx, call), part, views, full_decides).run()
 
 
-@dataclass(frozen=True)
+@record
 class _Found:
     """A projection comparison of block (output i, input diff[jj]) out of tolerance, and what it says."""
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine.reporting.diagnostics import BlockMismatch
 from opcheck.failure_facts import hint_lines
 
@@ -56,7 +56,7 @@ def worst_positions(err: torch.Tensor, allowed: torch.Tensor, bad: torch.Tensor)
     return [divmod(flat, err.shape[1]) for flat in order]
 
 
-@dataclass(frozen=True)
+@record
 class ProjectionEntry:
     """One projection entry out of tolerance.
 
@@ -86,7 +86,7 @@ class ProjectionEntry:
         )
 
 
-@dataclass(frozen=True)
+@record
 class PinnedEntry:
     """A Jacobian entry out of tolerance, as the full check compares it."""
 
@@ -105,7 +105,7 @@ class PinnedEntry:
         )
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class ProjectionMismatch(BlockMismatch):
     """A failed projection comparison of a block too large to recompute in full.
 

@@ -9,12 +9,12 @@ they disagree, as in batching/.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck._records import record
 from opcheck.engine import route
 from opcheck.engine._util import (
     Func,
@@ -52,7 +52,7 @@ class Unavailable(Exception):
     """This source of J·U does not work for the function."""
 
 
-@dataclass(frozen=True)
+@record
 class Projection:
     """One projection check's function and point, with its directions U and cotangents V."""
 

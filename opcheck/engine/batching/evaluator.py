@@ -12,11 +12,12 @@ import contextlib
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, TypeVar
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import Func, as_tuple, autograd_grad, batched_grad, legacy_vmap, vmap_rows
 from opcheck.engine.batching.agreement import Disagreement
 from opcheck.engine.batching.schedule import Schedule, chunk_columns
@@ -59,7 +60,7 @@ class SlowerThanLoop(Exception):
     """The pilot batch cost more per column than the loop (already recorded): the loop takes over."""
 
 
-@dataclass
+@record(frozen=False)
 class EvalStats:
     """What one check call evaluated, for benchmarks and tests."""
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import as_tuple, detached, of_inputs, vmap_form
 from opcheck.engine.batching import settings
 from opcheck.engine.batching.agreement import Disagreement, close, ulps_apart
@@ -87,7 +87,7 @@ def _first_directions(segments: Sequence[Segment]) -> list[Segment]:
     return list(seen.items())
 
 
-@dataclass(frozen=True)
+@record
 class _ColumnLayout:
     """The columns of all segments, numbered globally: segment s holds columns offsets[s] onwards."""
 

@@ -8,11 +8,11 @@ projections of fast_mode="auto"). The vmapped form of the same differences is fd
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import Func, unravel
 from opcheck.engine.batching.evaluator import Evaluator
 from opcheck.engine.reporting import torch_words
@@ -44,7 +44,7 @@ class InputWritten(Exception):
     """A call of the function changed the input that Differences.along moves."""
 
 
-@dataclass(frozen=True)
+@record
 class Differences:
     """Central differences of fn at inputs with step eps, by plain calls through ev."""
 

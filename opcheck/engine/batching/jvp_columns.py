@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck._records import record
 from opcheck.engine._util import (
     Func,
     as_tuple,
@@ -42,7 +42,7 @@ DtypeCheck = Callable[[torch.Tensor, torch.Tensor], None]
 """check(primal, tangent): raises when a tangent's dtype does not fit its primal's."""
 
 
-@dataclass(frozen=True)
+@record
 class ForwardCalls:
     """Forward-mode evaluations of fn at inputs through ev; check_dtype sees every tangent."""
 
@@ -124,7 +124,7 @@ def jvp_columns(calls: ForwardCalls, idxs: list[int], ref_outputs: tuple[Any, ..
     return [calls.loop(idx) for idx in idxs]
 
 
-@dataclass(frozen=True)
+@record
 class _TangentLayout:
     """The columns of some inputs numbered globally: input idxs[k] holds columns offsets[k] onwards."""
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import diff_input_indices, float_outputs
 from opcheck.engine.context import Call, CheckContext
 from opcheck.engine.reporting import torch_words
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # the report's classes load with the first report (reporting/
     from opcheck.engine.reporting.diagnostics import BlockLabel, JacobianMismatch
 
 
-@dataclass(frozen=True)
+@record
 class Part:
     """Which Jacobian a comparison is of: forward-mode AD's (`forward`) or backward's; and, where
     complex outputs (backward) or inputs (forward) are checked part by part, which they are
@@ -39,7 +40,7 @@ BACKWARD = Part()
 FORWARD = Part(forward=True)
 
 
-@dataclass(frozen=True)
+@record
 class Block:
     """Which Jacobian block a comparison is about, as torch's messages name it (see Part)."""
 

@@ -8,11 +8,11 @@ outputs) run on it unchanged, with memory O((n + m) k).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine._util import Func, Inputs, as_tuple, mapped
 
 
@@ -36,7 +36,7 @@ def real_outputs(func: Func) -> Func:
     return mapped(func, outputs=as_real)
 
 
-@dataclass(frozen=True)
+@record
 class RealViews:
     """Which complex tensors the projection check sees as torch.view_as_real (shape (..., 2))."""
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine.lowprec.criterion import (
     BASELINE,
     DEFAULT_PERTURBATIONS,
@@ -164,7 +165,7 @@ class _InputsChanged(Exception):
         self.text = text
 
 
-@dataclass
+@record(frozen=False)
 class _Run:
     criterion: Criterion
     dtype: torch.dtype

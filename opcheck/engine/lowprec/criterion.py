@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine.lowprec.numbers import _compute_dtype, _name
 from opcheck.failure_facts import FailureFacts
 
@@ -51,7 +52,7 @@ class LowPrecisionError(AssertionError):
         self.facts = facts if facts is not None else FailureFacts()  # what the message names, as values
 
 
-@dataclass(frozen=True)
+@record
 class Criterion:
     """How a part's entries are judged; see the module docstring."""
 
@@ -88,7 +89,7 @@ class Criterion:
         )
 
 
-@dataclass(frozen=True)
+@record
 class WorstEntry:
     index: tuple[int, ...]
     low: complex | float
@@ -102,7 +103,7 @@ class WorstEntry:
         return self.error / self.allowed if self.allowed > 0 else math.inf
 
 
-@dataclass(frozen=True)
+@record
 class PartResult:
     """One compared tensor: an output, one input's gradient (VJP) or one output's tangent (JVP)."""
 
@@ -123,7 +124,7 @@ class PartResult:
         return self.exceeding == 0 and not self.text
 
 
-@dataclass(frozen=True)
+@record
 class LowPrecisionReport:
     """What `lowprec_report` compared and found; `error` is None when everything agrees."""
 

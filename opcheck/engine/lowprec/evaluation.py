@@ -4,18 +4,18 @@ for given tangents, each backward and forward-AD call on its own copies of them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from opcheck._records import record
 from opcheck.engine._util import load_forward_ad_decompositions, make_dual, unpack_dual
 from opcheck.engine.lowprec.criterion import JVP, OUTPUT, VJP
 from opcheck.engine.lowprec.numbers import _differentiable, _is_float, _outputs
 
 
-@dataclass
+@record(frozen=False)
 class Evaluated:
     outputs: list[Any]
     values: dict[tuple[str, int], torch.Tensor | None]

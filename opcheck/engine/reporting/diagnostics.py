@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from opcheck._records import record
 from opcheck.engine._util import unravel
 from opcheck.engine.reporting.hints import abs_max, hints_for, index_text, number_text, shape_text
 from opcheck.failure_facts import FailureFacts, hint_lines
@@ -23,7 +24,7 @@ FORWARD_AD_CHECK = "forward AD"
 """BlockLabel.check of a forward-mode Jacobian block (torch: "Jacobian computed with forward mode mismatch")."""
 
 
-@dataclass(frozen=True)
+@record
 class EntryError:
     """One Jacobian entry d output[output_index] / d input[input_index] that is out of tolerance."""
 
@@ -35,7 +36,7 @@ class EntryError:
     rel_error: float
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class BlockLabel:
     """Which (output, input) block a report is about, as it names it."""
 
@@ -59,7 +60,7 @@ class BlockLabel:
         return {f.name: getattr(self, f.name) for f in fields(BlockLabel)}
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class BlockMismatch(BlockLabel):
     """A failed comparison of one (output, input) block: what the Jacobian mismatches have in common."""
 
@@ -87,7 +88,7 @@ class BlockMismatch(BlockLabel):
         return FailureFacts(worst=f"{block}, {entry}" if entry else "", hints=self.hints, inputs=self.named_inputs)
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class JacobianMismatch(BlockMismatch):
     """A failed comparison of one (output, input) Jacobian block.
 

@@ -18,11 +18,11 @@ import importlib
 import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from opcheck._records import record
 from opcheck.engine.reporting.torch_provocations import (
     answering,
     crash_on_undefined_grad,
@@ -55,7 +55,7 @@ def origins() -> Mapping[str, str]:
 
 
 # ------------------------------------------------------------------------------------ machinery
-@dataclass(frozen=True)
+@record
 class Template:
     """torch's text with fields where a failure's values go."""
 
