@@ -92,13 +92,14 @@ PROJECTION_MODULES = (
     "opcheck.engine.auto.projections",
     "opcheck.engine.auto.sources",
     "opcheck.engine.auto.pinpoint",
+    "opcheck.engine.batching.jvp_columns",
 )
 
 
 def test_a_failure_the_full_check_decides_loads_no_step_by_step_projections():
-    """A small call that fails goes to the step-by-step full check, which needs none of the
-    projection check's modules; a call beyond the full check's size loads them, and its failure
-    is the projections'."""
+    """A small call that fails goes to the step-by-step full check of backward, which needs none of
+    the projection check's modules, nor forward AD's columns; a call beyond the full check's size
+    loads them (J·U from forward AD first), and its failure is the projections'."""
     code = _after_passing_sin(
         PROJECTION_MODULES,
         WRONG_ROW
@@ -138,10 +139,10 @@ def test_sparse_inputs_and_second_order_checks_load_their_modules_on_first_use()
 
 
 FORWARD_ON_USE = (
-    "opcheck.engine.batching.jvp_columns",
     "opcheck.engine.evaluation.analytical",
     "opcheck.engine.modes.fast",
     "opcheck.engine.comparison.complex_views",
+    "opcheck.engine.batching.jvp_columns",
 )
 
 FORWARD_ON_USE_CODE = _after_passing_sin(
@@ -153,15 +154,18 @@ assert opcheck.gradcheck(torch.sin, (x,), fast_mode=True)
 print(loaded())
 assert opcheck.gradcheck(lambda t: torch.complex(t.sin(), t), (x,), fast_mode="auto")
 print(loaded())
+assert opcheck.gradcheck(torch.sin, (x,), fast_mode="auto", check_forward_ad=True, check_batched_forward_grad=True)
+print(loaded())
 """,
 )
 
 
 def test_forward_ad_torch_s_fast_mode_and_complex_outputs_load_their_modules_on_first_use():
     """A first check of backward on real outputs, and auto's fused check of forward AD, load none of
-    forward AD's batched columns, torch's fast mode or the complex outputs' views; the checks that
-    need them load them and pass."""
-    backward, forward, fast, complex_outputs = _printed(FORWARD_ON_USE_CODE)
+    torch's fast mode, the complex outputs' views or forward AD's batched columns (which torch's
+    fast mode of backward does not need either); the checks that need them load them and pass."""
+    backward, forward, fast, complex_outputs, batched_forward = _printed(FORWARD_ON_USE_CODE)
     assert backward == forward == "[]"
-    assert fast == repr(list(FORWARD_ON_USE[:3]))
-    assert complex_outputs == repr(list(FORWARD_ON_USE))
+    assert fast == repr(list(FORWARD_ON_USE[:2]))
+    assert complex_outputs == repr(list(FORWARD_ON_USE[:3]))
+    assert batched_forward == repr(list(FORWARD_ON_USE))

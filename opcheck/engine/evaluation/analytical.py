@@ -9,7 +9,6 @@ import torch
 
 from opcheck.engine._util import Inputs, diff_input_indices, float_outputs, identical, requires_grad
 from opcheck.engine.batching import BatchedRows, LoopRows, vjp_rows
-from opcheck.engine.batching.jvp_columns import ForwardCalls, jvp_columns
 from opcheck.engine.context import Blocks, CheckContext
 from opcheck.engine.errors import failed_nondet_note
 from opcheck.engine.reporting import torch_words
@@ -136,6 +135,8 @@ def analytical_jvp_jacobian(
         raise ValueError(torch_words.forward_complex_inputs())
     floats = float_outputs(outputs)
     nonempty = [idx for idx in diff if inputs[idx].numel()]
+    from opcheck.engine.batching.jvp_columns import ForwardCalls, jvp_columns  # forward AD's: on first use
+
     check = ctx.check_forward_dtype if check_dtypes else _any_dtype
     calls = ForwardCalls(ctx.evaluator, fn, inputs, check, torch_tangents=not ctx.flags.auto)
     columns = dict(zip(nonempty, jvp_columns(calls, nonempty, outputs) if nonempty else []))
