@@ -49,7 +49,7 @@ REPORT_MODULES = (
     "opcheck.engine.reporting.diagnostics",
 )
 
-WRONG_ROW = """
+WRONG_ROW_FAILS = """
 class WrongRow(torch.autograd.Function):  # sin, whose backward is wrong in its last row
     @staticmethod
     def forward(ctx, t):
@@ -62,15 +62,17 @@ class WrongRow(torch.autograd.Function):  # sin, whose backward is wrong in its 
         grad = g * t.cos()
         grad[-1] *= 2
         return grad
-"""
 
-LAZY_CODE = _after_passing_sin(
-    REPORT_MODULES,
-    WRONG_ROW
-    + """
 report = opcheck.gradcheck_report(WrongRow.apply, (x,), fast_mode="auto", raise_exception=False)
 assert not report.passed and report.mismatch is not None, report
 print(loaded())
+"""
+"""A check of WrongRow on x (5x4) that fails, then the modules loaded."""
+
+LAZY_CODE = _after_passing_sin(
+    REPORT_MODULES,
+    WRONG_ROW_FAILS
+    + """
 from opcheck.engine import JacobianMismatch, ProjectionMismatch
 print(isinstance(report.mismatch, (JacobianMismatch, ProjectionMismatch)))
 """,
@@ -102,11 +104,8 @@ def test_a_failure_the_full_check_decides_loads_no_step_by_step_projections():
     loads them (J·U from forward AD first), and its failure is the projections'."""
     code = _after_passing_sin(
         PROJECTION_MODULES,
-        WRONG_ROW
+        WRONG_ROW_FAILS
         + """
-report = opcheck.gradcheck_report(WrongRow.apply, (x,), fast_mode="auto", raise_exception=False)
-assert not report.passed and report.mismatch is not None, report
-print(loaded())
 big = torch.randn(300, dtype=torch.float64, requires_grad=True)
 report = opcheck.gradcheck_report(WrongRow.apply, (big,), fast_mode="auto", raise_exception=False)
 print(loaded(), type(report.mismatch).__name__)

@@ -12,50 +12,42 @@ import pytest
 from opcheck._records import record
 
 
-class Ours:
-    """The same class bodies under `record`..."""
+def _point(decorate, qualname):
+    """The class body both decorators take (named `qualname`, where pickle finds it)."""
 
-    @record
     class Point:
         a: int
         b: str = "x"
         c: list[int] = field(default_factory=list, compare=False)
         d: float = field(default=1.0, repr=False, hash=False)
 
-    @record(eq=False)
-    class Handle:
-        a: int
-        b: str = "x"
-        c: list[int] = field(default_factory=list, compare=False)
-        d: float = field(default=1.0, repr=False, hash=False)
+    Point.__qualname__, Point.__name__ = qualname, qualname.rpartition(".")[2]
+    return decorate(Point)
 
-    @record(frozen=False)
+
+def _counts(decorate, qualname):
     class Counts:
         calls: int = 0
         paths: list[str] = field(default_factory=list)
+
+    Counts.__qualname__ = qualname
+    return decorate(Counts)
+
+
+class Ours:
+    """The same class bodies under `record`..."""
+
+    Point = _point(record, "Ours.Point")
+    Handle = _point(record(eq=False), "Ours.Handle")
+    Counts = _counts(record(frozen=False), "Ours.Counts")
 
 
 class Theirs:
     """... and under dataclass(frozen=True)."""
 
-    @dataclass(frozen=True)
-    class Point:
-        a: int
-        b: str = "x"
-        c: list[int] = field(default_factory=list, compare=False)
-        d: float = field(default=1.0, repr=False, hash=False)
-
-    @dataclass(frozen=True, eq=False)
-    class Handle:
-        a: int
-        b: str = "x"
-        c: list[int] = field(default_factory=list, compare=False)
-        d: float = field(default=1.0, repr=False, hash=False)
-
-    @dataclass
-    class Counts:
-        calls: int = 0
-        paths: list[str] = field(default_factory=list)
+    Point = _point(dataclass(frozen=True), "Theirs.Point")
+    Handle = _point(dataclass(frozen=True, eq=False), "Theirs.Handle")
+    Counts = _counts(dataclass, "Theirs.Counts")
 
 
 CLASSES = [Ours.Point, Theirs.Point, Ours.Handle, Theirs.Handle]
