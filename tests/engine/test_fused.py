@@ -18,6 +18,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 import opcheck
 from opcheck.engine.auto import fused, fused_backward
+from opcheck.engine.auto.passes import output_refusal
 from tests import broken_ops
 
 AUTO = SimpleNamespace(
@@ -442,6 +443,17 @@ def test_an_integer_output_before_float_outputs_without_grad_stays_in_the_fused_
         torch.autograd.gradcheck(index_then_sin, (x,))
     with pytest.raises(IndexError):
         opcheck.gradcheck(index_then_sin, (x,), fast_mode="auto")
+    # a float output after an integer one with other sizes: torch's slow mode fills its differences
+    # with the integer output's and raises, and so do both modes; the fused pass is not tried
+    sizes_differ = lambda x: (torch.sin(x), x.argmax(dim=1), x.detach().sum(dim=0))  # noqa: E731
+    assert output_refusal(sizes_differ(x), all_require_grad=False).startswith("output 2 after an output")
+    assert output_refusal(torch.linalg.lstsq(a, b), all_require_grad=False) is None
+    with pytest.raises(RuntimeError) as theirs:
+        torch.autograd.gradcheck(sizes_differ, (x,))
+    for mode in (False, "auto"):
+        with pytest.raises(RuntimeError) as ours:
+            opcheck.gradcheck(sizes_differ, (x,), fast_mode=mode)
+        assert str(ours.value) == str(theirs.value)
 
 
 class SinDetachedBackward(torch.autograd.Function):

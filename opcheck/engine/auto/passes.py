@@ -141,11 +141,16 @@ def applies(ctx: CheckContext, call: Call, projected: bool = False) -> None:
 def output_refusal(outs: Sequence[Any], all_require_grad: bool = True) -> str | None:
     """Why a fused pass does not take these outputs (None: it does): every output a tensor; the
     float ones real and strided, and, with `all_require_grad`, requiring grad (without it, a float
-    output that does not require grad is taken, and only its differences are computed). An output
-    that requires grad comes before any integer or bool one: torch's slow mode pairs the k-th float
-    output's differences with output k (linalg.lstsq's rank, then its singular values without grad,
-    pair as they should; a differentiable output after an integer one does not)."""
+    output that does not require grad is taken, and only its differences are computed). The cost
+    estimate's dry run asks the same, through the engine.
+
+    After an integer or bool output, torch's slow mode fills the k-th float output's differences
+    with output k's (linalg.lstsq: rank, then singular values), and keeps them where output k
+    requires grad: a pass agrees with it only where no output after the first integer one requires
+    grad, and each float output there has as many elements as output k, or output k one, which
+    torch's slow mode broadcasts (elsewhere it raises, and so does the step-by-step check)."""
     seen_other = False
+    floats = 0
     for p, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
             return f"output {p} is not a tensor"
@@ -156,8 +161,9 @@ def output_refusal(outs: Sequence[Any], all_require_grad: bool = True) -> str | 
             continue
         if o.layout != torch.strided or (all_require_grad and not o.requires_grad):
             return f"output {p} is not a real strided output that requires grad"
-        if seen_other and o.requires_grad:
-            return f"output {p} requires grad after an output that is not a float tensor"
+        if seen_other and (o.requires_grad or outs[floats].numel() not in (o.numel(), 1)):
+            return f"output {p} after an output that is not a float tensor: torch's slow mode pairs it otherwise"
+        floats += 1
     return None
 
 
