@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 
+import pytest
 from bench_runner import run_benchmark
 
 
@@ -14,6 +15,7 @@ def run(*args: str, only: str = "sin,cube") -> subprocess.CompletedProcess:
     return run_benchmark("bench_cost", "--only", only, "--repeats", "1", *args)
 
 
+@pytest.mark.long
 def test_two_specs_estimated_measured_and_compared(tmp_path):
     records = tmp_path / "records.json"
     proc = run("--target", "0", "--fit", "--json", str(records))

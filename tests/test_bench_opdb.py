@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 from bench_runner import run_benchmark, script
 
@@ -252,6 +253,7 @@ RESULTS = SCRIPT.parent / "results" / "opdb"
 README = SCRIPT.parents[1] / "README.md"
 
 
+@pytest.mark.long
 def test_the_readme_quotes_the_kept_records_of_the_op_db_run():
     # The op_db run's records are kept with the project: README's numbers are what they report.
     files = [str(p) for p in sorted(RESULTS.glob("*.jsonl.gz"))]

@@ -8,10 +8,12 @@ import importlib.util
 import json
 import re
 
+import pytest
 import torch
 from bench_runner import run_benchmark, script
 
 
+@pytest.mark.long
 def test_every_passing_test_of_the_catalog_makes_the_calls_its_plan_counts(tmp_path):
     """Every cpu gradcheck, forward_ad, gradgradcheck and fwgrad_bwgrad test of op_specs/: real ops,
     custom ops, complex, sparse and second-order checks, batched and looped, each planned by the

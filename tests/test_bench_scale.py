@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from bench_runner import run_benchmark
 
 CASE = "sin_64x64_tail7"
 
 
+@pytest.mark.long
 def test_one_mutant_and_its_twin(tmp_path):
     out = tmp_path / "scale.json"
     # --slow-max-entries 0: torch's slow mode is "not run" (it would take seconds here)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from bench_runner import run_benchmark
 
 
+@pytest.mark.long
 def test_one_round_on_one_module():
     proc = run_benchmark("bench_threads", "--suite", "generated_tests/test_flip.py", "--rounds", "1", "--threads", "2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from opcheck.runtime.compiled import TRITON_INTERPRETED
@@ -16,6 +17,7 @@ from opcheck.runtime.compiled import TRITON_INTERPRETED
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long
 def test_generated_suite_passes_on_cpu_and_its_report_fits_on_a_screen():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPCHECK_", "PYTEST_"))}
     # hypothesis' plugin is this test environment's, not a newcomer's (`.[suite]`): a second of the run

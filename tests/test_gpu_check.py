@@ -32,6 +32,7 @@ def parts(out: Path) -> dict[str, list[str]]:
     return {row[1]: row for row in rows}
 
 
+@pytest.mark.long
 def test_cpu_path_runs_every_part_and_summarizes_it(tmp_path):
     pytest.importorskip("expecttest")  # bench_opinfo's op_db imports it
     out = tmp_path / "gpu_check"

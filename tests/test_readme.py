@@ -71,6 +71,7 @@ def run(line: str, cwd: Path) -> subprocess.CompletedProcess:
     return forked_python.run(module, *args, cwd=cwd, env=env, timeout=600)
 
 
+@pytest.mark.long
 def test_add_an_op_steps_work_as_written(project):
     text = section("Add an op")
     (_, scaffold), (lang, spec), (_, validate), (_, generate) = blocks(text)

@@ -37,6 +37,7 @@ def test_ruff_format():
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
+@pytest.mark.long
 def test_mypy_strict_on_engine_and_spec(tmp_path):
     # pyproject.toml: the whole package, strict on opcheck.engine and opcheck.spec
     proc = run(tool("mypy") + ["--cache-dir", str(tmp_path)])

@@ -173,6 +173,7 @@ def test_the_in_place_kernel_passes_with_clone_inputs_and_fails_naming_the_input
 
 
 # ------------------------------------------------------------------------------------ generated suites
+@pytest.mark.long
 def test_the_generated_triton_suites_pass():
     done = pytest_run(["-rs", *(f"generated_tests/test_{name}.py" for name in SPECS)], REPO)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
@@ -284,6 +285,7 @@ def run_line(line: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.long
 def test_readme_triton_steps_work_as_written(tmp_path):
     text = section("Test a Triton kernel")
     flat = " ".join(text.split())

@@ -268,6 +268,7 @@ COMPILED_RUN = """
 """
 
 
+@pytest.mark.long
 def test_an_autograd_function_under_torch_compile_is_named_with_how_to_record_it(tmp_path):
     tmp = project(tmp_path, {**MODULES, "run.py": COMPILED_RUN})
     result = capture(tmp, ["mypkg.mod:Square.apply"], ["python", "run.py"])
@@ -502,6 +503,7 @@ SLOW_CUSTOM_OP = """
 """
 
 
+@pytest.mark.long
 def test_reduce_writes_no_twin_that_would_cost_more_than_its_sample(tmp_path):
     # 1x300x5 has 1,500 elements: its Jacobian (2.25M entries) is past the budget, and projections check
     # it in a few calls; the twin 1x172x5 (860) is within it, where the full check takes every column,

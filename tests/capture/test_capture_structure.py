@@ -266,6 +266,7 @@ MODEL = {
 OPS = [f"masked_model.ops:{op}{bug}" for op in ("masked_softmax", "scale_cols") for bug in ("", "_buggy")]
 
 
+@pytest.mark.long
 def test_a_model_whose_ops_are_wrong_only_for_a_fully_masked_row_and_a_transposed_input(tmp_path, monkeypatch):
     from opcheck.spec import load_specs
     from tests.capture.scratch import NO_HYPOTHESIS, capture, opcheck, project, pytest_in, shown

@@ -127,6 +127,7 @@ scaled_sin.register_autograd(_backward, setup_context=_setup)
 """
 
 
+@pytest.mark.long
 def test_new_reads_a_custom_ops_schema_and_says_what_torch_library_implies(tmp_path):
     (tmp_path / "myops.py").write_text(CUSTOM_OP)
     made = opcheck("new", "scaled_sin", "--op", "myops:scaled_sin", cwd=tmp_path)

@@ -120,6 +120,7 @@ def written_rules(spec: dict[str, Any]) -> set[tuple[str, tuple[tuple[str, Any],
     }
 
 
+@pytest.mark.long
 def test_round_trip_import_validate_generate_run(project):
     started = time.perf_counter()
     # `opcheck import-opinfo` of each name, then `opcheck validate` and `opcheck generate`, in one

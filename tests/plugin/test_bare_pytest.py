@@ -62,6 +62,7 @@ def run(args, cwd):
     return subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not PYTEST.is_file(), reason="no pytest script beside this Python")
 @pytest.mark.parametrize("where", [".", "generated_tests"])
 def test_bare_pytest_runs_the_ops_of_a_package_that_is_not_installed(project, where):

@@ -21,6 +21,8 @@ from tests import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.long  # each test runs pytest, most of them several times
+
 FAULTY_OPS = '''
 import ctypes
 import os

@@ -112,6 +112,7 @@ def test_the_results_file_and_junit_keep_each_pass_margin(suite):
     assert from_junit == {nodeid: (r.get("margin"), r.get("margin_where", "")) for nodeid, r in records.items()}
 
 
+@pytest.mark.long
 def test_under_xdist_the_controller_lists_and_records_the_margins(suite):
     pytest.importorskip("xdist")
     result = suite.runpytest_subprocess("-n", "2", "--opcheck-margin", "0.5", "--opcheck-results", "r.json")

@@ -461,6 +461,7 @@ PARALLEL_SUITE = generated_module(
 )
 
 
+@pytest.mark.long
 def test_xdist_gives_the_serial_outcomes(pytester):
     pytest.importorskip("xdist")
     pytester.syspathinsert()

@@ -176,6 +176,7 @@ def test_opcheck_report_prints_the_same_matrix_for_both(suite, capsys):
     assert "\\<script\\>alert(1)\\</script\\>" in from_json
 
 
+@pytest.mark.long
 def test_xdist_controller_writes_the_serial_results(suite):
     pytest.importorskip("xdist")
     serial, serial_junit, _ = run(suite)

@@ -105,6 +105,7 @@ def failing(pytester):
     return pytester
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("xdist", [False, True])
 def test_results_record_the_worst_entry_and_hints_of_each_failure(failing, xdist):
     if xdist:
