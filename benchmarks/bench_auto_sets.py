@@ -636,6 +636,8 @@ def summarize(result: dict) -> dict:
         full_per_op[r["op"]][1] += r["opcheck_full_s"]
     full_torch_s = sum(r["torch_slow_s"] for r in full)
     full_opcheck_s = sum(r["opcheck_full_s"] for r in full)
+    tiny = [r for r in recs if 0 < r["numel"] <= TINY_ELEMENTS]  # all of the tiny set's; some of the others'
+    tiny_torch_s, tiny_opcheck_s = sum(r["torch_s"] for r in tiny), sum(r["opcheck_s"] for r in tiny)
     return {
         "ops": len(per_op),
         "samples": len(recs),
@@ -658,6 +660,10 @@ def summarize(result: dict) -> dict:
         "full_ratio": ratio(full_opcheck_s, full_torch_s) if full else None,
         "full_geomean_ratio": geomean([ratio(o, t) for t, o in full_per_op.values()]) if full else None,
         "full_verdicts_differ": sum(1 for r in full if r["opcheck_full_verdict"] != r["torch_slow_verdict"]),
+        "tiny_samples": len(tiny),
+        "tiny_torch_s": tiny_torch_s,
+        "tiny_opcheck_s": tiny_opcheck_s,
+        "tiny_ratio": ratio(tiny_opcheck_s, tiny_torch_s) if tiny else None,
         "excess_s": sum(e for e, *_ in excess if e > 0),
         "ops_with_excess": sum(1 for e, *_ in excess if e > 0),
         "top_excess": [{"op": op, "excess_s": e, "torch_s": t, "opcheck_s": o} for e, op, t, o in excess[:10]],
@@ -685,6 +691,13 @@ def print_table(summaries: dict[str, dict], fc: dict | None) -> None:
             f"{s['aggregate_ratio']:10.2f}  {firsts:>31s}  {s['false_alarms']:12d}  {s['misses']:6d}  "
             f"{s['no_reference']:6d}"
         )
+    for label, s in summaries.items():
+        if s["tiny_samples"] and s["tiny_samples"] < s["samples"]:
+            print(
+                f"{label}: its {s['tiny_samples']} tiny samples (at most {TINY_ELEMENTS} input elements): "
+                f"torch fast {s['tiny_torch_s']:.2f} s, opcheck auto {s['tiny_opcheck_s']:.2f} s, "
+                f"auto/torch {s['tiny_ratio']:.2f}"
+            )
     for label, s in summaries.items():
         if s["full_samples"]:
             print(

@@ -12,6 +12,7 @@ from bench_runner import run_benchmark
 pytest.importorskip("expecttest")  # torch's op_db imports it
 
 
+@pytest.mark.long
 def test_two_small_sets_and_the_first_call(tmp_path):
     out = tmp_path / "sets.json"
     args = "--set ops104 --set random --ops sin,mul --max-samples 2 --count 3 --seed 1 --first-call --repeat 1"
@@ -38,6 +39,14 @@ def test_two_small_sets_and_the_first_call(tmp_path):
         torch_s, opcheck_s = sum(r["torch_s"] for r in recs), sum(r["opcheck_s"] for r in recs)
         assert s["torch_s"] == pytest.approx(torch_s) and s["opcheck_s"] == pytest.approx(opcheck_s)
         assert s["aggregate_ratio"] == pytest.approx(opcheck_s / torch_s)
+        # the ratio over the samples of at most TINY_ELEMENTS input elements, on a line of its own
+        # where the set has larger samples too
+        tiny = [r for r in recs if 0 < r["numel"] <= 20]
+        assert s["tiny_samples"] == len(tiny)
+        assert s["tiny_torch_s"] == pytest.approx(sum(r["torch_s"] for r in tiny))
+        assert s["tiny_opcheck_s"] == pytest.approx(sum(r["opcheck_s"] for r in tiny))
+        shown = f"{label}: its {len(tiny)} tiny samples (at most 20 input elements): torch fast "
+        assert (shown in proc.stdout) == (0 < len(tiny) < len(recs)), proc.stdout
         # the worker's first sample: opcheck runs first and its call includes `import opcheck`
         first = [r for r in recs if r["first_call"]]
         assert len(first) == 1 and first[0] is recs[0] and first[0]["first"] == "opcheck"
