@@ -69,26 +69,49 @@ def exit_reason(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
-def fault_stack(text: str, root: Path | None = None, limit: int = STACK_FRAMES) -> list[str]:
-    """The crashed thread's frames in a faulthandler dump, innermost first, up to pytest's own."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), None)
-    if start is None:
-        start = next((i for i, line in enumerate(lines) if line.startswith("Thread ")), None)
-    if start is None:
+def fault_stack(
+    text: str, root: Path | None = None, limit: int = STACK_FRAMES, *, test_thread: bool = False
+) -> list[str]:
+    """The crashed thread's frames in a faulthandler dump, innermost first, up to pytest's own.
+
+    With `test_thread` (the watcher ended a hung test with SIGABRT), the frames of the thread that
+    runs the test, the one whose stack reaches pytest's frames. faulthandler shows as current the
+    thread that took the signal, and a signal sent to a process goes to whichever of its threads
+    may take it: not the test's while that one, blocked in C, has another signal pending (the time
+    budget's interrupt), and then possibly one without Python frames at all."""
+    sections = _thread_sections(text.splitlines())
+    if not sections:
         return []
-    frames = []
-    for line in lines[start + 1 :]:
-        found = _FRAME.fullmatch(line)
-        if found is None:
-            break
-        path = found["file"]
-        if any(f"{os.sep}{part}{os.sep}" in path for part in _HARNESS):
-            break
-        if path == METER_FILE:  # opcheck's wrapper around the op
+    # the current thread first (without one, the first shown); with `test_thread`, the first thread
+    # that reaches pytest's frames before it
+    sections.sort(key=lambda section: (test_thread and not section[1], not section[0]))
+    frames = sections[0][2]
+    return [f"{_shown(path, root)}:{line} in {name}" for path, line, name in frames][:limit]
+
+
+def _thread_sections(lines: list[str]) -> list[tuple[bool, bool, list[tuple[str, str, str]]]]:
+    """Each thread a faulthandler dump shows, in its order: (whether it is the current thread,
+    whether its stack reaches pytest's frames, its frames innermost first up to them)."""
+    sections: list[tuple[bool, bool, list[tuple[str, str, str]]]] = []
+    for i, line in enumerate(lines):
+        current = line.startswith("Current thread")
+        if not (current or line.startswith("Thread ")):
             continue
-        frames.append(f"{_shown(path, root)}:{found['line']} in {found['name']}")
-    return frames[:limit]
+        frames: list[tuple[str, str, str]] = []
+        harness = False
+        for frame_line in lines[i + 1 :]:
+            found = _FRAME.fullmatch(frame_line)
+            if found is None:
+                break
+            path = found["file"]
+            if any(f"{os.sep}{part}{os.sep}" in path for part in _HARNESS):
+                harness = True
+                break
+            if path == METER_FILE:  # opcheck's wrapper around the op
+                continue
+            frames.append((path, found["line"], found["name"]))
+        sections.append((current, harness, frames))
+    return sections
 
 
 def fatal_error(text: str) -> str | None:
@@ -132,7 +155,7 @@ def describe(
     details = []
     if overdue:
         details.append(f"where the time went: {overdue}")
-    stack = fault_stack(fault_text, root)
+    stack = fault_stack(fault_text, root, test_thread=killed is not None)
     if stack:
         details.append("the Python stack at the end (innermost first):")
         details += [f"  {frame}" for frame in stack]

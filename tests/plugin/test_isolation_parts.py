@@ -174,6 +174,45 @@ def test_the_crashed_thread_s_stack_up_to_pytest():
     assert crash.fault_stack("") == []
 
 
+HUNG = textwrap.dedent(
+    """\
+    Fatal Python error: Aborted
+
+    Thread 0x00007f0000000003 (most recent call first):
+      <no Python frame>
+
+    Current thread 0x00007f0000000002 (most recent call first):
+      File "/usr/lib/python3/threading.py", line 331 in wait
+      File "/usr/lib/python3/threading.py", line 1016 in _bootstrap
+
+    Thread 0x00007f0000000001 (most recent call first):
+      File "/project/faulty_ops.py", line 30 in deadlock
+      File "{meter}", line 107 in metered
+      File "/project/generated_tests/test_hang.py", line 28 in test_gradcheck
+      File "/venv/lib/python3/site-packages/_pytest/python.py", line 166 in pytest_pyfunc_call
+    """
+)
+
+
+@pytest.mark.parametrize("current", [True, False], ids=["another_thread_current", "no_current_thread"])
+def test_a_hung_test_s_stack_is_its_own_thread_s_whichever_thread_took_the_signal(current):
+    # The test's thread blocked in C (a deadlock) with the budget's interrupt pending: the watcher's
+    # SIGABRT went to another thread, a Python one or one without a Python thread state.
+    text = HUNG.format(meter=crash.METER_FILE)
+    if not current:
+        text = text.replace("Current thread", "Thread")
+    stack = ["faulty_ops.py:30 in deadlock", "generated_tests/test_hang.py:28 in test_gradcheck"]
+    assert crash.fault_stack(text, Path("/project"), test_thread=True) == stack
+    killed = crash.describe(-signal.SIGABRT, text, killed=crash.BudgetKill(3.0, 8.5), root=Path("/project"))
+    assert "  faulty_ops.py:30 in deadlock" in killed.details
+    # a crash is the thread's that crashed: the current one (or, unlabelled, the first shown)
+    assert crash.fault_stack(text, Path("/project")) == (
+        ["/usr/lib/python3/threading.py:331 in wait", "/usr/lib/python3/threading.py:1016 in _bootstrap"]
+        if current
+        else []
+    )
+
+
 def test_what_a_failure_says_of_a_dead_process():
     segv = crash.describe(-signal.SIGSEGV, FAULT.format(meter=crash.METER_FILE), root=Path("/project"))
     assert segv.headline == "crashed the test process: SIGSEGV (signal 11: segmentation fault)"
