@@ -76,9 +76,9 @@ def fault_stack(
 
     With `test_thread` (the watcher ended a hung test with SIGABRT), the frames of the thread that
     runs the test, the one whose stack reaches pytest's frames. faulthandler shows as current the
-    thread that took the signal, and a signal sent to a process goes to whichever of its threads
-    may take it: not the test's while that one, blocked in C, has another signal pending (the time
-    budget's interrupt), and then possibly one without Python frames at all."""
+    thread that took the signal, and the kernel may give a signal sent to a process to any of its
+    threads free to take it: not to one with another signal pending, as the test's thread blocked in
+    C can have the time budget's interrupt; the one that takes it may have no Python frames at all."""
     sections = _thread_sections(text.splitlines())
     if not sections:
         return []
