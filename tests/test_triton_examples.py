@@ -30,7 +30,6 @@ from tests.test_readme import blocks, section  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 # The interpreter runs CPU tensors, compiled kernels GPU tensors (the module's docstring).
 DEVICE = "cpu" if isinstance(tk._rounded, InterpretedFunction) else "cuda"
-SPECS = ("triton_rms_norm", "triton_swiglu", "triton_cross_entropy", "triton_cross_entropy_inplace")
 # Float32 kernels against float64 on the same values: a few float32 roundings, nowhere near a bug.
 TIGHT = {"rtol": 1e-5, "atol": 1e-6}
 
